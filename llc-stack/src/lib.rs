@@ -1,0 +1,15 @@
+//! A userspace network stack for messages over raw Ethernet with an IEEE 802.2 LLC header.
+//!
+//! Layers, bottom up (each knows nothing of the ones above it):
+//! - [`wire`]: typed zero-copy views of the frame formats; parsing never panics.
+//! - [`link`]: devices that move whole frames (AF_PACKET, simulation) and middleware.
+//! - [`proto`]: the reliable connection as a sans-IO state machine fed frames and time.
+//! - [`stack`]: the I/O edge that drives `proto` over a `link` device with a real clock.
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod link;
+pub mod time;
+pub mod wire;
+
+pub use time::Instant;

@@ -1,0 +1,124 @@
+//! Link devices: where frames enter and leave the stack.
+//!
+//! The [`Device`] trait follows smoltcp's `phy::Device`: the stack asks for a
+//! token, and the token lends it a buffer. A TX token hands out the device's own
+//! transmit buffer (an mmap ring slot, a UMEM frame, a batch slot) so the
+//! protocol writes headers and payload in place; an RX token lends the received
+//! frame for the duration of a closure. Nothing is copied by the trait itself.
+//!
+//! Backends: [`sim::Sim`] (in-memory wire for deterministic tests) and
+//! `AfPacket` (raw socket on one interface). Middleware wraps any device:
+//! [`fault::FaultInjector`] (seeded loss, duplication, reordering, corruption,
+//! delay, partition) and [`pcap::PcapWriter`] (a capture that tshark reads).
+//!
+//! Calls are generic over the device, so there is no dynamic dispatch per frame.
+
+use std::io;
+use std::time::Duration;
+
+use crate::time::Instant;
+
+pub mod fault;
+pub mod pcap;
+pub mod sim;
+
+/// What a device can carry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Largest Ethernet payload (everything after the 14-byte Ethernet header),
+    /// i.e. the interface MTU.
+    pub mtu: usize,
+    /// Frames the device moves per syscall or ring kick; the stack sizes its
+    /// polling bursts to it.
+    pub max_burst: usize,
+    /// Short human name of the backend and its mode, e.g. `af_packet/mmap`.
+    pub backend: String,
+}
+
+impl Capabilities {
+    /// Largest whole frame (Ethernet header included, FCS excluded).
+    pub fn max_frame_len(&self) -> usize {
+        self.mtu + crate::wire::ethernet::HEADER_LEN
+    }
+}
+
+/// A received frame, lent to the consumer for the duration of a closure.
+pub trait RxToken {
+    /// Run `f` over the frame's bytes (Ethernet header first, no FCS).
+    fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R;
+}
+
+/// Permission to transmit one frame.
+pub trait TxToken {
+    /// Lend `f` a buffer of [`Capabilities::max_frame_len`] bytes; `f` writes a
+    /// frame at its start and returns the frame's length. Returning 0 cancels
+    /// the transmission and gives the slot back.
+    fn consume<F: FnOnce(&mut [u8]) -> usize>(self, f: F) -> usize;
+}
+
+/// A link: a source and sink of whole Ethernet frames.
+pub trait Device {
+    /// Token lending one received frame.
+    type RxToken<'a>: RxToken
+    where
+        Self: 'a;
+    /// Token lending one transmit buffer.
+    type TxToken<'a>: TxToken
+    where
+        Self: 'a;
+
+    /// The next received frame, if one is ready. Never blocks.
+    fn receive(&mut self, now: Instant) -> Option<Self::RxToken<'_>>;
+
+    /// A transmit buffer, if the device has room. Never blocks. Frames written
+    /// through tokens may be held in a batch until [`Device::flush`].
+    fn transmit(&mut self, now: Instant) -> Option<Self::TxToken<'_>>;
+
+    /// Push every frame written so far onto the wire (one syscall or ring kick
+    /// per batch). Cheap when nothing is pending.
+    fn flush(&mut self, now: Instant) -> io::Result<()>;
+
+    /// Block until a frame may be ready to receive, or `timeout` passes
+    /// (`None`: no limit). Spurious wake-ups are allowed. Devices that cannot
+    /// block (simulations) return at once.
+    fn wait(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+        let _ = timeout;
+        Ok(())
+    }
+
+    /// What this device can carry.
+    fn capabilities(&self) -> Capabilities;
+}
+
+/// Why a link could not be opened or used. Every variant says what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum LinkError {
+    /// The named interface does not exist in this network namespace.
+    #[error("no such interface: {0:?} (list interfaces with `ip link`)")]
+    NoSuchInterface(String),
+    /// The process lacks a capability the backend needs.
+    #[error("not permitted to open {what} on {iface}: needs {needs} (run as root or grant it with `setcap cap_net_raw,cap_net_admin,cap_bpf+ep`)")]
+    PermissionDenied {
+        /// Interface name.
+        iface: String,
+        /// What was being opened, e.g. "a raw packet socket".
+        what: &'static str,
+        /// The capabilities required, e.g. "CAP_NET_RAW".
+        needs: &'static str,
+    },
+    /// The interface exists but is administratively down.
+    #[error("interface {0} is down (bring it up with `ip link set {0} up`)")]
+    InterfaceDown(String),
+    /// A backend feature is not available here (kernel, driver or mode).
+    #[error("{0}")]
+    Unsupported(String),
+    /// Any other system error, with what was being done.
+    #[error("{context}: {source}")]
+    Io {
+        /// What the backend was doing.
+        context: String,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+}

@@ -1,0 +1,1 @@
+//! Test hosts for the LLC stack.
