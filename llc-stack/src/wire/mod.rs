@@ -1,2 +1,275 @@
 //! Wire formats: Ethernet, IEEE 802.2 LLC and the transport header.
+//!
+//! Views are zerocopy structs read in place from the received bytes; they are
+//! unaligned and big-endian. [`parse`] is the one entry point for untrusted
+//! input: it checks every length before it reads, verifies the CRC of
+//! transport frames, and never panics on any input (property-tested and
+//! fuzzed). The emit functions check the buffer size and return an error rather
+//! than panic when it is too small.
+
 pub mod ethernet;
+pub mod llc;
+pub mod transport;
+
+use zerocopy::{FromBytes, IntoBytes};
+
+pub use ethernet::{EtherKind, EthernetHeader, MacAddr};
+pub use llc::{Command, LlcHeader};
+pub use transport::{FrameType, SackBlock, TransportHeader};
+
+/// Why a frame was not accepted. Every variant is a drop reason the endpoint counts.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    /// Shorter than the headers it claims to have.
+    #[error("frame truncated")]
+    Truncated,
+    /// The 802.3 length field disagrees with the frame.
+    #[error("802.3 length field larger than the frame")]
+    BadLength,
+    /// An EtherType that is not ours.
+    #[error("not an LLC frame")]
+    NotLlc,
+    /// LLC frame for another SAP.
+    #[error("frame for another SAP")]
+    OtherSap,
+    /// An LLC control field we do not handle.
+    #[error("unsupported LLC control field")]
+    UnsupportedControl,
+    /// Transport version we do not speak.
+    #[error("unknown transport version")]
+    BadVersion,
+    /// More SACK blocks than allowed.
+    #[error("too many SACK blocks")]
+    BadSackCount,
+    /// CRC32C mismatch: corrupted in transit or forged.
+    #[error("checksum mismatch")]
+    BadChecksum,
+    /// The output buffer cannot hold the frame.
+    #[error("buffer too small for the frame")]
+    BufferTooSmall,
+}
+
+/// Addresses common to every frame.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Addresses {
+    /// Destination MAC.
+    pub dst: MacAddr,
+    /// Source MAC.
+    pub src: MacAddr,
+    /// Destination SAP.
+    pub dsap: u8,
+    /// Source SAP, C/R bit removed.
+    pub ssap: u8,
+}
+
+/// A parsed frame.
+#[derive(Debug)]
+pub struct Frame<'a> {
+    /// MAC and SAP addresses.
+    pub addr: Addresses,
+    /// What the frame carries.
+    pub body: Body<'a>,
+}
+
+/// The part after the LLC header.
+#[derive(Debug)]
+pub enum Body<'a> {
+    /// A UI frame carrying a transport header, verified by its CRC.
+    Transport(TransportFrame<'a>),
+    /// An LLC TEST command or response with its information field.
+    Test {
+        /// Response (SSAP C/R bit set) rather than command.
+        response: bool,
+        /// Poll/final bit.
+        pf: bool,
+        /// Information field, echoed in responses.
+        info: &'a [u8],
+    },
+    /// An LLC XID command or response with its information field.
+    Xid {
+        /// Response rather than command.
+        response: bool,
+        /// Poll/final bit.
+        pf: bool,
+        /// Information field.
+        info: &'a [u8],
+    },
+}
+
+/// A transport frame, borrowed from the received bytes.
+#[derive(Debug)]
+pub struct TransportFrame<'a> {
+    /// The fixed header.
+    pub header: &'a TransportHeader,
+    /// SACK blocks (at most [`transport::MAX_SACK_BLOCKS`]).
+    pub sacks: &'a [SackBlock],
+    /// Payload.
+    pub payload: &'a [u8],
+}
+
+/// Parse a received Ethernet frame (no FCS). With `sap` set, LLC frames for
+/// other DSAPs are rejected with [`WireError::OtherSap`] before anything else
+/// is read. Never panics.
+pub fn parse(frame: &[u8], sap: Option<u8>) -> Result<Frame<'_>, WireError> {
+    let (eth, rest) = EthernetHeader::ref_from_prefix(frame).map_err(|_| WireError::Truncated)?;
+    let rest = match eth.kind() {
+        EtherKind::Length(n) => rest.get(..n as usize).ok_or(WireError::BadLength)?,
+        EtherKind::JumboLlc => rest,
+        EtherKind::Other(_) => return Err(WireError::NotLlc),
+    };
+    let llc_span = rest;
+    let (llc, rest) = LlcHeader::ref_from_prefix(rest).map_err(|_| WireError::Truncated)?;
+    if let Some(sap) = sap {
+        if llc.dsap != sap {
+            return Err(WireError::OtherSap);
+        }
+    }
+    let addr = Addresses {
+        dst: MacAddr(eth.dst),
+        src: MacAddr(eth.src),
+        dsap: llc.dsap,
+        ssap: llc.source_sap(),
+    };
+    let response = llc.is_response();
+    let body = match llc.command() {
+        Command::Ui if !response => Body::Transport(parse_transport(llc_span)?),
+        Command::Test { pf } => Body::Test {
+            response,
+            pf,
+            info: rest,
+        },
+        Command::Xid { pf } => Body::Xid {
+            response,
+            pf,
+            info: rest,
+        },
+        Command::Ui | Command::Unknown(_) => return Err(WireError::UnsupportedControl),
+    };
+    Ok(Frame { addr, body })
+}
+
+/// `llc_span` runs from the LLC header to the end of the LLC payload.
+fn parse_transport(llc_span: &[u8]) -> Result<TransportFrame<'_>, WireError> {
+    let rest = llc_span
+        .get(llc::HEADER_LEN..)
+        .ok_or(WireError::Truncated)?;
+    let (header, after) =
+        TransportHeader::ref_from_prefix(rest).map_err(|_| WireError::Truncated)?;
+    if header.version != transport::VERSION {
+        return Err(WireError::BadVersion);
+    }
+    let sack_count = header.sack_count as usize;
+    if sack_count > transport::MAX_SACK_BLOCKS {
+        return Err(WireError::BadSackCount);
+    }
+    let (sacks, after) = <[SackBlock]>::ref_from_prefix_with_elems(after, sack_count)
+        .map_err(|_| WireError::Truncated)?;
+    let payload = after
+        .get(..header.payload_len.get() as usize)
+        .ok_or(WireError::Truncated)?;
+    let span = llc_span
+        .get(..llc::HEADER_LEN + header.total_len())
+        .ok_or(WireError::Truncated)?;
+    if checksum(span) != header.crc.get() {
+        return Err(WireError::BadChecksum);
+    }
+    Ok(TransportFrame {
+        header,
+        sacks,
+        payload,
+    })
+}
+
+/// CRC32C of an LLC+transport span, with the CRC field taken as zero.
+fn checksum(span: &[u8]) -> u32 {
+    let crc_at = llc::HEADER_LEN + transport::CRC_OFFSET;
+    let crc = crc32c::crc32c(&span[..crc_at]);
+    let crc = crc32c::crc32c_append(crc, &[0; 4]);
+    crc32c::crc32c_append(crc, &span[crc_at + 4..])
+}
+
+/// Write a whole transport frame: Ethernet (length or jumbo form), LLC UI
+/// header, `header` (its `sack_count`, `payload_len`, `version` and `crc`
+/// fields are filled in here), `sacks` and `payload`. Returns the frame length.
+pub fn emit_transport(
+    buf: &mut [u8],
+    addr: &Addresses,
+    header: &TransportHeader,
+    sacks: &[SackBlock],
+    payload: &[u8],
+) -> Result<usize, WireError> {
+    if sacks.len() > transport::MAX_SACK_BLOCKS || payload.len() > u16::MAX as usize {
+        return Err(WireError::BufferTooSmall);
+    }
+    let llc_len = llc::HEADER_LEN
+        + transport::HEADER_LEN
+        + sacks.len() * transport::SACK_BLOCK_LEN
+        + payload.len();
+    let total = ethernet::HEADER_LEN + llc_len;
+    if buf.len() < total {
+        return Err(WireError::BufferTooSmall);
+    }
+    let buf = &mut buf[..total];
+    ethernet::emit_header(buf, addr.dst, addr.src, llc_len);
+    let mut at = ethernet::HEADER_LEN;
+    let llc_hdr = LlcHeader::new(addr.dsap, addr.ssap, false, Command::Ui);
+    buf[at..at + llc::HEADER_LEN].copy_from_slice(llc_hdr.as_bytes());
+    at += llc::HEADER_LEN;
+    let mut h = *header;
+    h.version = transport::VERSION;
+    h.sack_count = sacks.len() as u8;
+    h.payload_len = (payload.len() as u16).into();
+    h.crc = 0.into();
+    buf[at..at + transport::HEADER_LEN].copy_from_slice(h.as_bytes());
+    at += transport::HEADER_LEN;
+    let sack_bytes = sacks.as_bytes();
+    buf[at..at + sack_bytes.len()].copy_from_slice(sack_bytes);
+    at += sack_bytes.len();
+    buf[at..].copy_from_slice(payload);
+    let crc = checksum(&buf[ethernet::HEADER_LEN..]);
+    let crc_at = ethernet::HEADER_LEN + llc::HEADER_LEN + transport::CRC_OFFSET;
+    buf[crc_at..crc_at + 4].copy_from_slice(&crc.to_be_bytes());
+    Ok(total)
+}
+
+/// Write an LLC TEST or XID frame (`command` must be `Test` or `Xid`) with
+/// information field `info`. Frames shorter than the Ethernet minimum are
+/// padded with zeros; the 802.3 length field tells the receiver where the
+/// information field ends. Returns the frame length.
+pub fn emit_llc_control(
+    buf: &mut [u8],
+    addr: &Addresses,
+    response: bool,
+    command: Command,
+    info: &[u8],
+) -> Result<usize, WireError> {
+    let llc_len = llc::HEADER_LEN + info.len();
+    let len = ethernet::HEADER_LEN + llc_len;
+    let total = len.max(ethernet::MIN_FRAME_LEN);
+    if buf.len() < total {
+        return Err(WireError::BufferTooSmall);
+    }
+    ethernet::emit_header(buf, addr.dst, addr.src, llc_len);
+    let llc_hdr = LlcHeader::new(addr.dsap, addr.ssap, response, command);
+    buf[ethernet::HEADER_LEN..ethernet::HEADER_LEN + llc::HEADER_LEN]
+        .copy_from_slice(llc_hdr.as_bytes());
+    buf[ethernet::HEADER_LEN + llc::HEADER_LEN..len].copy_from_slice(info);
+    buf[len..total].fill(0);
+    Ok(total)
+}
+
+/// The XID information field we answer with: basic format, type 1 LLC only,
+/// receive window 0 (meaningless for type 1), as 802.2 §5.4.1.1.2 lays out.
+pub const XID_INFO: [u8; 3] = [llc::XID_FORMAT_BASIC, llc::XID_CLASS_1, 0];
+
+/// Read a header-only view without checks beyond length; for tools that
+/// inspect frames they built themselves.
+pub fn transport_header(frame: &[u8]) -> Option<TransportHeader> {
+    let at = ethernet::HEADER_LEN + llc::HEADER_LEN;
+    TransportHeader::read_from_prefix(frame.get(at..)?)
+        .ok()
+        .map(|(h, _)| h)
+}
+
+#[cfg(test)]
+mod tests;

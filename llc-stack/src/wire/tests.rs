@@ -1,0 +1,277 @@
+//! Construct/deconstruct tests over literal bytes, and property tests: round
+//! trips, and arbitrary bytes never panic the parser.
+
+use super::*;
+use proptest::prelude::*;
+
+const A: MacAddr = MacAddr([0x02, 0, 0, 0, 0, 0x01]);
+const B: MacAddr = MacAddr([0x02, 0, 0, 0, 0, 0x02]);
+
+fn addr() -> Addresses {
+    Addresses {
+        dst: B,
+        src: A,
+        dsap: llc::DEFAULT_SAP,
+        ssap: llc::DEFAULT_SAP,
+    }
+}
+
+fn data_header() -> TransportHeader {
+    TransportHeader {
+        kind: FrameType::Data.into(),
+        flags: transport::flags::LAST_FRAGMENT,
+        src_port: 7.into(),
+        dst_port: 9.into(),
+        src_cookie: 0xdeadbeef.into(),
+        dst_cookie: 0x01020304.into(),
+        seq: 100.into(),
+        ack: 50.into(),
+        window_end: 1074.into(),
+        msg_id: 3.into(),
+        msg_len: 5.into(),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn data_frame_literal_bytes() {
+    let mut buf = [0u8; 128];
+    let n = emit_transport(
+        &mut buf,
+        &addr(),
+        &data_header(),
+        &[SackBlock::new(102, 104)],
+        b"hello",
+    )
+    .unwrap();
+    assert_eq!(n, 14 + 3 + 56 + 8 + 5);
+    // Ethernet: dst, src, 802.3 length = LLC + transport + sack + payload.
+    assert_eq!(&buf[..12], &[2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1]);
+    assert_eq!(&buf[12..14], &(3u16 + 56 + 8 + 5).to_be_bytes());
+    assert_eq!(&buf[14..17], &[0x7C, 0x7C, 0x03]);
+    assert_eq!(&buf[17..21], &[1, 3, 1, 1]); // version, DATA, LAST_FRAGMENT, 1 sack
+    assert_eq!(&buf[73..81], &[0, 0, 0, 102, 0, 0, 0, 104]);
+    assert_eq!(&buf[81..86], b"hello");
+
+    let f = parse(&buf[..n], Some(llc::DEFAULT_SAP)).unwrap();
+    assert_eq!(f.addr, addr());
+    let Body::Transport(t) = f.body else {
+        panic!("not transport")
+    };
+    assert_eq!(t.header.frame_type(), FrameType::Data);
+    assert_eq!(t.header.seq.get(), 100);
+    assert_eq!(t.sacks, &[SackBlock::new(102, 104)]);
+    assert_eq!(t.payload, b"hello");
+}
+
+#[test]
+fn padding_after_length_is_ignored() {
+    let mut buf = [0u8; 128];
+    let n = emit_transport(&mut buf, &addr(), &data_header(), &[], b"x").unwrap();
+    // A NIC pads to 60 bytes at least; padding garbage must not matter.
+    buf[n..n + 10].fill(0xAB);
+    let f = parse(&buf[..n + 10], None).unwrap();
+    let Body::Transport(t) = f.body else { panic!() };
+    assert_eq!(t.payload, b"x");
+}
+
+#[test]
+fn corruption_is_detected() {
+    let mut buf = [0u8; 128];
+    let n = emit_transport(&mut buf, &addr(), &data_header(), &[], b"payload").unwrap();
+    for i in 14..n {
+        let mut c = buf;
+        c[i] ^= 0x40;
+        match parse(&c[..n], Some(llc::DEFAULT_SAP)) {
+            Ok(Frame {
+                body: Body::Transport(_),
+                ..
+            }) => panic!("flip at {i} not detected"),
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn jumbo_form_above_1500() {
+    let payload = vec![0x5A; 4000];
+    let mut buf = vec![0u8; 5000];
+    let n = emit_transport(&mut buf, &addr(), &data_header(), &[], &payload).unwrap();
+    assert_eq!(&buf[12..14], &[0x88, 0x70]);
+    let Body::Transport(t) = parse(&buf[..n], None).unwrap().body else {
+        panic!()
+    };
+    assert_eq!(t.payload, &payload[..]);
+}
+
+#[test]
+fn test_and_xid_frames() {
+    let mut buf = [0u8; 64];
+    let n = emit_llc_control(
+        &mut buf,
+        &addr(),
+        false,
+        Command::Test { pf: true },
+        b"ping",
+    )
+    .unwrap();
+    assert_eq!(n, 60, "padded to the Ethernet minimum");
+    assert_eq!(&buf[12..14], &[0, 7]);
+    assert_eq!(&buf[14..21], &[0x7C, 0x7C, 0xF3, b'p', b'i', b'n', b'g']);
+    match parse(&buf[..n], Some(0x7C)).unwrap().body {
+        Body::Test {
+            response: false,
+            pf: true,
+            info,
+        } => assert_eq!(info, b"ping"),
+        other => panic!("{other:?}"),
+    }
+    let n = emit_llc_control(
+        &mut buf,
+        &addr(),
+        true,
+        Command::Xid { pf: true },
+        &XID_INFO,
+    )
+    .unwrap();
+    assert_eq!(&buf[14..20], &[0x7C, 0x7D, 0xBF, 0x81, 0x01, 0x00]);
+    assert!(matches!(
+        parse(&buf[..n], None).unwrap().body,
+        Body::Xid {
+            response: true,
+            pf: true,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn rejections() {
+    let mut buf = [0u8; 128];
+    let n = emit_transport(&mut buf, &addr(), &data_header(), &[], b"abc").unwrap();
+    assert_eq!(
+        parse(&buf[..n], Some(0x42)).unwrap_err(),
+        WireError::OtherSap
+    );
+    assert_eq!(parse(&buf[..10], None).unwrap_err(), WireError::Truncated);
+    assert_eq!(
+        parse(&buf[..n - 1], None).unwrap_err(),
+        WireError::BadLength
+    );
+    let mut ip = buf;
+    ip[12..14].copy_from_slice(&[0x08, 0x00]);
+    assert_eq!(parse(&ip[..n], None).unwrap_err(), WireError::NotLlc);
+    let mut v = buf;
+    v[17] = 2;
+    assert_eq!(parse(&v[..n], None).unwrap_err(), WireError::BadVersion);
+    let mut s = buf;
+    s[20] = 5;
+    assert_eq!(parse(&s[..n], None).unwrap_err(), WireError::BadSackCount);
+    let mut i_frame = buf;
+    i_frame[16] = 0x00;
+    assert_eq!(
+        parse(&i_frame[..n], None).unwrap_err(),
+        WireError::UnsupportedControl
+    );
+    assert_eq!(
+        emit_transport(&mut buf[..40], &addr(), &data_header(), &[], b"abc").unwrap_err(),
+        WireError::BufferTooSmall
+    );
+    // A UI frame sent as a response is not one of ours.
+    let mut r = buf;
+    r[15] |= 1;
+    assert_eq!(
+        parse(&r[..n], None).unwrap_err(),
+        WireError::UnsupportedControl
+    );
+}
+
+fn arb_header() -> impl Strategy<Value = TransportHeader> {
+    (
+        any::<[u8; 3]>(),
+        any::<[u16; 2]>(),
+        any::<[u32; 8]>(),
+        any::<u32>(),
+    )
+        .prop_map(|(b, p, w, ts)| TransportHeader {
+            version: transport::VERSION,
+            kind: b[0],
+            flags: b[1],
+            sack_count: 0,
+            src_port: p[0].into(),
+            dst_port: p[1].into(),
+            src_cookie: w[0].into(),
+            dst_cookie: w[1].into(),
+            seq: w[2].into(),
+            ack: w[3].into(),
+            window_end: w[4].into(),
+            msg_id: w[5].into(),
+            msg_len: w[6].into(),
+            frag_off: w[7].into(),
+            payload_len: 0.into(),
+            reserved: 0.into(),
+            ts_val: ts.into(),
+            ts_ecr: (!ts).into(),
+            crc: 0.into(),
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn transport_round_trip(
+        h in arb_header(),
+        sacks in proptest::collection::vec(any::<(u32, u32)>(), 0..=4),
+        payload in proptest::collection::vec(any::<u8>(), 0..3000),
+    ) {
+        let sacks: Vec<SackBlock> = sacks.into_iter().map(|(a, b)| SackBlock::new(a, b)).collect();
+        let mut buf = vec![0u8; 4000];
+        let n = emit_transport(&mut buf, &addr(), &h, &sacks, &payload).unwrap();
+        let f = parse(&buf[..n], Some(llc::DEFAULT_SAP)).unwrap();
+        prop_assert_eq!(f.addr, addr());
+        let Body::Transport(t) = f.body else { panic!("not transport") };
+        let mut expect = h;
+        expect.sack_count = sacks.len() as u8;
+        expect.payload_len = (payload.len() as u16).into();
+        expect.crc = t.header.crc;
+        prop_assert_eq!(*t.header, expect);
+        prop_assert_eq!(t.sacks, &sacks[..]);
+        prop_assert_eq!(t.payload, &payload[..]);
+    }
+
+    #[test]
+    fn control_round_trip(info in proptest::collection::vec(any::<u8>(), 0..1400), response: bool, pf: bool, xid: bool) {
+        let mut buf = vec![0u8; 1500];
+        let cmd = if xid { Command::Xid { pf } } else { Command::Test { pf } };
+        let n = emit_llc_control(&mut buf, &addr(), response, cmd, &info).unwrap();
+        match (parse(&buf[..n], None).unwrap().body, xid) {
+            (Body::Test { response: r, pf: p, info: i }, false) | (Body::Xid { response: r, pf: p, info: i }, true) => {
+                prop_assert_eq!((r, p, i), (response, pf, &info[..]));
+            }
+            (other, _) => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..2000)) {
+        let _ = parse(&bytes, None);
+        let _ = parse(&bytes, Some(llc::DEFAULT_SAP));
+        let _ = transport_header(&bytes);
+    }
+
+    #[test]
+    fn mutated_frames_never_panic(
+        payload in proptest::collection::vec(any::<u8>(), 0..200),
+        edits in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..8),
+        cut in any::<usize>(),
+    ) {
+        let mut buf = vec![0u8; 400];
+        let n = emit_transport(&mut buf, &addr(), &data_header(), &[SackBlock::new(1, 2)], &payload).unwrap();
+        for (at, v) in edits {
+            buf[at % n] = v;
+        }
+        let _ = parse(&buf[..cut % (n + 1)], None);
+        let _ = parse(&buf[..n], None);
+    }
+}
