@@ -9,7 +9,12 @@
 #![warn(missing_docs)]
 
 pub mod link;
+pub mod proto;
+pub mod rng;
+pub mod stack;
 pub mod time;
 pub mod wire;
 
+pub use link::{Capabilities, Device, LinkError};
+pub use stack::Stack;
 pub use time::Instant;

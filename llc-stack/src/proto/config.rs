@@ -1,0 +1,99 @@
+//! Tunables of the reliable transport, with the reasoning behind each default.
+
+use std::time::Duration;
+
+/// Settings shared by every connection of an endpoint.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Our LLC SAP (individual, not null); see [`crate::wire::llc`].
+    pub sap: u8,
+    /// Receive buffer per connection in bytes. The advertised credit (in
+    /// frames) is this divided by the fragment size, clamped to
+    /// [`Config::min_window_frames`]..=[`Config::max_window_frames`]. It bounds the
+    /// data a peer may have in flight towards us, so a receiver never has to
+    /// drop a frame for lack of buffer space.
+    pub recv_buffer_bytes: usize,
+    /// Smallest credit window in frames.
+    pub min_window_frames: u32,
+    /// Largest credit window in frames; also the largest congestion window.
+    pub max_window_frames: u32,
+    /// Complete messages waiting for the application may use this many bytes
+    /// before the credit stops advancing (flow control towards the sender).
+    pub undelivered_limit_bytes: usize,
+    /// Largest message accepted; longer ones are a protocol violation.
+    pub max_message_len: usize,
+    /// Bytes of messages queued or unacknowledged per connection above which
+    /// `send` refuses new messages (back-pressure instead of unbounded memory).
+    pub send_buffer_bytes: usize,
+    /// Congestion window at the start, in frames. A LAN has a short, cheap
+    /// feedback loop, so start well above TCP's 10 segments.
+    pub initial_cwnd: u32,
+    /// Floor of the congestion window in frames.
+    pub min_cwnd: u32,
+    /// Retransmission timeout before any RTT sample.
+    pub initial_rto: Duration,
+    /// Floor of the retransmission timeout. Well above veth and LAN RTTs
+    /// (microseconds) but above scheduler hiccups of a busy host too, so that
+    /// a descheduled peer does not cause spurious retransmission storms.
+    pub min_rto: Duration,
+    /// Ceiling of the retransmission timeout after back-off.
+    pub max_rto: Duration,
+    /// Retransmission timeouts in a row (no progress in between) after which
+    /// the connection fails. With doubling from `min_rto` capped at `max_rto`
+    /// this bounds the time a dead peer can hold a request.
+    pub max_retransmits: u32,
+    /// SYNs sent before `connect` fails.
+    pub max_syn_retries: u32,
+    /// Acknowledge after this many in-order data frames at the latest.
+    pub ack_every: u32,
+    /// Longest delay of an acknowledgement when fewer frames arrived.
+    pub ack_delay: Duration,
+    /// Send a keepalive probe after this long without hearing from the peer.
+    pub keepalive_interval: Duration,
+    /// Fail the connection after this long without hearing from the peer.
+    pub idle_timeout: Duration,
+    /// A half-open inbound connection (SYN-ACK sent, nothing heard back) is
+    /// forgotten after this long.
+    pub handshake_timeout: Duration,
+    /// Most inbound connections in the half-open state at once; further SYNs
+    /// are dropped and counted (SYN flood bound).
+    pub max_half_open: usize,
+    /// Most connections an endpoint holds.
+    pub max_connections: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            sap: crate::wire::llc::DEFAULT_SAP,
+            recv_buffer_bytes: 8 << 20,
+            min_window_frames: 32,
+            max_window_frames: 4096,
+            undelivered_limit_bytes: 64 << 20,
+            max_message_len: 1 << 30,
+            send_buffer_bytes: 64 << 20,
+            initial_cwnd: 64,
+            min_cwnd: 2,
+            initial_rto: Duration::from_millis(5),
+            min_rto: Duration::from_millis(2),
+            max_rto: Duration::from_millis(500),
+            max_retransmits: 12,
+            max_syn_retries: 12,
+            ack_every: 8,
+            ack_delay: Duration::from_micros(100),
+            keepalive_interval: Duration::from_secs(1),
+            idle_timeout: Duration::from_secs(10),
+            handshake_timeout: Duration::from_secs(5),
+            max_half_open: 256,
+            max_connections: 4096,
+        }
+    }
+}
+
+impl Config {
+    /// Credit window in frames for fragments of `frag_len` bytes.
+    pub fn window_frames(&self, frag_len: usize) -> u32 {
+        let frames = self.recv_buffer_bytes / frag_len.max(1);
+        (frames as u32).clamp(self.min_window_frames, self.max_window_frames)
+    }
+}

@@ -1,0 +1,668 @@
+//! All connections of one interface and SAP, as a sans-IO state machine.
+//!
+//! The endpoint parses every received frame once, answers LLC TEST and XID
+//! commands, accepts SYNs on listening ports, matches other frames to a
+//! connection by (peer MAC, peer port, local port) and checks both cookies
+//! before the connection sees the frame. Everything it drops is counted by
+//! reason in [`EndpointStats`].
+//!
+//! Call order for a driver, each round: `handle_frame` for every received
+//! frame, `handle_timeout` when `poll_timeout` has passed, then take events
+//! with `poll_event` (the application may `send` in reaction), then
+//! `poll_transmit` until it returns `None`. Taking events before transmitting
+//! lets replies carry the acknowledgement instead of a separate ACK frame.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+
+use bytes::Bytes;
+
+use super::config::Config;
+use super::connection::{ConnStats, Connection, Event, SendError, State};
+use super::error::ConnectionError;
+use crate::rng::Rng;
+use crate::time::Instant;
+use crate::wire::{self, Addresses, Body, Command, FrameType, MacAddr, TransportHeader, WireError};
+
+/// Names a connection of an endpoint. Never reused within an endpoint.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConnHandle(pub u32);
+
+/// Frames dropped, by reason.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DropStats {
+    /// Shorter than their headers.
+    pub truncated: u64,
+    /// 802.3 length field larger than the frame.
+    pub bad_length: u64,
+    /// Not an LLC frame (another EtherType).
+    pub not_llc: u64,
+    /// LLC frames for another SAP.
+    pub other_sap: u64,
+    /// LLC control fields we do not handle.
+    pub unsupported_control: u64,
+    /// Unknown transport version.
+    pub bad_version: u64,
+    /// Too many SACK blocks.
+    pub bad_sack_count: u64,
+    /// CRC32C mismatch.
+    pub bad_checksum: u64,
+    /// Transport frames addressed to another MAC.
+    pub not_for_us: u64,
+    /// Unknown transport frame type.
+    pub unknown_type: u64,
+    /// No connection matches (answered with RESET).
+    pub no_connection: u64,
+    /// Cookies do not match the connection (stale incarnation or forgery).
+    pub stale_cookie: u64,
+    /// SYN to a port nobody listens on (answered with RESET).
+    pub no_listener: u64,
+    /// SYN refused by the half-open or connection limit.
+    pub syn_limit: u64,
+    /// TEST/XID answer or RESET not sent because the control queue was full.
+    pub control_queue_full: u64,
+    /// TEST/XID responses nobody asked this endpoint for.
+    pub unsolicited_response: u64,
+}
+
+impl DropStats {
+    fn count_wire(&mut self, e: WireError) {
+        let c = match e {
+            WireError::Truncated => &mut self.truncated,
+            WireError::BadLength => &mut self.bad_length,
+            WireError::NotLlc => &mut self.not_llc,
+            WireError::OtherSap => &mut self.other_sap,
+            WireError::UnsupportedControl => &mut self.unsupported_control,
+            WireError::BadVersion => &mut self.bad_version,
+            WireError::BadSackCount => &mut self.bad_sack_count,
+            WireError::BadChecksum => &mut self.bad_checksum,
+            WireError::BufferTooSmall => &mut self.truncated,
+        };
+        *c += 1;
+    }
+
+    /// Every dropped frame.
+    pub fn total(&self) -> u64 {
+        self.truncated
+            + self.bad_length
+            + self.not_llc
+            + self.other_sap
+            + self.unsupported_control
+            + self.bad_version
+            + self.bad_sack_count
+            + self.bad_checksum
+            + self.not_for_us
+            + self.unknown_type
+            + self.no_connection
+            + self.stale_cookie
+            + self.no_listener
+            + self.syn_limit
+            + self.control_queue_full
+            + self.unsolicited_response
+    }
+}
+
+/// Endpoint counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EndpointStats {
+    /// Frames handed to `handle_frame`.
+    pub rx_frames: u64,
+    /// Frames produced by `poll_transmit`.
+    pub tx_frames: u64,
+    /// TEST commands answered.
+    pub test_answered: u64,
+    /// XID commands answered.
+    pub xid_answered: u64,
+    /// RESET frames sent.
+    pub resets_sent: u64,
+    /// Connections accepted.
+    pub accepted: u64,
+    /// Dropped frames by reason.
+    pub dropped: DropStats,
+}
+
+/// Why `connect` failed at once.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ConnectError {
+    /// The endpoint holds its maximum number of connections.
+    #[error("too many connections (limit {0})")]
+    TooManyConnections(usize),
+    /// A connection with these ports to this peer exists already.
+    #[error("a connection from local port {local} to {peer} port {remote} exists already")]
+    InUse {
+        /// Local port.
+        local: u16,
+        /// Peer MAC.
+        peer: MacAddr,
+        /// Peer port.
+        remote: u16,
+    },
+    /// No ephemeral port is free.
+    #[error("no free local port")]
+    NoFreePort,
+    /// Group MACs cannot be connected to.
+    #[error("cannot connect to a group address {0}")]
+    GroupAddress(MacAddr),
+}
+
+/// A frame the endpoint itself must send (not owned by a connection).
+#[derive(Debug)]
+enum ControlFrame {
+    Llc {
+        addr: Addresses,
+        command: Command,
+        info: Vec<u8>,
+    },
+    Reset {
+        addr: Addresses,
+        header: TransportHeader,
+    },
+}
+
+/// Most endpoint-level frames (TEST/XID answers, RESETs) waiting to be sent;
+/// beyond this they are dropped and counted, so a flood cannot grow memory.
+const CONTROL_QUEUE_LIMIT: usize = 256;
+/// First ephemeral port.
+const EPHEMERAL_START: u16 = 49152;
+
+#[derive(Debug)]
+struct Entry {
+    conn: Connection,
+    inbound: bool,
+    announced: bool,
+    peer: MacAddr,
+}
+
+type Key = (MacAddr, u16, u16);
+
+/// All connections of one interface and SAP.
+#[derive(Debug)]
+pub struct Endpoint {
+    cfg: Config,
+    mac: MacAddr,
+    mtu: usize,
+    rng: Rng,
+    conns: BTreeMap<ConnHandle, Entry>,
+    by_key: HashMap<Key, ConnHandle>,
+    listening: HashSet<u16>,
+    next_handle: u32,
+    next_ephemeral: u16,
+    rr_cursor: u32,
+    half_open: usize,
+    control: VecDeque<ControlFrame>,
+    events: VecDeque<(ConnHandle, Event)>,
+    stats: EndpointStats,
+}
+
+impl Endpoint {
+    /// An endpoint for interface address `mac` on a link of `mtu`, drawing
+    /// cookies and initial sequence numbers from `rng`.
+    pub fn new(cfg: Config, mac: MacAddr, mtu: usize, rng: Rng) -> Self {
+        Endpoint {
+            cfg,
+            mac,
+            mtu,
+            rng,
+            conns: BTreeMap::new(),
+            by_key: HashMap::new(),
+            listening: HashSet::new(),
+            next_handle: 1,
+            next_ephemeral: EPHEMERAL_START,
+            rr_cursor: 0,
+            half_open: 0,
+            control: VecDeque::new(),
+            events: VecDeque::new(),
+            stats: EndpointStats::default(),
+        }
+    }
+
+    /// Our MAC.
+    pub fn mac(&self) -> MacAddr {
+        self.mac
+    }
+
+    /// Our SAP.
+    pub fn sap(&self) -> u8 {
+        self.cfg.sap
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &EndpointStats {
+        &self.stats
+    }
+
+    /// Accept connections to `port`.
+    pub fn listen(&mut self, port: u16) {
+        self.listening.insert(port);
+    }
+
+    /// Stop accepting connections to `port` (existing ones stay).
+    pub fn unlisten(&mut self, port: u16) {
+        self.listening.remove(&port);
+    }
+
+    /// Number of live connections.
+    pub fn connection_count(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// A connection, if it is still there.
+    pub fn connection(&self, h: ConnHandle) -> Option<&Connection> {
+        self.conns.get(&h).map(|e| &e.conn)
+    }
+
+    /// The peer of a connection: MAC and port.
+    pub fn peer(&self, h: ConnHandle) -> Option<(MacAddr, u16)> {
+        self.conns.get(&h).map(|e| (e.peer, e.conn.peer_port()))
+    }
+
+    /// True when the peer opened the connection.
+    pub fn is_inbound(&self, h: ConnHandle) -> Option<bool> {
+        self.conns.get(&h).map(|e| e.inbound)
+    }
+
+    /// Counters of one connection.
+    pub fn connection_stats(&self, h: ConnHandle) -> Option<&ConnStats> {
+        self.conns.get(&h).map(|e| e.conn.stats())
+    }
+
+    fn addresses(&self, peer: MacAddr) -> Addresses {
+        Addresses {
+            dst: peer,
+            src: self.mac,
+            dsap: self.cfg.sap,
+            ssap: self.cfg.sap,
+        }
+    }
+
+    fn new_handle(&mut self) -> ConnHandle {
+        let h = ConnHandle(self.next_handle);
+        self.next_handle = self.next_handle.wrapping_add(1).max(1);
+        h
+    }
+
+    /// Open a connection to `peer_port` at `peer`, from `local_port` or, when
+    /// `None`, from a free ephemeral port. `Connected` follows when the peer
+    /// answers; `Closed(Some(ConnectTimeout))` when it never does.
+    pub fn connect(
+        &mut self,
+        now: Instant,
+        peer: MacAddr,
+        peer_port: u16,
+        local_port: Option<u16>,
+    ) -> Result<ConnHandle, ConnectError> {
+        if peer.is_group() {
+            return Err(ConnectError::GroupAddress(peer));
+        }
+        if self.conns.len() >= self.cfg.max_connections {
+            return Err(ConnectError::TooManyConnections(self.cfg.max_connections));
+        }
+        let local = match local_port {
+            Some(p) => p,
+            None => self.ephemeral_port(peer, peer_port)?,
+        };
+        let key = (peer, peer_port, local);
+        if self.by_key.contains_key(&key) {
+            return Err(ConnectError::InUse {
+                local,
+                peer,
+                remote: peer_port,
+            });
+        }
+        let cookie = self.rng.nonzero_u32();
+        let isn = self.rng.next_u32();
+        let conn = Connection::connect(
+            self.cfg.clone(),
+            now,
+            self.addresses(peer),
+            local,
+            peer_port,
+            cookie,
+            isn,
+            self.mtu,
+        );
+        let h = self.new_handle();
+        self.by_key.insert(key, h);
+        self.conns.insert(
+            h,
+            Entry {
+                conn,
+                inbound: false,
+                announced: true,
+                peer,
+            },
+        );
+        Ok(h)
+    }
+
+    fn ephemeral_port(&mut self, peer: MacAddr, peer_port: u16) -> Result<u16, ConnectError> {
+        for _ in 0..=(u16::MAX - EPHEMERAL_START) {
+            let p = self.next_ephemeral;
+            self.next_ephemeral = if p == u16::MAX {
+                EPHEMERAL_START
+            } else {
+                p + 1
+            };
+            if !self.listening.contains(&p) && !self.by_key.contains_key(&(peer, peer_port, p)) {
+                return Ok(p);
+            }
+        }
+        Err(ConnectError::NoFreePort)
+    }
+
+    /// Queue a message on a connection.
+    pub fn send(&mut self, h: ConnHandle, data: impl Into<Bytes>) -> Result<u32, SendError> {
+        match self.conns.get_mut(&h) {
+            Some(e) => e.conn.send(data.into()),
+            None => Err(SendError::Closed),
+        }
+    }
+
+    /// Close a connection once its queued messages are delivered.
+    pub fn close(&mut self, h: ConnHandle) {
+        if let Some(e) = self.conns.get_mut(&h) {
+            e.conn.close();
+        }
+    }
+
+    /// Fail a connection now; the peer is not told.
+    pub fn abort(&mut self, h: ConnHandle) {
+        if let Some(e) = self.conns.get_mut(&h) {
+            e.conn.abort(ConnectionError::Aborted);
+        }
+        self.collect(h);
+    }
+
+    /// Next event. Taking a `Message` returns its credit to the connection.
+    #[must_use]
+    pub fn poll_event(&mut self) -> Option<(ConnHandle, Event)> {
+        let ev = self.events.pop_front()?;
+        if let (h, Event::Message { data, .. }) = &ev {
+            if let Some(e) = self.conns.get_mut(h) {
+                e.conn.message_consumed(data.len());
+            }
+        }
+        Some(ev)
+    }
+
+    /// Earliest timer of any connection.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.conns
+            .values()
+            .filter_map(|e| e.conn.poll_timeout())
+            .min()
+    }
+
+    /// Run every timer due at `now`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        let due: Vec<ConnHandle> = self
+            .conns
+            .iter()
+            .filter(|(_, e)| e.conn.poll_timeout().is_some_and(|t| t <= now))
+            .map(|(h, _)| *h)
+            .collect();
+        for h in due {
+            if let Some(e) = self.conns.get_mut(&h) {
+                e.conn.handle_timeout(now);
+            }
+            self.collect(h);
+        }
+    }
+
+    /// Move a connection's events to the endpoint queue, and forget it once
+    /// it is finished.
+    fn collect(&mut self, h: ConnHandle) {
+        let Some(e) = self.conns.get_mut(&h) else {
+            return;
+        };
+        while let Some(ev) = e.conn.poll_event() {
+            match ev {
+                Event::Connected if e.inbound => {
+                    e.announced = true;
+                    self.half_open -= 1;
+                    self.events.push_back((h, Event::Connected));
+                }
+                // A half-open inbound connection ends silently: nobody knew it.
+                Event::Closed(_) if !e.announced => {}
+                ev => self.events.push_back((h, ev)),
+            }
+        }
+        if e.conn.is_drained() {
+            let e = self.conns.remove(&h).expect("present");
+            if e.inbound && !e.announced {
+                self.half_open -= 1;
+            }
+            self.by_key
+                .remove(&(e.peer, e.conn.peer_port(), e.conn.local_port()));
+        }
+    }
+
+    /// Process one received frame (Ethernet header first).
+    pub fn handle_frame(&mut self, now: Instant, bytes: &[u8]) {
+        self.stats.rx_frames += 1;
+        let frame = match wire::parse(bytes, Some(self.cfg.sap)) {
+            Ok(f) => f,
+            Err(e) => {
+                self.stats.dropped.count_wire(e);
+                return;
+            }
+        };
+        let addr = frame.addr;
+        match frame.body {
+            Body::Test {
+                response: false,
+                pf,
+                info,
+            } => {
+                if self.queue_control(ControlFrame::Llc {
+                    addr: Addresses {
+                        dst: addr.src,
+                        src: self.mac,
+                        dsap: addr.ssap,
+                        ssap: self.cfg.sap,
+                    },
+                    command: Command::Test { pf },
+                    info: info.to_vec(),
+                }) {
+                    self.stats.test_answered += 1;
+                }
+            }
+            Body::Xid {
+                response: false,
+                pf,
+                ..
+            } => {
+                if self.queue_control(ControlFrame::Llc {
+                    addr: Addresses {
+                        dst: addr.src,
+                        src: self.mac,
+                        dsap: addr.ssap,
+                        ssap: self.cfg.sap,
+                    },
+                    command: Command::Xid { pf },
+                    info: wire::XID_INFO.to_vec(),
+                }) {
+                    self.stats.xid_answered += 1;
+                }
+            }
+            Body::Test { .. } | Body::Xid { .. } => self.stats.dropped.unsolicited_response += 1,
+            Body::Transport(t) => {
+                if addr.dst != self.mac {
+                    self.stats.dropped.not_for_us += 1;
+                    return;
+                }
+                let h = t.header;
+                let kind = h.frame_type();
+                if let FrameType::Unknown(_) = kind {
+                    self.stats.dropped.unknown_type += 1;
+                    return;
+                }
+                let key = (addr.src, h.src_port.get(), h.dst_port.get());
+                if kind == FrameType::Syn {
+                    self.handle_syn(now, key, h);
+                    return;
+                }
+                let Some(&handle) = self.by_key.get(&key) else {
+                    self.stats.dropped.no_connection += 1;
+                    if kind != FrameType::Reset {
+                        self.queue_reset(addr.src, h);
+                    }
+                    return;
+                };
+                let e = self
+                    .conns
+                    .get_mut(&handle)
+                    .expect("keyed connection exists");
+                let c = &e.conn;
+                let cookies_match = h.dst_cookie.get() == c.local_cookie()
+                    && (h.src_cookie.get() == c.peer_cookie()
+                        || (c.state() == State::SynSent && kind == FrameType::SynAck));
+                if !cookies_match {
+                    self.stats.dropped.stale_cookie += 1;
+                    return;
+                }
+                e.conn.handle_frame(now, &t);
+                self.collect(handle);
+            }
+        }
+    }
+
+    fn handle_syn(&mut self, now: Instant, key: Key, h: &TransportHeader) {
+        let (peer, _, local_port) = key;
+        if let Some(&existing) = self.by_key.get(&key) {
+            let e = self
+                .conns
+                .get_mut(&existing)
+                .expect("keyed connection exists");
+            if e.conn.peer_cookie() == h.src_cookie.get() {
+                e.conn.resend_syn_ack();
+                return;
+            }
+            if e.conn.state() == State::SynSent {
+                // Both ends opened at once with the same ports: not supported;
+                // the upper layer picks one initiator per pair.
+                self.stats.dropped.stale_cookie += 1;
+                return;
+            }
+            // Same address and ports, new cookie: the peer restarted.
+            e.conn.abort(ConnectionError::PeerRestarted);
+            self.collect(existing);
+            if let Some(&still) = self.by_key.get(&key) {
+                // Not drained yet (events pending): detach it from the key.
+                debug_assert_eq!(still, existing);
+                self.by_key.remove(&key);
+            }
+        }
+        if !self.listening.contains(&local_port) {
+            self.stats.dropped.no_listener += 1;
+            self.queue_reset(peer, h);
+            return;
+        }
+        if self.half_open >= self.cfg.max_half_open || self.conns.len() >= self.cfg.max_connections
+        {
+            self.stats.dropped.syn_limit += 1;
+            return;
+        }
+        let cookie = self.rng.nonzero_u32();
+        let isn = self.rng.next_u32();
+        let conn = Connection::accept(
+            self.cfg.clone(),
+            now,
+            self.addresses(peer),
+            local_port,
+            h,
+            cookie,
+            isn,
+            self.mtu,
+        );
+        let handle = self.new_handle();
+        self.half_open += 1;
+        self.stats.accepted += 1;
+        self.by_key.insert(key, handle);
+        self.conns.insert(
+            handle,
+            Entry {
+                conn,
+                inbound: true,
+                announced: false,
+                peer,
+            },
+        );
+    }
+
+    fn queue_control(&mut self, f: ControlFrame) -> bool {
+        if self.control.len() >= CONTROL_QUEUE_LIMIT {
+            self.stats.dropped.control_queue_full += 1;
+            return false;
+        }
+        self.control.push_back(f);
+        true
+    }
+
+    /// Answer a frame for a connection we do not have: the RESET echoes its
+    /// cookies crosswise, so only the true peer can match it.
+    fn queue_reset(&mut self, peer: MacAddr, h: &TransportHeader) {
+        let header = TransportHeader {
+            kind: FrameType::Reset.into(),
+            src_port: h.dst_port,
+            dst_port: h.src_port,
+            src_cookie: h.dst_cookie,
+            dst_cookie: h.src_cookie,
+            ack: h.seq,
+            ..Default::default()
+        };
+        if self.queue_control(ControlFrame::Reset {
+            addr: self.addresses(peer),
+            header,
+        }) {
+            self.stats.resets_sent += 1;
+        }
+    }
+
+    /// Write the next frame to send into `buf`; `None` when nothing is due.
+    #[must_use]
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
+        if let Some(f) = self.control.pop_front() {
+            let n = match f {
+                ControlFrame::Llc {
+                    addr,
+                    command,
+                    info,
+                } => wire::emit_llc_control(buf, &addr, true, command, &info),
+                ControlFrame::Reset { addr, header } => {
+                    wire::emit_transport(buf, &addr, &header, &[], &[])
+                }
+            };
+            if let Ok(n) = n {
+                self.stats.tx_frames += 1;
+                return Some(n);
+            }
+        }
+        // Round robin over connections, starting after the last one served;
+        // walking the ordered map keeps this allocation-free and deterministic.
+        let mut cursor = ConnHandle(self.rr_cursor);
+        for _ in 0..self.conns.len() {
+            let next = self
+                .conns
+                .range(cursor..)
+                .next()
+                .or_else(|| self.conns.iter().next());
+            let Some((&h, _)) = next else { break };
+            cursor = ConnHandle(h.0.wrapping_add(1));
+            let e = self.conns.get_mut(&h).expect("listed");
+            let sent = e.conn.poll_transmit(now, buf);
+            self.collect(h);
+            if let Some(n) = sent {
+                self.rr_cursor = cursor.0;
+                self.stats.tx_frames += 1;
+                return Some(n);
+            }
+        }
+        None
+    }
+}

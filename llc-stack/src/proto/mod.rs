@@ -1,0 +1,19 @@
+//! The reliable transport as sans-IO state machines: frames and time in,
+//! frames, events and timer deadlines out.
+//!
+//! [`Endpoint`] owns every connection of one interface and SAP;
+//! [`Connection`] is one reliable, message-oriented, flow- and
+//! congestion-controlled connection. Neither reads a clock nor does I/O, so the
+//! same code runs under the deterministic simulator and on a real link.
+
+pub mod config;
+pub mod connection;
+pub mod endpoint;
+pub mod error;
+pub mod rtt;
+pub mod seq;
+
+pub use config::Config;
+pub use connection::{ConnStats, Connection, Event, SendError, State};
+pub use endpoint::{ConnHandle, ConnectError, DropStats, Endpoint, EndpointStats};
+pub use error::ConnectionError;

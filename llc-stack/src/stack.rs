@@ -1,0 +1,161 @@
+//! The I/O edge: drives a sans-IO [`Endpoint`] over a link [`Device`].
+//!
+//! One round of progress is [`Stack::poll_rx`] (a burst of received frames,
+//! then due timers), the application's reaction to the endpoint's events,
+//! then [`Stack::poll_tx`] (frames written straight into the device's transmit
+//! buffers, one flush per burst). Taking events between the two halves lets a
+//! reply carry the acknowledgement of the request it answers.
+//!
+//! Waiting busy-polls for a bounded spin and then sleeps in the device's
+//! `wait` (poll(2) on the socket) until a frame or the next timer is due.
+
+use std::io;
+use std::time::Duration;
+
+use crate::link::{Device, RxToken, TxToken};
+use crate::proto::{Config, Endpoint};
+use crate::rng::Rng;
+use crate::time::Instant;
+use crate::wire::MacAddr;
+
+/// Default busy-poll budget before sleeping: long enough to cover a LAN
+/// round trip, short enough not to burn a core when idle.
+pub const DEFAULT_SPIN: Duration = Duration::from_micros(200);
+
+/// An endpoint bound to a device.
+#[derive(Debug)]
+pub struct Stack<D: Device> {
+    dev: D,
+    ep: Endpoint,
+    burst: usize,
+    spin: Duration,
+}
+
+impl<D: Device> Stack<D> {
+    /// Bind a new endpoint for `mac` to `dev`.
+    pub fn new(dev: D, cfg: Config, mac: MacAddr, rng: Rng) -> Self {
+        let caps = dev.capabilities();
+        let ep = Endpoint::new(cfg, mac, caps.mtu, rng);
+        Stack {
+            burst: caps.max_burst.max(1),
+            dev,
+            ep,
+            spin: DEFAULT_SPIN,
+        }
+    }
+
+    /// Set the busy-poll budget of the blocking helpers.
+    pub fn set_spin(&mut self, spin: Duration) {
+        self.spin = spin;
+    }
+
+    /// The endpoint.
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.ep
+    }
+
+    /// The endpoint, mutably (connect, send, poll_event...).
+    pub fn endpoint_mut(&mut self) -> &mut Endpoint {
+        &mut self.ep
+    }
+
+    /// The device.
+    pub fn device(&self) -> &D {
+        &self.dev
+    }
+
+    /// The device, mutably.
+    pub fn device_mut(&mut self) -> &mut D {
+        &mut self.dev
+    }
+
+    /// Receive up to a burst of frames into the endpoint, then run due
+    /// timers. Returns the number of frames received.
+    pub fn poll_rx(&mut self, now: Instant) -> usize {
+        let mut n = 0;
+        while n < self.burst {
+            let Some(tok) = self.dev.receive(now) else {
+                break;
+            };
+            let ep = &mut self.ep;
+            tok.consume(|frame| ep.handle_frame(now, frame));
+            n += 1;
+        }
+        if self.ep.poll_timeout().is_some_and(|t| t <= now) {
+            self.ep.handle_timeout(now);
+        }
+        n
+    }
+
+    /// Transmit every frame the endpoint has ready (as far as the device
+    /// takes them), then flush. Returns the number of frames sent.
+    pub fn poll_tx(&mut self, now: Instant) -> io::Result<usize> {
+        let mut n = 0;
+        loop {
+            let Some(tok) = self.dev.transmit(now) else {
+                break;
+            };
+            let ep = &mut self.ep;
+            let len = tok.consume(|buf| ep.poll_transmit(now, buf).unwrap_or(0));
+            if len == 0 {
+                break;
+            }
+            n += 1;
+            if n % self.burst == 0 {
+                self.dev.flush(now)?;
+            }
+        }
+        self.dev.flush(now)?;
+        Ok(n)
+    }
+
+    /// `poll_rx` then `poll_tx`. Returns the frames moved.
+    pub fn poll(&mut self, now: Instant) -> io::Result<usize> {
+        let rx = self.poll_rx(now);
+        Ok(rx + self.poll_tx(now)?)
+    }
+
+    /// Sleep in the device until a frame may be there, the endpoint's next
+    /// timer, or `deadline`, whichever comes first.
+    pub fn wait(&mut self, now: Instant, deadline: Option<Instant>) -> io::Result<()> {
+        let until = match (self.ep.poll_timeout(), deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let timeout = until.map(|t| t.saturating_duration_since(now));
+        if timeout == Some(Duration::ZERO) {
+            return Ok(());
+        }
+        self.dev.wait(timeout)
+    }
+
+    /// Make progress on the real clock until `f` returns `Some` or `deadline`
+    /// passes (then `None`). `f` runs after every receive half-round and may
+    /// take events and send; its frames go out in the same round.
+    /// Busy-polls for the spin budget after the last activity, then sleeps.
+    pub fn run_until<T>(
+        &mut self,
+        deadline: Instant,
+        mut f: impl FnMut(&mut Endpoint) -> Option<T>,
+    ) -> io::Result<Option<T>> {
+        let mut last_activity = Instant::now();
+        loop {
+            let now = Instant::now();
+            let rx = self.poll_rx(now);
+            let done = f(&mut self.ep);
+            let tx = self.poll_tx(now)?;
+            if done.is_some() {
+                return Ok(done);
+            }
+            if now >= deadline {
+                return Ok(None);
+            }
+            if rx + tx > 0 {
+                last_activity = now;
+            } else if now.saturating_duration_since(last_activity) > self.spin {
+                self.wait(now, Some(deadline))?;
+                last_activity = Instant::now();
+            }
+        }
+    }
+}
