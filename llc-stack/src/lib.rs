@@ -9,6 +9,8 @@
 #![warn(missing_docs)]
 
 pub mod link;
+#[allow(unsafe_code)]
+pub(crate) mod sys;
 pub mod time;
 pub mod wire;
 
