@@ -1,1 +1,12 @@
-//! Test hosts for the LLC stack.
+//! Test hosts for the LLC stack: network namespaces joined by veth pairs or a Linux bridge,
+//! so integration tests can exchange real Ethernet frames on one machine (root needed).
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod netns;
+mod sys;
+
+pub use netns::{
+    check_privileges, cleanup_stale, format_mac, interface_mac, interface_mtu, run_checked,
+    Bridged, HarnessError, Host, Netns, TwoHosts,
+};
