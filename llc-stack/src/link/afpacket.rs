@@ -49,6 +49,17 @@ pub struct AfPacketConfig {
     /// [`Device::transmit`] pushes them out first. Also reported as
     /// [`Capabilities::max_burst`]. At most `tx_ring_frames`.
     pub tx_batch: usize,
+    /// How frames are transmitted.
+    pub tx_mode: TxMode,
+}
+
+/// How an [`AfPacket`] transmits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TxMode {
+    /// Write into the mmap'd TX ring; one `send` per batch.
+    Ring,
+    /// Write into a batch buffer; one `sendmmsg` per batch.
+    Sendmmsg,
 }
 
 impl Default for AfPacketConfig {
@@ -58,6 +69,7 @@ impl Default for AfPacketConfig {
             rx_ring_frames: 1024,
             tx_ring_frames: 256,
             tx_batch: 64,
+            tx_mode: TxMode::Ring,
         }
     }
 }
@@ -232,6 +244,8 @@ pub struct AfPacket {
     kernel_drops: Cell<u64>,
     /// A kick error met inside `transmit`, reported by the next `flush`.
     pending_error: Option<io::Error>,
+    /// The batch buffer in `TxMode::Sendmmsg`.
+    batch: Option<sys::FrameBatch>,
 }
 
 impl AfPacket {
@@ -271,10 +285,11 @@ impl AfPacket {
         let page = sys::page_size();
         let rx = rx_geometry(mtu, config.rx_ring_frames, page);
         let tx = tx_geometry(mtu, config.tx_ring_frames, page);
-        let rings = sys::PacketRings::new(fd.as_fd(), rx, tx).map_err(io_err(&format!(
-            "setting up {} KiB of TPACKET_V2 rings",
-            (rx.ring_bytes() + tx.ring_bytes()) / 1024
-        )))?;
+        let rings = sys::PacketRings::new(fd.as_fd(), rx, tx, config.tx_mode == TxMode::Ring)
+            .map_err(io_err(&format!(
+                "setting up {} KiB of TPACKET_V2 rings",
+                (rx.ring_bytes() + tx.ring_bytes()) / 1024
+            )))?;
         sys::set_packet_option(fd.as_fd(), libc::PACKET_IGNORE_OUTGOING, 1)
             .map_err(io_err("setting PACKET_IGNORE_OUTGOING"))?;
         sys::set_packet_option(fd.as_fd(), libc::PACKET_QDISC_BYPASS, 1)
@@ -295,10 +310,12 @@ impl AfPacket {
             ifindex,
             mac,
             mtu,
-            config,
             counters: AfPacketStats::default(),
             kernel_drops: Cell::new(0),
             pending_error: None,
+            batch: (config.tx_mode == TxMode::Sendmmsg)
+                .then(|| sys::FrameBatch::new(config.tx_batch, mtu + HEADER_LEN)),
+            config,
         })
     }
 
@@ -343,11 +360,17 @@ impl AfPacket {
     /// One `send` on the TX ring if frames are waiting, then account for the
     /// slots the kernel picked up. "Try again" answers are not errors.
     fn kick(&mut self) -> io::Result<()> {
-        if self.rings.tx_unkicked() == 0 {
+        if self.unkicked() == 0 {
             return Ok(());
         }
-        let result = sys::kick_tx_ring(self.fd.as_fd());
-        self.rings.tx_reap();
+        let result = match &mut self.batch {
+            Some(batch) => batch.send(self.fd.as_fd()),
+            None => {
+                let r = sys::kick_tx_ring(self.fd.as_fd());
+                self.rings.tx_reap();
+                r
+            }
+        };
         self.counters.tx_kicks += 1;
         match result {
             Ok(_) => Ok(()),
@@ -359,6 +382,15 @@ impl AfPacket {
                 self.counters.tx_errors += 1;
                 Err(e)
             }
+        }
+    }
+}
+
+impl AfPacket {
+    fn unkicked(&self) -> usize {
+        match &self.batch {
+            Some(b) => b.pending(),
+            None => self.rings.tx_unkicked(),
         }
     }
 }
@@ -378,17 +410,31 @@ impl RxToken for AfPacketRxToken<'_> {
 
 /// A free TX ring slot; the frame written into it is queued for the next kick.
 pub struct AfPacketTxToken<'a> {
-    slot: sys::TxSlot<'a>,
+    slot: TxInner<'a>,
     counters: &'a mut AfPacketStats,
+}
+
+enum TxInner<'a> {
+    Ring(sys::TxSlot<'a>),
+    Batch(&'a mut sys::FrameBatch, usize),
 }
 
 impl TxToken for AfPacketTxToken<'_> {
     #[inline]
     fn consume<F: FnOnce(&mut [u8]) -> usize>(self, f: F) -> usize {
         let mut slot = self.slot;
-        let buf = slot.buf();
-        let capacity = buf.len();
-        let len = f(buf);
+        let (len, capacity) = match &mut slot {
+            TxInner::Ring(slot) => {
+                let buf = slot.buf();
+                let capacity = buf.len();
+                (f(buf), capacity)
+            }
+            TxInner::Batch(batch, max) => {
+                let buf = &mut batch.next().expect("checked in transmit")[..*max];
+                let capacity = buf.len();
+                (f(buf), capacity)
+            }
+        };
         if len == 0 {
             return 0;
         }
@@ -397,7 +443,10 @@ impl TxToken for AfPacketTxToken<'_> {
             self.counters.tx_errors += 1;
             return 0;
         }
-        slot.send(len);
+        match slot {
+            TxInner::Ring(slot) => slot.send(len),
+            TxInner::Batch(batch, _) => batch.commit(len),
+        }
         self.counters.tx_frames += 1;
         self.counters.tx_bytes += len as u64;
         len
@@ -422,12 +471,23 @@ impl Device for AfPacket {
 
     #[inline]
     fn transmit(&mut self, _now: Instant) -> Option<AfPacketTxToken<'_>> {
-        if self.rings.tx_unkicked() >= self.config.tx_batch || !self.rings.tx_has_room() {
+        let has_room = match &mut self.batch {
+            Some(b) => b.next().is_some(),
+            None => self.rings.tx_has_room(),
+        };
+        if self.unkicked() >= self.config.tx_batch || !has_room {
             if let Err(e) = self.kick() {
                 self.pending_error.get_or_insert(e);
             }
         }
-        let slot = self.rings.tx_next(self.mtu + HEADER_LEN)?;
+        let max = self.mtu + HEADER_LEN;
+        let slot = match &mut self.batch {
+            Some(b) => {
+                b.next()?;
+                TxInner::Batch(b, max)
+            }
+            None => TxInner::Ring(self.rings.tx_next(max)?),
+        };
         Some(AfPacketTxToken {
             slot,
             counters: &mut self.counters,
@@ -441,9 +501,9 @@ impl Device for AfPacket {
         // One kick normally takes everything; repeat while the kernel makes
         // progress (it stops early when the send buffer is full).
         loop {
-            let before = self.rings.tx_unkicked();
+            let before = self.unkicked();
             self.kick()?;
-            let after = self.rings.tx_unkicked();
+            let after = self.unkicked();
             if after == 0 || after == before {
                 return Ok(());
             }

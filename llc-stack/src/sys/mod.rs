@@ -439,7 +439,12 @@ impl PacketRings {
     /// Switch `fd` to TPACKET_V2 with `PACKET_LOSS` (malformed TX frames are
     /// skipped rather than stalling the ring), install an RX and a TX ring
     /// with these layouts, and map both. Must run before the socket is bound.
-    pub fn new(fd: BorrowedFd<'_>, rx: RingGeometry, tx: RingGeometry) -> io::Result<PacketRings> {
+    pub fn new(
+        fd: BorrowedFd<'_>,
+        rx: RingGeometry,
+        tx: RingGeometry,
+        with_tx: bool,
+    ) -> io::Result<PacketRings> {
         let page = page_size();
         if !rx.is_valid(page, libc::TPACKET2_HDRLEN) || !tx.is_valid(page, libc::TPACKET2_HDRLEN) {
             return Err(io::Error::new(
@@ -450,8 +455,10 @@ impl PacketRings {
         set_packet_option(fd, libc::PACKET_VERSION, TPACKET_V2)?;
         set_packet_option(fd, libc::PACKET_LOSS, 1)?;
         setsockopt(fd, libc::SOL_PACKET, libc::PACKET_RX_RING, &rx.to_req()?)?;
-        setsockopt(fd, libc::SOL_PACKET, libc::PACKET_TX_RING, &tx.to_req()?)?;
-        let len = rx.ring_bytes() + tx.ring_bytes();
+        if with_tx {
+            setsockopt(fd, libc::SOL_PACKET, libc::PACKET_TX_RING, &tx.to_req()?)?;
+        }
+        let len = rx.ring_bytes() + if with_tx { tx.ring_bytes() } else { 0 };
         // SAFETY: a fresh shared mapping of the socket's rings at an address
         // chosen by the kernel; the length is exactly both rings, as the
         // kernel requires. No existing memory is affected.
@@ -710,5 +717,117 @@ impl TxSlot<'_> {
             .status(slot)
             .store(libc::TP_STATUS_SEND_REQUEST, Ordering::Release);
         self.rings.tx_written += 1;
+    }
+}
+
+// ---------------------------------------------------------------------------
+// sendmmsg batches
+// ---------------------------------------------------------------------------
+
+/// A batch of frames in one owned buffer, sent with one `sendmmsg`.
+///
+/// The message headers point into the buffer once, at construction; heap
+/// memory of a boxed slice does not move when the batch does.
+pub(crate) struct FrameBatch {
+    buf: Box<[u8]>,
+    stride: usize,
+    iov: Box<[libc::iovec]>,
+    msgs: Box<[libc::mmsghdr]>,
+    /// Frames written.
+    count: usize,
+    /// Frames already sent (a partial `sendmmsg` leaves the rest).
+    sent: usize,
+}
+
+// SAFETY: the raw pointers in `iov` and `msgs` point into this batch's own
+// heap allocations, which move with it; nothing is shared with other threads.
+unsafe impl Send for FrameBatch {}
+
+impl FrameBatch {
+    /// Room for `capacity` frames of up to `stride` bytes.
+    pub fn new(capacity: usize, stride: usize) -> FrameBatch {
+        let mut buf = vec![0u8; capacity * stride].into_boxed_slice();
+        let base = buf.as_mut_ptr();
+        let mut iov: Box<[libc::iovec]> = (0..capacity)
+            .map(|i| libc::iovec {
+                // In bounds: i < capacity, so i * stride < buf.len() (or 0).
+                iov_base: base.wrapping_add(i * stride).cast(),
+                iov_len: 0,
+            })
+            .collect();
+        let iov_base = iov.as_mut_ptr();
+        let msgs = (0..capacity)
+            .map(|i| {
+                // SAFETY: mmsghdr is plain old data; all-zero is valid (no
+                // address, no control data).
+                let mut m: libc::mmsghdr = unsafe { mem::zeroed() };
+                m.msg_hdr.msg_iov = iov_base.wrapping_add(i);
+                m.msg_hdr.msg_iovlen = 1;
+                m
+            })
+            .collect();
+        FrameBatch {
+            buf,
+            stride,
+            iov,
+            msgs,
+            count: 0,
+            sent: 0,
+        }
+    }
+
+    /// Frames written and not yet sent.
+    pub fn pending(&self) -> usize {
+        self.count - self.sent
+    }
+
+    /// The next free frame buffer, if the batch has room.
+    pub fn next(&mut self) -> Option<&mut [u8]> {
+        if self.count == self.iov.len() {
+            return None;
+        }
+        let start = self.count * self.stride;
+        Some(&mut self.buf[start..start + self.stride])
+    }
+
+    /// Keep the first `len` bytes of the buffer `next` returned as a frame.
+    pub fn commit(&mut self, len: usize) {
+        assert!(len <= self.stride && self.count < self.iov.len());
+        self.iov[self.count].iov_len = len;
+        self.count += 1;
+    }
+
+    /// Send the pending frames with one `sendmmsg`; returns how many went.
+    pub fn send(&mut self, fd: BorrowedFd<'_>) -> io::Result<usize> {
+        let n = self.pending();
+        if n == 0 {
+            return Ok(0);
+        }
+        // Re-derive the pointers from the current borrows of the buffers, so
+        // they are valid after the `&mut` accesses made while writing frames.
+        let base = self.buf.as_mut_ptr();
+        for i in self.sent..self.count {
+            self.iov[i].iov_base = base.wrapping_add(i * self.stride).cast();
+        }
+        let iov = self.iov.as_mut_ptr();
+        for i in self.sent..self.count {
+            self.msgs[i].msg_hdr.msg_iov = iov.wrapping_add(i);
+        }
+        let msgs = &mut self.msgs[self.sent..self.count];
+        // SAFETY: `msgs` are valid message headers whose single iovec each
+        // points to `iov_len <= stride` bytes inside `buf`, all alive and not
+        // otherwise borrowed during the call; the kernel writes only msg_len.
+        let done = syscall!(sendmmsg(
+            fd.as_raw_fd(),
+            msgs.as_mut_ptr(),
+            n as libc::c_uint,
+            libc::MSG_DONTWAIT
+        ))? as usize;
+        self.sent += done;
+        if self.sent == self.count {
+            self.sent = 0;
+            self.count = 0;
+        }
+        Ok(done)
     }
 }
