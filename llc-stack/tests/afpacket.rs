@@ -305,3 +305,48 @@ fn mtu_65000_carries_a_65000_byte_payload() {
         (40, 0, 0)
     );
 }
+
+/// Environment variable that arms [`permission_probe`].
+const PROBE_ENV: &str = "LLC_AFPACKET_PERMISSION_PROBE";
+
+#[test]
+fn permission_denied_without_cap_net_raw() {
+    require_root!();
+    if !std::path::Path::new("/usr/bin/setpriv").exists() {
+        eprintln!("SKIPPED permission_denied_without_cap_net_raw: /usr/bin/setpriv (util-linux) not found");
+        return;
+    }
+    // Run `permission_probe` in a child that is root but has CAP_NET_RAW
+    // removed from its bounding set (so from its effective set too).
+    let exe = std::env::current_exe().expect("test binary path");
+    let mut child = std::process::Command::new("/usr/bin/setpriv");
+    child
+        .args(["--bounding-set", "-net_raw", "--inh-caps", "-net_raw"])
+        .arg(exe)
+        .args(["--ignored", "--exact", "permission_probe", "--nocapture"])
+        .env(PROBE_ENV, "1");
+    let out = run_checked(&mut child, TIMEOUT).expect("probe child");
+    assert!(out.contains("probe: PermissionDenied"), "{out}");
+}
+
+/// Run only by `permission_denied_without_cap_net_raw`, in a child without
+/// CAP_NET_RAW: opening a real interface must say what is missing.
+#[test]
+#[ignore = "run by permission_denied_without_cap_net_raw"]
+fn permission_probe() {
+    if std::env::var_os(PROBE_ENV).is_none() {
+        return;
+    }
+    match AfPacket::open("lo", AfPacketConfig::default()) {
+        Err(LinkError::PermissionDenied { iface, what, needs }) => {
+            assert_eq!(
+                (iface.as_str(), what, needs),
+                ("lo", "a raw packet socket", "CAP_NET_RAW")
+            );
+            let e = LinkError::PermissionDenied { iface, what, needs };
+            println!("probe: PermissionDenied: {e}");
+        }
+        Err(e) => panic!("wrong error: {e}"),
+        Ok(_) => panic!("opened a packet socket without CAP_NET_RAW"),
+    }
+}

@@ -399,6 +399,35 @@ impl RingGeometry {
     }
 }
 
+/// A position in a ring that steps from slot to slot without dividing.
+#[derive(Clone, Copy, Debug, Default)]
+struct Cursor {
+    /// Slot index.
+    index: usize,
+    /// Slot position within its block.
+    in_block: usize,
+    /// Byte offset of the slot from the start of the ring.
+    offset: usize,
+}
+
+impl Cursor {
+    #[inline]
+    fn advance(&mut self, geometry: &RingGeometry, per_block: usize) {
+        self.index += 1;
+        self.in_block += 1;
+        if self.index == geometry.frame_nr {
+            *self = Cursor::default();
+        } else if self.in_block == per_block {
+            self.in_block = 0;
+            // The next block starts at a block boundary, not after the last
+            // frame (blocks may end in a gap).
+            self.offset = self.offset - (per_block - 1) * geometry.frame_size + geometry.block_size;
+        } else {
+            self.offset += geometry.frame_size;
+        }
+    }
+}
+
 /// A shared memory mapping of a socket's rings; unmapped on drop.
 struct Mapping {
     ptr: NonNull<u8>,
@@ -423,8 +452,10 @@ pub(crate) struct PacketRings {
     map: Mapping,
     rx: RingGeometry,
     tx: RingGeometry,
+    /// RX frames per block.
+    rx_per_block: usize,
     /// Next RX slot to look at.
-    rx_cursor: usize,
+    rx_cursor: Cursor,
     /// TX frames handed to the kernel (`TP_STATUS_SEND_REQUEST`), ever.
     tx_written: u64,
     /// TX frames the kernel has picked up (no longer `SEND_REQUEST`), ever.
@@ -481,7 +512,8 @@ impl PacketRings {
             map: Mapping { ptr, len },
             rx,
             tx,
-            rx_cursor: 0,
+            rx_per_block: rx.frames_per_block(),
+            rx_cursor: Cursor::default(),
             tx_written: 0,
             tx_taken: 0,
         })
@@ -527,7 +559,7 @@ impl PacketRings {
     pub fn rx_next(&mut self) -> (Option<RxSlot<'_>>, u32) {
         let mut skipped = 0u32;
         loop {
-            let offset = self.rx.slot_offset(self.rx_cursor);
+            let offset = self.rx_cursor.offset;
             let status = self.status(offset).load(Ordering::Acquire);
             if status & libc::TP_STATUS_USER == 0 {
                 return (None, skipped);
@@ -562,7 +594,7 @@ impl PacketRings {
 
     /// Whether the RX slot under the cursor holds a frame (cheap, no syscall).
     pub fn rx_ready(&self) -> bool {
-        let offset = self.rx.slot_offset(self.rx_cursor);
+        let offset = self.rx_cursor.offset;
         self.status(offset).load(Ordering::Acquire) & libc::TP_STATUS_USER != 0
     }
 
@@ -572,10 +604,7 @@ impl PacketRings {
         // Release: all reads of the slot happen before the kernel may reuse it.
         self.status(offset)
             .store(libc::TP_STATUS_KERNEL, Ordering::Release);
-        self.rx_cursor += 1;
-        if self.rx_cursor == self.rx.frame_nr {
-            self.rx_cursor = 0;
-        }
+        self.rx_cursor.advance(&self.rx, self.rx_per_block);
     }
 
     // --- TX -------------------------------------------------------------
@@ -829,5 +858,36 @@ impl FrameBatch {
             self.count = 0;
         }
         Ok(done)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursor_visits_every_slot_in_order() {
+        for (block_size, frame_size, block_nr) in
+            [(8192, 1584, 3), (4096, 4096, 4), (65536, 9088, 2)]
+        {
+            let g = RingGeometry {
+                block_size,
+                block_nr,
+                frame_size,
+                frame_nr: block_nr * (block_size / frame_size),
+            };
+            let mut c = Cursor::default();
+            for round in 0..2 {
+                for i in 0..g.frame_nr {
+                    assert_eq!(
+                        (c.index, c.offset),
+                        (i, g.slot_offset(i)),
+                        "{g:?} round {round}"
+                    );
+                    c.advance(&g, g.frames_per_block());
+                }
+            }
+            assert_eq!(c.index, 0);
+        }
     }
 }
