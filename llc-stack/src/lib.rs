@@ -12,6 +12,8 @@ pub mod link;
 pub mod proto;
 pub mod rng;
 pub mod stack;
+#[allow(unsafe_code)]
+pub(crate) mod sys;
 pub mod time;
 pub mod wire;
 

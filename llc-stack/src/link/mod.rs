@@ -7,7 +7,7 @@
 //! frame for the duration of a closure. Nothing is copied by the trait itself.
 //!
 //! Backends: [`sim::Sim`] (in-memory wire for deterministic tests) and
-//! `AfPacket` (raw socket on one interface). Middleware wraps any device:
+//! [`afpacket::AfPacket`] (raw socket on one interface). Middleware wraps any device:
 //! [`fault::FaultInjector`] (seeded loss, duplication, reordering, corruption,
 //! delay, partition) and [`pcap::PcapWriter`] (a capture that tshark reads).
 //!
@@ -18,6 +18,8 @@ use std::time::Duration;
 
 use crate::time::Instant;
 
+#[cfg(target_os = "linux")]
+pub mod afpacket;
 pub mod fault;
 pub mod pcap;
 pub mod sim;
