@@ -131,7 +131,9 @@ impl<D: Device> Stack<D> {
 
     /// Make progress on the real clock until `f` returns `Some` or `deadline`
     /// passes (then `None`). `f` runs after every receive half-round and may
-    /// take events and send; its frames go out in the same round.
+    /// take events and send. When `f` is satisfied this returns at once,
+    /// without the transmit half: whatever the caller sends next then carries
+    /// the pending acknowledgement, and the next poll transmits the rest.
     /// Busy-polls for the spin budget after the last activity, then sleeps.
     pub fn run_until<T>(
         &mut self,
@@ -143,10 +145,10 @@ impl<D: Device> Stack<D> {
             let now = Instant::now();
             let rx = self.poll_rx(now);
             let done = f(&mut self.ep);
-            let tx = self.poll_tx(now)?;
             if done.is_some() {
                 return Ok(done);
             }
+            let tx = self.poll_tx(now)?;
             if now >= deadline {
                 return Ok(None);
             }

@@ -4,9 +4,11 @@
 #![warn(missing_docs)]
 
 pub mod netns;
+pub mod process;
 mod sys;
 
 pub use netns::{
     check_privileges, cleanup_stale, format_mac, interface_mac, interface_mtu, run_checked,
     Bridged, HarnessError, Host, Netns, TwoHosts,
 };
+pub use process::Background;

@@ -1,0 +1,92 @@
+//! Background processes for tests: start a server, wait (bounded) for the
+//! line that says it is ready, and kill it when the guard drops, also when the
+//! test panics.
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+/// A running child process, killed and reaped on drop.
+#[derive(Debug)]
+pub struct Background {
+    child: Child,
+    output: Arc<Mutex<String>>,
+}
+
+impl Background {
+    /// Start `cmd` with stdout and stderr captured, and wait until a line of
+    /// its stdout contains `ready` (at most `timeout`). On failure the error
+    /// carries what the process printed.
+    pub fn spawn(cmd: &mut Command, ready: &str, timeout: Duration) -> Result<Background, String> {
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot start {cmd:?}: {e}"))?;
+        let output = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = mpsc::channel();
+        let stdout = child.stdout.take().expect("piped");
+        let out = output.clone();
+        let marker = ready.to_string();
+        thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if line.contains(&marker) {
+                    let _ = tx.send(());
+                }
+                let mut o = out.lock().unwrap_or_else(|p| p.into_inner());
+                o.push_str(&line);
+                o.push('\n');
+            }
+        });
+        let mut stderr = child.stderr.take().expect("piped");
+        let err = output.clone();
+        thread::spawn(move || {
+            let mut s = String::new();
+            let _ = stderr.read_to_string(&mut s);
+            err.lock().unwrap_or_else(|p| p.into_inner()).push_str(&s);
+        });
+        let mut bg = Background { child, output };
+        match rx.recv_timeout(timeout) {
+            Ok(()) => Ok(bg),
+            Err(_) => {
+                let _ = bg.child.kill();
+                let _ = bg.child.wait();
+                // Give the reader threads a moment to collect the last words.
+                thread::sleep(Duration::from_millis(50));
+                Err(format!(
+                    "{cmd:?} did not print {ready:?} within {timeout:?}; it printed:\n{}",
+                    bg.output()
+                ))
+            }
+        }
+    }
+
+    /// Everything the process printed so far (stdout, then stderr once it closed).
+    pub fn output(&self) -> String {
+        self.output
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The process id.
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// True while the process runs.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
