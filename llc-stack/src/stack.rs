@@ -105,6 +105,7 @@ impl<D: Device> Stack<D> {
                 self.dev.flush(now)?;
             }
         }
+        // Cheap when nothing is pending; also retries a kick the kernel deferred.
         self.dev.flush(now)?;
         Ok(n)
     }

@@ -656,6 +656,12 @@ impl Connection {
                 return;
             }
             let msg_id = h.msg_id.get();
+            if idx == 0 && off == 0 && len == msg_len && h.has(flags::LAST_FRAGMENT) {
+                // A whole message in one frame, in order: deliver it without
+                // the reassembly map (the common small-message case).
+                self.deliver_in_order_single(now, h, msg_id, frame.payload);
+                return;
+            }
             let asm = self.assemblies.entry(msg_id).or_insert_with(|| Assembly {
                 data: vec![0u8; msg_len],
             });
@@ -699,6 +705,12 @@ impl Connection {
                 }
             }
         }
+        self.after_sequenced(now, h);
+    }
+
+    /// Acknowledgement bookkeeping after a new sequenced frame, and the end
+    /// of the connection once the peer's CLOSE is in order.
+    fn after_sequenced(&mut self, now: Instant, h: &TransportHeader) {
         self.ack_pending += 1;
         if self.ack_pending >= self.cfg.ack_every || h.has(flags::ACK_NOW) || self.peer_closed {
             self.ack_now = true;
@@ -715,6 +727,43 @@ impl Connection {
                 self.fail(ConnectionError::PeerClosed(self.unacked_messages()));
             }
         }
+    }
+
+    fn deliver_in_order_single(
+        &mut self,
+        now: Instant,
+        h: &TransportHeader,
+        msg_id: u32,
+        payload: &[u8],
+    ) {
+        self.ts_recent = h.ts_val.get();
+        self.rcv_nxt = self.rcv_nxt.add(1);
+        self.recv_meta.pop_front();
+        self.undelivered_bytes += payload.len();
+        self.stats.messages_received += 1;
+        self.events.push_back(Event::Message {
+            msg_id,
+            data: payload.to_vec(),
+        });
+        // Frames that arrived early may now be in order.
+        while let Some(Some(meta)) = self.recv_meta.front().copied() {
+            self.recv_meta.pop_front();
+            self.n_out_of_order -= 1;
+            self.rcv_nxt = self.rcv_nxt.add(1);
+            if meta.close {
+                self.peer_closed = true;
+            } else if meta.last {
+                if let Some(asm) = self.assemblies.remove(&meta.msg_id) {
+                    self.undelivered_bytes += asm.data.len();
+                    self.stats.messages_received += 1;
+                    self.events.push_back(Event::Message {
+                        msg_id: meta.msg_id,
+                        data: asm.data,
+                    });
+                }
+            }
+        }
+        self.after_sequenced(now, h);
     }
 
     fn unacked_messages(&self) -> usize {
@@ -1009,6 +1058,24 @@ impl Connection {
             return self.emit_control(now, buf, FrameType::Ack, 0);
         }
         None
+    }
+
+    /// True when `poll_transmit` may produce a frame now (cheap; drivers use
+    /// it to skip asking the device for a transmit buffer).
+    pub fn wants_transmit(&self) -> bool {
+        match self.state {
+            State::Closed => self.ack_now,
+            State::SynSent | State::SynReceived => self.syn_ack_due,
+            State::Established | State::Closing => {
+                self.ack_now
+                    || self.probe_due
+                    || (!self.lost_queue.is_empty() && self.can_send())
+                    || ((!self.send_queue.is_empty()
+                        || (self.close_requested && !self.close_queued))
+                        && self.snd_nxt.lt(self.peer_window_end)
+                        && self.can_send())
+            }
+        }
     }
 
     fn can_send(&self) -> bool {

@@ -624,6 +624,13 @@ impl Endpoint {
         }
     }
 
+    /// True when `poll_transmit` may produce a frame now. Cheap enough to call
+    /// on every busy-poll pass, so that an idle driver does not ask the
+    /// device for transmit buffers it would hand back unused.
+    pub fn wants_transmit(&self) -> bool {
+        !self.control.is_empty() || self.conns.values().any(|e| e.conn.wants_transmit())
+    }
+
     /// Write the next frame to send into `buf`; `None` when nothing is due.
     #[must_use]
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
