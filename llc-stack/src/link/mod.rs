@@ -6,8 +6,9 @@
 //! protocol writes headers and payload in place; an RX token lends the received
 //! frame for the duration of a closure. Nothing is copied by the trait itself.
 //!
-//! Backends: [`sim::Sim`] (in-memory wire for deterministic tests) and
-//! [`afpacket::AfPacket`] (raw socket on one interface). Middleware wraps any device:
+//! Backends: [`sim::Sim`] (in-memory wire for deterministic tests),
+//! [`afpacket::AfPacket`] (raw socket on one interface) and
+//! [`afxdp::AfXdp`] (AF_XDP sockets fed by our XDP program). Middleware wraps any device:
 //! [`fault::FaultInjector`] (seeded loss, duplication, reordering, corruption,
 //! delay, partition) and [`pcap::PcapWriter`] (a capture that tshark reads).
 //!
@@ -20,6 +21,8 @@ use crate::time::Instant;
 
 #[cfg(target_os = "linux")]
 pub mod afpacket;
+#[cfg(target_os = "linux")]
+pub mod afxdp;
 pub mod fault;
 pub mod pcap;
 pub mod sim;
@@ -107,6 +110,15 @@ pub enum LinkError {
         what: &'static str,
         /// The capabilities required, e.g. "CAP_NET_RAW".
         needs: &'static str,
+    },
+    /// Something else holds what the backend needs: another XDP program on
+    /// the interface, another AF_XDP socket on the queue.
+    #[error("{iface} is busy: {what}")]
+    Busy {
+        /// Interface name.
+        iface: String,
+        /// What is taken, by whom if known, and how to free it.
+        what: String,
     },
     /// The interface exists but is administratively down.
     #[error("interface {0} is down (bring it up with `ip link set {0} up`)")]

@@ -39,6 +39,8 @@ macro_rules! syscall {
     }};
 }
 
+pub(crate) mod xsk;
+
 /// The TPACKET version whose ring layout this module implements.
 const TPACKET_V2: libc::c_int = libc::tpacket_versions::TPACKET_V2 as libc::c_int;
 
@@ -182,6 +184,51 @@ pub(crate) fn interface_is_up(name: &str) -> Result<bool, LinkError> {
     // SAFETY: SIOCGIFFLAGS succeeded, so the kernel filled `ifru_flags`.
     let flags = unsafe { req.ifr_ifru.ifru_flags };
     Ok(libc::c_int::from(flags) & libc::IFF_UP != 0)
+}
+
+/// Number of RX queues of interface `name` (`ETHTOOL_GCHANNELS`: RX-only plus
+/// combined channels). Drivers without the ethtool call count as one queue.
+pub(crate) fn interface_rx_queues(name: &str) -> Result<u32, LinkError> {
+    /// `struct ethtool_channels` (linux/ethtool.h).
+    #[repr(C)]
+    #[derive(Default)]
+    struct EthtoolChannels {
+        cmd: u32,
+        max_rx: u32,
+        max_tx: u32,
+        max_other: u32,
+        max_combined: u32,
+        rx_count: u32,
+        tx_count: u32,
+        other_count: u32,
+        combined_count: u32,
+    }
+    const ETHTOOL_GCHANNELS: u32 = 0x3c;
+    let mut channels = EthtoolChannels {
+        cmd: ETHTOOL_GCHANNELS,
+        ..Default::default()
+    };
+    let mut req = ifreq_for(name)?;
+    req.ifr_ifru.ifru_data = (&mut channels as *mut EthtoolChannels).cast::<libc::c_char>();
+    let sock = control_socket()?;
+    // SAFETY: `req` names the interface and points `ifru_data` at
+    // `channels`, a writable ethtool_channels that outlives the call; the
+    // kernel reads `cmd` and writes only inside that struct.
+    match syscall!(ioctl(
+        sock.as_raw_fd(),
+        libc::SIOCETHTOOL as _,
+        &mut req as *mut libc::ifreq
+    )) {
+        Ok(_) => Ok((channels.rx_count + channels.combined_count).max(1)),
+        Err(e) if is_errno(&e, &[libc::EOPNOTSUPP, libc::EINVAL]) => Ok(1),
+        Err(e) if is_errno(&e, &[libc::ENODEV, libc::ENXIO]) => {
+            Err(LinkError::NoSuchInterface(name.to_owned()))
+        }
+        Err(e) => Err(io_error(
+            format!("reading the channel count of interface {name}"),
+            e,
+        )),
+    }
 }
 
 // ---------------------------------------------------------------------------

@@ -1,0 +1,692 @@
+//! `AfXdp`: AF_XDP sockets on one interface, fed by the project's XDP
+//! program (crate `xdp-prog`), which redirects only frames carrying our LLC
+//! SAP and passes everything else (IP, ARP, IPv6 ND) to the kernel.
+//!
+//! # What is set up
+//! 1. The XDP program, attached through a BPF link owned by this device (it
+//!    detaches when the device is dropped and when the process dies, even by
+//!    SIGKILL). Native XDP first, generic if the driver has none (or as
+//!    [`AfXdpConfig::attach`] says). The `xdp.frags` variant when frames can
+//!    span several buffers.
+//! 2. One AF_XDP socket per RX queue in use ([`AfXdpConfig::queue`]: one queue,
+//!    or all of the interface's RX queues), each with its own UMEM and rings,
+//!    registered in the program's XSKMAP. Zero-copy is tried first in
+//!    [`XdpMode::Auto`] (veth refuses it with EOPNOTSUPP; then copy mode).
+//!
+//! # Chunks and multi-buffer frames
+//! UMEM chunks are 4096 bytes (a page: the largest aligned-mode chunk). A
+//! received frame larger than a chunk minus the kernel's 256-byte headroom
+//! (3840 bytes) arrives in several descriptors; the socket is then bound with
+//! `XDP_USE_SG` and such frames are reassembled into a scratch buffer, while
+//! single-buffer frames are lent in place. Transmit slots are runs of
+//! consecutive chunks, so the TX token lends one contiguous buffer of a whole
+//! frame in the UMEM (no copy) and a long frame leaves as one descriptor per
+//! chunk, chained with `XDP_PKT_CONTD`: 3 descriptors at MTU 9000, 16 at
+//! 65000 (within the kernel's 17 fragments per skb). Larger chunks would need
+//! hugepage-backed unaligned UMEM; this keeps the kernel requirement at 6.6
+//! for multi-buffer and needs nothing special at MTU 1500.
+//!
+//! # Transmit kicks
+//! Copy mode transmits inside `sendto`, at most 32 descriptors per call
+//! (the kernel's `TX_BATCH_SIZE`). Frames are batched in the TX ring and
+//! pushed by [`Device::flush`] (or when [`AfXdpConfig::tx_batch`] descriptors
+//! wait), which kicks until the ring is drained or the kernel stops making
+//! progress. Zero-copy kicks only when the kernel sets `need_wakeup`.
+//!
+//! # Waiting
+//! [`Device::wait`] spins on the RX rings for [`AfXdpConfig::busy_poll`],
+//! then sleeps in `poll(2)` on the sockets.
+
+use std::io;
+use std::os::fd::BorrowedFd;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use xdp_prog::{AttachMode, Attached, Counters as ProgramCounters, LlcRedirect, XdpError};
+
+use crate::link::{Capabilities, Device, LinkError, RxToken, TxToken};
+use crate::sys::{self, xsk};
+use crate::time::Instant;
+use crate::wire::ethernet::HEADER_LEN;
+
+/// Bytes per UMEM chunk (see the module documentation).
+pub const CHUNK_SIZE: usize = 4096;
+/// Headroom the kernel leaves in front of a received frame in copy mode
+/// (`XDP_PACKET_HEADROOM`).
+const RX_HEADROOM: usize = 256;
+/// Most descriptors one frame may use on transmit (`MAX_SKB_FRAGS`).
+const MAX_TX_DESCS: usize = 17;
+/// Descriptors the kernel transmits per `sendto` in copy mode.
+pub const COPY_MODE_KICK_BATCH: usize = 32;
+
+/// Zero-copy or copy mode.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum XdpMode {
+    /// Zero-copy where the driver offers it, else copy.
+    #[default]
+    Auto,
+    /// Zero-copy only: fails where the driver has no support (e.g. veth).
+    ZeroCopy,
+    /// Copy mode: the kernel copies frames between its buffers and the UMEM.
+    Copy,
+}
+
+/// How to open an [`AfXdp`] device.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AfXdpConfig {
+    /// Our LLC SAP: frames whose DSAP equals it are redirected to us.
+    pub sap: u8,
+    /// Zero-copy or copy.
+    pub mode: XdpMode,
+    /// Native or generic XDP.
+    pub attach: AttachMode,
+    /// The RX queue to serve; `None`: every RX queue of the interface.
+    pub queue: Option<u32>,
+    /// UMEM chunks for receiving, per socket. A frame takes one chunk per
+    /// 3840 bytes; the default (16 MiB) holds a full credit window of the
+    /// transport's default configuration at every MTU.
+    pub rx_chunks: u32,
+    /// TX slots (whole frames written but not yet completed), per socket.
+    pub tx_frames: u32,
+    /// Descriptors pending before [`Device::transmit`] kicks by itself; also
+    /// [`Capabilities::max_burst`].
+    pub tx_batch: usize,
+    /// How long [`Device::wait`] spins on the RX rings before sleeping.
+    pub busy_poll: Duration,
+    /// How long to retry binding a queue that is still held (a socket on it
+    /// closed less than about a second ago) before reporting it busy.
+    pub bind_retry: Duration,
+}
+
+impl Default for AfXdpConfig {
+    fn default() -> Self {
+        AfXdpConfig {
+            sap: crate::wire::llc::DEFAULT_SAP,
+            mode: XdpMode::Auto,
+            attach: AttachMode::Auto,
+            queue: None,
+            rx_chunks: 4096,
+            tx_frames: 256,
+            tx_batch: COPY_MODE_KICK_BATCH,
+            busy_poll: Duration::from_micros(20),
+            bind_retry: Duration::from_secs(2),
+        }
+    }
+}
+
+impl AfXdpConfig {
+    fn validate(&self) -> Result<(), LinkError> {
+        let problem = if self.rx_chunks < 64 {
+            Some("rx_chunks must be at least 64")
+        } else if self.tx_frames == 0 {
+            Some("tx_frames must be at least 1")
+        } else if self.tx_batch == 0 {
+            Some("tx_batch must be at least 1")
+        } else {
+            None
+        };
+        match problem {
+            None => Ok(()),
+            Some(msg) => Err(LinkError::Io {
+                context: "invalid AfXdpConfig".into(),
+                source: io::Error::new(io::ErrorKind::InvalidInput, msg),
+            }),
+        }
+    }
+}
+
+/// Counters of an [`AfXdp`] device since it was opened.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AfXdpStats {
+    /// Frames handed to the stack.
+    pub rx_frames: u64,
+    /// Bytes of those frames.
+    pub rx_bytes: u64,
+    /// Of those, frames that came in several buffers and were reassembled.
+    pub rx_multi_buffer: u64,
+    /// Frames the kernel dropped: no room in the RX ring, or no chunk in the
+    /// fill ring, or too long (`XDP_STATISTICS`, all sockets).
+    pub rx_kernel_drops: u64,
+    /// Of those, drops because the fill ring was empty.
+    pub rx_fill_ring_empty: u64,
+    /// Malformed RX descriptors skipped.
+    pub rx_bad_descs: u64,
+    /// Frames queued for transmission.
+    pub tx_frames: u64,
+    /// Bytes of those frames.
+    pub tx_bytes: u64,
+    /// `sendto` kicks made.
+    pub tx_kicks: u64,
+    /// Kicks answered with "try again" (their frames go with a later kick).
+    pub tx_kick_retries: u64,
+    /// TX descriptors the kernel rejected, plus frames refused for their length.
+    pub tx_errors: u64,
+}
+
+struct Queue {
+    xsk: xsk::Xsk,
+    id: u32,
+}
+
+/// AF_XDP sockets on one interface carrying our LLC frames.
+///
+/// Receiving reads the RX ring without a syscall and lends the frame in its
+/// UMEM chunk; transmitting writes into a UMEM slot in place and kicks once
+/// per batch. The device owns the XDP program (shared with other devices on
+/// the same interface when opened with [`AfXdp::open_with_program`]).
+pub struct AfXdp {
+    // Sockets are closed before the program is detached.
+    queues: Vec<Queue>,
+    program: Arc<LlcRedirect>,
+    ifname: String,
+    ifindex: u32,
+    mac: [u8; 6],
+    mtu: usize,
+    config: AfXdpConfig,
+    backend: String,
+    fallbacks: Vec<String>,
+    rx_cursor: usize,
+    counters: AfXdpStats,
+    pending_error: Option<io::Error>,
+}
+
+impl std::fmt::Debug for AfXdp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AfXdp")
+            .field("ifname", &self.ifname)
+            .field("backend", &self.backend)
+            .field(
+                "queues",
+                &self.queues.iter().map(|q| q.id).collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+fn xdp_error(iface: &str, e: XdpError) -> LinkError {
+    match e {
+        XdpError::PermissionDenied { .. } => LinkError::PermissionDenied {
+            iface: iface.to_owned(),
+            what: "an XDP program and AF_XDP socket",
+            needs: "CAP_BPF, CAP_NET_ADMIN and CAP_NET_RAW",
+        },
+        XdpError::Busy { .. } => LinkError::Busy {
+            iface: iface.to_owned(),
+            what: e.to_string(),
+        },
+        XdpError::Unsupported { .. } => LinkError::Unsupported(e.to_string()),
+        XdpError::Other { context, detail } => LinkError::Io {
+            context,
+            source: io::Error::other(detail),
+        },
+    }
+}
+
+/// Whether frames of `mtu` need more than one RX buffer.
+pub fn needs_multi_buffer(mtu: usize) -> bool {
+    mtu + HEADER_LEN > CHUNK_SIZE - RX_HEADROOM
+}
+
+impl AfXdp {
+    /// Open AF_XDP sockets on interface `ifname` of the calling thread's
+    /// network namespace, with our XDP program attached.
+    ///
+    /// Errors: [`LinkError::NoSuchInterface`], [`LinkError::InterfaceDown`],
+    /// [`LinkError::PermissionDenied`] (CAP_BPF, CAP_NET_ADMIN, CAP_NET_RAW),
+    /// [`LinkError::Busy`] (another XDP program on the interface, another
+    /// AF_XDP socket on the queue), [`LinkError::Unsupported`] (no XDP in
+    /// the requested mode, no zero-copy, MTU too large) and [`LinkError::Io`].
+    pub fn open(ifname: &str, config: AfXdpConfig) -> Result<AfXdp, LinkError> {
+        config.validate()?;
+        let ifindex = sys::interface_index(ifname)?;
+        let mtu = sys::interface_mtu(ifname)?;
+        let mac = sys::interface_mac(ifname)?;
+        let xcfg = xdp_prog::XdpConfig {
+            sap: config.sap,
+            mac: Some(mac),
+            attach: config.attach,
+            frags: needs_multi_buffer(mtu),
+        };
+        let program =
+            LlcRedirect::attach(ifname, ifindex, &xcfg).map_err(|e| xdp_error(ifname, e))?;
+        Self::open_with_program(ifname, config, Arc::new(program))
+    }
+
+    /// Open AF_XDP sockets on `ifname` that receive through an XDP program
+    /// already attached there (e.g. by another device serving other queues).
+    /// The program must have been loaded with this config's SAP, and with
+    /// `frags` if the MTU needs multi-buffer frames.
+    pub fn open_with_program(
+        ifname: &str,
+        config: AfXdpConfig,
+        program: Arc<LlcRedirect>,
+    ) -> Result<AfXdp, LinkError> {
+        config.validate()?;
+        let ifindex = sys::interface_index(ifname)?;
+        if !sys::interface_is_up(ifname)? {
+            return Err(LinkError::InterfaceDown(ifname.to_owned()));
+        }
+        if program.ifindex() != ifindex {
+            return Err(LinkError::Io {
+                context: format!("opening AF_XDP on {ifname}"),
+                source: io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "the XDP program is attached to another interface",
+                ),
+            });
+        }
+        let mtu = sys::interface_mtu(ifname)?;
+        let mac = sys::interface_mac(ifname)?;
+        let max_frame = mtu + HEADER_LEN;
+        let sg = needs_multi_buffer(mtu);
+        if sg && !program.frags() {
+            return Err(LinkError::Unsupported(format!(
+                "MTU {mtu} on {ifname} needs the multi-buffer (xdp.frags) XDP program"
+            )));
+        }
+        let slot_chunks = max_frame.div_ceil(CHUNK_SIZE);
+        if slot_chunks > MAX_TX_DESCS {
+            return Err(LinkError::Unsupported(format!(
+                "MTU {mtu} on {ifname} is too large for AF_XDP: a frame would need {slot_chunks} \
+                 buffers of {CHUNK_SIZE} bytes, the kernel takes at most {MAX_TX_DESCS}"
+            )));
+        }
+        let params = xsk::XskParams {
+            chunk: CHUNK_SIZE,
+            rx_chunks: config.rx_chunks,
+            tx_slots: config.tx_frames,
+            slot_chunks: slot_chunks as u32,
+            max_frame,
+        };
+        let queue_ids: Vec<u32> = match config.queue {
+            Some(q) => vec![q],
+            None => (0..sys::interface_rx_queues(ifname)?).collect(),
+        };
+        let mut fallbacks = Vec::new();
+        let mut queues = Vec::with_capacity(queue_ids.len());
+        for &id in &queue_ids {
+            let xsk = bind_queue(ifname, ifindex, id, params, sg, &config, &mut fallbacks)?;
+            program
+                .register(id, xsk.fd())
+                .map_err(|e| xdp_error(ifname, e))?;
+            queues.push(Queue { xsk, id });
+        }
+        let zc = queues.iter().all(|q| q.xsk.zero_copy());
+        let backend = format!(
+            "af_xdp/{}/{}",
+            if zc { "zerocopy" } else { "copy" },
+            program.attached().name()
+        );
+        tracing::debug!(%ifname, ifindex, mtu, sg, queues = ?queue_ids, %backend, ?fallbacks, "opened AF_XDP device");
+        Ok(AfXdp {
+            queues,
+            program,
+            ifname: ifname.to_owned(),
+            ifindex,
+            mac,
+            mtu,
+            config,
+            backend,
+            fallbacks,
+            rx_cursor: 0,
+            counters: AfXdpStats::default(),
+            pending_error: None,
+        })
+    }
+
+    /// The interface's MAC address.
+    pub fn mac(&self) -> [u8; 6] {
+        self.mac
+    }
+
+    /// The interface's index.
+    pub fn ifindex(&self) -> u32 {
+        self.ifindex
+    }
+
+    /// The interface's name.
+    pub fn ifname(&self) -> &str {
+        &self.ifname
+    }
+
+    /// The interface's MTU when the device was opened.
+    pub fn mtu(&self) -> usize {
+        self.mtu
+    }
+
+    /// The configuration the device was opened with.
+    pub fn config(&self) -> &AfXdpConfig {
+        &self.config
+    }
+
+    /// The RX queues served.
+    pub fn queues(&self) -> Vec<u32> {
+        self.queues.iter().map(|q| q.id).collect()
+    }
+
+    /// The XDP program (shareable with [`AfXdp::open_with_program`]).
+    pub fn program(&self) -> &Arc<LlcRedirect> {
+        &self.program
+    }
+
+    /// Why the preferred modes were not obtained (e.g. "zero-copy refused on
+    /// queue 0: ..."), in the order they were tried. Empty if nothing fell back.
+    pub fn fallbacks(&self) -> &[String] {
+        &self.fallbacks
+    }
+
+    /// Whether frames arrive and leave in several buffers (`XDP_USE_SG`).
+    pub fn multi_buffer(&self) -> bool {
+        needs_multi_buffer(self.mtu)
+    }
+
+    /// Counters since the device was opened (reads the kernel's counters:
+    /// one `getsockopt` per socket).
+    pub fn stats(&self) -> AfXdpStats {
+        let mut s = self.counters;
+        for q in &self.queues {
+            if let Ok(k) = q.xsk.kernel_stats() {
+                s.rx_kernel_drops += k.rx_dropped + k.rx_ring_full + k.rx_fill_ring_empty;
+                s.rx_fill_ring_empty += k.rx_fill_ring_empty;
+                s.tx_errors += k.tx_invalid_descs;
+            }
+            s.rx_bad_descs += q.xsk.rx_bad;
+        }
+        s
+    }
+
+    fn tx_queue(&mut self) -> &mut xsk::Xsk {
+        &mut self.queues[0].xsk
+    }
+
+    fn kick(&mut self) -> io::Result<()> {
+        let result = self.queues[0].xsk.kick();
+        self.counters.tx_kicks += 1;
+        match result {
+            Ok(true) => Ok(()),
+            Ok(false) => {
+                self.counters.tx_kick_retries += 1;
+                Ok(())
+            }
+            Err(e) => {
+                self.counters.tx_errors += 1;
+                Err(e)
+            }
+        }
+    }
+
+    fn any_rx_ready(&mut self) -> bool {
+        self.queues.iter_mut().any(|q| q.xsk.rx_ready())
+    }
+}
+
+/// Bind one socket to queue `id`: zero-copy first if allowed, then copy;
+/// retry while the queue is still held by a socket that just closed.
+fn bind_queue(
+    ifname: &str,
+    ifindex: u32,
+    id: u32,
+    params: xsk::XskParams,
+    sg: bool,
+    config: &AfXdpConfig,
+    fallbacks: &mut Vec<String>,
+) -> Result<xsk::Xsk, LinkError> {
+    let mut base = libc::XDP_USE_NEED_WAKEUP;
+    if sg {
+        base |= libc::XDP_USE_SG;
+    }
+    let modes: &[u16] = match config.mode {
+        XdpMode::Auto => &[libc::XDP_ZEROCOPY, libc::XDP_COPY],
+        XdpMode::ZeroCopy => &[libc::XDP_ZEROCOPY],
+        XdpMode::Copy => &[libc::XDP_COPY],
+    };
+    let deadline = std::time::Instant::now() + config.bind_retry;
+    for (i, &mode) in modes.iter().enumerate() {
+        let last = i + 1 == modes.len();
+        let name = if mode == libc::XDP_ZEROCOPY {
+            "zero-copy"
+        } else {
+            "copy"
+        };
+        loop {
+            match xsk::Xsk::new(ifindex, id, params, base | mode) {
+                Ok(x) => return Ok(x),
+                Err((xsk::XskStep::Socket, e))
+                    if matches!(e.raw_os_error(), Some(libc::EPERM | libc::EACCES)) =>
+                {
+                    return Err(LinkError::PermissionDenied {
+                        iface: ifname.to_owned(),
+                        what: "an AF_XDP socket",
+                        needs: "CAP_NET_RAW (and CAP_BPF, CAP_NET_ADMIN for the XDP program)",
+                    })
+                }
+                Err((xsk::XskStep::Socket, e))
+                    if matches!(e.raw_os_error(), Some(libc::EAFNOSUPPORT)) =>
+                {
+                    return Err(LinkError::Unsupported(format!(
+                        "this kernel has no AF_XDP sockets (CONFIG_XDP_SOCKETS): {e}"
+                    )))
+                }
+                Err((xsk::XskStep::Bind, e)) if e.raw_os_error() == Some(libc::EBUSY) => {
+                    if std::time::Instant::now() < deadline {
+                        std::thread::sleep(Duration::from_millis(50));
+                        continue;
+                    }
+                    return Err(LinkError::Busy {
+                        iface: ifname.to_owned(),
+                        what: format!(
+                            "RX queue {id} is already bound to another AF_XDP socket \
+                             (another llc-stack device or AF_XDP program on this queue; \
+                             choose another queue or stop it)"
+                        ),
+                    });
+                }
+                Err((xsk::XskStep::Bind, e))
+                    if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EINVAL))
+                        && !last =>
+                {
+                    let why = format!("{name} refused on queue {id}: {e}");
+                    tracing::debug!(%ifname, "{why}");
+                    fallbacks.push(why);
+                    break;
+                }
+                Err((xsk::XskStep::Bind, e))
+                    if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP)) =>
+                {
+                    return Err(LinkError::Unsupported(format!(
+                        "{ifname} cannot bind an AF_XDP socket to queue {id} in {name} mode: {e}{}",
+                        if mode == libc::XDP_ZEROCOPY {
+                            " (the driver has no zero-copy support; use copy or auto mode)"
+                        } else {
+                            ""
+                        }
+                    )))
+                }
+                Err((xsk::XskStep::Bind, e)) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    return Err(LinkError::Unsupported(format!(
+                        "{ifname} refused an AF_XDP socket on queue {id} in {name} mode: {e} \
+                         (does the queue exist? multi-buffer needs Linux 6.6)"
+                    )))
+                }
+                Err((step, e)) => {
+                    return Err(LinkError::Io {
+                        context: format!(
+                            "setting up the AF_XDP socket of queue {id} on {ifname} ({step:?})"
+                        ),
+                        source: e,
+                    })
+                }
+            }
+        }
+    }
+    unreachable!("the last mode returns")
+}
+
+/// A received frame lent from a UMEM chunk (or the reassembly buffer).
+pub struct AfXdpRxToken<'a> {
+    frame: xsk::RxFrame<'a>,
+}
+
+impl RxToken for AfXdpRxToken<'_> {
+    #[inline]
+    fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
+        f(self.frame.frame())
+    }
+}
+
+/// A free TX slot in the UMEM; the frame written into it is queued for the
+/// next kick.
+pub struct AfXdpTxToken<'a> {
+    slot: xsk::TxSlot<'a>,
+    counters: &'a mut AfXdpStats,
+}
+
+impl TxToken for AfXdpTxToken<'_> {
+    #[inline]
+    fn consume<F: FnOnce(&mut [u8]) -> usize>(self, f: F) -> usize {
+        let mut slot = self.slot;
+        let buf = slot.buf();
+        let capacity = buf.len();
+        let len = f(buf);
+        if len == 0 {
+            return 0;
+        }
+        if !(HEADER_LEN..=capacity).contains(&len) {
+            tracing::warn!(len, capacity, "refusing a TX frame of impossible length");
+            self.counters.tx_errors += 1;
+            return 0;
+        }
+        slot.send(len);
+        self.counters.tx_frames += 1;
+        self.counters.tx_bytes += len as u64;
+        len
+    }
+}
+
+impl Device for AfXdp {
+    type RxToken<'a> = AfXdpRxToken<'a>;
+    type TxToken<'a> = AfXdpTxToken<'a>;
+
+    #[inline]
+    fn receive(&mut self, _now: Instant) -> Option<AfXdpRxToken<'_>> {
+        let n = self.queues.len();
+        let index = if n == 1 {
+            0
+        } else {
+            // Round robin over the queues that have something.
+            let start = self.rx_cursor;
+            let i = (0..n)
+                .map(|k| (start + k) % n)
+                .find(|&i| self.queues[i].xsk.rx_ready())?;
+            self.rx_cursor = (i + 1) % n;
+            i
+        };
+        let frame = self.queues[index].xsk.rx_next()?;
+        let len = frame.frame().len();
+        self.counters.rx_frames += 1;
+        self.counters.rx_bytes += len as u64;
+        if len + RX_HEADROOM > CHUNK_SIZE {
+            self.counters.rx_multi_buffer += 1;
+        }
+        Some(AfXdpRxToken { frame })
+    }
+
+    #[inline]
+    fn transmit(&mut self, _now: Instant) -> Option<AfXdpTxToken<'_>> {
+        let batch = self.config.tx_batch as u32;
+        let full = self.tx_queue().tx_unkicked() >= batch;
+        if full || self.tx_queue().tx_next().is_none() {
+            if let Err(e) = self.kick() {
+                self.pending_error.get_or_insert(e);
+            }
+            self.tx_queue().reap();
+        }
+        let slot = self.queues[0].xsk.tx_next()?;
+        Some(AfXdpTxToken {
+            slot,
+            counters: &mut self.counters,
+        })
+    }
+
+    fn flush(&mut self, _now: Instant) -> io::Result<()> {
+        if let Some(e) = self.pending_error.take() {
+            return Err(e);
+        }
+        // Copy mode sends at most 32 descriptors per kick: repeat while the
+        // kernel makes progress.
+        loop {
+            let before = self.tx_queue().tx_outstanding();
+            if before == 0 {
+                self.tx_queue().reap();
+                return Ok(());
+            }
+            self.kick()?;
+            let after = self.tx_queue().tx_outstanding();
+            if after == before {
+                self.tx_queue().reap();
+                return Ok(());
+            }
+        }
+    }
+
+    fn wait(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+        let spin_until =
+            std::time::Instant::now() + self.config.busy_poll.min(timeout.unwrap_or(Duration::MAX));
+        loop {
+            if self.any_rx_ready() {
+                return Ok(());
+            }
+            if std::time::Instant::now() >= spin_until {
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        for q in &self.queues {
+            q.xsk.wake_rx_if_needed();
+        }
+        let fds: Vec<BorrowedFd<'_>> = self.queues.iter().map(|q| q.xsk.fd()).collect();
+        xsk::poll_any(&fds, timeout)
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            mtu: self.mtu,
+            max_burst: self.config.tx_batch,
+            backend: self.backend.clone(),
+        }
+    }
+}
+
+impl Drop for AfXdp {
+    fn drop(&mut self) {
+        for q in &self.queues {
+            self.program.unregister(q.id);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn multi_buffer_threshold() {
+        assert!(!needs_multi_buffer(1500));
+        assert!(!needs_multi_buffer(3826));
+        assert!(needs_multi_buffer(3827));
+        assert!(needs_multi_buffer(9000));
+        // 65000 + 14 bytes in 4 KiB slots: 16 descriptors, within the limit.
+        assert_eq!((65000 + HEADER_LEN).div_ceil(CHUNK_SIZE), 16);
+        assert!((65535 + HEADER_LEN).div_ceil(CHUNK_SIZE) <= MAX_TX_DESCS);
+    }
+
+    #[test]
+    fn config_is_checked() {
+        assert!(AfXdpConfig::default().validate().is_ok());
+        let bad = AfXdpConfig {
+            rx_chunks: 8,
+            ..AfXdpConfig::default()
+        };
+        assert!(bad.validate().is_err());
+    }
+}
