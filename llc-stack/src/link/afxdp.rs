@@ -210,9 +210,13 @@ fn xdp_error(iface: &str, e: XdpError) -> LinkError {
             what: "an XDP program and AF_XDP socket",
             needs: "CAP_BPF, CAP_NET_ADMIN and CAP_NET_RAW",
         },
-        XdpError::Busy { .. } => LinkError::Busy {
+        XdpError::Busy { detail, .. } => LinkError::Busy {
             iface: iface.to_owned(),
-            what: e.to_string(),
+            what: format!(
+                "another XDP program is attached ({detail}); see it with \
+                 `ip -d link show {iface}` and remove it with `ip link set dev {iface} xdp off` \
+                 (or `xdpgeneric off`)"
+            ),
         },
         XdpError::Unsupported { .. } => LinkError::Unsupported(e.to_string()),
         XdpError::Other { context, detail } => LinkError::Io {
@@ -239,6 +243,9 @@ impl AfXdp {
     pub fn open(ifname: &str, config: AfXdpConfig) -> Result<AfXdp, LinkError> {
         config.validate()?;
         let ifindex = sys::interface_index(ifname)?;
+        if !sys::interface_is_up(ifname)? {
+            return Err(LinkError::InterfaceDown(ifname.to_owned()));
+        }
         let mtu = sys::interface_mtu(ifname)?;
         let mac = sys::interface_mac(ifname)?;
         let xcfg = xdp_prog::XdpConfig {

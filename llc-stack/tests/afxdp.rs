@@ -1,0 +1,255 @@
+//! The AF_XDP backend on a real veth pair between two network namespaces:
+//! ordinary traffic keeps working beside it, only our LLC frames are
+//! redirected, and every way of failing to open it says why.
+
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use llc_stack::link::afpacket::{AfPacket, AfPacketConfig};
+use llc_stack::link::afxdp::{AfXdp, AfXdpConfig, AttachMode, XdpMode};
+use llc_stack::link::{RxToken, TxToken};
+use llc_stack::wire::{self, Addresses, Command, MacAddr};
+use llc_stack::{Device, Instant, LinkError};
+use vm_tests::TwoHosts;
+
+const SAP: u8 = 0x7C;
+const OTHER_SAP: u8 = 0x42;
+const SMALL: usize = 500;
+const LARGE: usize = 300;
+const FOREIGN: usize = 200;
+
+/// Drain `dev`, counting frames, until `stop` says so.
+fn drain<D: Device>(dev: &mut D) -> usize {
+    let mut n = 0;
+    while let Some(tok) = dev.receive(Instant::now()) {
+        tok.consume(|_| ());
+        n += 1;
+    }
+    n
+}
+
+/// Send `count` TEST frames of `info` bytes from `dev` with this SAP.
+fn send_tests<D: Device>(
+    dev: &mut D,
+    src: [u8; 6],
+    dst: [u8; 6],
+    sap: u8,
+    info: usize,
+    count: usize,
+) {
+    let addr = Addresses {
+        dst: MacAddr(dst),
+        src: MacAddr(src),
+        dsap: sap,
+        ssap: sap,
+    };
+    let payload = vec![0xA5u8; info];
+    for _ in 0..count {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let tok = loop {
+            if let Some(t) = dev.transmit(Instant::now()) {
+                break t;
+            }
+            assert!(Instant::now() < deadline, "no TX buffer for 5 s");
+            dev.flush(Instant::now()).unwrap();
+        };
+        let n = tok.consume(|buf| {
+            wire::emit_llc_control(buf, &addr, false, Command::Test { pf: false }, &payload)
+                .unwrap()
+        });
+        assert!(n > 0);
+        // Pace a little so the receiver's rings never overflow.
+        dev.flush(Instant::now()).unwrap();
+    }
+}
+
+#[test]
+fn ip_traffic_passes_and_only_our_frames_are_redirected() {
+    vm_tests::require_root!();
+    let hosts = TwoHosts::new(9000).unwrap();
+    let (bif, aif) = (hosts.b.ifname.clone(), hosts.a.ifname.clone());
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let (done_tx, done_rx) = mpsc::channel::<()>();
+    let receiver = hosts.b.ns.spawn(move || {
+        let mut xdp = AfXdp::open(&bif, AfXdpConfig::default()).expect("AF_XDP on b");
+        // Taps on the same interface: AF_PACKET sees only what XDP passed.
+        let tap_cfg = |sap| AfPacketConfig {
+            sap,
+            ..Default::default()
+        };
+        let mut ours = AfPacket::open(&bif, tap_cfg(SAP)).unwrap();
+        let mut other = AfPacket::open(&bif, tap_cfg(OTHER_SAP)).unwrap();
+        ready_tx.send(()).unwrap();
+        let (mut n_xdp, mut n_ours, mut n_other) = (0, 0, 0);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            n_xdp += drain(&mut xdp);
+            n_ours += drain(&mut ours);
+            n_other += drain(&mut other);
+            if done_rx.try_recv().is_ok() || Instant::now() > deadline {
+                // Whatever is still in flight.
+                std::thread::sleep(Duration::from_millis(200));
+                n_xdp += drain(&mut xdp);
+                n_ours += drain(&mut ours);
+                n_other += drain(&mut other);
+                break;
+            }
+            xdp.wait(Some(Duration::from_millis(1))).unwrap();
+        }
+        let backend = xdp.capabilities().backend;
+        let counters = xdp.program().counters();
+        let stats = xdp.stats();
+        (n_xdp, n_ours, n_other, backend, counters, stats)
+    });
+    ready_rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("receiver ready");
+
+    // IPv4 ping between the namespaces while AF_XDP holds b's interface.
+    let out = hosts
+        .a
+        .ns
+        .command("ping")
+        .args(["-c", "3", "-i", "0.2", "-W", "2"])
+        .arg(hosts.b.ipv4.to_string())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "IPv4 ping failed: {out:?}");
+
+    let (amac, bmac) = (hosts.a.mac, hosts.b.mac);
+    hosts.a.ns.run(move || {
+        let mut tx = AfPacket::open(&aif, AfPacketConfig::default()).unwrap();
+        // Length form (802.3), jumbo form (EtherType 0x8870), another SAP.
+        send_tests(&mut tx, amac, bmac, SAP, 100, SMALL);
+        send_tests(&mut tx, amac, bmac, SAP, 8000, LARGE);
+        send_tests(&mut tx, amac, bmac, OTHER_SAP, 100, FOREIGN);
+    });
+    done_tx.send(()).unwrap();
+    let (n_xdp, n_ours, n_other, backend, counters, stats) = receiver.join().unwrap();
+    eprintln!("{backend}: {counters:?} {stats:?}");
+    assert_eq!(n_xdp, SMALL + LARGE, "AF_XDP got all our frames");
+    assert_eq!(stats.rx_multi_buffer, LARGE as u64);
+    assert_eq!(
+        n_ours, 0,
+        "our frames were redirected, never passed to the stack"
+    );
+    assert_eq!(n_other, FOREIGN, "frames of another SAP were passed");
+    assert_eq!(counters.redirected, (SMALL + LARGE) as u64);
+    assert_eq!(counters.no_socket, 0);
+    // Other SAP, ICMP echo requests, ARP, IPv6 ND...
+    assert!(counters.passed >= (FOREIGN + 3) as u64, "{counters:?}");
+}
+
+#[test]
+fn queue_already_bound_is_reported() {
+    vm_tests::require_root!();
+    let hosts = TwoHosts::new(1500).unwrap();
+    let ifname = hosts.a.ifname.clone();
+    hosts.a.ns.run(|| {
+        let first = AfXdp::open(&ifname, AfXdpConfig::default()).unwrap();
+        let cfg = AfXdpConfig {
+            queue: Some(0),
+            bind_retry: Duration::ZERO,
+            ..Default::default()
+        };
+        let err = AfXdp::open_with_program(&ifname, cfg, Arc::clone(first.program())).unwrap_err();
+        let msg = err.to_string();
+        assert!(matches!(err, LinkError::Busy { .. }), "{err:?}");
+        assert!(
+            msg.contains("queue 0") && msg.contains("already bound"),
+            "{msg}"
+        );
+        // A queue that does not exist.
+        let cfg = AfXdpConfig {
+            queue: Some(7),
+            ..Default::default()
+        };
+        let err = AfXdp::open_with_program(&ifname, cfg, Arc::clone(first.program())).unwrap_err();
+        assert!(err.to_string().contains("queue 7"), "{err}");
+    });
+}
+
+#[test]
+fn foreign_xdp_program_makes_the_interface_busy() {
+    vm_tests::require_root!();
+    let hosts = TwoHosts::new(1500).unwrap();
+    // Attach a program through netlink, as `ip` does: our own object will do.
+    let obj = std::env::temp_dir().join(format!("llc-foreign-{}.o", std::process::id()));
+    std::fs::write(&obj, xdp_prog::OBJECT).unwrap();
+    let attached = hosts.a.ns.ip(&[
+        "link",
+        "set",
+        "dev",
+        &hosts.a.ifname,
+        "xdpgeneric",
+        "obj",
+        obj.to_str().unwrap(),
+        "sec",
+        "xdp",
+    ]);
+    let _ = std::fs::remove_file(&obj);
+    attached.expect("ip attaches a foreign XDP program");
+    let ifname = hosts.a.ifname.clone();
+    for attach in [AttachMode::Auto, AttachMode::Generic, AttachMode::Native] {
+        let cfg = AfXdpConfig {
+            attach,
+            ..Default::default()
+        };
+        let err = hosts.a.ns.run(|| AfXdp::open(&ifname, cfg).unwrap_err());
+        let msg = err.to_string();
+        assert!(matches!(err, LinkError::Busy { .. }), "{attach:?}: {err:?}");
+        assert!(msg.contains("another XDP program"), "{msg}");
+    }
+    // Once it is removed, we can attach.
+    hosts
+        .a
+        .ns
+        .ip(&["link", "set", "dev", &hosts.a.ifname, "xdpgeneric", "off"])
+        .unwrap();
+    hosts
+        .a
+        .ns
+        .run(|| AfXdp::open(&ifname, AfXdpConfig::default()).unwrap());
+}
+
+#[test]
+fn unsupported_modes_are_reported() {
+    vm_tests::require_root!();
+    let hosts = TwoHosts::new(1500).unwrap();
+    let ifname = hosts.a.ifname.clone();
+    hosts.a.ns.ip(&["link", "set", "lo", "up"]).unwrap();
+    hosts.a.ns.run(|| {
+        // veth has no zero-copy AF_XDP.
+        let cfg = AfXdpConfig {
+            mode: XdpMode::ZeroCopy,
+            ..Default::default()
+        };
+        let err = AfXdp::open(&ifname, cfg).unwrap_err();
+        assert!(matches!(err, LinkError::Unsupported(_)), "{err:?}");
+        assert!(err.to_string().contains("zero-copy"), "{err}");
+        // Loopback has no native XDP...
+        let cfg = AfXdpConfig {
+            attach: AttachMode::Native,
+            ..Default::default()
+        };
+        let err = AfXdp::open("lo", cfg).unwrap_err();
+        assert!(matches!(err, LinkError::Unsupported(_)), "{err:?}");
+        assert!(err.to_string().contains("native"), "{err}");
+        // ...so auto falls back to generic.
+        let dev = AfXdp::open("lo", AfXdpConfig::default()).unwrap();
+        assert_eq!(dev.capabilities().backend, "af_xdp/copy/generic");
+        // Down interfaces are refused before anything is attached.
+        drop(dev);
+    });
+    hosts
+        .a
+        .ns
+        .ip(&["link", "set", &hosts.a.ifname, "down"])
+        .unwrap();
+    let err = hosts
+        .a
+        .ns
+        .run(|| AfXdp::open(&ifname, AfXdpConfig::default()).unwrap_err());
+    assert!(matches!(err, LinkError::InterfaceDown(_)), "{err:?}");
+}
