@@ -15,25 +15,49 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::{Parser, ValueEnum};
 use llc_stack::link::afpacket::{AfPacket, AfPacketConfig};
+use llc_stack::link::afxdp::{AfXdp, AfXdpConfig, AttachMode, XdpMode};
 use llc_stack::link::fault::{FaultConfig, FaultInjector};
 use llc_stack::link::pcap::PcapWriter;
 use llc_stack::link::{RxToken, TxToken};
 use llc_stack::proto::{Config, Event};
 use llc_stack::rng::Rng;
 use llc_stack::wire::{self, Addresses, Body, Command, MacAddr};
-use llc_stack::{Device, Instant, Stack};
+use llc_stack::{Device, Instant, LinkError, Stack};
 
 use stats::RttStats;
 
 /// Which link backend to use.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
 enum Backend {
-    /// AF_XDP when it can be set up, else AF_PACKET.
+    /// AF_XDP when it can be set up (zero-copy, then copy; native, then
+    /// generic XDP), else AF_PACKET.
     Auto,
     /// AF_PACKET raw socket.
     Packet,
     /// AF_XDP socket with the project's XDP program.
     Xdp,
+}
+
+/// AF_XDP socket mode.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+enum XdpModeArg {
+    /// Zero-copy if the driver offers it, else copy.
+    Auto,
+    /// Zero-copy only.
+    Zerocopy,
+    /// Copy only.
+    Copy,
+}
+
+/// XDP hook.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+enum XdpAttachArg {
+    /// Native if the driver has it, else generic.
+    Auto,
+    /// Native (driver) XDP only.
+    Native,
+    /// Generic (skb) XDP only.
+    Generic,
 }
 
 #[derive(Parser, Debug)]
@@ -77,6 +101,15 @@ struct Args {
     /// Link backend.
     #[arg(long, value_enum, default_value_t = Backend::Auto)]
     backend: Backend,
+    /// AF_XDP socket mode (with --backend xdp or auto).
+    #[arg(long, value_enum, default_value_t = XdpModeArg::Auto)]
+    xdp_mode: XdpModeArg,
+    /// XDP attach mode (with --backend xdp or auto).
+    #[arg(long, value_enum, default_value_t = XdpAttachArg::Auto)]
+    xdp_attach: XdpAttachArg,
+    /// RX queue for AF_XDP (default: every RX queue of the interface).
+    #[arg(long, value_name = "QUEUE")]
+    queue: Option<u32>,
     /// Print one JSON object with the results instead of text.
     #[arg(long)]
     json: bool,
@@ -147,7 +180,48 @@ fn run(args: &Args) -> Result<i32> {
     if args.size < min_size {
         bail!("-s must be at least {min_size} bytes in this mode");
     }
-    let (dev, backend) = open_link(args)?;
+    let (link, notes) = open_link(args)?;
+    for note in &notes {
+        eprintln!("llc-ping: note: {note}");
+    }
+    match link {
+        Link::Packet(dev) => run_on(dev, args),
+        Link::Xdp(dev) => run_on(dev, args),
+    }
+}
+
+/// What `open_link` obtained.
+enum Link {
+    Packet(AfPacket),
+    Xdp(AfXdp),
+}
+
+/// The parts of the two backends' APIs the tool needs besides [`Device`].
+trait LinkInfo: Device {
+    fn mac(&self) -> [u8; 6];
+    fn mtu(&self) -> usize;
+}
+
+impl LinkInfo for AfPacket {
+    fn mac(&self) -> [u8; 6] {
+        AfPacket::mac(self)
+    }
+    fn mtu(&self) -> usize {
+        AfPacket::mtu(self)
+    }
+}
+
+impl LinkInfo for AfXdp {
+    fn mac(&self) -> [u8; 6] {
+        AfXdp::mac(self)
+    }
+    fn mtu(&self) -> usize {
+        AfXdp::mtu(self)
+    }
+}
+
+fn run_on<D: LinkInfo>(dev: D, args: &Args) -> Result<i32> {
+    let backend = dev.capabilities().backend;
     let mac = MacAddr(dev.mac());
     let max_info = dev.mtu().saturating_sub(wire::llc::HEADER_LEN);
     if !args.reliable && !args.respond && args.size > max_info {
@@ -192,27 +266,62 @@ fn with_faults<D: Device, J: Job>(
     }
 }
 
-fn open_link(args: &Args) -> Result<(AfPacket, String)> {
-    let cfg = AfPacketConfig {
+/// Open the link the command line asks for. Returns it with notes on what
+/// was not obtained and why (zero-copy refused, AF_XDP unavailable...).
+///
+/// `auto` tries AF_XDP (zero-copy then copy, native then generic XDP) and
+/// falls back to AF_PACKET unless the interface itself is the problem.
+fn open_link(args: &Args) -> Result<(Link, Vec<String>)> {
+    let packet_cfg = AfPacketConfig {
         sap: args.sap,
         ..Default::default()
     };
-    let open = || AfPacket::open(&args.interface, cfg.clone());
+    let xdp_cfg = AfXdpConfig {
+        sap: args.sap,
+        mode: match args.xdp_mode {
+            XdpModeArg::Auto => XdpMode::Auto,
+            XdpModeArg::Zerocopy => XdpMode::ZeroCopy,
+            XdpModeArg::Copy => XdpMode::Copy,
+        },
+        attach: match args.xdp_attach {
+            XdpAttachArg::Auto => AttachMode::Auto,
+            XdpAttachArg::Native => AttachMode::Native,
+            XdpAttachArg::Generic => AttachMode::Generic,
+        },
+        queue: args.queue,
+        ..Default::default()
+    };
+    let xdp_notes = |dev: &AfXdp| -> Vec<String> {
+        dev.fallbacks()
+            .iter()
+            .map(|f| format!("AF_XDP: {f}; using {}", dev.capabilities().backend))
+            .collect()
+    };
     match args.backend {
-        Backend::Xdp => bail!(
-            "the AF_XDP backend is not available in this build of llc-ping; use --backend packet (or auto)"
-        ),
-        Backend::Packet => {
-            let dev = open()?;
-            let name = dev.capabilities().backend;
-            Ok((dev, name))
+        Backend::Packet => Ok((
+            Link::Packet(AfPacket::open(&args.interface, packet_cfg)?),
+            vec![],
+        )),
+        Backend::Xdp => {
+            let dev = AfXdp::open(&args.interface, xdp_cfg)?;
+            let notes = xdp_notes(&dev);
+            Ok((Link::Xdp(dev), notes))
         }
-        Backend::Auto => {
-            let dev = open()?;
-            let name = dev.capabilities().backend;
-            tracing::info!("backend auto: AF_XDP is not available in this build, using {name}");
-            Ok((dev, name))
-        }
+        Backend::Auto => match AfXdp::open(&args.interface, xdp_cfg) {
+            Ok(dev) => {
+                let notes = xdp_notes(&dev);
+                Ok((Link::Xdp(dev), notes))
+            }
+            Err(e @ (LinkError::NoSuchInterface(_) | LinkError::InterfaceDown(_))) => Err(e.into()),
+            Err(e) => {
+                let dev = AfPacket::open(&args.interface, packet_cfg)?;
+                let note = format!(
+                    "backend auto: AF_XDP unavailable ({e}); using {}",
+                    dev.capabilities().backend
+                );
+                Ok((Link::Packet(dev), vec![note]))
+            }
+        },
     }
 }
 
