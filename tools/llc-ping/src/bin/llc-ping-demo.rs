@@ -2,6 +2,9 @@
 //! run the 64-byte one-way latency (RTT/2) of
 //! - llc-ping link level (802.2 TEST answered by the stack's endpoint),
 //! - llc-ping reliable (echo through the reliable transport),
+//!
+//! each over every LLC backend asked for (AF_PACKET and AF_XDP by default;
+//! both ends use the same backend, the responder is restarted per backend),
 //! - a TCP ping-pong with TCP_NODELAY and busy-polling on both ends,
 //!
 //! interleaved over several rounds, and prints a comparison table.
@@ -41,6 +44,9 @@ struct Args {
     /// Print one JSON document instead of the table.
     #[arg(long)]
     json: bool,
+    /// LLC backends to measure, comma-separated (llc-ping --backend values).
+    #[arg(long, default_value = "packet,xdp", value_delimiter = ',')]
+    backends: Vec<String>,
     /// The llc-ping binary (default: next to this program).
     #[arg(long)]
     llc_ping: Option<PathBuf>,
@@ -48,7 +54,7 @@ struct Args {
 
 #[derive(Debug, Serialize, Clone)]
 struct Figure {
-    path: &'static str,
+    path: String,
     one_way_median_us: f64,
     rtt_median_us: f64,
     rtt_p99_us: f64,
@@ -61,11 +67,8 @@ struct Report {
     size: usize,
     count: u64,
     rounds: usize,
-    backend: String,
+    backends: Vec<String>,
     results: Vec<Figure>,
-    ratio_link_to_tcp: f64,
-    ratio_reliable_to_tcp: f64,
-    reliable_minus_link_us: f64,
 }
 
 fn main() -> ExitCode {
@@ -121,32 +124,40 @@ fn run(args: &Args) -> Result<()> {
         format_mac(&hosts.a.mac),
         format_mac(&hosts.b.mac)
     ));
-    let _responder = Background::spawn(
-        hosts.b.ns.command(&llc_ping).args([
-            "--respond",
-            "-I",
-            &hosts.b.ifname,
-            "--backend",
-            "packet",
-        ]),
-        "responding on",
-        Duration::from_secs(10),
-    )
-    .map_err(anyhow::Error::msg)?;
+    let responder = |backend: &str| {
+        Background::spawn(
+            hosts.b.ns.command(&llc_ping).args([
+                "--respond",
+                "-I",
+                &hosts.b.ifname,
+                "--backend",
+                backend,
+            ]),
+            "responding on",
+            Duration::from_secs(10),
+        )
+        .map_err(anyhow::Error::msg)
+    };
     let tcp_port = 7000 + (std::process::id() % 1000) as u16;
     let tcp_server = tcp_echo_server(&hosts, tcp_port, args.size)?;
 
     let peer = format_mac(&hosts.b.mac);
-    let mut link = Vec::new();
-    let mut reliable = Vec::new();
+    let nb = args.backends.len();
+    let mut link = vec![Vec::new(); nb];
+    let mut reliable = vec![Vec::new(); nb];
+    let mut names = vec![String::new(); nb];
     let mut tcp = Vec::new();
-    let mut backend = String::new();
     for round in 1..=args.rounds {
         say(format!("round {round}/{}", args.rounds));
-        let v = llc_ping_json(&hosts, &llc_ping, &peer, args, false)?;
-        backend = v["backend"].as_str().unwrap_or("?").to_string();
-        link.push(v);
-        reliable.push(llc_ping_json(&hosts, &llc_ping, &peer, args, true)?);
+        for (i, backend) in args.backends.iter().enumerate() {
+            let _responder = responder(backend)?;
+            let v = llc_ping_json(&hosts, &llc_ping, &peer, args, backend, false)?;
+            names[i] = v["backend"].as_str().unwrap_or("?").to_string();
+            link[i].push(v);
+            reliable[i].push(llc_ping_json(
+                &hosts, &llc_ping, &peer, args, backend, true,
+            )?);
+        }
         let addr = SocketAddr::from((hosts.b.ipv4, tcp_port));
         tcp.push(
             hosts
@@ -157,7 +168,7 @@ fn run(args: &Args) -> Result<()> {
     }
     drop(tcp_server);
 
-    let fig = |path, v: &[serde_json::Value]| {
+    let fig = |path: String, v: &[serde_json::Value]| {
         let get = |k: &str| -> Vec<f64> {
             v.iter()
                 .map(|x| x[k].as_f64().unwrap_or(f64::NAN))
@@ -176,20 +187,24 @@ fn run(args: &Args) -> Result<()> {
         .iter()
         .map(|(m, p99)| serde_json::json!({"one_way_median_us": m / 2.0, "rtt_median_us": m, "rtt_p99_us": p99}))
         .collect();
-    let results = vec![
-        fig("llc link-level (TEST)", &link),
-        fig("llc reliable (echo)", &reliable),
-        fig("tcp busy-poll (NODELAY)", &tcp_json),
-    ];
+    let mut results = Vec::new();
+    for i in 0..nb {
+        results.push(fig(
+            format!("llc link-level (TEST), {}", names[i]),
+            &link[i],
+        ));
+        results.push(fig(
+            format!("llc reliable (echo), {}", names[i]),
+            &reliable[i],
+        ));
+    }
+    results.push(fig("tcp busy-poll (NODELAY)".into(), &tcp_json));
     let report = Report {
         mtu: args.mtu,
         size: args.size,
         count: args.count,
         rounds: args.rounds,
-        backend,
-        ratio_link_to_tcp: results[0].one_way_median_us / results[2].one_way_median_us,
-        ratio_reliable_to_tcp: results[1].one_way_median_us / results[2].one_way_median_us,
-        reliable_minus_link_us: results[1].one_way_median_us - results[0].one_way_median_us,
+        backends: names,
         results,
     };
     if args.json {
@@ -198,12 +213,12 @@ fn run(args: &Args) -> Result<()> {
     }
     println!();
     println!(
-        "{} B one-way latency (RTT/2, median of {} rounds x {} round trips), veth MTU {}, LLC backend {}",
-        args.size, args.rounds, args.count, args.mtu, report.backend
+        "{} B one-way latency (RTT/2, median of {} rounds x {} round trips), veth MTU {}",
+        args.size, args.rounds, args.count, args.mtu
     );
     println!("| path | one-way median µs | RTT median µs | RTT p99 µs | vs TCP |");
     println!("|---|---:|---:|---:|---:|");
-    let tcp_ow = report.results[2].one_way_median_us;
+    let tcp_ow = report.results.last().expect("tcp row").one_way_median_us;
     for f in &report.results {
         println!(
             "| {} | {:.2} | {:.2} | {:.1} | {:.2}x |",
@@ -214,10 +229,6 @@ fn run(args: &Args) -> Result<()> {
             f.one_way_median_us / tcp_ow
         );
     }
-    println!(
-        "reliable transport adds {:.2} µs one-way over link level",
-        report.reliable_minus_link_us
-    );
     Ok(())
 }
 
@@ -226,6 +237,7 @@ fn llc_ping_json(
     bin: &PathBuf,
     peer: &str,
     args: &Args,
+    backend: &str,
     reliable: bool,
 ) -> Result<serde_json::Value> {
     let mut cmd: Command = hosts.a.ns.command("timeout");
@@ -233,7 +245,7 @@ fn llc_ping_json(
         "-I",
         &hosts.a.ifname,
         "--backend",
-        "packet",
+        backend,
         "-i",
         "0",
         "-q",
