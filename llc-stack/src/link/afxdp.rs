@@ -602,7 +602,7 @@ impl Device for AfXdp {
     fn transmit(&mut self, _now: Instant) -> Option<AfXdpTxToken<'_>> {
         let batch = self.config.tx_batch as u32;
         let full = self.tx_queue().tx_unkicked() >= batch;
-        if full || self.tx_queue().tx_next().is_none() {
+        if full || !self.tx_queue().tx_has_room() {
             if let Err(e) = self.kick() {
                 self.pending_error.get_or_insert(e);
             }

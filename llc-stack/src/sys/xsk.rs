@@ -624,20 +624,29 @@ impl Xsk {
         self.comp.release(n);
     }
 
-    /// A free TX slot lent for one frame, if a slot and TX ring room for its
-    /// largest frame are available.
+    /// Whether a TX slot and TX ring room for its largest frame are free
+    /// (collects completions first if no slot is).
     #[inline]
-    pub fn tx_next(&mut self) -> Option<TxSlot<'_>> {
+    pub fn tx_has_room(&mut self) -> bool {
         if self.tx_free.is_empty() {
             self.reap();
         }
-        if self.tx.free(self.params.slot_chunks) < self.params.slot_chunks {
+        !self.tx_free.is_empty() && self.tx.free(self.params.slot_chunks) >= self.params.slot_chunks
+    }
+
+    /// A free TX slot lent for one frame, if [`Xsk::tx_has_room`].
+    #[inline]
+    pub fn tx_next(&mut self) -> Option<TxSlot<'_>> {
+        if !self.tx_has_room() {
             return None;
         }
         let slot = self.tx_free.pop()?;
+        let offset = self.tx_base as usize
+            + slot as usize * self.params.slot_chunks as usize * self.params.chunk;
         Some(TxSlot {
             xsk: self,
             slot: Some(slot),
+            offset,
         })
     }
 
@@ -769,19 +778,15 @@ impl Drop for RxFrame<'_> {
 pub(crate) struct TxSlot<'a> {
     xsk: &'a mut Xsk,
     slot: Option<u32>,
+    /// Byte offset of the slot in the UMEM.
+    offset: usize,
 }
 
 impl TxSlot<'_> {
-    fn offset(&self) -> usize {
-        let slot = self.slot.expect("slot present until sent") as usize;
-        self.xsk.tx_base as usize
-            + slot * self.xsk.params.slot_chunks as usize * self.xsk.params.chunk
-    }
-
     /// The slot's buffer for one frame of up to the largest frame size.
     #[inline]
     pub fn buf(&mut self) -> &mut [u8] {
-        let start = self.offset();
+        let start = self.offset;
         // SAFETY: the slot's chunks lie inside the UMEM (the layout puts
         // `tx_slots` slots after the RX chunks) and hold at least
         // `max_frame` bytes. The slot was on the free list: none of its
@@ -800,7 +805,7 @@ impl TxSlot<'_> {
     #[inline]
     pub fn send(mut self, len: usize) {
         assert!(len > 0 && len <= self.xsk.params.max_frame);
-        let start = self.offset() as u64;
+        let start = self.offset as u64;
         let slot = self.slot.take().expect("slot present until sent");
         let chunk = self.xsk.params.chunk;
         let n = len.div_ceil(chunk) as u32;
@@ -823,6 +828,7 @@ impl TxSlot<'_> {
 }
 
 impl Drop for TxSlot<'_> {
+    #[inline]
     fn drop(&mut self) {
         if let Some(slot) = self.slot.take() {
             self.xsk.tx_free.push(slot);
