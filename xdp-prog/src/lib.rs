@@ -227,52 +227,8 @@ impl LlcRedirect {
                 detail: format!("{e:#}"),
             }
         };
-        let mut open = ObjectBuilder::default()
-            .open_memory(OBJECT)
-            .map_err(other("opening the embedded BPF object"))?;
-        let wanted = if cfg.frags {
-            "llc_redirect_frags"
-        } else {
-            "llc_redirect"
-        };
-        for mut prog in open.progs_mut() {
-            let keep = prog.name() == wanted;
-            prog.set_autoload(keep);
-        }
-        let mut rodata_set = false;
-        for mut map in open.maps_mut() {
-            if !map.name().to_string_lossy().ends_with(".rodata") {
-                continue;
-            }
-            let data = map.initial_value_mut().ok_or_else(|| XdpError::Other {
-                context: "configuring the XDP program".into(),
-                detail: ".rodata has no initial value".into(),
-            })?;
-            // Layout of .rodata, fixed by the C source: llc_sap (1 byte) then
-            // our_mac (6 bytes); checked against the object in the tests.
-            if data.len() < 7 {
-                return Err(XdpError::Other {
-                    context: "configuring the XDP program".into(),
-                    detail: format!(".rodata is {} bytes, expected 7", data.len()),
-                });
-            }
-            data[RODATA_SAP] = cfg.sap;
-            data[RODATA_MAC..RODATA_MAC + 6].copy_from_slice(&cfg.mac.unwrap_or([0; 6]));
-            rodata_set = true;
-        }
-        if !rodata_set {
-            return Err(XdpError::Other {
-                context: "configuring the XDP program".into(),
-                detail: "the BPF object has no .rodata section".into(),
-            });
-        }
-        let obj = open.load().map_err(|e| match e.kind() {
-            ErrorKind::PermissionDenied => permission(iface, "load an XDP program"),
-            _ => XdpError::Other {
-                context: format!("loading the XDP program for {iface}"),
-                detail: format!("{e:#}"),
-            },
-        })?;
+        let wanted = program_name(cfg.frags);
+        let obj = load(iface, cfg)?;
         let prog = obj
             .progs()
             .find(|p| p.name() == wanted)
@@ -378,6 +334,69 @@ impl LlcRedirect {
     }
 }
 
+/// The entry point for single-buffer or multi-buffer frames.
+fn program_name(frags: bool) -> &'static str {
+    if frags {
+        "llc_redirect_frags"
+    } else {
+        "llc_redirect"
+    }
+}
+
+/// Open the embedded object, bake the SAP and MAC into `.rodata`, and load
+/// the one program `cfg.frags` selects (not attached).
+fn load(iface: &str, cfg: &XdpConfig) -> Result<libbpf_rs::Object, XdpError> {
+    let other = |context: &str| {
+        let context = format!("{context} (XDP program for {iface})");
+        move |e: libbpf_rs::Error| XdpError::Other {
+            context,
+            detail: format!("{e:#}"),
+        }
+    };
+    let mut open = ObjectBuilder::default()
+        .open_memory(OBJECT)
+        .map_err(other("opening the embedded BPF object"))?;
+    let wanted = program_name(cfg.frags);
+    for mut prog in open.progs_mut() {
+        let keep = prog.name() == wanted;
+        prog.set_autoload(keep);
+    }
+    let mut rodata_set = false;
+    for mut map in open.maps_mut() {
+        if !map.name().to_string_lossy().ends_with(".rodata") {
+            continue;
+        }
+        let data = map.initial_value_mut().ok_or_else(|| XdpError::Other {
+            context: "configuring the XDP program".into(),
+            detail: ".rodata has no initial value".into(),
+        })?;
+        // Layout of .rodata, fixed by the C source: llc_sap (1 byte) then
+        // our_mac (6 bytes); checked against the object in the tests.
+        if data.len() < 7 {
+            return Err(XdpError::Other {
+                context: "configuring the XDP program".into(),
+                detail: format!(".rodata is {} bytes, expected 7", data.len()),
+            });
+        }
+        data[RODATA_SAP] = cfg.sap;
+        data[RODATA_MAC..RODATA_MAC + 6].copy_from_slice(&cfg.mac.unwrap_or([0; 6]));
+        rodata_set = true;
+    }
+    if !rodata_set {
+        return Err(XdpError::Other {
+            context: "configuring the XDP program".into(),
+            detail: "the BPF object has no .rodata section".into(),
+        });
+    }
+    open.load().map_err(|e| match e.kind() {
+        ErrorKind::PermissionDenied => permission(iface, "load an XDP program"),
+        _ => XdpError::Other {
+            context: format!("loading the XDP program for {iface}"),
+            detail: format!("{e:#}"),
+        },
+    })
+}
+
 const RODATA_SAP: usize = 0;
 const RODATA_MAC: usize = 1;
 
@@ -414,6 +433,86 @@ fn attach_error(iface: &str, mode: Attached, frags: bool, e: io::Error) -> XdpEr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const XDP_PASS: u32 = 2;
+
+    fn frame(dst: [u8; 6], length_type: u16, dsap: u8, total: usize) -> Vec<u8> {
+        let mut f = vec![0u8; total];
+        f[..6].copy_from_slice(&dst);
+        f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
+        f[12..14].copy_from_slice(&length_type.to_be_bytes());
+        if total > 14 {
+            f[14] = dsap;
+        }
+        f
+    }
+
+    /// Run the loaded program on `frame` (BPF_PROG_TEST_RUN) and return its
+    /// verdict and which counter moved.
+    fn classify(obj: &libbpf_rs::Object, name: &str, frame: &[u8]) -> (u32, usize) {
+        let prog = obj.progs_mut().find(|p| p.name() == name).unwrap();
+        let counters = obj.maps().find(|m| m.name() == "counters").unwrap();
+        let read = |i: u32| -> u64 {
+            counters
+                .lookup_percpu(&i.to_ne_bytes(), MapFlags::ANY)
+                .unwrap()
+                .unwrap()
+                .iter()
+                .map(|v| u64::from_ne_bytes(v[..8].try_into().unwrap()))
+                .sum()
+        };
+        let before: Vec<u64> = (0..3).map(read).collect();
+        let input = libbpf_rs::ProgramInput {
+            data_in: Some(frame),
+            ..Default::default()
+        };
+        let out = prog.test_run(input).unwrap();
+        let moved = (0..3)
+            .position(|i| read(i as u32) != before[i])
+            .expect("a counter moved");
+        (out.return_value, moved)
+    }
+
+    /// The program's decisions, run in the kernel without an interface. With
+    /// no socket in the map, our frames are passed too, but counted as
+    /// `no_socket` (1) rather than `passed` (2). Needs root.
+    #[test]
+    fn program_picks_exactly_our_frames() {
+        vm_tests::require_root!();
+        let us = [2, 0, 0, 0, 0, 2];
+        let cfg = XdpConfig {
+            sap: 0x7C,
+            mac: Some(us),
+            ..XdpConfig::default()
+        };
+        for frags in [false, true] {
+            let obj = load(
+                "test",
+                &XdpConfig {
+                    frags,
+                    ..cfg.clone()
+                },
+            )
+            .unwrap();
+            let name = program_name(frags);
+            let ours = |f: &[u8]| classify(&obj, name, f);
+            // Length form and jumbo form, unicast to us or broadcast.
+            assert_eq!(ours(&frame(us, 46, 0x7C, 60)), (XDP_PASS, 1));
+            assert_eq!(ours(&frame(us, 1500, 0x7C, 1514)), (XDP_PASS, 1));
+            assert_eq!(ours(&frame(us, 0x8870, 0x7C, 3000)), (XDP_PASS, 1));
+            assert_eq!(ours(&frame([0xFF; 6], 46, 0x7C, 60)), (XDP_PASS, 1));
+            // Not ours: other SAP, other host, IPv4 / ARP / IPv6 / VLAN, runt.
+            assert_eq!(ours(&frame(us, 46, 0x42, 60)), (XDP_PASS, 2));
+            assert_eq!(
+                ours(&frame([2, 0, 0, 0, 0, 9], 46, 0x7C, 60)),
+                (XDP_PASS, 2)
+            );
+            for ethertype in [0x0800u16, 0x0806, 0x86DD, 0x8100, 1501] {
+                assert_eq!(ours(&frame(us, ethertype, 0x7C, 60)), (XDP_PASS, 2));
+            }
+            assert_eq!(ours(&frame(us, 46, 0x7C, 14)), (XDP_PASS, 2));
+        }
+    }
 
     #[test]
     fn object_has_both_programs_and_the_expected_rodata() {
