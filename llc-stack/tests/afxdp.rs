@@ -253,3 +253,73 @@ fn unsupported_modes_are_reported() {
         .run(|| AfXdp::open(&ifname, AfXdpConfig::default()).unwrap_err());
     assert!(matches!(err, LinkError::InterfaceDown(_)), "{err:?}");
 }
+
+#[test]
+fn one_socket_per_rx_queue() {
+    vm_tests::require_root!();
+    // A 4-queue veth pair with both ends in one namespace.
+    let ns = vm_tests::Netns::new("xq").unwrap();
+    let q4 = ["numtxqueues", "4", "numrxqueues", "4"];
+    let mut add = vec!["link", "add", "q0"];
+    add.extend(q4);
+    add.extend(["type", "veth", "peer", "name", "q1"]);
+    add.extend(q4);
+    ns.ip(&add).unwrap();
+    ns.ip(&["link", "set", "q0", "up"]).unwrap();
+    ns.ip(&["link", "set", "q1", "up"]).unwrap();
+    const PER_QUEUE: usize = 200;
+    ns.run(|| {
+        let mut rx = AfXdp::open("q0", AfXdpConfig::default()).unwrap();
+        assert_eq!(rx.queues(), vec![0, 1, 2, 3]);
+        // Senders on q1's queues 1..=3: copy-mode AF_XDP transmits on its
+        // own queue, and veth delivers on the peer's queue of the same index.
+        let first = AfXdp::open(
+            "q1",
+            AfXdpConfig {
+                queue: Some(1),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let program = Arc::clone(first.program());
+        let mut senders = vec![first];
+        for q in 2..=3 {
+            let cfg = AfXdpConfig {
+                queue: Some(q),
+                ..Default::default()
+            };
+            senders.push(AfXdp::open_with_program("q1", cfg, Arc::clone(&program)).unwrap());
+        }
+        let (src, dst) = (senders[0].mac(), rx.mac());
+        for s in &mut senders {
+            send_tests(s, src, dst, SAP, 100, PER_QUEUE);
+        }
+        let want = 3 * PER_QUEUE;
+        let mut got = 0;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while got < want && Instant::now() < deadline {
+            got += drain(&mut rx);
+            rx.wait(Some(Duration::from_millis(10))).unwrap();
+        }
+        assert_eq!(got, want, "{:?}", rx.stats());
+        assert_eq!(rx.program().counters().redirected, want as u64);
+
+        // The frames really came in on queues 1..=3: a device serving only
+        // queue 0 gets none of them (they find no socket and are passed).
+        drop(rx);
+        let cfg = AfXdpConfig {
+            queue: Some(0),
+            ..Default::default()
+        };
+        let mut rx0 = AfXdp::open("q0", cfg).unwrap();
+        for s in &mut senders {
+            send_tests(s, src, dst, SAP, 100, PER_QUEUE);
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while rx0.program().counters().no_socket < want as u64 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(drain(&mut rx0), 0);
+        assert_eq!(rx0.program().counters().no_socket, want as u64);
+    });
+}
