@@ -142,11 +142,10 @@ impl TxToken for SimTx<'_> {
             let mut seg = self.port.sim.lock();
             let cfg = seg.cfg.clone();
             let me = self.port.index;
-            let serialise = if cfg.rate_bps == 0 {
-                Duration::ZERO
-            } else {
-                Duration::from_nanos((n as u64 + 24) * 8 * 1_000_000_000 / cfg.rate_bps)
-            };
+            // Preamble, FCS and inter-frame gap add 24 bytes of line time.
+            let serialise = ((n as u64 + 24) * 8 * 1_000_000_000)
+                .checked_div(cfg.rate_bps)
+                .map_or(Duration::ZERO, Duration::from_nanos);
             let start = seg.ports[me].tx_free_at.max(self.now);
             seg.ports[me].tx_free_at = start + serialise;
             let arrival = start + serialise + cfg.latency;
