@@ -4,8 +4,9 @@
 set -euo pipefail
 
 # iproute2: ip netns/link for the test hosts; iputils-ping: IPv4 checks in the
-# harness tests; util-linux: setpriv for the no-privilege tests; procps: pgrep.
-PACKAGES=(iproute2 iputils-ping util-linux procps)
+# harness tests; util-linux: setpriv for the no-privilege tests; procps: pgrep;
+# tshark: checks that PcapWriter captures open in Wireshark's reader.
+PACKAGES=(iproute2 iputils-ping util-linux procps tshark)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

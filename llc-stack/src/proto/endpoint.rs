@@ -12,7 +12,9 @@
 //! `poll_transmit` until it returns `None`. Taking events before transmitting
 //! lets replies carry the acknowledgement instead of a separate ACK frame.
 
+use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 
 use bytes::Bytes;
 
@@ -174,6 +176,38 @@ struct Entry {
 
 type Key = (MacAddr, u16, u16);
 
+/// Multiply-rotate hashing for connection keys: they are looked up once per
+/// received frame, and SipHash's flooding resistance buys nothing here
+/// because keys are (MAC, port, port) of frames that passed the CRC and a
+/// peer may only create connections up to the configured limits.
+#[derive(Default, Clone, Copy)]
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u8(b);
+        }
+    }
+    fn write_u8(&mut self, i: u8) {
+        self.write_u64(i as u64);
+    }
+    fn write_u16(&mut self, i: u16) {
+        self.write_u64(i as u64);
+    }
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn write_usize(&mut self, i: usize) {
+        self.write_u64(i as u64);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type KeyMap = HashMap<Key, ConnHandle, BuildHasherDefault<KeyHasher>>;
+
 /// All connections of one interface and SAP.
 #[derive(Debug)]
 pub struct Endpoint {
@@ -182,7 +216,7 @@ pub struct Endpoint {
     mtu: usize,
     rng: Rng,
     conns: BTreeMap<ConnHandle, Entry>,
-    by_key: HashMap<Key, ConnHandle>,
+    by_key: KeyMap,
     listening: HashSet<u16>,
     next_handle: u32,
     next_ephemeral: u16,
@@ -191,6 +225,10 @@ pub struct Endpoint {
     control: VecDeque<ControlFrame>,
     events: VecDeque<(ConnHandle, Event)>,
     stats: EndpointStats,
+    /// Earliest connection timer, valid unless `timers_dirty`: drivers ask
+    /// on every busy-poll pass, and scanning connections each time is waste.
+    next_timer: Cell<Option<Instant>>,
+    timers_dirty: Cell<bool>,
 }
 
 impl Endpoint {
@@ -203,7 +241,7 @@ impl Endpoint {
             mtu,
             rng,
             conns: BTreeMap::new(),
-            by_key: HashMap::new(),
+            by_key: KeyMap::default(),
             listening: HashSet::new(),
             next_handle: 1,
             next_ephemeral: EPHEMERAL_START,
@@ -212,6 +250,8 @@ impl Endpoint {
             control: VecDeque::new(),
             events: VecDeque::new(),
             stats: EndpointStats::default(),
+            next_timer: Cell::new(None),
+            timers_dirty: Cell::new(true),
         }
     }
 
@@ -327,6 +367,7 @@ impl Endpoint {
         );
         let h = self.new_handle();
         self.by_key.insert(key, h);
+        self.touch();
         self.conns.insert(
             h,
             Entry {
@@ -392,10 +433,21 @@ impl Endpoint {
     /// Earliest timer of any connection.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.conns
-            .values()
-            .filter_map(|e| e.conn.poll_timeout())
-            .min()
+        if self.timers_dirty.get() {
+            let t = self
+                .conns
+                .values()
+                .filter_map(|e| e.conn.poll_timeout())
+                .min();
+            self.next_timer.set(t);
+            self.timers_dirty.set(false);
+        }
+        self.next_timer.get()
+    }
+
+    /// Connection state (and so possibly a timer) changed.
+    fn touch(&self) {
+        self.timers_dirty.set(true);
     }
 
     /// Run every timer due at `now`.
@@ -417,6 +469,7 @@ impl Endpoint {
     /// Move a connection's events to the endpoint queue, and forget it once
     /// it is finished.
     fn collect(&mut self, h: ConnHandle) {
+        self.touch();
         let Some(e) = self.conns.get_mut(&h) else {
             return;
         };
@@ -584,6 +637,7 @@ impl Endpoint {
         self.half_open += 1;
         self.stats.accepted += 1;
         self.by_key.insert(key, handle);
+        self.touch();
         self.conns.insert(
             handle,
             Entry {
