@@ -142,7 +142,7 @@ impl TxToken for SimTx<'_> {
             let mut seg = self.port.sim.lock();
             let cfg = seg.cfg.clone();
             let me = self.port.index;
-            // Rate 0: no serialisation delay.
+            // Preamble, FCS and inter-frame gap add 24 bytes of line time.
             let serialise = ((n as u64 + 24) * 8 * 1_000_000_000)
                 .checked_div(cfg.rate_bps)
                 .map_or(Duration::ZERO, Duration::from_nanos);

@@ -129,11 +129,14 @@ enum Timer {
 }
 const TIMER_COUNT: usize = 4;
 
-/// A message waiting to be cut into fragments.
+/// One of our messages, kept from `send` until the peer acknowledged its
+/// last fragment. Frames in flight refer to it by id and offset, so cutting
+/// and retransmitting fragments costs no reference counting or allocation.
 #[derive(Debug)]
 struct OutMsg {
     msg_id: u32,
     data: Bytes,
+    /// Offset of the next fragment to cut.
     next_off: usize,
 }
 
@@ -142,9 +145,8 @@ struct OutMsg {
 enum Cargo {
     Data {
         msg_id: u32,
-        msg_len: u32,
         off: u32,
-        payload: Bytes,
+        len: u32,
         last: bool,
     },
     Close,
@@ -192,7 +194,10 @@ pub struct Connection {
     snd_nxt: Seq,
     peer_window_end: Seq,
     next_msg_id: u32,
-    send_queue: VecDeque<OutMsg>,
+    /// Messages not yet fully acknowledged, in id order.
+    send_msgs: VecDeque<OutMsg>,
+    /// Index in `send_msgs` of the first message with fragments still unsent.
+    next_unsent: usize,
     /// Bytes of messages queued or unacknowledged.
     send_bytes: usize,
     inflight: VecDeque<InFlight>,
@@ -327,7 +332,8 @@ impl Connection {
             snd_nxt: isn,
             peer_window_end: isn,
             next_msg_id: 0,
-            send_queue: VecDeque::new(),
+            send_msgs: VecDeque::new(),
+            next_unsent: 0,
             send_bytes: 0,
             inflight: VecDeque::new(),
             lost_queue: VecDeque::new(),
@@ -433,7 +439,7 @@ impl Connection {
 
     /// True when every message we sent was acknowledged.
     pub fn is_send_idle(&self) -> bool {
-        self.send_queue.is_empty() && self.inflight.is_empty()
+        self.send_msgs.is_empty()
     }
 
     /// Queue a message. Returns its id, which a later `Acked` event names.
@@ -452,7 +458,7 @@ impl Connection {
         let msg_id = self.next_msg_id;
         self.next_msg_id = self.next_msg_id.wrapping_add(1);
         self.send_bytes += data.len();
-        self.send_queue.push_back(OutMsg {
+        self.send_msgs.push_back(OutMsg {
             msg_id,
             data,
             next_off: 0,
@@ -719,7 +725,7 @@ impl Connection {
         }
         if self.peer_closed {
             // Everything before the CLOSE is delivered; acknowledge it, then end.
-            let unacked = self.send_queue.len() + self.inflight.len();
+            let unacked = self.send_msgs.len() + self.inflight.len();
             self.ack_now = true;
             if unacked == 0 {
                 self.finish();
@@ -767,12 +773,7 @@ impl Connection {
     }
 
     fn unacked_messages(&self) -> usize {
-        let in_flight_last = self
-            .inflight
-            .iter()
-            .filter(|f| matches!(f.cargo, Cargo::Data { last: true, .. }))
-            .count();
-        in_flight_last + self.send_queue.len()
+        self.send_msgs.len()
     }
 
     fn process_ack(&mut self, now: Instant, h: &TransportHeader, sacks: &[SackBlock]) {
@@ -806,14 +807,17 @@ impl Connection {
                 self.n_lost -= 1;
             }
             match f.cargo {
-                Cargo::Data {
-                    msg_id,
-                    last,
-                    msg_len,
-                    ..
-                } => {
+                Cargo::Data { msg_id, last, .. } => {
                     if last {
-                        self.send_bytes -= msg_len as usize;
+                        // Frames are acknowledged in order, so this is the
+                        // oldest message.
+                        let m = self
+                            .send_msgs
+                            .pop_front()
+                            .expect("an unacknowledged message");
+                        debug_assert_eq!(m.msg_id, msg_id);
+                        self.next_unsent = self.next_unsent.saturating_sub(1);
+                        self.send_bytes -= m.data.len();
                         self.stats.messages_acked += 1;
                         self.events.push_back(Event::Acked { msg_id });
                     }
@@ -930,9 +934,7 @@ impl Connection {
     }
 
     fn window_blocked(&self) -> bool {
-        !self.send_queue.is_empty()
-            && !self.snd_nxt.lt(self.peer_window_end)
-            && self.inflight.is_empty()
+        self.has_unsent() && !self.snd_nxt.lt(self.peer_window_end) && self.inflight.is_empty()
     }
 
     // ----- timers --------------------------------------------------------------
@@ -1070,12 +1072,15 @@ impl Connection {
                 self.ack_now
                     || self.probe_due
                     || (!self.lost_queue.is_empty() && self.can_send())
-                    || ((!self.send_queue.is_empty()
-                        || (self.close_requested && !self.close_queued))
+                    || ((self.has_unsent() || (self.close_requested && !self.close_queued))
                         && self.snd_nxt.lt(self.peer_window_end)
                         && self.can_send())
             }
         }
+    }
+
+    fn has_unsent(&self) -> bool {
+        self.next_unsent < self.send_msgs.len()
     }
 
     fn can_send(&self) -> bool {
@@ -1112,21 +1117,19 @@ impl Connection {
         if !self.snd_nxt.lt(self.peer_window_end) || !self.can_send() {
             return None;
         }
-        let cargo = if let Some(m) = self.send_queue.front_mut() {
+        let cargo = if let Some(m) = self.send_msgs.get_mut(self.next_unsent) {
             let off = m.next_off;
             let len = (m.data.len() - off).min(self.frag_len);
-            let payload = m.data.slice(off..off + len);
             m.next_off += len;
             let last = m.next_off == m.data.len();
             let cargo = Cargo::Data {
                 msg_id: m.msg_id,
-                msg_len: m.data.len() as u32,
                 off: off as u32,
-                payload,
+                len: len as u32,
                 last,
             };
             if last {
-                self.send_queue.pop_front();
+                self.next_unsent += 1;
             }
             cargo
         } else if self.close_requested && !self.close_queued && self.state == State::Closing {
@@ -1150,9 +1153,8 @@ impl Connection {
         }
         // Ask for an immediate ACK when this is the last frame we can send for
         // now: the sender would otherwise wait for the delayed-ACK timer.
-        let more = !self.send_queue.is_empty()
-            && self.snd_nxt.lt(self.peer_window_end)
-            && self.flight() < self.cwnd;
+        let more =
+            self.has_unsent() && self.snd_nxt.lt(self.peer_window_end) && self.flight() < self.cwnd;
         let idx = self.inflight.len() - 1;
         self.emit_sequenced(now, buf, seq, idx, more)
     }
@@ -1259,21 +1261,22 @@ impl Connection {
         let mut h = self.base_header(now, FrameType::Data, if more { 0 } else { flags::ACK_NOW });
         h.seq = seq.0.into();
         self.ack_fields(&mut h);
-        let payload: &[u8] = match &self.inflight[idx].cargo {
+        let payload: &[u8] = match self.inflight[idx].cargo {
             Cargo::Data {
                 msg_id,
-                msg_len,
                 off,
-                payload,
+                len,
                 last,
             } => {
-                h.msg_id = (*msg_id).into();
-                h.msg_len = (*msg_len).into();
-                h.frag_off = (*off).into();
-                if *last {
+                let first = self.send_msgs.front().expect("a message in flight").msg_id;
+                let m = &self.send_msgs[msg_id.wrapping_sub(first) as usize];
+                h.msg_id = msg_id.into();
+                h.msg_len = (m.data.len() as u32).into();
+                h.frag_off = off.into();
+                if last {
                     h.flags |= flags::LAST_FRAGMENT;
                 }
-                payload
+                &m.data[off as usize..(off + len) as usize]
             }
             Cargo::Close => {
                 h.kind = FrameType::Close.into();

@@ -12,7 +12,9 @@
 //! `poll_transmit` until it returns `None`. Taking events before transmitting
 //! lets replies carry the acknowledgement instead of a separate ACK frame.
 
+use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 
 use bytes::Bytes;
 
@@ -174,6 +176,38 @@ struct Entry {
 
 type Key = (MacAddr, u16, u16);
 
+/// Multiply-rotate hashing for connection keys: they are looked up once per
+/// received frame, and SipHash's flooding resistance buys nothing here
+/// because keys are (MAC, port, port) of frames that passed the CRC and a
+/// peer may only create connections up to the configured limits.
+#[derive(Default, Clone, Copy)]
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u8(b);
+        }
+    }
+    fn write_u8(&mut self, i: u8) {
+        self.write_u64(i as u64);
+    }
+    fn write_u16(&mut self, i: u16) {
+        self.write_u64(i as u64);
+    }
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn write_usize(&mut self, i: usize) {
+        self.write_u64(i as u64);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type KeyMap = HashMap<Key, ConnHandle, BuildHasherDefault<KeyHasher>>;
+
 /// All connections of one interface and SAP.
 #[derive(Debug)]
 pub struct Endpoint {
@@ -182,7 +216,7 @@ pub struct Endpoint {
     mtu: usize,
     rng: Rng,
     conns: BTreeMap<ConnHandle, Entry>,
-    by_key: HashMap<Key, ConnHandle>,
+    by_key: KeyMap,
     listening: HashSet<u16>,
     next_handle: u32,
     next_ephemeral: u16,
@@ -191,6 +225,10 @@ pub struct Endpoint {
     control: VecDeque<ControlFrame>,
     events: VecDeque<(ConnHandle, Event)>,
     stats: EndpointStats,
+    /// Earliest connection timer, valid unless `timers_dirty`: drivers ask
+    /// on every busy-poll pass, and scanning connections each time is waste.
+    next_timer: Cell<Option<Instant>>,
+    timers_dirty: Cell<bool>,
 }
 
 impl Endpoint {
@@ -203,7 +241,7 @@ impl Endpoint {
             mtu,
             rng,
             conns: BTreeMap::new(),
-            by_key: HashMap::new(),
+            by_key: KeyMap::default(),
             listening: HashSet::new(),
             next_handle: 1,
             next_ephemeral: EPHEMERAL_START,
@@ -212,6 +250,8 @@ impl Endpoint {
             control: VecDeque::new(),
             events: VecDeque::new(),
             stats: EndpointStats::default(),
+            next_timer: Cell::new(None),
+            timers_dirty: Cell::new(true),
         }
     }
 
@@ -327,6 +367,7 @@ impl Endpoint {
         );
         let h = self.new_handle();
         self.by_key.insert(key, h);
+        self.touch();
         self.conns.insert(
             h,
             Entry {
@@ -392,10 +433,21 @@ impl Endpoint {
     /// Earliest timer of any connection.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.conns
-            .values()
-            .filter_map(|e| e.conn.poll_timeout())
-            .min()
+        if self.timers_dirty.get() {
+            let t = self
+                .conns
+                .values()
+                .filter_map(|e| e.conn.poll_timeout())
+                .min();
+            self.next_timer.set(t);
+            self.timers_dirty.set(false);
+        }
+        self.next_timer.get()
+    }
+
+    /// Connection state (and so possibly a timer) changed.
+    fn touch(&self) {
+        self.timers_dirty.set(true);
     }
 
     /// Run every timer due at `now`.
@@ -417,6 +469,7 @@ impl Endpoint {
     /// Move a connection's events to the endpoint queue, and forget it once
     /// it is finished.
     fn collect(&mut self, h: ConnHandle) {
+        self.touch();
         let Some(e) = self.conns.get_mut(&h) else {
             return;
         };
@@ -584,6 +637,7 @@ impl Endpoint {
         self.half_open += 1;
         self.stats.accepted += 1;
         self.by_key.insert(key, handle);
+        self.touch();
         self.conns.insert(
             handle,
             Entry {
@@ -671,5 +725,186 @@ impl Endpoint {
             }
         }
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{llc, Frame};
+
+    const ME: MacAddr = MacAddr([2, 0, 0, 0, 0, 1]);
+    const PEER: MacAddr = MacAddr([2, 0, 0, 0, 0, 2]);
+
+    fn endpoint() -> Endpoint {
+        Endpoint::new(Config::default(), ME, 1500, Rng::new(9))
+    }
+
+    fn to_me(sap: u8) -> Addresses {
+        Addresses {
+            dst: ME,
+            src: PEER,
+            dsap: llc::DEFAULT_SAP,
+            ssap: sap,
+        }
+    }
+
+    fn transmit(ep: &mut Endpoint) -> Option<Vec<u8>> {
+        let mut buf = vec![0u8; 1514];
+        let n = ep.poll_transmit(Instant::ZERO, &mut buf)?;
+        buf.truncate(n);
+        Some(buf)
+    }
+
+    #[test]
+    fn answers_test_and_xid_as_802_2_requires() {
+        let mut ep = endpoint();
+        let mut buf = [0u8; 128];
+        for pf in [true, false] {
+            let n = wire::emit_llc_control(
+                &mut buf,
+                &to_me(0x7c),
+                false,
+                Command::Test { pf },
+                b"probe",
+            )
+            .unwrap();
+            ep.handle_frame(Instant::ZERO, &buf[..n]);
+            let out = transmit(&mut ep).expect("TEST answered");
+            let f = wire::parse(&out, None).unwrap();
+            assert_eq!((f.addr.dst, f.addr.src), (PEER, ME));
+            assert_eq!(
+                out[15],
+                0x7c | llc::SAP_RESPONSE_BIT,
+                "SSAP carries the response bit"
+            );
+            match f.body {
+                Body::Test {
+                    response: true,
+                    pf: f_bit,
+                    info,
+                } => {
+                    assert_eq!(f_bit, pf, "F bit equals the P bit");
+                    assert_eq!(info, b"probe", "information field echoed");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        let n = wire::emit_llc_control(
+            &mut buf,
+            &to_me(0x7c),
+            false,
+            Command::Xid { pf: true },
+            &[],
+        )
+        .unwrap();
+        ep.handle_frame(Instant::ZERO, &buf[..n]);
+        let out = transmit(&mut ep).expect("XID answered");
+        assert!(matches!(
+            wire::parse(&out, None).unwrap(),
+            Frame { body: Body::Xid { response: true, pf: true, info }, .. } if info == wire::XID_INFO
+        ));
+        // Responses are never answered.
+        let n = wire::emit_llc_control(
+            &mut buf,
+            &to_me(0x7c),
+            true,
+            Command::Test { pf: true },
+            b"x",
+        )
+        .unwrap();
+        ep.handle_frame(Instant::ZERO, &buf[..n]);
+        assert!(transmit(&mut ep).is_none());
+        assert_eq!(ep.stats().dropped.unsolicited_response, 1);
+        assert_eq!((ep.stats().test_answered, ep.stats().xid_answered), (2, 1));
+    }
+
+    #[test]
+    fn strangers_get_reset_and_everything_dropped_is_counted() {
+        let mut ep = endpoint();
+        let h = TransportHeader {
+            kind: FrameType::Data.into(),
+            src_port: 5.into(),
+            dst_port: 6.into(),
+            src_cookie: 0x11.into(),
+            dst_cookie: 0x22.into(),
+            seq: 40.into(),
+            ..Default::default()
+        };
+        let mut buf = [0u8; 256];
+        let n = wire::emit_transport(&mut buf, &to_me(0x7c), &h, &[], b"hi").unwrap();
+        ep.handle_frame(Instant::ZERO, &buf[..n]);
+        let out = transmit(&mut ep).expect("RESET for an unknown connection");
+        let Body::Transport(t) = wire::parse(&out, None).unwrap().body else {
+            panic!()
+        };
+        assert_eq!(t.header.frame_type(), FrameType::Reset);
+        assert_eq!(
+            (t.header.src_cookie.get(), t.header.dst_cookie.get()),
+            (0x22, 0x11),
+            "cookies crossed"
+        );
+        assert_eq!((t.header.src_port.get(), t.header.dst_port.get()), (6, 5));
+        assert_eq!(ep.stats().dropped.no_connection, 1);
+        // A RESET is never answered.
+        let mut r = h;
+        r.kind = FrameType::Reset.into();
+        let n = wire::emit_transport(&mut buf, &to_me(0x7c), &r, &[], &[]).unwrap();
+        ep.handle_frame(Instant::ZERO, &buf[..n]);
+        assert!(transmit(&mut ep).is_none());
+        // Corrupted, foreign-MAC and unknown-type frames are dropped and counted.
+        let n = wire::emit_transport(&mut buf, &to_me(0x7c), &h, &[], b"hi").unwrap();
+        buf[n - 1] ^= 1;
+        ep.handle_frame(Instant::ZERO, &buf[..n]);
+        let mut other = to_me(0x7c);
+        other.dst = MacAddr([2, 9, 9, 9, 9, 9]);
+        let n = wire::emit_transport(&mut buf, &other, &h, &[], b"hi").unwrap();
+        ep.handle_frame(Instant::ZERO, &buf[..n]);
+        let mut u = h;
+        u.kind = 99;
+        let n = wire::emit_transport(&mut buf, &to_me(0x7c), &u, &[], &[]).unwrap();
+        ep.handle_frame(Instant::ZERO, &buf[..n]);
+        ep.handle_frame(Instant::ZERO, &[0u8; 5]);
+        let d = &ep.stats().dropped;
+        assert_eq!(
+            (d.bad_checksum, d.not_for_us, d.unknown_type, d.truncated),
+            (1, 1, 1, 1)
+        );
+        assert_eq!(d.total(), 6);
+        assert!(transmit(&mut ep).is_none());
+    }
+
+    #[test]
+    fn syn_to_a_closed_port_is_refused_and_half_open_is_bounded() {
+        let cfg = Config {
+            max_half_open: 2,
+            ..Config::default()
+        };
+        let mut ep = Endpoint::new(cfg, ME, 1500, Rng::new(1));
+        let mut buf = [0u8; 256];
+        let syn = |port: u16| TransportHeader {
+            kind: FrameType::Syn.into(),
+            src_port: port.into(),
+            dst_port: 7.into(),
+            src_cookie: (port as u32 + 1).into(),
+            ..Default::default()
+        };
+        let n = wire::emit_transport(&mut buf, &to_me(0x7c), &syn(100), &[], &[]).unwrap();
+        ep.handle_frame(Instant::ZERO, &buf[..n]);
+        assert_eq!(ep.stats().dropped.no_listener, 1);
+        assert!(transmit(&mut ep).is_some(), "RESET sent");
+        ep.listen(7);
+        for port in 200..210 {
+            let n = wire::emit_transport(&mut buf, &to_me(0x7c), &syn(port), &[], &[]).unwrap();
+            ep.handle_frame(Instant::ZERO, &buf[..n]);
+        }
+        assert_eq!(ep.connection_count(), 2);
+        assert_eq!(ep.stats().dropped.syn_limit, 8);
+        // Half-open connections are forgotten after the handshake timeout, silently.
+        let later = Instant::ZERO + ep.config().handshake_timeout;
+        ep.handle_timeout(later);
+        while transmit(&mut ep).is_some() {}
+        assert_eq!(ep.connection_count(), 0);
+        assert!(ep.poll_event().is_none());
     }
 }

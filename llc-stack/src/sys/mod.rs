@@ -14,6 +14,8 @@
 //! Interface lookups use ioctls on a socket of the calling thread's network
 //! namespace, never `/sys/class/net` (sysfs is not remounted after `setns`).
 
+pub(crate) mod crc;
+
 use std::ffi::CString;
 use std::io;
 use std::mem;

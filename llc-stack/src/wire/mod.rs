@@ -182,10 +182,11 @@ fn parse_transport(llc_span: &[u8]) -> Result<TransportFrame<'_>, WireError> {
 
 /// CRC32C of an LLC+transport span, with the CRC field taken as zero.
 fn checksum(span: &[u8]) -> u32 {
+    use crate::sys::crc;
     let crc_at = llc::HEADER_LEN + transport::CRC_OFFSET;
-    let crc = crc32c::crc32c(&span[..crc_at]);
-    let crc = crc32c::crc32c_append(crc, &[0; 4]);
-    crc32c::crc32c_append(crc, &span[crc_at + 4..])
+    let state = crc::update(crc::INIT, &span[..crc_at]);
+    let state = crc::update(state, &[0; 4]);
+    crc::finish(crc::update(state, &span[crc_at + 4..]))
 }
 
 /// Write a whole transport frame: Ethernet (length or jumbo form), LLC UI

@@ -211,3 +211,71 @@ fn help_and_argument_errors_need_no_privilege() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("invalid MAC"));
 }
+
+/// `--pcap` writes a capture that tshark reads and decodes as 802.2 LLC:
+/// every TEST command and response of the run, with our SAP.
+#[test]
+fn pcap_capture_opens_in_tshark() {
+    vm_tests::require_root!();
+    if Command::new("tshark").arg("--version").output().is_err() {
+        panic!("tshark is missing: scripts/install-deps.sh installs it");
+    }
+    let hosts = TwoHosts::new(1500).unwrap();
+    let _r = responder(&hosts);
+    let peer = format_mac(&hosts.b.mac);
+    let dir = std::env::temp_dir().join(format!("llc-ping-pcap-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("ping.pcap");
+    let (code, out, err) = ping(
+        &hosts,
+        &[
+            "-c",
+            "5",
+            "-i",
+            "0",
+            "-q",
+            "--pcap",
+            file.to_str().unwrap(),
+            &peer,
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let out = Command::new("tshark")
+        .args([
+            "-r",
+            file.to_str().unwrap(),
+            "-T",
+            "fields",
+            "-e",
+            "llc.dsap",
+            "-e",
+            "llc.ssap",
+            "-e",
+            "eth.src",
+        ])
+        .output()
+        .expect("tshark runs");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        out.status.success(),
+        "tshark failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines.len(),
+        10,
+        "5 commands and 5 responses expected:\n{text}"
+    );
+    // Command SSAP 0x7c, response SSAP 0x7c with the C/R bit (tshark shows 0x7d or "0x7c").
+    assert!(lines.iter().all(|l| l.starts_with("0x7c")), "{text}");
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l.contains(&format_mac(&hosts.a.mac)))
+            .count(),
+        5,
+        "{text}"
+    );
+}

@@ -1,0 +1,65 @@
+//! CRC32C (Castagnoli) with the SSE4.2 `crc32` instruction when the CPU has
+//! it. Our spans are short (a header, often a small payload): a plain 8-bytes-
+//! per-instruction loop beats the general-purpose crate's set-up cost there,
+//! which showed up as 16% of a reliable round trip. Other CPUs use the
+//! `crc32c` crate.
+
+use std::sync::OnceLock;
+
+/// Running CRC state: start from [`INIT`], feed with [`update`], finish with [`finish`].
+pub(crate) const INIT: u32 = !0;
+
+/// Feed `data` into the running state.
+#[inline]
+pub(crate) fn update(state: u32, data: &[u8]) -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static HW: OnceLock<bool> = OnceLock::new();
+        if *HW.get_or_init(|| std::arch::is_x86_feature_detected!("sse4.2")) {
+            // SAFETY: the CPU supports SSE4.2 (checked just above), which is
+            // the only requirement of `update_sse42`.
+            return unsafe { update_sse42(state, data) };
+        }
+    }
+    // The crate works on finished values: undo and redo the final inversion.
+    !crc32c::crc32c_append(!state, data)
+}
+
+/// The CRC of everything fed so far.
+#[inline]
+pub(crate) fn finish(state: u32) -> u32 {
+    !state
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse4.2")]
+fn update_sse42(state: u32, data: &[u8]) -> u32 {
+    use std::arch::x86_64::{_mm_crc32_u64, _mm_crc32_u8};
+    let (words, tail) = data.as_chunks::<8>();
+    let mut c = state as u64;
+    for w in words {
+        c = _mm_crc32_u64(c, u64::from_le_bytes(*w));
+    }
+    let mut c = c as u32;
+    for &b in tail {
+        c = _mm_crc32_u8(c, b);
+    }
+    c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matches_the_reference() {
+        // RFC 3720 B.4 test vector: 32 bytes of zeros.
+        assert_eq!(finish(update(INIT, &[0u8; 32])), 0x8A91_36AA);
+        assert_eq!(finish(update(INIT, b"123456789")), 0xE306_9283);
+        let data: Vec<u8> = (0..1000u32).map(|i| (i * 31 + 7) as u8).collect();
+        for cut in [0, 1, 7, 8, 9, 500, 999, 1000] {
+            let split = update(update(INIT, &data[..cut]), &data[cut..]);
+            assert_eq!(finish(split), crc32c::crc32c(&data), "cut {cut}");
+        }
+    }
+}

@@ -1,0 +1,122 @@
+//! Endpoint addresses: interface MAC + LLC SAP + port, printable and parsable.
+//!
+//! Form: `llc://02:00:00:00:00:01/7` (default SAP) or
+//! `llc://02:00:00:00:00:01/7?sap=0x7c`. They are exchanged out of band (the
+//! MPI modex, a name service, a command line).
+
+use std::fmt;
+use std::str::FromStr;
+
+use llc_stack::wire::llc::{validate_sap, DEFAULT_SAP};
+use llc_stack::wire::MacAddr;
+
+/// Where an endpoint listens.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LlcAddr {
+    /// Interface MAC.
+    pub mac: MacAddr,
+    /// LLC SAP.
+    pub sap: u8,
+    /// Transport port.
+    pub port: u16,
+}
+
+/// Why an address did not parse.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AddrError {
+    /// Not of the form `llc://MAC/PORT[?sap=0xNN]`.
+    #[error("invalid endpoint address {0:?}: expected llc://MAC/PORT or llc://MAC/PORT?sap=0xNN, e.g. llc://02:00:00:00:00:01/7")]
+    Form(String),
+    /// The MAC part is not a MAC.
+    #[error("invalid endpoint address {addr:?}: {reason}")]
+    Part {
+        /// The whole address.
+        addr: String,
+        /// What was wrong.
+        reason: String,
+    },
+}
+
+impl fmt::Display for LlcAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "llc://{}/{}", self.mac, self.port)?;
+        if self.sap != DEFAULT_SAP {
+            write!(f, "?sap={:#04x}", self.sap)?;
+        }
+        Ok(())
+    }
+}
+
+impl FromStr for LlcAddr {
+    type Err = AddrError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let form = || AddrError::Form(s.to_string());
+        let part = |reason: String| AddrError::Part {
+            addr: s.to_string(),
+            reason,
+        };
+        let rest = s.strip_prefix("llc://").ok_or_else(form)?;
+        let (main, query) = match rest.split_once('?') {
+            Some((m, q)) => (m, Some(q)),
+            None => (rest, None),
+        };
+        let (mac, port) = main.rsplit_once('/').ok_or_else(form)?;
+        let mac: MacAddr = mac
+            .parse()
+            .map_err(|e: llc_stack::wire::ethernet::ParseMacError| part(e.to_string()))?;
+        if mac.is_group() {
+            return Err(part(format!(
+                "{mac} is a group address; an endpoint needs an individual MAC"
+            )));
+        }
+        let port: u16 = port
+            .parse()
+            .map_err(|_| part(format!("port {port:?} is not a number 0..=65535")))?;
+        let sap = match query {
+            None => DEFAULT_SAP,
+            Some(q) => {
+                let v = q.strip_prefix("sap=").ok_or_else(form)?;
+                let n = match v.strip_prefix("0x") {
+                    Some(h) => u8::from_str_radix(h, 16),
+                    None => v.parse(),
+                }
+                .map_err(|_| part(format!("SAP {v:?} is not a byte")))?;
+                validate_sap(n).map_err(|e| part(e.to_string()))?
+            }
+        };
+        Ok(LlcAddr { mac, sap, port })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_and_errors() {
+        let a: LlcAddr = "llc://02:00:00:00:00:01/7".parse().unwrap();
+        assert_eq!(a.mac, MacAddr([2, 0, 0, 0, 0, 1]));
+        assert_eq!((a.sap, a.port), (DEFAULT_SAP, 7));
+        assert_eq!(a.to_string(), "llc://02:00:00:00:00:01/7");
+        let b: LlcAddr = "llc://02:00:00:00:00:01/65535?sap=0x40".parse().unwrap();
+        assert_eq!((b.sap, b.port), (0x40, 65535));
+        assert_eq!(b.to_string().parse::<LlcAddr>().unwrap(), b);
+        for bad in [
+            "",
+            "tcp://02:00:00:00:00:01/7",
+            "llc://02:00:00:00:00:01",
+            "llc://02:00:00:00:00/7",
+            "llc://02:00:00:00:00:01/70000",
+            "llc://01:00:00:00:00:01/7",
+            "llc://02:00:00:00:00:01/7?sap=0x41",
+            "llc://02:00:00:00:00:01/7?sap=0x00",
+            "llc://02:00:00:00:00:01/7?port=3",
+        ] {
+            let e = bad.parse::<LlcAddr>().unwrap_err();
+            assert!(
+                e.to_string().contains("invalid endpoint address"),
+                "{bad}: {e}"
+            );
+        }
+    }
+}

@@ -1,0 +1,417 @@
+//! MPI message matching: posted receives against arriving messages.
+//!
+//! A message carries an [`Envelope`] (source, tag, context); a receive posts a
+//! [`Pattern`] that may use [`Source::Any`] and [`Tag::Any`]. The rules are
+//! MPI's:
+//! - an arriving message matches the *earliest posted* receive whose pattern
+//!   accepts it; if none does it waits in the unexpected queue;
+//! - a posted receive matches the *earliest arrived* unexpected message it
+//!   accepts;
+//! - hence non-overtaking: two messages from one source (which the transport
+//!   delivers in order) that both match a receive are received in send order.
+//!
+//! The queues are generic over what a receive and a message carry, so the
+//! same engine serves eager payloads, rendezvous announcements and tests.
+//! Linear scans are fine at the queue depths MPI programs produce; binning by
+//! (context, source) is the known next step if profiles ever show them.
+
+use std::collections::VecDeque;
+
+/// A peer of an endpoint, as the layer above numbers them (an MPI rank).
+pub type PeerId = u32;
+
+/// What a message says about itself.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Envelope {
+    /// Sender.
+    pub source: PeerId,
+    /// Application tag.
+    pub tag: u32,
+    /// Communication context (an MPI communicator); never wildcarded.
+    pub context: u32,
+}
+
+/// Which senders a receive accepts.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// Any sender (MPI_ANY_SOURCE).
+    Any,
+    /// This sender only.
+    Peer(PeerId),
+}
+
+/// Which tags a receive accepts.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Tag {
+    /// Any tag (MPI_ANY_TAG).
+    Any,
+    /// This tag only.
+    Is(u32),
+}
+
+/// What a posted receive (or a probe) accepts.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Pattern {
+    /// Accepted senders.
+    pub source: Source,
+    /// Accepted tags.
+    pub tag: Tag,
+    /// The context, matched exactly.
+    pub context: u32,
+}
+
+impl Pattern {
+    /// True when a message with envelope `e` satisfies this pattern.
+    #[inline]
+    pub fn accepts(&self, e: &Envelope) -> bool {
+        self.context == e.context
+            && match self.source {
+                Source::Any => true,
+                Source::Peer(p) => p == e.source,
+            }
+            && match self.tag {
+                Tag::Any => true,
+                Tag::Is(t) => t == e.tag,
+            }
+    }
+}
+
+/// Names a posted receive, for `cancel`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PostId(pub u64);
+
+#[derive(Debug)]
+struct Posted<R> {
+    id: PostId,
+    pattern: Pattern,
+    recv: R,
+}
+
+#[derive(Debug)]
+struct Unexpected<M> {
+    env: Envelope,
+    len: usize,
+    msg: M,
+}
+
+/// A match: the receive, and the message it gets.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Matched<R, M> {
+    /// The posted receive.
+    pub recv: R,
+    /// The message's envelope.
+    pub env: Envelope,
+    /// The message's length in bytes.
+    pub len: usize,
+    /// The message (payload, or a rendezvous announcement).
+    pub msg: M,
+}
+
+/// What `post` did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Posting<R, M> {
+    /// An unexpected message was waiting and matched at once.
+    Matched(Matched<R, M>),
+    /// Nothing waiting: the receive is queued under this id.
+    Queued(PostId),
+}
+
+/// Posted receives and unexpected messages of one endpoint.
+#[derive(Debug)]
+pub struct Matcher<R, M> {
+    posted: VecDeque<Posted<R>>,
+    unexpected: VecDeque<Unexpected<M>>,
+    unexpected_bytes: usize,
+    next_id: u64,
+}
+
+impl<R, M> Default for Matcher<R, M> {
+    fn default() -> Self {
+        Matcher {
+            posted: VecDeque::new(),
+            unexpected: VecDeque::new(),
+            unexpected_bytes: 0,
+            next_id: 1,
+        }
+    }
+}
+
+impl<R, M> Matcher<R, M> {
+    /// An empty matcher.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Post a receive: it takes the earliest waiting message it accepts, or
+    /// queues behind the receives posted before it.
+    pub fn post(&mut self, pattern: Pattern, recv: R) -> Posting<R, M> {
+        if let Some(i) = self.unexpected.iter().position(|u| pattern.accepts(&u.env)) {
+            let u = self.unexpected.remove(i).expect("position is in range");
+            self.unexpected_bytes -= u.len;
+            return Posting::Matched(Matched {
+                recv,
+                env: u.env,
+                len: u.len,
+                msg: u.msg,
+            });
+        }
+        let id = PostId(self.next_id);
+        self.next_id += 1;
+        self.posted.push_back(Posted { id, pattern, recv });
+        Posting::Queued(id)
+    }
+
+    /// A message arrived: it goes to the earliest posted receive that accepts
+    /// it, or waits in the unexpected queue (`None`).
+    pub fn arrive(&mut self, env: Envelope, len: usize, msg: M) -> Option<Matched<R, M>> {
+        if let Some(i) = self.posted.iter().position(|p| p.pattern.accepts(&env)) {
+            let p = self.posted.remove(i).expect("position is in range");
+            return Some(Matched {
+                recv: p.recv,
+                env,
+                len,
+                msg,
+            });
+        }
+        self.unexpected_bytes += len;
+        self.unexpected.push_back(Unexpected { env, len, msg });
+        None
+    }
+
+    /// The earliest waiting message a receive with `pattern` would get, without
+    /// taking it (MPI_Iprobe).
+    pub fn probe(&self, pattern: &Pattern) -> Option<(Envelope, usize)> {
+        self.unexpected
+            .iter()
+            .find(|u| pattern.accepts(&u.env))
+            .map(|u| (u.env, u.len))
+    }
+
+    /// Withdraw a posted receive that has not matched yet.
+    pub fn cancel(&mut self, id: PostId) -> Option<R> {
+        let i = self.posted.iter().position(|p| p.id == id)?;
+        self.posted.remove(i).map(|p| p.recv)
+    }
+
+    /// Remove the receives posted for `peer` and the messages waiting from it
+    /// (the peer failed): the receives come back to be completed with an error.
+    pub fn remove_peer(&mut self, peer: PeerId) -> Vec<R> {
+        let mut out = Vec::new();
+        let mut keep = VecDeque::with_capacity(self.posted.len());
+        for p in self.posted.drain(..) {
+            if p.pattern.source == Source::Peer(peer) {
+                out.push(p.recv);
+            } else {
+                keep.push_back(p);
+            }
+        }
+        self.posted = keep;
+        let before = self.unexpected.len();
+        self.unexpected.retain(|u| u.env.source != peer);
+        if self.unexpected.len() != before {
+            self.unexpected_bytes = self.unexpected.iter().map(|u| u.len).sum();
+        }
+        out
+    }
+
+    /// Bytes of messages waiting unexpected.
+    pub fn unexpected_bytes(&self) -> usize {
+        self.unexpected_bytes
+    }
+
+    /// Messages waiting unexpected.
+    pub fn unexpected_len(&self) -> usize {
+        self.unexpected.len()
+    }
+
+    /// Receives posted and not matched.
+    pub fn posted_len(&self) -> usize {
+        self.posted.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn env(source: PeerId, tag: u32) -> Envelope {
+        Envelope {
+            source,
+            tag,
+            context: 0,
+        }
+    }
+
+    fn pat(source: Source, tag: Tag) -> Pattern {
+        Pattern {
+            source,
+            tag,
+            context: 0,
+        }
+    }
+
+    #[test]
+    fn posted_first_or_arrived_first() {
+        let mut m: Matcher<&str, u32> = Matcher::new();
+        assert!(matches!(
+            m.post(pat(Source::Peer(1), Tag::Is(5)), "r1"),
+            Posting::Queued(_)
+        ));
+        let got = m
+            .arrive(env(1, 5), 10, 100)
+            .expect("matches the posted receive");
+        assert_eq!((got.recv, got.msg, got.len), ("r1", 100, 10));
+        assert!(m.arrive(env(1, 6), 20, 200).is_none());
+        assert_eq!(m.unexpected_bytes(), 20);
+        match m.post(pat(Source::Peer(1), Tag::Is(6)), "r2") {
+            Posting::Matched(x) => assert_eq!((x.recv, x.msg, x.env), ("r2", 200, env(1, 6))),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(m.unexpected_bytes(), 0);
+    }
+
+    #[test]
+    fn wildcards_and_contexts() {
+        let mut m: Matcher<u32, u32> = Matcher::new();
+        m.post(pat(Source::Any, Tag::Is(3)), 1);
+        m.post(pat(Source::Peer(2), Tag::Any), 2);
+        m.post(
+            Pattern {
+                source: Source::Any,
+                tag: Tag::Any,
+                context: 9,
+            },
+            3,
+        );
+        assert_eq!(
+            m.arrive(env(2, 3), 0, 0).unwrap().recv,
+            1,
+            "earliest posted wins"
+        );
+        assert_eq!(m.arrive(env(2, 3), 0, 0).unwrap().recv, 2);
+        assert!(
+            m.arrive(env(4, 4), 0, 0).is_none(),
+            "context 9 receive does not see context 0"
+        );
+        let e9 = Envelope {
+            source: 4,
+            tag: 4,
+            context: 9,
+        };
+        assert_eq!(m.arrive(e9, 0, 0).unwrap().recv, 3);
+    }
+
+    #[test]
+    fn non_overtaking() {
+        let mut m: Matcher<u32, u32> = Matcher::new();
+        m.arrive(env(1, 7), 0, 1);
+        m.arrive(env(1, 7), 0, 2);
+        m.arrive(env(1, 8), 0, 3);
+        let take = |m: &mut Matcher<u32, u32>, p| match m.post(p, 0) {
+            Posting::Matched(x) => x.msg,
+            Posting::Queued(_) => panic!("nothing matched"),
+        };
+        assert_eq!(take(&mut m, pat(Source::Any, Tag::Any)), 1);
+        assert_eq!(
+            take(&mut m, pat(Source::Peer(1), Tag::Is(8))),
+            3,
+            "a tag selects past earlier messages"
+        );
+        assert_eq!(take(&mut m, pat(Source::Peer(1), Tag::Any)), 2);
+    }
+
+    #[test]
+    fn probe_cancel_and_peer_removal() {
+        let mut m: Matcher<u32, u32> = Matcher::new();
+        assert_eq!(m.probe(&pat(Source::Any, Tag::Any)), None);
+        m.arrive(env(3, 1), 42, 0);
+        assert_eq!(m.probe(&pat(Source::Any, Tag::Any)), Some((env(3, 1), 42)));
+        assert_eq!(m.unexpected_len(), 1, "probe leaves the message");
+        let Posting::Queued(id) = m.post(pat(Source::Peer(5), Tag::Any), 7) else {
+            panic!()
+        };
+        assert_eq!(m.cancel(id), Some(7));
+        assert_eq!(m.cancel(id), None, "cancel twice");
+        assert!(
+            m.arrive(env(5, 0), 0, 0).is_none(),
+            "cancelled receive does not match"
+        );
+        m.post(pat(Source::Peer(5), Tag::Is(99)), 8);
+        m.post(pat(Source::Any, Tag::Is(99)), 9);
+        assert_eq!(m.remove_peer(5), vec![8]);
+        assert_eq!(m.posted_len(), 1);
+        assert_eq!((m.unexpected_len(), m.unexpected_bytes()), (1, 42));
+        assert_eq!(m.remove_peer(3), Vec::<u32>::new());
+        assert_eq!((m.unexpected_len(), m.unexpected_bytes()), (0, 0));
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Post(Option<u32>, Option<u32>),
+        Arrive(u32, u32),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (proptest::option::of(0..3u32), proptest::option::of(0..3u32))
+                .prop_map(|(s, t)| Op::Post(s, t)),
+            (0..3u32, 0..3u32).prop_map(|(s, t)| Op::Arrive(s, t)),
+        ]
+    }
+
+    proptest! {
+        /// Every message is received at most once, every receive gets at most
+        /// one message, and no message overtakes an earlier one from the same
+        /// source that the same receive would also accept.
+        #[test]
+        fn mpi_rules_hold(ops in proptest::collection::vec(op(), 1..200)) {
+            let mut m: Matcher<usize, usize> = Matcher::new();
+            let mut arrived: Vec<Envelope> = Vec::new();
+            let mut pats: Vec<Pattern> = Vec::new();
+            let mut msg_taken = Vec::new();
+            let mut recv_done = Vec::new();
+            let check = |x: &Matched<usize, usize>, msg_taken: &mut Vec<bool>, recv_done: &mut Vec<bool>, arrived: &[Envelope], pats: &[Pattern]| {
+                assert!(!msg_taken[x.msg], "message received twice");
+                assert!(!recv_done[x.recv], "receive completed twice");
+                let p = pats[x.recv];
+                assert!(p.accepts(&x.env));
+                for (earlier, e) in arrived.iter().enumerate().take(x.msg) {
+                    if e.source == x.env.source && p.accepts(e) {
+                        assert!(msg_taken[earlier], "message {} overtook {earlier}", x.msg);
+                    }
+                }
+                msg_taken[x.msg] = true;
+                recv_done[x.recv] = true;
+            };
+            for o in ops {
+                match o {
+                    Op::Post(s, t) => {
+                        let p = pat(s.map_or(Source::Any, Source::Peer), t.map_or(Tag::Any, Tag::Is));
+                        pats.push(p);
+                        recv_done.push(false);
+                        if let Posting::Matched(x) = m.post(p, pats.len() - 1) {
+                            check(&x, &mut msg_taken, &mut recv_done, &arrived, &pats);
+                        }
+                    }
+                    Op::Arrive(s, t) => {
+                        arrived.push(env(s, t));
+                        msg_taken.push(false);
+                        if let Some(x) = m.arrive(env(s, t), 1, arrived.len() - 1) {
+                            check(&x, &mut msg_taken, &mut recv_done, &arrived, &pats);
+                        }
+                    }
+                }
+            }
+            // Nothing waits that a waiting receive would accept.
+            let waiting = msg_taken.iter().filter(|t| !**t).count();
+            prop_assert_eq!(waiting, m.unexpected_len());
+            prop_assert_eq!(m.unexpected_bytes(), waiting);
+            for (i, p) in pats.iter().enumerate() {
+                if !recv_done[i] {
+                    prop_assert!(m.probe(p).is_none(), "receive {} left waiting beside a message it accepts", i);
+                }
+            }
+        }
+    }
+}
