@@ -34,12 +34,17 @@ impl Background {
         let marker = ready.to_string();
         thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if line.contains(&marker) {
+                let ready = line.contains(&marker);
+                {
+                    let mut o = out.lock().unwrap_or_else(|p| p.into_inner());
+                    o.push_str(&line);
+                    o.push('\n');
+                }
+                // After the line is recorded: `output()` right after `spawn`
+                // returns must contain the ready line.
+                if ready {
                     let _ = tx.send(());
                 }
-                let mut o = out.lock().unwrap_or_else(|p| p.into_inner());
-                o.push_str(&line);
-                o.push('\n');
             }
         });
         let mut stderr = child.stderr.take().expect("piped");
