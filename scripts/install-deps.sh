@@ -6,7 +6,11 @@ set -euo pipefail
 # iproute2: ip netns/link for the test hosts; iputils-ping: IPv4 checks in the
 # harness tests; util-linux: setpriv for the no-privilege tests; procps: pgrep;
 # tshark: checks that PcapWriter captures open in Wireshark's reader.
-PACKAGES=(iproute2 iputils-ping util-linux procps tshark)
+# clang, llvm, libbpf-dev, linux-libc-dev: xdp-prog compiles its XDP program
+# (clang -target bpf, <bpf/bpf_helpers.h>, <linux/bpf.h>); libelf-dev,
+# zlib1g-dev, pkg-config: the vendored libbpf that libbpf-sys builds.
+PACKAGES=(iproute2 iputils-ping util-linux procps tshark
+          clang llvm libbpf-dev linux-libc-dev libelf-dev zlib1g-dev pkg-config)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
