@@ -27,11 +27,13 @@
 //! for multi-buffer and needs nothing special at MTU 1500.
 //!
 //! # Transmit kicks
-//! Copy mode transmits inside `sendto`, at most 32 descriptors per call
-//! (the kernel's `TX_BATCH_SIZE`). Frames are batched in the TX ring and
-//! pushed by [`Device::flush`] (or when [`AfXdpConfig::tx_batch`] descriptors
-//! wait), which kicks until the ring is drained or the kernel stops making
-//! progress. Zero-copy kicks only when the kernel sets `need_wakeup`.
+//! Copy mode transmits inside `sendto`, by default at most 32 descriptors
+//! per call (the kernel's `TX_BATCH_SIZE`); on Linux 6.17+ the socket raises
+//! that to its whole TX ring (`XDP_MAX_TX_SKB_BUDGET`), which matters for
+//! multi-buffer frames (16 descriptors each at MTU 65000). Frames are batched
+//! in the TX ring and pushed by [`Device::flush`] (or when
+//! [`AfXdpConfig::tx_batch`] frames wait), which kicks until the ring is
+//! drained or the kernel stops making progress. Zero-copy kicks only when the kernel sets `need_wakeup`.
 //!
 //! # Waiting
 //! [`Device::wait`] spins on the RX rings for [`AfXdpConfig::busy_poll`],
@@ -88,7 +90,7 @@ pub struct AfXdpConfig {
     pub rx_chunks: u32,
     /// TX slots (whole frames written but not yet completed), per socket.
     pub tx_frames: u32,
-    /// Descriptors pending before [`Device::transmit`] kicks by itself; also
+    /// Frames pending before [`Device::transmit`] kicks by itself; also
     /// [`Capabilities::max_burst`].
     pub tx_batch: usize,
     /// How long [`Device::wait`] spins on the RX rings before sleeping.
@@ -619,7 +621,7 @@ impl Device for AfXdp {
         if let Some(e) = self.pending_error.take() {
             return Err(e);
         }
-        // Copy mode sends at most 32 descriptors per kick: repeat while the
+        // Copy mode may send only 32 descriptors per kick: repeat while the
         // kernel makes progress.
         loop {
             let before = self.tx_queue().tx_outstanding();

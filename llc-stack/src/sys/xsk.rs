@@ -289,7 +289,7 @@ pub(crate) struct Xsk {
     tx_free: Vec<u32>,
     /// Descriptors of each TX slot not completed yet.
     tx_inflight: Vec<u32>,
-    /// Descriptors submitted since the last kick.
+    /// Frames submitted since the last kick.
     tx_unkicked: u32,
     /// RX chunks to give back to the fill ring.
     fill_backlog: Vec<u64>,
@@ -303,6 +303,9 @@ pub(crate) struct Xsk {
 // SAFETY: the mappings are process-wide memory with no thread affinity and
 // the socket is a plain descriptor; moving the owner moves the only handle.
 unsafe impl Send for Xsk {}
+
+/// `XDP_MAX_TX_SKB_BUDGET` (linux/if_xdp.h, 6.17; not yet in libc).
+const XDP_MAX_TX_SKB_BUDGET: libc::c_int = 9;
 
 /// Hand the backlog to the fill ring once this many chunks are waiting (or
 /// whenever the RX ring is empty).
@@ -372,6 +375,13 @@ impl Xsk {
         ];
         for (opt, size) in sizes {
             setsockopt(fd.as_fd(), opt, &(size as libc::c_int)).map_err(rings)?;
+        }
+        // Linux 6.17+: let one `sendto` in copy mode transmit the whole TX
+        // ring instead of 32 descriptors (`XDP_MAX_TX_SKB_BUDGET`). Older
+        // kernels refuse the option; then `flush` kicks repeatedly.
+        let budget = params.tx_size();
+        if let Err(e) = setsockopt(fd.as_fd(), XDP_MAX_TX_SKB_BUDGET, &budget) {
+            tracing::debug!(error = %e, "XDP_MAX_TX_SKB_BUDGET refused: 32 descriptors per kick");
         }
         // SAFETY: xdp_mmap_offsets is plain old data; all-zero is valid.
         let mut off: libc::xdp_mmap_offsets = unsafe { mem::zeroed() };
@@ -650,7 +660,7 @@ impl Xsk {
         })
     }
 
-    /// TX descriptors submitted since the last kick.
+    /// TX frames submitted since the last kick.
     pub fn tx_unkicked(&self) -> u32 {
         self.tx_unkicked
     }
@@ -661,7 +671,7 @@ impl Xsk {
     }
 
     /// Wake the kernel's transmit path if it asked for it (always in copy
-    /// mode): one `sendto`, which in copy mode transmits up to 32
+    /// mode): one `sendto`, which in copy mode transmits up to the budget
     /// descriptors before returning. "Try again" answers are `Ok(false)`.
     pub fn kick(&mut self) -> io::Result<bool> {
         self.tx_unkicked = 0;
@@ -823,7 +833,7 @@ impl TxSlot<'_> {
         }
         self.xsk.tx.submit(n);
         self.xsk.tx_inflight[slot as usize] = n;
-        self.xsk.tx_unkicked += n;
+        self.xsk.tx_unkicked += 1;
     }
 }
 
