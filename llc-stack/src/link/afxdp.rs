@@ -690,6 +690,12 @@ mod tests {
     }
 
     #[test]
+    fn device_can_move_to_another_thread() {
+        fn is_send<T: Send>() {}
+        is_send::<AfXdp>();
+    }
+
+    #[test]
     fn config_is_checked() {
         assert!(AfXdpConfig::default().validate().is_ok());
         let bad = AfXdpConfig {

@@ -497,6 +497,8 @@ impl Xsk {
             self.fill.write(i as u32, addr);
         }
         self.fill.submit(n as u32);
+        // A zero-copy driver that ran out of chunks waits to be poked.
+        self.wake_rx_if_needed();
     }
 
     /// Give the RX chunk holding byte `addr` back (via the backlog).
