@@ -44,7 +44,8 @@ struct Args {
     /// Print one JSON document instead of the table.
     #[arg(long)]
     json: bool,
-    /// LLC backends to measure, comma-separated (llc-ping --backend values).
+    /// LLC backends to measure, comma-separated: llc-ping --backend values,
+    /// plus `xdp-generic` (AF_XDP with generic XDP).
     #[arg(long, default_value = "packet,xdp", value_delimiter = ',')]
     backends: Vec<String>,
     /// The llc-ping binary (default: next to this program).
@@ -126,13 +127,12 @@ fn run(args: &Args) -> Result<()> {
     ));
     let responder = |backend: &str| {
         Background::spawn(
-            hosts.b.ns.command(&llc_ping).args([
-                "--respond",
-                "-I",
-                &hosts.b.ifname,
-                "--backend",
-                backend,
-            ]),
+            hosts
+                .b
+                .ns
+                .command(&llc_ping)
+                .args(["--respond", "-I", &hosts.b.ifname])
+                .args(backend_args(backend)),
             "responding on",
             Duration::from_secs(10),
         )
@@ -232,6 +232,14 @@ fn run(args: &Args) -> Result<()> {
     Ok(())
 }
 
+/// llc-ping arguments selecting `backend` (see `Args::backends`).
+fn backend_args(backend: &str) -> Vec<&str> {
+    match backend {
+        "xdp-generic" => vec!["--backend", "xdp", "--xdp-attach", "generic"],
+        b => vec!["--backend", b],
+    }
+}
+
 fn llc_ping_json(
     hosts: &TwoHosts,
     bin: &PathBuf,
@@ -241,16 +249,10 @@ fn llc_ping_json(
     reliable: bool,
 ) -> Result<serde_json::Value> {
     let mut cmd: Command = hosts.a.ns.command("timeout");
-    cmd.arg("300").arg(bin).args([
-        "-I",
-        &hosts.a.ifname,
-        "--backend",
-        backend,
-        "-i",
-        "0",
-        "-q",
-        "--json",
-    ]);
+    cmd.arg("300")
+        .arg(bin)
+        .args(["-I", &hosts.a.ifname, "-i", "0", "-q", "--json"])
+        .args(backend_args(backend));
     cmd.args(["-c", &args.count.to_string(), "-s", &args.size.to_string()]);
     if reliable {
         cmd.arg("--reliable");
