@@ -2,70 +2,80 @@
 
 use std::time::Duration;
 
-/// Smoothed RTT, its variation, and the timeout derived from them.
+/// Smoothed RTT, its variation, and the timeout derived from them. Kept in
+/// integer nanoseconds: this runs on every acknowledgement, and `Duration`
+/// arithmetic (seconds plus normalised nanoseconds) costs several times more.
 #[derive(Clone, Debug)]
 pub struct RttEstimator {
-    srtt: Option<Duration>,
-    rttvar: Duration,
-    min_rto: Duration,
-    max_rto: Duration,
-    initial_rto: Duration,
-    latest: Duration,
+    /// Smoothed RTT; 0 before the first sample.
+    srtt: u64,
+    rttvar: u64,
+    min_rto: u64,
+    max_rto: u64,
+    initial_rto: u64,
+    latest: u64,
+}
+
+fn nanos(d: Duration) -> u64 {
+    d.as_nanos().min(u64::MAX as u128) as u64
 }
 
 impl RttEstimator {
     /// An estimator with no samples yet.
     pub fn new(initial_rto: Duration, min_rto: Duration, max_rto: Duration) -> Self {
         RttEstimator {
-            srtt: None,
-            rttvar: Duration::ZERO,
-            min_rto,
-            max_rto,
-            initial_rto,
-            latest: Duration::ZERO,
+            srtt: 0,
+            rttvar: 0,
+            min_rto: nanos(min_rto),
+            max_rto: nanos(max_rto),
+            initial_rto: nanos(initial_rto),
+            latest: 0,
         }
     }
 
     /// Feed one RTT sample.
     pub fn sample(&mut self, rtt: Duration) {
+        let rtt = nanos(rtt).max(1);
         self.latest = rtt;
-        match self.srtt {
-            None => {
-                self.srtt = Some(rtt);
-                self.rttvar = rtt / 2;
-            }
-            Some(srtt) => {
-                let err = srtt.abs_diff(rtt);
-                self.rttvar = (self.rttvar * 3 + err) / 4;
-                self.srtt = Some((srtt * 7 + rtt) / 8);
-            }
+        if self.srtt == 0 {
+            self.srtt = rtt;
+            self.rttvar = rtt / 2;
+        } else {
+            let err = self.srtt.abs_diff(rtt);
+            self.rttvar = (self.rttvar * 3 + err) / 4;
+            self.srtt = (self.srtt * 7 + rtt) / 8;
         }
     }
 
     /// Smoothed RTT (zero before the first sample).
     pub fn srtt(&self) -> Duration {
-        self.srtt.unwrap_or(Duration::ZERO)
+        Duration::from_nanos(self.srtt)
     }
 
     /// Most recent sample.
     pub fn latest(&self) -> Duration {
-        self.latest
+        Duration::from_nanos(self.latest)
+    }
+
+    fn rto_nanos(&self) -> u64 {
+        if self.srtt == 0 {
+            self.initial_rto
+        } else {
+            (self.srtt + self.rttvar * 4).clamp(self.min_rto, self.max_rto)
+        }
     }
 
     /// Retransmission timeout before back-off.
     pub fn rto(&self) -> Duration {
-        match self.srtt {
-            None => self.initial_rto,
-            Some(srtt) => (srtt + self.rttvar * 4).clamp(self.min_rto, self.max_rto),
-        }
+        Duration::from_nanos(self.rto_nanos())
     }
 
-    /// Timeout after `backoff` doublings, capped.
+    /// Timeout after `backoff` doublings, capped at the maximum (or at the
+    /// base timeout when that is larger, e.g. the initial one).
     pub fn rto_backed_off(&self, backoff: u32) -> Duration {
-        let base = self.rto();
-        base.checked_mul(1u32 << backoff.min(16))
-            .unwrap_or(self.max_rto)
-            .min(self.max_rto.max(base))
+        let base = self.rto_nanos();
+        let backed = base.saturating_mul(1u64 << backoff.min(32));
+        Duration::from_nanos(backed.min(self.max_rto.max(base)))
     }
 }
 

@@ -162,8 +162,13 @@ fn parse_transport(llc_span: &[u8]) -> Result<TransportFrame<'_>, WireError> {
     if sack_count > transport::MAX_SACK_BLOCKS {
         return Err(WireError::BadSackCount);
     }
-    let (sacks, after) = <[SackBlock]>::ref_from_prefix_with_elems(after, sack_count)
-        .map_err(|_| WireError::Truncated)?;
+    // Most frames carry no SACK block: skip the slice-layout computation then.
+    let (sacks, after): (&[SackBlock], &[u8]) = if sack_count == 0 {
+        (&[], after)
+    } else {
+        <[SackBlock]>::ref_from_prefix_with_elems(after, sack_count)
+            .map_err(|_| WireError::Truncated)?
+    };
     let payload = after
         .get(..header.payload_len.get() as usize)
         .ok_or(WireError::Truncated)?;
