@@ -123,7 +123,10 @@ fn spin_send(dev: &mut AfPacket, f: impl FnOnce(&mut [u8]) -> usize) {
 /// Keep the calling thread on one CPU, so the two busy-polling sides do not
 /// end up time-sharing a core (a round trip would then cost a time slice).
 fn pin_to_cpu(cpu: usize) {
-    let cpus = thread::available_parallelism().map_or(1, |n| n.get());
+    // Online CPUs, not `available_parallelism` (which reports the calling
+    // thread's affinity mask, inherited from an already pinned parent).
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
     if cpus < 2 {
         return;
     }
