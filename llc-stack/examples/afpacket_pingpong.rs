@@ -16,7 +16,7 @@
 use std::thread;
 use std::time::{Duration, Instant as StdInstant};
 
-use llc_stack::link::afpacket::{AfPacket, AfPacketConfig, AfPacketStats, TxMode};
+use llc_stack::link::afpacket::{AfPacket, AfPacketConfig, AfPacketStats};
 use llc_stack::link::{Device, RxToken, TxToken};
 use llc_stack::Instant;
 use vm_tests::{Host, TwoHosts};
@@ -34,7 +34,6 @@ struct Args {
     mtu: u32,
     rounds: usize,
     secs: f64,
-    tx: TxMode,
 }
 
 fn parse_args() -> Args {
@@ -42,7 +41,6 @@ fn parse_args() -> Args {
         mtu: 1500,
         rounds: 100_000,
         secs: 2.0,
-        tx: TxMode::Ring,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -50,13 +48,6 @@ fn parse_args() -> Args {
         match arg.as_str() {
             "--rounds" => args.rounds = value("--rounds").parse().expect("--rounds N"),
             "--secs" => args.secs = value("--secs").parse().expect("--secs S"),
-            "--tx" => {
-                args.tx = match value("--tx").as_str() {
-                    "ring" => TxMode::Ring,
-                    "sendmmsg" => TxMode::Sendmmsg,
-                    other => panic!("--tx ring|sendmmsg, not {other}"),
-                }
-            }
             "-h" | "--help" => {
                 println!("usage: afpacket_pingpong [MTU] [--rounds N] [--secs S]");
                 std::process::exit(0);
@@ -151,10 +142,9 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[i]
 }
 
-fn pingpong(hosts: &TwoHosts, rounds: usize, tx: TxMode) {
+fn pingpong(hosts: &TwoHosts, rounds: usize) {
     let config = AfPacketConfig {
         tx_batch: 1,
-        tx_mode: tx,
         ..AfPacketConfig::default()
     };
     let mut a = open(&hosts.a, config.clone());
@@ -209,7 +199,7 @@ fn pingpong(hosts: &TwoHosts, rounds: usize, tx: TxMode) {
     );
 }
 
-fn stream(hosts: &TwoHosts, mtu: usize, secs: f64, tx: TxMode) {
+fn stream(hosts: &TwoHosts, mtu: usize, secs: f64) {
     // About 32 MiB of RX ring, at least 64 and at most 4096 frames.
     let rx_frames = (32 << 20) / (mtu + 100);
     let rx_frames = rx_frames.clamp(64, 4096);
@@ -217,9 +207,7 @@ fn stream(hosts: &TwoHosts, mtu: usize, secs: f64, tx: TxMode) {
     let ack_every = (window / 4).max(1) as u64;
     let config = AfPacketConfig {
         rx_ring_frames: rx_frames,
-        tx_ring_frames: 256.min(window),
         tx_batch: 32.min(window),
-        tx_mode: tx,
         ..AfPacketConfig::default()
     };
     let mut a = open(&hosts.a, config.clone());
@@ -334,7 +322,6 @@ fn main() {
         hosts.b.ns.name(),
         args.mtu
     );
-    println!("TX mode {:?}", args.tx);
-    pingpong(&hosts, args.rounds, args.tx);
-    stream(&hosts, args.mtu as usize, args.secs, args.tx);
+    pingpong(&hosts, args.rounds);
+    stream(&hosts, args.mtu as usize, args.secs);
 }
