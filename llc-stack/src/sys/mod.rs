@@ -616,8 +616,9 @@ impl Drop for RxSlot<'_> {
 
 /// A batch of frames in one owned buffer, sent with one `sendmmsg`.
 ///
-/// The message headers point into the buffer once, at construction; heap
-/// memory of a boxed slice does not move when the batch does.
+/// The I/O vectors and message headers are allocated once; `send` points
+/// them at the pending frames just before the call, so they never hold a
+/// pointer across a borrow of the buffer.
 pub(crate) struct FrameBatch {
     buf: Box<[u8]>,
     stride: usize,
@@ -629,35 +630,30 @@ pub(crate) struct FrameBatch {
     sent: usize,
 }
 
-// SAFETY: the raw pointers in `iov` and `msgs` point into this batch's own
-// heap allocations, which move with it; nothing is shared with other threads.
+// SAFETY: the raw pointers in `iov` and `msgs` only ever point into this
+// batch's own heap allocations (set in `send`, used during that call).
 unsafe impl Send for FrameBatch {}
 
 impl FrameBatch {
     /// Room for `capacity` frames of up to `stride` bytes.
     pub fn new(capacity: usize, stride: usize) -> FrameBatch {
-        let mut buf = vec![0u8; capacity * stride].into_boxed_slice();
-        let base = buf.as_mut_ptr();
-        let mut iov: Box<[libc::iovec]> = (0..capacity)
-            .map(|i| libc::iovec {
-                // In bounds: i < capacity, so i * stride < buf.len() (or 0).
-                iov_base: base.wrapping_add(i * stride).cast(),
+        let iov = (0..capacity)
+            .map(|_| libc::iovec {
+                iov_base: std::ptr::null_mut(),
                 iov_len: 0,
             })
             .collect();
-        let iov_base = iov.as_mut_ptr();
         let msgs = (0..capacity)
-            .map(|i| {
+            .map(|_| {
                 // SAFETY: mmsghdr is plain old data; all-zero is valid (no
-                // address, no control data).
+                // address, no control data, no I/O vector yet).
                 let mut m: libc::mmsghdr = unsafe { mem::zeroed() };
-                m.msg_hdr.msg_iov = iov_base.wrapping_add(i);
                 m.msg_hdr.msg_iovlen = 1;
                 m
             })
             .collect();
         FrameBatch {
-            buf,
+            buf: vec![0u8; capacity * stride].into_boxed_slice(),
             stride,
             iov,
             msgs,
@@ -698,8 +694,7 @@ impl FrameBatch {
         if n == 0 {
             return Ok(0);
         }
-        // Re-derive the pointers from the current borrows of the buffers, so
-        // they are valid after the `&mut` accesses made while writing frames.
+        // Point the vectors and headers at the pending frames.
         let base = self.buf.as_mut_ptr();
         for i in self.sent..self.count {
             self.iov[i].iov_base = base.wrapping_add(i * self.stride).cast();
