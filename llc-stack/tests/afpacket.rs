@@ -277,6 +277,48 @@ fn down_interface_is_reported_plainly() {
 }
 
 #[test]
+fn flush_reports_an_interface_taken_down_and_recovers() {
+    require_root!();
+    let hosts = TwoHosts::new(1500).expect("test hosts");
+    let mut a = open(&hosts.a, AfPacketConfig::default());
+    let mut b = open(&hosts.b, AfPacketConfig::default());
+    let frame = llc_frame(b.mac(), a.mac(), SAP, &pattern(100, 1));
+    let link = |state: &str| {
+        hosts
+            .a
+            .ns
+            .ip(&["link", "set", "dev", &hosts.a.ifname, state])
+            .expect("ip link set")
+    };
+
+    link("down");
+    queue(&mut a, &frame);
+    let err = a.flush(Instant::now()).expect_err("sending on a down link");
+    assert_eq!(err.raw_os_error(), Some(libc::ENETDOWN), "{err}");
+    assert_eq!(a.stats().tx_errors, 1);
+
+    // The frame stayed queued and goes out once the link is back.
+    link("up");
+    a.flush(Instant::now()).expect("flush after link up");
+    assert_eq!(recv(&mut b), frame);
+
+    // A flap while nobody sends leaves a socket error behind: wait() reports
+    // it once and then blocks again instead of returning at once forever.
+    link("down");
+    link("up");
+    let err = a.wait(Some(TIMEOUT)).expect_err("the flap is reported");
+    assert_eq!(err.raw_os_error(), Some(libc::ENETDOWN), "{err}");
+    let begin = StdInstant::now();
+    a.wait(Some(Duration::from_millis(100))).expect("wait");
+    assert!(
+        begin.elapsed() >= Duration::from_millis(90),
+        "wait did not block"
+    );
+    send(&mut a, &frame);
+    assert_eq!(recv(&mut b), frame);
+}
+
+#[test]
 fn mtu_65000_carries_a_65000_byte_payload() {
     require_root!();
     let hosts = TwoHosts::new(65000).expect("test hosts");

@@ -346,15 +346,23 @@ impl AfPacket {
         if pending == 0 {
             return Ok(());
         }
-        let result = self.tx.send(self.fd.as_fd());
+        let mut result = self.tx.send(self.fd.as_fd());
         self.counters.tx_kicks += 1;
+        if matches!(&result, Err(e) if !is_try_again(e)) {
+            // A socket error recorded earlier (the link went down and came
+            // back up; a previous batch failed part-way) is returned, and
+            // cleared, by the next send, which then sends nothing. Only a
+            // second failure is news.
+            result = self.tx.send(self.fd.as_fd());
+            self.counters.tx_kicks += 1;
+        }
         match result {
             Ok(sent) if sent == pending => Ok(()),
             Ok(_) => {
                 self.counters.tx_kick_retries += 1;
                 Ok(())
             }
-            Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::ENOBUFS)) => {
+            Err(e) if is_try_again(&e) => {
                 self.counters.tx_kick_retries += 1;
                 Ok(())
             }
@@ -364,6 +372,12 @@ impl AfPacket {
             }
         }
     }
+}
+
+/// "Try again later" from a send: the socket buffer or the driver's queue
+/// is full (`EAGAIN`, `ENOBUFS`); nothing is wrong.
+fn is_try_again(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::ENOBUFS))
 }
 
 /// A received frame lent in place from the RX ring; the slot goes back to the
@@ -462,7 +476,18 @@ impl Device for AfPacket {
         if self.rx.ready() {
             return Ok(());
         }
-        sys::poll_readable(self.fd.as_fd(), timeout).map(|_| ())
+        match sys::poll_in(self.fd.as_fd(), timeout)? {
+            sys::Readiness::Readable | sys::Readiness::Nothing => Ok(()),
+            // A pending socket error makes every poll return at once until
+            // it is read, so read it here. The kernel records the link going
+            // down (ENETDOWN), which the caller should hear about, and the
+            // error of a partly sent batch, which is no news (`kick` keeps
+            // the unsent frames).
+            sys::Readiness::Error => match sys::take_socket_error(self.fd.as_fd())? {
+                Some(e) if !is_try_again(&e) => Err(e),
+                _ => Ok(()),
+            },
+        }
     }
 
     fn capabilities(&self) -> Capabilities {

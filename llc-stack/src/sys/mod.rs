@@ -288,9 +288,20 @@ pub(crate) fn packet_statistics(fd: BorrowedFd<'_>) -> io::Result<(u32, u32)> {
     Ok((stats.tp_packets, stats.tp_drops))
 }
 
-/// Wait until `fd` is readable or `timeout` passes (`None`: forever).
-/// Returns whether it is readable; `EINTR` counts as a spurious wake-up.
-pub(crate) fn poll_readable(fd: BorrowedFd<'_>, timeout: Option<Duration>) -> io::Result<bool> {
+/// What [`poll_in`] saw.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Readiness {
+    /// Readable.
+    Readable,
+    /// A socket error is pending (read it with [`take_socket_error`]).
+    Error,
+    /// The timeout passed, or a signal interrupted the wait.
+    Nothing,
+}
+
+/// Wait until `fd` is readable or has an error pending, or `timeout` passes
+/// (`None`: forever; rounded up to whole milliseconds).
+pub(crate) fn poll_in(fd: BorrowedFd<'_>, timeout: Option<Duration>) -> io::Result<Readiness> {
     let timeout_ms = match timeout {
         None => -1,
         Some(t) => {
@@ -306,10 +317,27 @@ pub(crate) fn poll_readable(fd: BorrowedFd<'_>, timeout: Option<Duration>) -> io
     };
     // SAFETY: `pfd` is one valid, writable pollfd for the duration of the call.
     match syscall!(poll(&mut pfd, 1, timeout_ms)) {
-        Ok(n) => Ok(n > 0 && pfd.revents & (libc::POLLIN | libc::POLLERR) != 0),
-        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(false),
+        Ok(0) => Ok(Readiness::Nothing),
+        Ok(_) if pfd.revents & libc::POLLERR != 0 => Ok(Readiness::Error),
+        Ok(_) => Ok(Readiness::Readable),
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(Readiness::Nothing),
         Err(e) => Err(e),
     }
+}
+
+/// Read and clear the socket's pending error (`SO_ERROR`), if any.
+pub(crate) fn take_socket_error(fd: BorrowedFd<'_>) -> io::Result<Option<io::Error>> {
+    let mut err: libc::c_int = 0;
+    let mut len = mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `err` is writable for `len` bytes and `len` is writable.
+    syscall!(getsockopt(
+        fd.as_raw_fd(),
+        libc::SOL_SOCKET,
+        libc::SO_ERROR,
+        (&mut err as *mut libc::c_int).cast::<libc::c_void>(),
+        &mut len,
+    ))?;
+    Ok((err != 0).then(|| io::Error::from_raw_os_error(err)))
 }
 
 // ---------------------------------------------------------------------------
