@@ -95,7 +95,7 @@ fn spin_recv<R>(dev: &mut AfPacket, f: impl FnOnce(&[u8]) -> R) -> R {
     }
 }
 
-/// Spin until the TX ring has room, write one frame with `f`, flush.
+/// Spin until the device has TX room, write one frame with `f`, flush.
 fn spin_send(dev: &mut AfPacket, f: impl FnOnce(&mut [u8]) -> usize) {
     let start = StdInstant::now();
     let token = loop {

@@ -64,7 +64,10 @@ fn queue(dev: &mut AfPacket, frame: &[u8]) {
             assert_eq!(n, frame.len());
             return;
         }
-        assert!(StdInstant::now() < deadline, "TX ring stayed full");
+        assert!(
+            StdInstant::now() < deadline,
+            "no TX room within the timeout"
+        );
         dev.flush(Instant::now()).expect("flush");
     }
 }

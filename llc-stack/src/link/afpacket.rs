@@ -1,5 +1,5 @@
-//! `AfPacket`: a raw `AF_PACKET` socket on one interface, with mmap'd
-//! TPACKET_V2 rings for both directions.
+//! `AfPacket`: a raw `AF_PACKET` socket on one interface, with an mmap'd
+//! TPACKET_V2 RX ring and `sendmmsg` batches for TX.
 //!
 //! # What the socket sees
 //! One socket, bound to the interface with `ETH_P_ALL`, behind a classic BPF
@@ -8,7 +8,7 @@
 //! SAP, addressed to this host (unicast to us, broadcast or multicast: frames
 //! a bridge floods to other hosts are rejected) and without a VLAN tag.
 //! The socket is created with protocol 0, so it receives nothing until it is
-//! bound; the filter and rings are installed before the bind, which closes
+//! bound; the filter and the ring are installed before the bind, which closes
 //! the window in which foreign frames could slip in. `PACKET_IGNORE_OUTGOING`
 //! keeps our own transmissions out of our RX ring and `PACKET_QDISC_BYPASS`
 //! sends straight to the driver.
@@ -88,7 +88,7 @@ pub struct AfPacketStats {
     /// Frames the kernel dropped because the RX ring was full
     /// (`PACKET_STATISTICS`).
     pub rx_kernel_drops: u64,
-    /// Frames skipped because the ring slot held only part of them.
+    /// Frames skipped because the RX ring slot held only part of them.
     pub rx_truncated: u64,
     /// Frames written for transmission.
     pub tx_frames: u64,
