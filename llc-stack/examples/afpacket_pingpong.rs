@@ -2,7 +2,7 @@
 //! two network namespaces (needs root; creates and removes its own hosts).
 //!
 //! ```text
-//! cargo run --release -p llc-stack --example afpacket_pingpong -- [MTU] [--rounds N] [--secs S]
+//! cargo run --release -p llc-stack --example afpacket_pingpong -- [MTU] [--rounds N] [--secs S] [--no-copy]
 //! ```
 //!
 //! 1. Ping-pong: 64-byte frames, both sides busy-polling; prints the one-way
@@ -11,7 +11,10 @@
 //! 2. Streaming: full-MTU frames from A to B for `--secs` seconds (default 2)
 //!    with credit-based flow control (B acknowledges every quarter window, A
 //!    keeps at most half of B's RX ring in flight); prints the payload rate
-//!    B received in Gbit/s and the frames the kernel dropped.
+//!    B received in Gbit/s and the frames the kernel dropped. By default the
+//!    sender copies each payload into the TX buffer and the receiver copies it
+//!    out of the RX ring, as an application would; `--no-copy` writes and
+//!    reads only the headers, which measures the device and kernel alone.
 
 use std::thread;
 use std::time::{Duration, Instant as StdInstant};
@@ -34,6 +37,7 @@ struct Args {
     mtu: u32,
     rounds: usize,
     secs: f64,
+    copy: bool,
 }
 
 fn parse_args() -> Args {
@@ -41,6 +45,7 @@ fn parse_args() -> Args {
         mtu: 1500,
         rounds: 100_000,
         secs: 2.0,
+        copy: true,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -48,8 +53,9 @@ fn parse_args() -> Args {
         match arg.as_str() {
             "--rounds" => args.rounds = value("--rounds").parse().expect("--rounds N"),
             "--secs" => args.secs = value("--secs").parse().expect("--secs S"),
+            "--no-copy" => args.copy = false,
             "-h" | "--help" => {
-                println!("usage: afpacket_pingpong [MTU] [--rounds N] [--secs S]");
+                println!("usage: afpacket_pingpong [MTU] [--rounds N] [--secs S] [--no-copy]");
                 std::process::exit(0);
             }
             mtu => args.mtu = mtu.parse().expect("MTU must be a number"),
@@ -199,7 +205,7 @@ fn pingpong(hosts: &TwoHosts, rounds: usize) {
     );
 }
 
-fn stream(hosts: &TwoHosts, mtu: usize, secs: f64) {
+fn stream(hosts: &TwoHosts, mtu: usize, secs: f64, copy: bool) {
     // About 32 MiB of RX ring, at least 64 and at most 4096 frames.
     let rx_frames = (32 << 20) / (mtu + 100);
     let rx_frames = rx_frames.clamp(64, 4096);
@@ -237,9 +243,11 @@ fn stream(hosts: &TwoHosts, mtu: usize, secs: f64) {
                     };
                     last = StdInstant::now();
                     start.get_or_insert(last);
-                    // The application's copy out of the ring.
                     let (kind, len) = token.consume(|f| {
-                        sink[..f.len()].copy_from_slice(f);
+                        if copy {
+                            // The application's copy out of the ring.
+                            sink[..f.len()].copy_from_slice(f);
+                        }
                         (f[17], f.len())
                     });
                     if kind == KIND_END {
@@ -271,8 +279,10 @@ fn stream(hosts: &TwoHosts, mtu: usize, secs: f64) {
                         break;
                     };
                     token.consume(|buf| {
-                        // The application's copy into the ring.
-                        buf[..frame_len].copy_from_slice(&payload);
+                        if copy {
+                            // The application's copy into the TX buffer.
+                            buf[..frame_len].copy_from_slice(&payload);
+                        }
                         write_header(buf, bm, am, mtu);
                         buf[17] = KIND_DATA;
                         frame_len
@@ -297,8 +307,9 @@ fn stream(hosts: &TwoHosts, mtu: usize, secs: f64) {
     let gbits = received as f64 * 8.0 / elapsed.as_secs_f64() / 1e9;
     let frames = sb.rx_frames.saturating_sub(1);
     println!(
-        "stream MTU {mtu}: {gbits:.2} Gbit/s of payload ({:.0} kframes/s, {frames} frames in {:.2} s); \
+        "stream MTU {mtu}{}: {gbits:.2} Gbit/s of payload ({:.0} kframes/s, {frames} frames in {:.2} s); \
          rx ring {rx_frames}, window {window}; kernel drops {}, truncated {}, tx kicks {} (retries {}), tx errors {}",
+        if copy { "" } else { " (no copy)" },
         frames as f64 / elapsed.as_secs_f64() / 1e3,
         elapsed.as_secs_f64(),
         sb.rx_kernel_drops,
@@ -323,5 +334,5 @@ fn main() {
         args.mtu
     );
     pingpong(&hosts, args.rounds);
-    stream(&hosts, args.mtu as usize, args.secs);
+    stream(&hosts, args.mtu as usize, args.secs, args.copy);
 }
