@@ -2,7 +2,7 @@
 //! two network namespaces (needs root; creates and removes its own hosts).
 //!
 //! ```text
-//! cargo run --release -p llc-stack --example afpacket_pingpong -- [MTU] [--rounds N] [--secs S] [--no-copy]
+//! cargo run --release -p llc-stack --example afpacket_pingpong -- [MTU] [--rounds N] [--secs S] [--no-copy] [--ring-mib M]
 //! ```
 //!
 //! 1. Ping-pong: 64-byte frames, both sides busy-polling; prints the one-way
@@ -15,6 +15,7 @@
 //!    sender copies each payload into the TX buffer and the receiver copies it
 //!    out of the RX ring, as an application would; `--no-copy` writes and
 //!    reads only the headers, which measures the device and kernel alone.
+//!    B's RX ring takes about `--ring-mib` MiB (default 32).
 
 use std::thread;
 use std::time::{Duration, Instant as StdInstant};
@@ -38,6 +39,7 @@ struct Args {
     rounds: usize,
     secs: f64,
     copy: bool,
+    ring_mib: usize,
 }
 
 fn parse_args() -> Args {
@@ -46,6 +48,7 @@ fn parse_args() -> Args {
         rounds: 100_000,
         secs: 2.0,
         copy: true,
+        ring_mib: 32,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -54,8 +57,9 @@ fn parse_args() -> Args {
             "--rounds" => args.rounds = value("--rounds").parse().expect("--rounds N"),
             "--secs" => args.secs = value("--secs").parse().expect("--secs S"),
             "--no-copy" => args.copy = false,
+            "--ring-mib" => args.ring_mib = value("--ring-mib").parse().expect("--ring-mib M"),
             "-h" | "--help" => {
-                println!("usage: afpacket_pingpong [MTU] [--rounds N] [--secs S] [--no-copy]");
+                println!("usage: afpacket_pingpong [MTU] [--rounds N] [--secs S] [--no-copy] [--ring-mib M]");
                 std::process::exit(0);
             }
             mtu => args.mtu = mtu.parse().expect("MTU must be a number"),
@@ -205,10 +209,10 @@ fn pingpong(hosts: &TwoHosts, rounds: usize) {
     );
 }
 
-fn stream(hosts: &TwoHosts, mtu: usize, secs: f64, copy: bool) {
-    // About 32 MiB of RX ring, at least 64 and at most 4096 frames.
-    let rx_frames = (32 << 20) / (mtu + 100);
-    let rx_frames = rx_frames.clamp(64, 4096);
+fn stream(hosts: &TwoHosts, mtu: usize, secs: f64, copy: bool, ring_mib: usize) {
+    // About `ring_mib` MiB of RX ring, at least 16 and at most 4096 frames.
+    let rx_frames = (ring_mib << 20) / (mtu + 100);
+    let rx_frames = rx_frames.clamp(16, 4096);
     let window = rx_frames / 2;
     let ack_every = (window / 4).max(1) as u64;
     let config = AfPacketConfig {
@@ -334,5 +338,11 @@ fn main() {
         args.mtu
     );
     pingpong(&hosts, args.rounds);
-    stream(&hosts, args.mtu as usize, args.secs, args.copy);
+    stream(
+        &hosts,
+        args.mtu as usize,
+        args.secs,
+        args.copy,
+        args.ring_mib,
+    );
 }
