@@ -2,7 +2,7 @@
 //! two network namespaces (needs root; creates and removes its own hosts).
 //!
 //! ```text
-//! cargo run --release -p llc-stack --example afpacket_pingpong -- [MTU] [--rounds N] [--secs S]
+//! cargo run --release -p llc-stack --example afpacket_pingpong -- [MTU] [--rounds N] [--secs S] [--no-copy] [--ring-mib M]
 //! ```
 //!
 //! 1. Ping-pong: 64-byte frames, both sides busy-polling; prints the one-way
@@ -11,12 +11,16 @@
 //! 2. Streaming: full-MTU frames from A to B for `--secs` seconds (default 2)
 //!    with credit-based flow control (B acknowledges every quarter window, A
 //!    keeps at most half of B's RX ring in flight); prints the payload rate
-//!    B received in Gbit/s and the frames the kernel dropped.
+//!    B received in Gbit/s and the frames the kernel dropped. By default the
+//!    sender copies each payload into the TX buffer and the receiver copies it
+//!    out of the RX ring, as an application would; `--no-copy` writes and
+//!    reads only the headers, which measures the device and kernel alone.
+//!    B's RX ring takes about `--ring-mib` MiB (default 32).
 
 use std::thread;
 use std::time::{Duration, Instant as StdInstant};
 
-use llc_stack::link::afpacket::{AfPacket, AfPacketConfig, AfPacketStats, TxMode};
+use llc_stack::link::afpacket::{AfPacket, AfPacketConfig, AfPacketStats};
 use llc_stack::link::{Device, RxToken, TxToken};
 use llc_stack::Instant;
 use vm_tests::{Host, TwoHosts};
@@ -34,7 +38,8 @@ struct Args {
     mtu: u32,
     rounds: usize,
     secs: f64,
-    tx: TxMode,
+    copy: bool,
+    ring_mib: usize,
 }
 
 fn parse_args() -> Args {
@@ -42,7 +47,8 @@ fn parse_args() -> Args {
         mtu: 1500,
         rounds: 100_000,
         secs: 2.0,
-        tx: TxMode::Ring,
+        copy: true,
+        ring_mib: 32,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -50,15 +56,10 @@ fn parse_args() -> Args {
         match arg.as_str() {
             "--rounds" => args.rounds = value("--rounds").parse().expect("--rounds N"),
             "--secs" => args.secs = value("--secs").parse().expect("--secs S"),
-            "--tx" => {
-                args.tx = match value("--tx").as_str() {
-                    "ring" => TxMode::Ring,
-                    "sendmmsg" => TxMode::Sendmmsg,
-                    other => panic!("--tx ring|sendmmsg, not {other}"),
-                }
-            }
+            "--no-copy" => args.copy = false,
+            "--ring-mib" => args.ring_mib = value("--ring-mib").parse().expect("--ring-mib M"),
             "-h" | "--help" => {
-                println!("usage: afpacket_pingpong [MTU] [--rounds N] [--secs S]");
+                println!("usage: afpacket_pingpong [MTU] [--rounds N] [--secs S] [--no-copy] [--ring-mib M]");
                 std::process::exit(0);
             }
             mtu => args.mtu = mtu.parse().expect("MTU must be a number"),
@@ -104,7 +105,7 @@ fn spin_recv<R>(dev: &mut AfPacket, f: impl FnOnce(&[u8]) -> R) -> R {
     }
 }
 
-/// Spin until the TX ring has room, write one frame with `f`, flush.
+/// Spin until the device has TX room, write one frame with `f`, flush.
 fn spin_send(dev: &mut AfPacket, f: impl FnOnce(&mut [u8]) -> usize) {
     let start = StdInstant::now();
     let token = loop {
@@ -123,7 +124,10 @@ fn spin_send(dev: &mut AfPacket, f: impl FnOnce(&mut [u8]) -> usize) {
 /// Keep the calling thread on one CPU, so the two busy-polling sides do not
 /// end up time-sharing a core (a round trip would then cost a time slice).
 fn pin_to_cpu(cpu: usize) {
-    let cpus = thread::available_parallelism().map_or(1, |n| n.get());
+    // Online CPUs, not `available_parallelism` (which reports the calling
+    // thread's affinity mask, inherited from an already pinned parent).
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
     if cpus < 2 {
         return;
     }
@@ -148,10 +152,9 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[i]
 }
 
-fn pingpong(hosts: &TwoHosts, rounds: usize, tx: TxMode) {
+fn pingpong(hosts: &TwoHosts, rounds: usize) {
     let config = AfPacketConfig {
         tx_batch: 1,
-        tx_mode: tx,
         ..AfPacketConfig::default()
     };
     let mut a = open(&hosts.a, config.clone());
@@ -206,17 +209,15 @@ fn pingpong(hosts: &TwoHosts, rounds: usize, tx: TxMode) {
     );
 }
 
-fn stream(hosts: &TwoHosts, mtu: usize, secs: f64, tx: TxMode) {
-    // About 32 MiB of RX ring, at least 64 and at most 4096 frames.
-    let rx_frames = (32 << 20) / (mtu + 100);
-    let rx_frames = rx_frames.clamp(64, 4096);
+fn stream(hosts: &TwoHosts, mtu: usize, secs: f64, copy: bool, ring_mib: usize) {
+    // About `ring_mib` MiB of RX ring, at least 16 and at most 4096 frames.
+    let rx_frames = (ring_mib << 20) / (mtu + 100);
+    let rx_frames = rx_frames.clamp(16, 4096);
     let window = rx_frames / 2;
     let ack_every = (window / 4).max(1) as u64;
     let config = AfPacketConfig {
         rx_ring_frames: rx_frames,
-        tx_ring_frames: 256.min(window),
         tx_batch: 32.min(window),
-        tx_mode: tx,
         ..AfPacketConfig::default()
     };
     let mut a = open(&hosts.a, config.clone());
@@ -246,9 +247,11 @@ fn stream(hosts: &TwoHosts, mtu: usize, secs: f64, tx: TxMode) {
                     };
                     last = StdInstant::now();
                     start.get_or_insert(last);
-                    // The application's copy out of the ring.
                     let (kind, len) = token.consume(|f| {
-                        sink[..f.len()].copy_from_slice(f);
+                        if copy {
+                            // The application's copy out of the ring.
+                            sink[..f.len()].copy_from_slice(f);
+                        }
                         (f[17], f.len())
                     });
                     if kind == KIND_END {
@@ -280,8 +283,10 @@ fn stream(hosts: &TwoHosts, mtu: usize, secs: f64, tx: TxMode) {
                         break;
                     };
                     token.consume(|buf| {
-                        // The application's copy into the ring.
-                        buf[..frame_len].copy_from_slice(&payload);
+                        if copy {
+                            // The application's copy into the TX buffer.
+                            buf[..frame_len].copy_from_slice(&payload);
+                        }
                         write_header(buf, bm, am, mtu);
                         buf[17] = KIND_DATA;
                         frame_len
@@ -306,8 +311,9 @@ fn stream(hosts: &TwoHosts, mtu: usize, secs: f64, tx: TxMode) {
     let gbits = received as f64 * 8.0 / elapsed.as_secs_f64() / 1e9;
     let frames = sb.rx_frames.saturating_sub(1);
     println!(
-        "stream MTU {mtu}: {gbits:.2} Gbit/s of payload ({:.0} kframes/s, {frames} frames in {:.2} s); \
+        "stream MTU {mtu}{}: {gbits:.2} Gbit/s of payload ({:.0} kframes/s, {frames} frames in {:.2} s); \
          rx ring {rx_frames}, window {window}; kernel drops {}, truncated {}, tx kicks {} (retries {}), tx errors {}",
+        if copy { "" } else { " (no copy)" },
         frames as f64 / elapsed.as_secs_f64() / 1e3,
         elapsed.as_secs_f64(),
         sb.rx_kernel_drops,
@@ -331,7 +337,12 @@ fn main() {
         hosts.b.ns.name(),
         args.mtu
     );
-    println!("TX mode {:?}", args.tx);
-    pingpong(&hosts, args.rounds, args.tx);
-    stream(&hosts, args.mtu as usize, args.secs, args.tx);
+    pingpong(&hosts, args.rounds);
+    stream(
+        &hosts,
+        args.mtu as usize,
+        args.secs,
+        args.copy,
+        args.ring_mib,
+    );
 }

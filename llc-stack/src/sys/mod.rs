@@ -4,7 +4,8 @@
 //! small as possible and carries a `// SAFETY:` line. System calls go through
 //! [`syscall!`], which turns the C convention (-1 and `errno`) into
 //! [`io::Error`]. Resources have owners that release them on drop: sockets are
-//! [`OwnedFd`]s, the packet rings are a [`PacketRings`] whose drop unmaps them.
+//! [`OwnedFd`]s, the packet RX ring is an [`RxRing`] whose drop unmaps it,
+//! and a [`FrameBatch`] owns the buffers its `sendmmsg` headers point into.
 //!
 //! The TPACKET_V2 ring protocol (who owns a slot, the status word's memory
 //! ordering) lives here too, because lending a ring slot as a Rust slice is
@@ -45,11 +46,6 @@ pub(crate) mod xsk;
 
 /// The TPACKET version whose ring layout this module implements.
 const TPACKET_V2: libc::c_int = libc::tpacket_versions::TPACKET_V2 as libc::c_int;
-
-/// Offset of the frame data in a TX ring slot: TPACKET_V2 without
-/// `PACKET_TX_HAS_OFF` puts it right after the aligned `tpacket2_hdr`.
-pub(crate) const TX_DATA_OFFSET: usize =
-    libc::TPACKET2_HDRLEN - mem::size_of::<libc::sockaddr_ll>();
 
 /// Offset at which the kernel writes an Ethernet frame in an RX ring slot:
 /// `TPACKET_ALIGN(TPACKET2_HDRLEN + 16) - 14` (see `tpacket_rcv`, with
@@ -341,23 +337,20 @@ pub(crate) fn packet_statistics(fd: BorrowedFd<'_>) -> io::Result<(u32, u32)> {
     Ok((stats.tp_packets, stats.tp_drops))
 }
 
-/// Ask the kernel to transmit every `TP_STATUS_SEND_REQUEST` slot of the TX
-/// ring, without waiting for completions. Returns the bytes it queued.
-pub(crate) fn kick_tx_ring(fd: BorrowedFd<'_>) -> io::Result<usize> {
-    // SAFETY: a zero-length send with a null buffer reads no user memory;
-    // with a TX ring the kernel takes the frames from the ring instead.
-    let sent = syscall!(send(
-        fd.as_raw_fd(),
-        std::ptr::null(),
-        0,
-        libc::MSG_DONTWAIT
-    ))?;
-    Ok(sent as usize)
+/// What [`poll_in`] saw.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Readiness {
+    /// Readable.
+    Readable,
+    /// A socket error is pending (read it with [`take_socket_error`]).
+    Error,
+    /// The timeout passed, or a signal interrupted the wait.
+    Nothing,
 }
 
-/// Wait until `fd` is readable or `timeout` passes (`None`: forever).
-/// Returns whether it is readable; `EINTR` counts as a spurious wake-up.
-pub(crate) fn poll_readable(fd: BorrowedFd<'_>, timeout: Option<Duration>) -> io::Result<bool> {
+/// Wait until `fd` is readable or has an error pending, or `timeout` passes
+/// (`None`: forever; rounded up to whole milliseconds).
+pub(crate) fn poll_in(fd: BorrowedFd<'_>, timeout: Option<Duration>) -> io::Result<Readiness> {
     let timeout_ms = match timeout {
         None => -1,
         Some(t) => {
@@ -373,10 +366,27 @@ pub(crate) fn poll_readable(fd: BorrowedFd<'_>, timeout: Option<Duration>) -> io
     };
     // SAFETY: `pfd` is one valid, writable pollfd for the duration of the call.
     match syscall!(poll(&mut pfd, 1, timeout_ms)) {
-        Ok(n) => Ok(n > 0 && pfd.revents & (libc::POLLIN | libc::POLLERR) != 0),
-        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(false),
+        Ok(0) => Ok(Readiness::Nothing),
+        Ok(_) if pfd.revents & libc::POLLERR != 0 => Ok(Readiness::Error),
+        Ok(_) => Ok(Readiness::Readable),
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(Readiness::Nothing),
         Err(e) => Err(e),
     }
+}
+
+/// Read and clear the socket's pending error (`SO_ERROR`), if any.
+pub(crate) fn take_socket_error(fd: BorrowedFd<'_>) -> io::Result<Option<io::Error>> {
+    let mut err: libc::c_int = 0;
+    let mut len = mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `err` is writable for `len` bytes and `len` is writable.
+    syscall!(getsockopt(
+        fd.as_raw_fd(),
+        libc::SOL_SOCKET,
+        libc::SO_ERROR,
+        (&mut err as *mut libc::c_int).cast::<libc::c_void>(),
+        &mut len,
+    ))?;
+    Ok((err != 0).then(|| io::Error::from_raw_os_error(err)))
 }
 
 // ---------------------------------------------------------------------------
@@ -409,8 +419,10 @@ impl RingGeometry {
         self.block_size * self.block_nr
     }
 
-    /// Offset of slot `index` from the start of the ring.
-    #[inline]
+    /// Offset of slot `index` from the start of the ring (the RX cursor
+    /// steps there without dividing; this is the reference it is tested
+    /// against).
+    #[cfg(test)]
     pub fn slot_offset(&self, index: usize) -> usize {
         let per_block = self.frames_per_block();
         (index / per_block) * self.block_size + (index % per_block) * self.frame_size
@@ -477,7 +489,7 @@ impl Cursor {
     }
 }
 
-/// A shared memory mapping of a socket's rings; unmapped on drop.
+/// A shared memory mapping of a socket's ring; unmapped on drop.
 struct Mapping {
     ptr: NonNull<u8>,
     len: usize,
@@ -486,62 +498,51 @@ struct Mapping {
 impl Drop for Mapping {
     fn drop(&mut self) {
         // SAFETY: ptr/len describe a mapping created by mmap in
-        // `PacketRings::new` and not unmapped before; no slice into it
-        // outlives `PacketRings` (slot handles borrow it).
+        // `RxRing::new` and not unmapped before; no slice into it outlives
+        // the `RxRing` (slot handles borrow it).
         let _ = syscall!(munmap(self.ptr.as_ptr().cast::<libc::c_void>(), self.len));
     }
 }
 
-/// The RX and TX rings of one packet socket, mapped into this process.
+/// The TPACKET_V2 RX ring of a packet socket, mapped into this process.
 ///
 /// The kernel and this process share each slot; the slot's status word says
 /// who owns it. This type reads a slot's bytes only while this process owns
-/// it, and hands ownership back with release ordering after the last access.
-pub(crate) struct PacketRings {
+/// it (after an acquire load sees `TP_STATUS_USER`), and hands it back with a
+/// release store of `TP_STATUS_KERNEL` after the last access.
+pub(crate) struct RxRing {
     map: Mapping,
-    rx: RingGeometry,
-    tx: RingGeometry,
-    /// RX frames per block.
-    rx_per_block: usize,
-    /// Next RX slot to look at.
-    rx_cursor: Cursor,
-    /// TX frames handed to the kernel (`TP_STATUS_SEND_REQUEST`), ever.
-    tx_written: u64,
-    /// TX frames the kernel has picked up (no longer `SEND_REQUEST`), ever.
-    tx_taken: u64,
+    geometry: RingGeometry,
+    per_block: usize,
+    /// Next slot to look at.
+    cursor: Cursor,
 }
 
 // SAFETY: the mapping is process-wide memory with no thread affinity; moving
 // the owner to another thread moves the only handle to it.
-unsafe impl Send for PacketRings {}
+unsafe impl Send for RxRing {}
 
-impl PacketRings {
-    /// Switch `fd` to TPACKET_V2 with `PACKET_LOSS` (malformed TX frames are
-    /// skipped rather than stalling the ring), install an RX and a TX ring
-    /// with these layouts, and map both. Must run before the socket is bound.
-    pub fn new(
-        fd: BorrowedFd<'_>,
-        rx: RingGeometry,
-        tx: RingGeometry,
-        with_tx: bool,
-    ) -> io::Result<PacketRings> {
-        let page = page_size();
-        if !rx.is_valid(page, libc::TPACKET2_HDRLEN) || !tx.is_valid(page, libc::TPACKET2_HDRLEN) {
+impl RxRing {
+    /// Switch `fd` to TPACKET_V2, install an RX ring with this layout and map
+    /// it. Must run before the socket is bound.
+    pub fn new(fd: BorrowedFd<'_>, geometry: RingGeometry) -> io::Result<RxRing> {
+        if !geometry.is_valid(page_size(), libc::TPACKET2_HDRLEN) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "invalid packet ring geometry",
             ));
         }
         set_packet_option(fd, libc::PACKET_VERSION, TPACKET_V2)?;
-        set_packet_option(fd, libc::PACKET_LOSS, 1)?;
-        setsockopt(fd, libc::SOL_PACKET, libc::PACKET_RX_RING, &rx.to_req()?)?;
-        if with_tx {
-            setsockopt(fd, libc::SOL_PACKET, libc::PACKET_TX_RING, &tx.to_req()?)?;
-        }
-        let len = rx.ring_bytes() + if with_tx { tx.ring_bytes() } else { 0 };
-        // SAFETY: a fresh shared mapping of the socket's rings at an address
-        // chosen by the kernel; the length is exactly both rings, as the
-        // kernel requires. No existing memory is affected.
+        setsockopt(
+            fd,
+            libc::SOL_PACKET,
+            libc::PACKET_RX_RING,
+            &geometry.to_req()?,
+        )?;
+        let len = geometry.ring_bytes();
+        // SAFETY: a fresh shared mapping of the socket's ring at an address
+        // chosen by the kernel; the length is exactly the ring, as the kernel
+        // requires. No existing memory is affected.
         let ptr = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
@@ -557,23 +558,20 @@ impl PacketRings {
         }
         let ptr =
             NonNull::new(ptr.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned null"))?;
-        Ok(PacketRings {
+        Ok(RxRing {
             map: Mapping { ptr, len },
-            rx,
-            tx,
-            rx_per_block: rx.frames_per_block(),
-            rx_cursor: Cursor::default(),
-            tx_written: 0,
-            tx_taken: 0,
+            geometry,
+            per_block: geometry.frames_per_block(),
+            cursor: Cursor::default(),
         })
     }
 
-    /// The status word of the slot at byte `offset` of the mapping.
+    /// The status word of the slot at byte `offset` of the ring.
     #[inline]
     fn status(&self, offset: usize) -> &AtomicU32 {
         debug_assert!(offset + mem::size_of::<libc::tpacket2_hdr>() <= self.map.len);
         debug_assert_eq!(offset % libc::TPACKET_ALIGNMENT, 0);
-        // SAFETY: `offset` is a slot start inside the mapping (slot offsets
+        // SAFETY: `offset` is a slot start inside the mapping (cursor offsets
         // come from a validated geometry), slots are 16-byte aligned in a
         // page-aligned mapping, and `tp_status` is the slot's first u32.
         // AtomicU32 has u32's layout; the kernel updates the word
@@ -581,13 +579,13 @@ impl PacketRings {
         unsafe { &*self.map.ptr.as_ptr().add(offset).cast::<AtomicU32>() }
     }
 
-    /// The `tpacket2_hdr` of the slot at `offset`, copied out. Only valid to
-    /// call while this process owns the slot.
+    /// The `tpacket2_hdr` of the slot at `offset`, copied out. Only called
+    /// while this process owns the slot.
     #[inline]
     fn header(&self, offset: usize) -> libc::tpacket2_hdr {
         // SAFETY: as in `status`, a whole header lies at `offset`; this
-        // process owns the slot (caller's contract, after an acquire load of
-        // the status), so the kernel does not write it concurrently.
+        // process owns the slot (its status was acquire-loaded as
+        // TP_STATUS_USER), so the kernel does not write it concurrently.
         unsafe {
             std::ptr::read(
                 self.map
@@ -599,16 +597,14 @@ impl PacketRings {
         }
     }
 
-    // --- RX -------------------------------------------------------------
-
     /// The next complete received frame, if any, and the number of frames
     /// that were skipped (and returned to the kernel) on the way because the
     /// slot held only part of them (`tp_snaplen < tp_len`, `TP_STATUS_COPY`).
     #[inline]
-    pub fn rx_next(&mut self) -> (Option<RxSlot<'_>>, u32) {
+    pub fn next(&mut self) -> (Option<RxSlot<'_>>, u32) {
         let mut skipped = 0u32;
         loop {
-            let offset = self.rx_cursor.offset;
+            let offset = self.cursor.offset;
             let status = self.status(offset).load(Ordering::Acquire);
             if status & libc::TP_STATUS_USER == 0 {
                 return (None, skipped);
@@ -621,11 +617,11 @@ impl PacketRings {
                 && start >= mem::size_of::<libc::tpacket2_hdr>()
                 && start
                     .checked_add(len)
-                    .is_some_and(|end| end <= self.rx.frame_size);
+                    .is_some_and(|end| end <= self.geometry.frame_size);
             if complete {
                 return (
                     Some(RxSlot {
-                        rings: self,
+                        ring: self,
                         offset,
                         start,
                         len,
@@ -633,91 +629,34 @@ impl PacketRings {
                     skipped,
                 );
             }
-            self.rx_release(offset);
+            self.release(offset);
             skipped += 1;
-            if skipped as usize >= self.rx.frame_nr {
+            if skipped as usize >= self.geometry.frame_nr {
                 return (None, skipped);
             }
         }
     }
 
-    /// Whether the RX slot under the cursor holds a frame (cheap, no syscall).
-    pub fn rx_ready(&self) -> bool {
-        let offset = self.rx_cursor.offset;
-        self.status(offset).load(Ordering::Acquire) & libc::TP_STATUS_USER != 0
+    /// Whether the slot under the cursor holds a frame (no syscall).
+    #[inline]
+    pub fn ready(&self) -> bool {
+        self.status(self.cursor.offset).load(Ordering::Acquire) & libc::TP_STATUS_USER != 0
     }
 
     /// Hand the slot at `offset` (the cursor's) back to the kernel and advance.
     #[inline]
-    fn rx_release(&mut self, offset: usize) {
+    fn release(&mut self, offset: usize) {
         // Release: all reads of the slot happen before the kernel may reuse it.
         self.status(offset)
             .store(libc::TP_STATUS_KERNEL, Ordering::Release);
-        self.rx_cursor.advance(&self.rx, self.rx_per_block);
-    }
-
-    // --- TX -------------------------------------------------------------
-
-    /// TX frames handed to the kernel that it has not picked up yet (as of
-    /// the last [`PacketRings::tx_reap`]).
-    #[inline]
-    pub fn tx_unkicked(&self) -> usize {
-        (self.tx_written - self.tx_taken) as usize
-    }
-
-    /// After a kick: advance past the slots the kernel has picked up.
-    pub fn tx_reap(&mut self) {
-        while self.tx_taken < self.tx_written {
-            let index = (self.tx_taken % self.tx.frame_nr as u64) as usize;
-            let offset = self.tx_base() + self.tx.slot_offset(index);
-            let status = self.status(offset).load(Ordering::Acquire);
-            if status & libc::TP_STATUS_SEND_REQUEST != 0 {
-                break;
-            }
-            self.tx_taken += 1;
-        }
-    }
-
-    /// Whether the next TX slot is free for writing.
-    #[inline]
-    pub fn tx_has_room(&self) -> bool {
-        if self.tx_unkicked() >= self.tx.frame_nr {
-            return false;
-        }
-        let index = (self.tx_written % self.tx.frame_nr as u64) as usize;
-        let offset = self.tx_base() + self.tx.slot_offset(index);
-        let busy =
-            libc::TP_STATUS_SEND_REQUEST | libc::TP_STATUS_SENDING | libc::TP_STATUS_WRONG_FORMAT;
-        // Free is TP_STATUS_AVAILABLE (0), possibly with timestamp flags.
-        self.status(offset).load(Ordering::Acquire) & busy == 0
-    }
-
-    /// The next free TX slot, lent for writing one frame of at most
-    /// `max_len` bytes (`max_len` is capped to what the slot holds).
-    #[inline]
-    pub fn tx_next(&mut self, max_len: usize) -> Option<TxSlot<'_>> {
-        if !self.tx_has_room() {
-            return None;
-        }
-        let index = (self.tx_written % self.tx.frame_nr as u64) as usize;
-        let offset = self.tx.slot_offset(index);
-        let len = max_len.min(self.tx.frame_size - TX_DATA_OFFSET);
-        Some(TxSlot {
-            rings: self,
-            offset,
-            len,
-        })
-    }
-
-    fn tx_base(&self) -> usize {
-        self.rx.ring_bytes()
+        self.cursor.advance(&self.geometry, self.per_block);
     }
 }
 
 /// A received frame in an RX ring slot owned by this process. Dropping it
 /// returns the slot to the kernel.
 pub(crate) struct RxSlot<'a> {
-    rings: &'a mut PacketRings,
+    ring: &'a mut RxRing,
     offset: usize,
     start: usize,
     len: usize,
@@ -727,14 +666,14 @@ impl RxSlot<'_> {
     /// The frame, Ethernet header first.
     #[inline]
     pub fn frame(&self) -> &[u8] {
-        // SAFETY: `start + len <= frame_size` was checked in `rx_next`, so the
-        // bytes lie inside this slot of the mapping. The slot's status is
-        // TP_STATUS_USER (acquire-loaded), so the kernel does not write it
+        // SAFETY: `start + len <= frame_size` was checked in `RxRing::next`,
+        // so the bytes lie inside this slot of the mapping. The slot's status
+        // is TP_STATUS_USER (acquire-loaded), so the kernel does not write it
         // until `Drop` stores TP_STATUS_KERNEL, which needs `&mut self` and
         // therefore ends every borrow of this slice first.
         unsafe {
             std::slice::from_raw_parts(
-                self.rings.map.ptr.as_ptr().add(self.offset + self.start),
+                self.ring.map.ptr.as_ptr().add(self.offset + self.start),
                 self.len,
             )
         }
@@ -744,57 +683,7 @@ impl RxSlot<'_> {
 impl Drop for RxSlot<'_> {
     #[inline]
     fn drop(&mut self) {
-        self.rings.rx_release(self.offset);
-    }
-}
-
-/// A free TX ring slot owned by this process. [`TxSlot::send`] hands the
-/// written frame to the kernel (transmitted at the next kick); dropping the
-/// slot without sending leaves it free.
-pub(crate) struct TxSlot<'a> {
-    rings: &'a mut PacketRings,
-    /// Offset of the slot inside the TX ring.
-    offset: usize,
-    /// Usable bytes of the data area.
-    len: usize,
-}
-
-impl TxSlot<'_> {
-    /// The slot's data area for one frame, Ethernet header first.
-    #[inline]
-    pub fn buf(&mut self) -> &mut [u8] {
-        let start = self.rings.tx_base() + self.offset + TX_DATA_OFFSET;
-        // SAFETY: `TX_DATA_OFFSET + len <= frame_size` (see `tx_next`), so the
-        // bytes lie inside this slot of the mapping. The slot's status is
-        // TP_STATUS_AVAILABLE (acquire-loaded), so the kernel neither reads
-        // nor writes it until `send` stores TP_STATUS_SEND_REQUEST, which
-        // consumes `self` and so ends this borrow first.
-        unsafe { std::slice::from_raw_parts_mut(self.rings.map.ptr.as_ptr().add(start), self.len) }
-    }
-
-    /// Queue the first `len` bytes of the data area for transmission.
-    #[inline]
-    pub fn send(self, len: usize) {
-        assert!(len <= self.len, "TX frame longer than its slot");
-        let slot = self.rings.tx_base() + self.offset;
-        // SAFETY: `tp_len` lies inside the slot's header, which this process
-        // owns (status TP_STATUS_AVAILABLE) until the release store below.
-        unsafe {
-            let hdr = self
-                .rings
-                .map
-                .ptr
-                .as_ptr()
-                .add(slot)
-                .cast::<libc::tpacket2_hdr>();
-            std::ptr::addr_of_mut!((*hdr).tp_len).write(len as u32);
-        }
-        // Release: the frame bytes and tp_len are visible before the kernel
-        // sees the request.
-        self.rings
-            .status(slot)
-            .store(libc::TP_STATUS_SEND_REQUEST, Ordering::Release);
-        self.rings.tx_written += 1;
+        self.ring.release(self.offset);
     }
 }
 
@@ -804,8 +693,9 @@ impl TxSlot<'_> {
 
 /// A batch of frames in one owned buffer, sent with one `sendmmsg`.
 ///
-/// The message headers point into the buffer once, at construction; heap
-/// memory of a boxed slice does not move when the batch does.
+/// The I/O vectors and message headers are allocated once; `send` points
+/// them at the pending frames just before the call, so they never hold a
+/// pointer across a borrow of the buffer.
 pub(crate) struct FrameBatch {
     buf: Box<[u8]>,
     stride: usize,
@@ -817,35 +707,30 @@ pub(crate) struct FrameBatch {
     sent: usize,
 }
 
-// SAFETY: the raw pointers in `iov` and `msgs` point into this batch's own
-// heap allocations, which move with it; nothing is shared with other threads.
+// SAFETY: the raw pointers in `iov` and `msgs` only ever point into this
+// batch's own heap allocations (set in `send`, used during that call).
 unsafe impl Send for FrameBatch {}
 
 impl FrameBatch {
     /// Room for `capacity` frames of up to `stride` bytes.
     pub fn new(capacity: usize, stride: usize) -> FrameBatch {
-        let mut buf = vec![0u8; capacity * stride].into_boxed_slice();
-        let base = buf.as_mut_ptr();
-        let mut iov: Box<[libc::iovec]> = (0..capacity)
-            .map(|i| libc::iovec {
-                // In bounds: i < capacity, so i * stride < buf.len() (or 0).
-                iov_base: base.wrapping_add(i * stride).cast(),
+        let iov = (0..capacity)
+            .map(|_| libc::iovec {
+                iov_base: std::ptr::null_mut(),
                 iov_len: 0,
             })
             .collect();
-        let iov_base = iov.as_mut_ptr();
         let msgs = (0..capacity)
-            .map(|i| {
+            .map(|_| {
                 // SAFETY: mmsghdr is plain old data; all-zero is valid (no
-                // address, no control data).
+                // address, no control data, no I/O vector yet).
                 let mut m: libc::mmsghdr = unsafe { mem::zeroed() };
-                m.msg_hdr.msg_iov = iov_base.wrapping_add(i);
                 m.msg_hdr.msg_iovlen = 1;
                 m
             })
             .collect();
         FrameBatch {
-            buf,
+            buf: vec![0u8; capacity * stride].into_boxed_slice(),
             stride,
             iov,
             msgs,
@@ -857,6 +742,11 @@ impl FrameBatch {
     /// Frames written and not yet sent.
     pub fn pending(&self) -> usize {
         self.count - self.sent
+    }
+
+    /// Whether every buffer holds a frame not yet sent.
+    pub fn is_full(&self) -> bool {
+        self.count == self.iov.len()
     }
 
     /// The next free frame buffer, if the batch has room.
@@ -881,8 +771,7 @@ impl FrameBatch {
         if n == 0 {
             return Ok(0);
         }
-        // Re-derive the pointers from the current borrows of the buffers, so
-        // they are valid after the `&mut` accesses made while writing frames.
+        // Point the vectors and headers at the pending frames.
         let base = self.buf.as_mut_ptr();
         for i in self.sent..self.count {
             self.iov[i].iov_base = base.wrapping_add(i * self.stride).cast();
@@ -913,6 +802,88 @@ impl FrameBatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A non-blocking pair of connected Unix datagram sockets: `sendmmsg`
+    /// works on them as on a packet socket, without privileges.
+    fn datagram_pair() -> (OwnedFd, OwnedFd) {
+        let mut fds = [0; 2];
+        // SAFETY: `fds` is a writable array of two ints.
+        syscall!(socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr()
+        ))
+        .expect("socketpair");
+        // SAFETY: both fds were just created and are owned by nobody else.
+        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
+    }
+
+    fn recv_one(fd: &OwnedFd) -> Option<Vec<u8>> {
+        let mut buf = vec![0u8; 256];
+        // SAFETY: `buf` is writable for its length during the call.
+        match syscall!(recv(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0)) {
+            Ok(n) => {
+                buf.truncate(n as usize);
+                Some(buf)
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => None,
+            Err(e) => panic!("recv: {e}"),
+        }
+    }
+
+    #[test]
+    fn frame_batch_sends_every_frame_once_in_order() {
+        use std::os::fd::AsFd;
+        let (tx, rx) = datagram_pair();
+        let mut batch = FrameBatch::new(8, 100);
+        let (mut written, mut sent, mut partial) = (0u32, 0usize, 0);
+        let mut received = Vec::new();
+        // Write far more than the peer queues, so sends come back partial or
+        // with EAGAIN and the rest must go out later, in order.
+        while written < 2000 {
+            while let Some(buf) = batch.next() {
+                let len = 4 + (written % 50) as usize;
+                buf[..4].copy_from_slice(&written.to_be_bytes());
+                batch.commit(len);
+                written += 1;
+            }
+            assert!(batch.is_full());
+            let pending = batch.pending();
+            let n = match batch.send(tx.as_fd()) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
+                Err(e) => panic!("sendmmsg: {e}"),
+            };
+            sent += n;
+            if n < pending {
+                // The peer's queue is full: drain it (only then).
+                partial += 1;
+                while let Some(f) = recv_one(&rx) {
+                    received.push(f);
+                }
+            }
+        }
+        while batch.pending() > 0 {
+            while let Some(f) = recv_one(&rx) {
+                received.push(f);
+            }
+            sent += batch.send(tx.as_fd()).unwrap_or(0);
+        }
+        while let Some(f) = recv_one(&rx) {
+            received.push(f);
+        }
+        assert!(
+            partial > 0,
+            "the peer queue never filled; test proves nothing"
+        );
+        assert_eq!(sent, written as usize);
+        assert_eq!(received.len(), written as usize);
+        for (i, f) in received.iter().enumerate() {
+            assert_eq!(f.len(), 4 + i % 50);
+            assert_eq!(u32::from_be_bytes(f[..4].try_into().unwrap()), i as u32);
+        }
+    }
 
     #[test]
     fn cursor_visits_every_slot_in_order() {
