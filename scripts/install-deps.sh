@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Install the Debian packages the build, the tests and the demo need, when missing.
-# Safe to run repeatedly; installs nothing when everything is present.
+# Install the Debian packages the build, the tests and the demo need, when missing,
+# and fetch the pinned guest kernel of the QEMU tests into its cache.
+# Safe to run repeatedly; installs and downloads nothing when everything is present.
 set -euo pipefail
 
 # iproute2: ip netns/link for the test hosts; iputils-ping: IPv4 checks in the
@@ -9,28 +10,69 @@ set -euo pipefail
 # clang, llvm, libbpf-dev, linux-libc-dev: xdp-prog compiles its XDP program
 # (clang -target bpf, <bpf/bpf_helpers.h>, <linux/bpf.h>); libelf-dev,
 # zlib1g-dev, pkg-config: the vendored libbpf that libbpf-sys builds.
+# busybox-static: the userland of the QEMU test guests' initramfs.
 PACKAGES=(iproute2 iputils-ping util-linux procps tshark
-          clang llvm libbpf-dev linux-libc-dev libelf-dev zlib1g-dev pkg-config)
+          clang llvm libbpf-dev linux-libc-dev libelf-dev zlib1g-dev pkg-config
+          busybox-static)
+# qemu-system-x86 comes from bookworm-backports: the image carries qemu-utils from
+# there, and bookworm's own qemu-system-x86 conflicts with it.
+BACKPORTS_PACKAGES=(qemu-system-x86)
+BACKPORTS_SOURCE=/etc/apt/sources.list.d/llc-bookworm-backports.sources
+
+installed() {
+    dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"
+}
 
 missing=()
 for p in "${PACKAGES[@]}"; do
-    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
-        missing+=("$p")
-    fi
+    installed "$p" || missing+=("$p")
 done
-if [ ${#missing[@]} -eq 0 ]; then
-    exit 0
-fi
-echo "install-deps: installing ${missing[*]}"
+missing_bpo=()
+for p in "${BACKPORTS_PACKAGES[@]}"; do
+    installed "$p" || missing_bpo+=("$p")
+done
+
 SUDO=""
-if [ "$(id -u)" -ne 0 ]; then
+if [ $(( ${#missing[@]} + ${#missing_bpo[@]} )) -gt 0 ] && [ "$(id -u)" -ne 0 ]; then
     if command -v sudo >/dev/null; then
         SUDO="sudo"
     else
-        echo "install-deps: need root to install ${missing[*]} (run as root or install them yourself)" >&2
+        echo "install-deps: need root to install ${missing[*]} ${missing_bpo[*]}" \
+            "(run as root or install them yourself)" >&2
         exit 1
     fi
 fi
 export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -q
-$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+
+# Adds the bookworm-backports suite (same mirror and key as the system's Debian
+# source) unless some apt source already names it.
+add_backports() {
+    if grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/; then
+        return 0
+    fi
+    local uri="http://deb.debian.org/debian" key="/usr/share/keyrings/debian-archive-keyring.gpg"
+    local src=/etc/apt/sources.list.d/debian.sources
+    if [ -f "$src" ]; then
+        uri=$(awk '/^URIs:/ && $2 !~ /security/ {print $2; exit}' "$src")
+        uri=${uri:-http://deb.debian.org/debian}
+    fi
+    echo "install-deps: adding bookworm-backports ($uri) as $BACKPORTS_SOURCE"
+    printf 'Types: deb\nURIs: %s\nSuites: bookworm-backports\nComponents: main\nSigned-By: %s\n' \
+        "$uri" "$key" | $SUDO tee "$BACKPORTS_SOURCE" >/dev/null
+}
+
+if [ $(( ${#missing[@]} + ${#missing_bpo[@]} )) -gt 0 ]; then
+    [ ${#missing_bpo[@]} -eq 0 ] || add_backports
+    echo "install-deps: installing ${missing[*]} ${missing_bpo[*]}"
+    $SUDO apt-get update -q
+    if [ ${#missing[@]} -gt 0 ]; then
+        $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+    fi
+    if [ ${#missing_bpo[@]} -gt 0 ]; then
+        $SUDO apt-get install -y -q --no-install-recommends -t bookworm-backports "${missing_bpo[@]}"
+    fi
+fi
+
+# The QEMU tests' guest kernel: a pinned Debian package, downloaded once into
+# ${LLC_VM_CACHE:-~/.cache/llc-vm} (vm-tests/src/qemu/kernel.rs reads the same pin).
+"$(dirname "$0")/fetch-vm-kernel.sh"

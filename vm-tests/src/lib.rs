@@ -1,10 +1,12 @@
 //! Test hosts for the LLC stack: network namespaces joined by veth pairs or a Linux bridge,
-//! so integration tests can exchange real Ethernet frames on one machine (root needed).
+//! so integration tests can exchange real Ethernet frames on one machine (root needed), and
+//! QEMU virtual machines with virtio-net NICs on a virtual link ([`qemu`], no root needed).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod netns;
 pub mod process;
+pub mod qemu;
 mod sys;
 
 pub use netns::{

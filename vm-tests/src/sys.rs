@@ -91,3 +91,40 @@ pub(crate) fn if_hwaddr(ifname: &str) -> io::Result<[u8; 6]> {
     }
     Ok(mac)
 }
+
+/// Arranges for the child that `cmd` starts to be killed (SIGKILL) when the thread that
+/// spawns it exits, so a test process that dies without unwinding (a second panic, SIGKILL)
+/// leaves no QEMU behind; with `netns`, the child also enters that network namespace
+/// before it executes the program (QEMU then opens its tap devices there).
+pub(crate) fn child_dies_with_parent(cmd: &mut std::process::Command, netns: Option<OwnedFd>) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: getpid has no preconditions.
+    let parent = unsafe { libc::getpid() };
+    // SAFETY: the closure runs in the forked child before exec and only makes
+    // async-signal-safe system calls (prctl, getppid, setns) on values it owns;
+    // it allocates nothing (the io::Error paths carry only an errno).
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            ) != 0
+            {
+                return Err(io::Error::last_os_error());
+            }
+            // The parent may have exited between fork and prctl: then nobody would kill us.
+            if libc::getppid() != parent {
+                return Err(io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            if let Some(fd) = &netns {
+                if libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+}
