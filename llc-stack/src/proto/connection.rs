@@ -692,9 +692,17 @@ impl Connection {
             self.n_out_of_order += 1;
             self.ack_now = true;
         }
+        self.advance_in_order(Some(seq));
+        self.after_sequenced(now, h);
+    }
+
+    /// Move `rcv_nxt` over every frame now in order and deliver the messages
+    /// they complete. `fresh` is the frame just received, which was never
+    /// counted as out of order.
+    fn advance_in_order(&mut self, fresh: Option<Seq>) {
         while let Some(Some(meta)) = self.recv_meta.front().copied() {
             self.recv_meta.pop_front();
-            if self.rcv_nxt != seq {
+            if Some(self.rcv_nxt) != fresh {
                 self.n_out_of_order -= 1;
             }
             self.rcv_nxt = self.rcv_nxt.add(1);
@@ -711,7 +719,6 @@ impl Connection {
                 }
             }
         }
-        self.after_sequenced(now, h);
     }
 
     /// Acknowledgement bookkeeping after a new sequenced frame, and the end
@@ -752,23 +759,7 @@ impl Connection {
             data: payload.to_vec(),
         });
         // Frames that arrived early may now be in order.
-        while let Some(Some(meta)) = self.recv_meta.front().copied() {
-            self.recv_meta.pop_front();
-            self.n_out_of_order -= 1;
-            self.rcv_nxt = self.rcv_nxt.add(1);
-            if meta.close {
-                self.peer_closed = true;
-            } else if meta.last {
-                if let Some(asm) = self.assemblies.remove(&meta.msg_id) {
-                    self.undelivered_bytes += asm.data.len();
-                    self.stats.messages_received += 1;
-                    self.events.push_back(Event::Message {
-                        msg_id: meta.msg_id,
-                        data: asm.data,
-                    });
-                }
-            }
-        }
+        self.advance_in_order(None);
         self.after_sequenced(now, h);
     }
 
