@@ -197,19 +197,24 @@ pub(crate) fn llc_filter(sap: u8) -> [libc::sock_filter; 11] {
 ///
 /// # Why `sendmmsg` rather than a TX ring
 /// Both were built and measured on a veth pair between namespaces
-/// (`examples/afpacket_pingpong.rs`, modes alternated within one run; the
-/// TX-ring version is in this file's git history). Latency was the same
-/// within noise (64-byte one-way median 2.4-2.7 µs either way at MTU 1500),
-/// but streaming was faster with `sendmmsg` at MTU 1500 (2.4-2.6 against
-/// 1.6-2.3 Gbit/s) and 65000 (11-13 against 8-10 Gbit/s), and level at
-/// 9000, all on a machine busy with other work. The reason is visible in
-/// `perf`: a TX ring skb references the ring's pages, and veth must copy
-/// such "zero-copy" fragments into fresh pages before the peer may keep
-/// them (`skb_copy_ubufs`: page allocation, clearing, copying), so the ring
-/// saves no copy and adds work; `sendmmsg` copies once into a plain skb. The
-/// `sendmmsg` path is also simpler: no TX slot ownership protocol, and no
-/// `PACKET_LOSS` subtleties for frames the kernel rejects. A TX ring could
-/// win on a NIC that transmits straight from the ring's pages.
+/// (`examples/afpacket_pingpong.rs`, 2-core VM; the TX-ring version is in
+/// this file's git history). In quiet periods, with payload copies:
+///
+/// | measure                        | `sendmmsg`     | TX ring        |
+/// |--------------------------------|----------------|----------------|
+/// | 64 B one-way latency, median   | 2.2-2.6 µs     | 2.7-3.6 µs     |
+/// | streaming at MTU 1500          | 3.9-4.0 Gbit/s | 2.3-3.6 Gbit/s |
+/// | streaming at MTU 9000          | 15-17 Gbit/s   | 9 Gbit/s       |
+/// | streaming at MTU 65000         | 36-42 Gbit/s   | 26 Gbit/s      |
+///
+/// The reason shows in `perf`: a TX-ring skb borrows the ring's pages, and
+/// veth must copy such "zero-copy" fragments into fresh pages before the
+/// peer may keep them (`skb_copy_ubufs`: page allocation, clearing,
+/// copying), so the ring saves no copy and adds work; `sendmmsg` copies once
+/// into a plain skb. The `sendmmsg` path is also simpler: no TX slot
+/// ownership protocol, and no `PACKET_LOSS` subtleties for frames the kernel
+/// rejects. A TX ring could win on a NIC that transmits from the ring's
+/// pages.
 ///
 /// # Cost per frame
 /// Receiving is a load of the slot's status word and a store to hand it
