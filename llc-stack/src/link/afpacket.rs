@@ -68,13 +68,9 @@ impl AfPacketConfig {
         } else {
             None
         };
-        match problem {
-            None => Ok(()),
-            Some(msg) => Err(LinkError::Io {
-                context: "invalid AfPacketConfig".into(),
-                source: io::Error::new(io::ErrorKind::InvalidInput, msg),
-            }),
-        }
+        problem.map_or(Ok(()), |msg| {
+            Err(LinkError::invalid_config("AfPacketConfig", msg))
+        })
     }
 }
 

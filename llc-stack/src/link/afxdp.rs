@@ -127,13 +127,9 @@ impl AfXdpConfig {
         } else {
             None
         };
-        match problem {
-            None => Ok(()),
-            Some(msg) => Err(LinkError::Io {
-                context: "invalid AfXdpConfig".into(),
-                source: io::Error::new(io::ErrorKind::InvalidInput, msg),
-            }),
-        }
+        problem.map_or(Ok(()), |msg| {
+            Err(LinkError::invalid_config("AfXdpConfig", msg))
+        })
     }
 }
 

@@ -136,3 +136,13 @@ pub enum LinkError {
         source: io::Error,
     },
 }
+
+impl LinkError {
+    /// A backend configuration value out of range.
+    pub(crate) fn invalid_config(config: &str, problem: &str) -> LinkError {
+        LinkError::Io {
+            context: format!("invalid {config}"),
+            source: io::Error::new(io::ErrorKind::InvalidInput, problem.to_string()),
+        }
+    }
+}
