@@ -52,6 +52,37 @@ impl Pair {
         }
     }
 
+    /// A pair on a clean default link whose connection (a to b's `PORT`)
+    /// completed its handshake.
+    fn connected(seed: u64) -> (Pair, ConnHandle) {
+        let mut p = Pair::new(
+            seed,
+            SimConfig::default(),
+            FaultConfig::default(),
+            Config::default(),
+        );
+        p.b.endpoint_mut().listen(PORT);
+        let ca =
+            p.a.endpoint_mut()
+                .connect(p.now, MAC_B, PORT, None)
+                .unwrap();
+        assert!(p.run(Duration::from_secs(1), |p| p
+            .events_b
+            .iter()
+            .any(|e| e.1 == Event::Connected)));
+        (p, ca)
+    }
+
+    /// Cut the link both ways during `[start, end)`.
+    fn partition(&mut self, window: (Instant, Instant)) {
+        let cut = FaultConfig {
+            partitions: vec![window],
+            ..Default::default()
+        };
+        self.a.device_mut().set_config(cut.clone());
+        self.b.device_mut().set_config(cut);
+    }
+
     /// One round on both nodes at the current time.
     fn round(&mut self) {
         for (node, events) in [
@@ -356,27 +387,9 @@ fn exchange_clean(n: u64) -> (Outcome, Pair, FaultConfig) {
 #[test]
 fn long_partition_fails_the_connection() {
     for seed in 0..20 {
-        let mut p = Pair::new(
-            seed,
-            SimConfig::default(),
-            FaultConfig::default(),
-            Config::default(),
-        );
-        p.b.endpoint_mut().listen(PORT);
-        let ca =
-            p.a.endpoint_mut()
-                .connect(p.now, MAC_B, PORT, None)
-                .unwrap();
-        assert!(p.run(Duration::from_secs(1), |p| p
-            .events_b
-            .iter()
-            .any(|e| e.1 == Event::Connected)));
-        let cut = FaultConfig {
-            partitions: vec![(p.now, p.now + Duration::from_secs(3600))],
-            ..Default::default()
-        };
-        p.a.device_mut().set_config(cut.clone());
-        p.b.device_mut().set_config(cut);
+        let (mut p, ca) = Pair::connected(seed);
+        let window = (p.now, p.now + Duration::from_secs(3600));
+        p.partition(window);
         p.a.endpoint_mut().send(ca, vec![1u8; 100_000]).unwrap();
         let start = p.now;
         let failed = p.run(Duration::from_secs(60), |p| {
@@ -423,30 +436,12 @@ fn long_partition_fails_the_connection() {
 #[test]
 fn short_partition_is_survived() {
     for seed in 0..20 {
-        let mut p = Pair::new(
-            seed,
-            SimConfig::default(),
-            FaultConfig::default(),
-            Config::default(),
+        let (mut p, ca) = Pair::connected(seed);
+        let window = (
+            p.now + Duration::from_micros(50),
+            p.now + Duration::from_millis(300),
         );
-        p.b.endpoint_mut().listen(PORT);
-        let ca =
-            p.a.endpoint_mut()
-                .connect(p.now, MAC_B, PORT, None)
-                .unwrap();
-        assert!(p.run(Duration::from_secs(1), |p| p
-            .events_b
-            .iter()
-            .any(|e| e.1 == Event::Connected)));
-        let cut = FaultConfig {
-            partitions: vec![(
-                p.now + Duration::from_micros(50),
-                p.now + Duration::from_millis(300),
-            )],
-            ..Default::default()
-        };
-        p.a.device_mut().set_config(cut.clone());
-        p.b.device_mut().set_config(cut);
+        p.partition(window);
         let data: Vec<u8> = (0..500_000u32)
             .map(|i| (i * 7 + seed as u32) as u8)
             .collect();

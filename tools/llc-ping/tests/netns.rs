@@ -2,46 +2,17 @@
 //! AF_PACKET backend: link-level TEST and reliable echo, and its errors.
 
 use std::process::Command;
-use std::time::Duration;
 
-use vm_tests::{format_mac, Background, TwoHosts};
+use vm_tests::{format_mac, TwoHosts};
 
-const BIN: &str = env!("CARGO_BIN_EXE_llc-ping");
-
-fn responder(hosts: &TwoHosts) -> Background {
-    Background::spawn(
-        hosts
-            .b
-            .ns
-            .command(BIN)
-            .args(["--respond", "-I", &hosts.b.ifname, "--backend", "packet"]),
-        "responding on",
-        Duration::from_secs(10),
-    )
-    .expect("responder starts")
-}
-
-/// Run llc-ping in `a`'s namespace with a bound on its run time.
-fn ping(hosts: &TwoHosts, args: &[&str]) -> (i32, String, String) {
-    let mut cmd = hosts.a.ns.command("timeout");
-    cmd.args(["120", BIN, "-I", &hosts.a.ifname]).args(args);
-    let out = cmd.output().expect("llc-ping runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn json(stdout: &str) -> serde_json::Value {
-    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"))
-}
+mod common;
+use common::{json, ping, responder, BIN};
 
 #[test]
 fn ten_thousand_back_to_back_test_round_trips_lose_nothing() {
     vm_tests::require_root!();
     let hosts = TwoHosts::new(1500).unwrap();
-    let _r = responder(&hosts);
+    let _r = responder(&hosts, "packet");
     let peer = format_mac(&hosts.b.mac);
     let (code, out, err) = ping(
         &hosts,
@@ -74,7 +45,7 @@ fn ten_thousand_back_to_back_test_round_trips_lose_nothing() {
 fn text_output_reads_like_ping() {
     vm_tests::require_root!();
     let hosts = TwoHosts::new(1500).unwrap();
-    let _r = responder(&hosts);
+    let _r = responder(&hosts, "packet");
     let peer = format_mac(&hosts.b.mac);
     let (code, out, err) = ping(&hosts, &["-c", "3", "-i", "0.01", &peer]);
     assert_eq!(code, 0, "{out}{err}");
@@ -94,7 +65,7 @@ fn text_output_reads_like_ping() {
 fn reliable_echo_works_and_survives_injected_loss() {
     vm_tests::require_root!();
     let hosts = TwoHosts::new(1500).unwrap();
-    let _r = responder(&hosts);
+    let _r = responder(&hosts, "packet");
     let peer = format_mac(&hosts.b.mac);
     let (code, out, err) = ping(
         &hosts,
@@ -221,7 +192,7 @@ fn pcap_capture_opens_in_tshark() {
         panic!("tshark is missing: scripts/install-deps.sh installs it");
     }
     let hosts = TwoHosts::new(1500).unwrap();
-    let _r = responder(&hosts);
+    let _r = responder(&hosts, "packet");
     let peer = format_mac(&hosts.b.mac);
     let dir = std::env::temp_dir().join(format!("llc-ping-pcap-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

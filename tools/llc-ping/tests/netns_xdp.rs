@@ -5,38 +5,10 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use vm_tests::{format_mac, Background, TwoHosts};
+use vm_tests::{format_mac, TwoHosts};
 
-const BIN: &str = env!("CARGO_BIN_EXE_llc-ping");
-
-fn responder(hosts: &TwoHosts, backend: &str) -> Background {
-    Background::spawn(
-        hosts
-            .b
-            .ns
-            .command(BIN)
-            .args(["--respond", "-I", &hosts.b.ifname, "--backend", backend]),
-        "responding on",
-        Duration::from_secs(10),
-    )
-    .expect("responder starts")
-}
-
-/// Run llc-ping in `a`'s namespace with a bound on its run time.
-fn ping(hosts: &TwoHosts, args: &[&str]) -> (i32, String, String) {
-    let mut cmd = hosts.a.ns.command("timeout");
-    cmd.args(["120", BIN, "-I", &hosts.a.ifname]).args(args);
-    let out = cmd.output().expect("llc-ping runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn json(stdout: &str) -> serde_json::Value {
-    serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"))
-}
+mod common;
+use common::{json, ping, responder, BIN};
 
 /// `ip -d link show` of b's interface.
 fn link_details(hosts: &TwoHosts) -> String {
