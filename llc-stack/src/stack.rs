@@ -10,6 +10,7 @@
 //! `wait` (poll(2) on the socket) until a frame or the next timer is due.
 
 use std::io;
+use std::os::fd::RawFd;
 use std::time::Duration;
 
 use crate::link::{Device, RxToken, TxToken};
@@ -128,6 +129,24 @@ impl<D: Device> Stack<D> {
             return Ok(());
         }
         self.dev.wait(timeout)
+    }
+
+    /// Get ready for a sleep outside the stack (a progress thread polling
+    /// without holding it): push the device's descriptors and return the
+    /// longest sleep allowed by the device and the endpoint's timers;
+    /// `Some(Duration::ZERO)` when there is work now.
+    pub fn prepare_wait(&mut self, now: Instant, fds: &mut Vec<RawFd>) -> Option<Duration> {
+        if self.ep.wants_transmit() {
+            return Some(Duration::ZERO);
+        }
+        let timer = self
+            .ep
+            .poll_timeout()
+            .map(|t| t.saturating_duration_since(now));
+        match (self.dev.prepare_wait(fds), timer) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Make progress on the real clock until `f` returns `Some` or `deadline`

@@ -233,8 +233,11 @@ fn exchange(seed: u64, n: u64) -> (Outcome, Pair, FaultConfig) {
         // Keep a few messages queued in each direction.
         let a_conn = p.a.endpoint().connection(ca).map(|c| c.send_buffered());
         if sent_a < n && a_conn.is_some_and(|b| b < 64 << 10) {
-            let m = message(seed, 0, sent_a, max_len, frag);
-            if p.a.endpoint_mut().send(ca, m).is_ok() {
+            // A→B messages go as two parts split anywhere (header ++ body),
+            // which must arrive as the one message they make.
+            let mut m = bytes::Bytes::from(message(seed, 0, sent_a, max_len, frag));
+            let head = m.split_to((sent_a as usize * 977) % (m.len() + 1));
+            if p.a.endpoint_mut().send_parts(ca, head, m).is_ok() {
                 sent_a += 1;
             }
         }

@@ -1,10 +1,12 @@
-//! Endpoint addresses: interface MAC + LLC SAP + port, printable and parsable.
-//!
-//! Form: `llc://02:00:00:00:00:01/7` (default SAP) or
-//! `llc://02:00:00:00:00:01/7?sap=0x7c`. They are exchanged out of band (the
+//! Endpoint addresses, printable and parsable, exchanged out of band (the
 //! MPI modex, a name service, a command line).
+//!
+//! - LLC: interface MAC + LLC SAP + port, `llc://02:00:00:00:00:01/7`
+//!   (default SAP) or `llc://02:00:00:00:00:01/7?sap=0x7c`.
+//! - TCP: `tcp://10.0.0.1:7000` or `tcp://[fd00::1]:7000`.
 
 use std::fmt;
+use std::net::SocketAddr;
 use std::str::FromStr;
 
 use llc_stack::wire::llc::{validate_sap, DEFAULT_SAP};
@@ -25,7 +27,7 @@ pub struct LlcAddr {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum AddrError {
     /// Not of the form `llc://MAC/PORT[?sap=0xNN]`.
-    #[error("invalid endpoint address {0:?}: expected llc://MAC/PORT or llc://MAC/PORT?sap=0xNN, e.g. llc://02:00:00:00:00:01/7")]
+    #[error("invalid endpoint address {0:?}: expected llc://MAC/PORT[?sap=0xNN] (e.g. llc://02:00:00:00:00:01/7) or tcp://IP:PORT")]
     Form(String),
     /// The MAC part is not a MAC.
     #[error("invalid endpoint address {addr:?}: {reason}")]
@@ -88,9 +90,75 @@ impl FromStr for LlcAddr {
     }
 }
 
+/// Where an endpoint of any transport listens.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Addr {
+    /// The LLC stack.
+    Llc(LlcAddr),
+    /// TCP.
+    Tcp(SocketAddr),
+}
+
+impl fmt::Display for Addr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Addr::Llc(a) => a.fmt(f),
+            Addr::Tcp(a) => write!(f, "tcp://{a}"),
+        }
+    }
+}
+
+impl FromStr for Addr {
+    type Err = AddrError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s.starts_with("llc://") {
+            return s.parse().map(Addr::Llc);
+        }
+        let Some(rest) = s.strip_prefix("tcp://") else {
+            return Err(AddrError::Form(s.to_string()));
+        };
+        rest.parse().map(Addr::Tcp).map_err(|_| AddrError::Part {
+            addr: s.to_string(),
+            reason: format!("{rest:?} is not IP:PORT (e.g. 10.0.0.1:7000 or [fd00::1]:7000)"),
+        })
+    }
+}
+
+impl From<LlcAddr> for Addr {
+    fn from(a: LlcAddr) -> Self {
+        Addr::Llc(a)
+    }
+}
+
+impl From<SocketAddr> for Addr {
+    fn from(a: SocketAddr) -> Self {
+        Addr::Tcp(a)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn any_transport_round_trips() {
+        for s in [
+            "llc://02:00:00:00:00:01/7",
+            "tcp://10.0.0.1:7000",
+            "tcp://[fd00::1]:7000",
+        ] {
+            let a: Addr = s.parse().unwrap();
+            assert_eq!(a.to_string(), s);
+        }
+        assert!(matches!(
+            "tcp://10.0.0.1".parse::<Addr>(),
+            Err(AddrError::Part { .. })
+        ));
+        assert!(matches!(
+            "udp://10.0.0.1:7".parse::<Addr>(),
+            Err(AddrError::Form(_))
+        ));
+    }
 
     #[test]
     fn round_trips_and_errors() {

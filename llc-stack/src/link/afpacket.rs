@@ -26,7 +26,7 @@
 
 use std::cell::Cell;
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
 use crate::link::{Capabilities, Device, LinkError, RxToken, TxToken};
@@ -489,6 +489,14 @@ impl Device for AfPacket {
                 _ => Ok(()),
             },
         }
+    }
+
+    fn prepare_wait(&mut self, fds: &mut Vec<RawFd>) -> Option<Duration> {
+        if self.rx.ready() {
+            return Some(Duration::ZERO);
+        }
+        fds.push(self.fd.as_raw_fd());
+        None
     }
 
     fn capabilities(&self) -> Capabilities {

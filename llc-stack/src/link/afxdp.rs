@@ -40,7 +40,7 @@
 //! then sleeps in `poll(2)` on the sockets.
 
 use std::io;
-use std::os::fd::BorrowedFd;
+use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -651,6 +651,17 @@ impl Device for AfXdp {
         }
         let fds: Vec<BorrowedFd<'_>> = self.queues.iter().map(|q| q.xsk.fd()).collect();
         xsk::poll_any(&fds, timeout)
+    }
+
+    fn prepare_wait(&mut self, fds: &mut Vec<RawFd>) -> Option<Duration> {
+        if self.any_rx_ready() {
+            return Some(Duration::ZERO);
+        }
+        for q in &self.queues {
+            q.xsk.wake_rx_if_needed();
+            fds.push(q.xsk.fd().as_raw_fd());
+        }
+        None
     }
 
     fn capabilities(&self) -> Capabilities {

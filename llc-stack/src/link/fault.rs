@@ -6,6 +6,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::io;
+use std::os::fd::RawFd;
 use std::time::Duration;
 
 use super::{Capabilities, Device, RxToken};
@@ -253,6 +254,16 @@ impl<D: Device> Device for FaultInjector<D> {
             (a, b) => a.or(b),
         };
         self.inner.wait(t)
+    }
+
+    fn prepare_wait(&mut self, fds: &mut Vec<RawFd>) -> Option<Duration> {
+        let until_release = self
+            .next_release()
+            .map(|t| t.saturating_duration_since(Instant::now().max(self.last_now)));
+        match (self.inner.prepare_wait(fds), until_release) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     fn capabilities(&self) -> Capabilities {

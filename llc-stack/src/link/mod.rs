@@ -15,6 +15,7 @@
 //! Calls are generic over the device, so there is no dynamic dispatch per frame.
 
 use std::io;
+use std::os::fd::RawFd;
 use std::time::Duration;
 
 use crate::time::Instant;
@@ -23,6 +24,8 @@ use crate::time::Instant;
 pub mod afpacket;
 #[cfg(target_os = "linux")]
 pub mod afxdp;
+#[cfg(target_os = "linux")]
+pub mod any;
 pub mod fault;
 pub mod pcap;
 pub mod sim;
@@ -89,6 +92,17 @@ pub trait Device {
     fn wait(&mut self, timeout: Option<Duration>) -> io::Result<()> {
         let _ = timeout;
         Ok(())
+    }
+
+    /// Get ready for a sleep outside the device (a progress thread polling
+    /// several sources without holding the device): push the descriptors
+    /// whose readability means a frame may be ready, and return the longest
+    /// sleep the device allows (`None`: no limit; `Some(Duration::ZERO)`: a
+    /// frame is ready now). Devices that cannot block (simulations) return
+    /// `Some(Duration::ZERO)`.
+    fn prepare_wait(&mut self, fds: &mut Vec<RawFd>) -> Option<Duration> {
+        let _ = fds;
+        Some(Duration::ZERO)
     }
 
     /// What this device can carry.

@@ -4,6 +4,7 @@
 
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
+use std::os::fd::RawFd;
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -183,6 +184,11 @@ impl<D: Device, W: Write> Device for PcapWriter<D, W> {
         // Do not hold buffered capture data across a sleep.
         let _ = self.rec.out.flush();
         self.inner.wait(timeout)
+    }
+
+    fn prepare_wait(&mut self, fds: &mut Vec<RawFd>) -> Option<Duration> {
+        let _ = self.rec.out.flush();
+        self.inner.prepare_wait(fds)
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -132,12 +132,34 @@ const TIMER_COUNT: usize = 4;
 /// One of our messages, kept from `send` until the peer acknowledged its
 /// last fragment. Frames in flight refer to it by id and offset, so cutting
 /// and retransmitting fragments costs no reference counting or allocation.
+/// The message is `head ++ body`: layers above put their own header in front
+/// of a payload they lend, and neither is copied before the frame is written.
 #[derive(Debug)]
 struct OutMsg {
     msg_id: u32,
-    data: Bytes,
+    head: Bytes,
+    body: Bytes,
     /// Offset of the next fragment to cut.
     next_off: usize,
+}
+
+impl OutMsg {
+    fn len(&self) -> usize {
+        self.head.len() + self.body.len()
+    }
+
+    /// Bytes `off..off + len` of `head ++ body`, as at most two slices.
+    fn range(&self, off: usize, len: usize) -> [&[u8]; 2] {
+        let h = self.head.len();
+        let end = off + len;
+        if end <= h {
+            [&self.head[off..end], &[]]
+        } else if off >= h {
+            [&self.body[off - h..end - h], &[]]
+        } else {
+            [&self.head[off..], &self.body[..end - h]]
+        }
+    }
 }
 
 /// What a sequenced frame in flight carries.
@@ -444,23 +466,30 @@ impl Connection {
 
     /// Queue a message. Returns its id, which a later `Acked` event names.
     pub fn send(&mut self, data: Bytes) -> Result<u32, SendError> {
+        self.send_parts(Bytes::new(), data)
+    }
+
+    /// Queue the message `head ++ body` without joining the two.
+    pub fn send_parts(&mut self, head: Bytes, body: Bytes) -> Result<u32, SendError> {
         if self.close_requested || self.state == State::Closed {
             return Err(SendError::Closed);
         }
-        if data.len() > self.cfg.max_message_len || data.len() > u32::MAX as usize {
-            return Err(SendError::TooLong(data.len()));
+        let len = head.len() + body.len();
+        if len > self.cfg.max_message_len || len > u32::MAX as usize {
+            return Err(SendError::TooLong(len));
         }
-        if self.send_bytes > 0 && self.send_bytes + data.len() > self.cfg.send_buffer_bytes {
+        if self.send_bytes > 0 && self.send_bytes + len > self.cfg.send_buffer_bytes {
             return Err(SendError::BufferFull {
                 queued: self.send_bytes,
             });
         }
         let msg_id = self.next_msg_id;
         self.next_msg_id = self.next_msg_id.wrapping_add(1);
-        self.send_bytes += data.len();
+        self.send_bytes += len;
         self.send_msgs.push_back(OutMsg {
             msg_id,
-            data,
+            head,
+            body,
             next_off: 0,
         });
         Ok(msg_id)
@@ -808,7 +837,7 @@ impl Connection {
                             .expect("an unacknowledged message");
                         debug_assert_eq!(m.msg_id, msg_id);
                         self.next_unsent = self.next_unsent.saturating_sub(1);
-                        self.send_bytes -= m.data.len();
+                        self.send_bytes -= m.len();
                         self.stats.messages_acked += 1;
                         self.events.push_back(Event::Acked { msg_id });
                     }
@@ -1110,9 +1139,9 @@ impl Connection {
         }
         let cargo = if let Some(m) = self.send_msgs.get_mut(self.next_unsent) {
             let off = m.next_off;
-            let len = (m.data.len() - off).min(self.frag_len);
+            let len = (m.len() - off).min(self.frag_len);
             m.next_off += len;
-            let last = m.next_off == m.data.len();
+            let last = m.next_off == m.len();
             let cargo = Cargo::Data {
                 msg_id: m.msg_id,
                 off: off as u32,
@@ -1252,7 +1281,7 @@ impl Connection {
         let mut h = self.base_header(now, FrameType::Data, if more { 0 } else { flags::ACK_NOW });
         h.seq = seq.0.into();
         self.ack_fields(&mut h);
-        let payload: &[u8] = match self.inflight[idx].cargo {
+        let payload: [&[u8]; 2] = match self.inflight[idx].cargo {
             Cargo::Data {
                 msg_id,
                 off,
@@ -1262,23 +1291,24 @@ impl Connection {
                 let first = self.send_msgs.front().expect("a message in flight").msg_id;
                 let m = &self.send_msgs[msg_id.wrapping_sub(first) as usize];
                 h.msg_id = msg_id.into();
-                h.msg_len = (m.data.len() as u32).into();
+                h.msg_len = (m.len() as u32).into();
                 h.frag_off = off.into();
                 if last {
                     h.flags |= flags::LAST_FRAGMENT;
                 }
-                &m.data[off as usize..(off + len) as usize]
+                m.range(off as usize, len as usize)
             }
             Cargo::Close => {
                 h.kind = FrameType::Close.into();
-                &[]
+                [&[], &[]]
             }
         };
+        let payload_len = payload[0].len() + payload[1].len();
         // Carry SACK blocks when they fit beside the payload within the
         // fragment size both ends accept.
         let room =
-            self.frag_len.saturating_sub(payload.len()) / crate::wire::transport::SACK_BLOCK_LEN;
+            self.frag_len.saturating_sub(payload_len) / crate::wire::transport::SACK_BLOCK_LEN;
         let (sacks, n) = self.sack_blocks(room);
-        wire::emit_transport(buf, &self.addr, &h, &sacks[..n], payload).ok()
+        wire::emit_transport_gather(buf, &self.addr, &h, &sacks[..n], payload).ok()
     }
 }

@@ -403,6 +403,20 @@ impl Endpoint {
         }
     }
 
+    /// Queue the message `head ++ body` on a connection without joining the
+    /// two (a header of the layer above in front of a payload it lends).
+    pub fn send_parts(
+        &mut self,
+        h: ConnHandle,
+        head: Bytes,
+        body: Bytes,
+    ) -> Result<u32, SendError> {
+        match self.conns.get_mut(&h) {
+            Some(e) => e.conn.send_parts(head, body),
+            None => Err(SendError::Closed),
+        }
+    }
+
     /// Close a connection once its queued messages are delivered.
     pub fn close(&mut self, h: ConnHandle) {
         if let Some(e) = self.conns.get_mut(&h) {

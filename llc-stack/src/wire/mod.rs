@@ -204,13 +204,26 @@ pub fn emit_transport(
     sacks: &[SackBlock],
     payload: &[u8],
 ) -> Result<usize, WireError> {
-    if sacks.len() > transport::MAX_SACK_BLOCKS || payload.len() > u16::MAX as usize {
+    emit_transport_gather(buf, addr, header, sacks, [payload, &[]])
+}
+
+/// [`emit_transport`] with the payload in two pieces, written one after the
+/// other (a message's header and body meet inside some fragment).
+pub fn emit_transport_gather(
+    buf: &mut [u8],
+    addr: &Addresses,
+    header: &TransportHeader,
+    sacks: &[SackBlock],
+    payload: [&[u8]; 2],
+) -> Result<usize, WireError> {
+    let payload_len = payload[0].len() + payload[1].len();
+    if sacks.len() > transport::MAX_SACK_BLOCKS || payload_len > u16::MAX as usize {
         return Err(WireError::BufferTooSmall);
     }
     let llc_len = llc::HEADER_LEN
         + transport::HEADER_LEN
         + sacks.len() * transport::SACK_BLOCK_LEN
-        + payload.len();
+        + payload_len;
     let total = ethernet::HEADER_LEN + llc_len;
     if buf.len() < total {
         return Err(WireError::BufferTooSmall);
@@ -224,14 +237,16 @@ pub fn emit_transport(
     let mut h = *header;
     h.version = transport::VERSION;
     h.sack_count = sacks.len() as u8;
-    h.payload_len = (payload.len() as u16).into();
+    h.payload_len = (payload_len as u16).into();
     h.crc = 0.into();
     buf[at..at + transport::HEADER_LEN].copy_from_slice(h.as_bytes());
     at += transport::HEADER_LEN;
     let sack_bytes = sacks.as_bytes();
     buf[at..at + sack_bytes.len()].copy_from_slice(sack_bytes);
     at += sack_bytes.len();
-    buf[at..].copy_from_slice(payload);
+    let (first, second) = buf[at..].split_at_mut(payload[0].len());
+    first.copy_from_slice(payload[0]);
+    second.copy_from_slice(payload[1]);
     let crc = checksum(&buf[ethernet::HEADER_LEN..]);
     let crc_at = ethernet::HEADER_LEN + llc::HEADER_LEN + transport::CRC_OFFSET;
     buf[crc_at..crc_at + 4].copy_from_slice(&crc.to_be_bytes());

@@ -1,0 +1,208 @@
+//! Backend choice: AF_XDP or AF_PACKET behind one device type, for code that
+//! picks the backend at run time (tools, the message layer).
+//!
+//! `auto` tries AF_XDP (zero-copy then copy, native then generic XDP, as
+//! [`AfXdpConfig`] says) and falls back to AF_PACKET unless the interface
+//! itself is the problem; what was not obtained, and why, is returned as
+//! notes for the user. Dispatch is one predictable branch per call.
+
+use std::fmt;
+use std::io;
+use std::os::fd::RawFd;
+use std::str::FromStr;
+use std::time::Duration;
+
+use super::afpacket::{AfPacket, AfPacketConfig, AfPacketRxToken, AfPacketTxToken};
+use super::afxdp::{AfXdp, AfXdpConfig, AfXdpRxToken, AfXdpTxToken};
+use super::{Capabilities, Device, LinkError, RxToken, TxToken};
+use crate::time::Instant;
+use crate::wire::MacAddr;
+
+/// Which backend to open.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum Backend {
+    /// AF_XDP when it can be set up, else AF_PACKET.
+    #[default]
+    Auto,
+    /// AF_XDP only.
+    Xdp,
+    /// AF_PACKET only.
+    Packet,
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Backend::Auto => "auto",
+            Backend::Xdp => "xdp",
+            Backend::Packet => "packet",
+        })
+    }
+}
+
+impl FromStr for Backend {
+    type Err = LinkError;
+    fn from_str(s: &str) -> Result<Self, LinkError> {
+        match s {
+            "auto" => Ok(Backend::Auto),
+            "xdp" => Ok(Backend::Xdp),
+            "packet" => Ok(Backend::Packet),
+            _ => Err(LinkError::invalid_config(
+                "backend",
+                &format!("{s:?}: expected auto, xdp or packet"),
+            )),
+        }
+    }
+}
+
+/// An opened AF_XDP or AF_PACKET link.
+pub enum AnyLink {
+    /// AF_PACKET raw socket.
+    Packet(AfPacket),
+    /// AF_XDP socket(s) with the project's XDP program.
+    Xdp(AfXdp),
+}
+
+/// Open `backend` on `ifname`. Returns the link and notes on what was not
+/// obtained and why (zero-copy refused, AF_XDP unavailable...).
+pub fn open(
+    ifname: &str,
+    backend: Backend,
+    packet: AfPacketConfig,
+    xdp: AfXdpConfig,
+) -> Result<(AnyLink, Vec<String>), LinkError> {
+    let xdp_notes = |dev: &AfXdp| -> Vec<String> {
+        dev.fallbacks()
+            .iter()
+            .map(|f| format!("AF_XDP: {f}; using {}", dev.capabilities().backend))
+            .collect()
+    };
+    match backend {
+        Backend::Packet => Ok((AnyLink::Packet(AfPacket::open(ifname, packet)?), vec![])),
+        Backend::Xdp => {
+            let dev = AfXdp::open(ifname, xdp)?;
+            let notes = xdp_notes(&dev);
+            Ok((AnyLink::Xdp(dev), notes))
+        }
+        Backend::Auto => match AfXdp::open(ifname, xdp) {
+            Ok(dev) => {
+                let notes = xdp_notes(&dev);
+                Ok((AnyLink::Xdp(dev), notes))
+            }
+            Err(e @ (LinkError::NoSuchInterface(_) | LinkError::InterfaceDown(_))) => Err(e),
+            Err(e) => {
+                let dev = AfPacket::open(ifname, packet)?;
+                let note = format!(
+                    "backend auto: AF_XDP unavailable ({e}); using {}",
+                    dev.capabilities().backend
+                );
+                Ok((AnyLink::Packet(dev), vec![note]))
+            }
+        },
+    }
+}
+
+impl fmt::Debug for AnyLink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "AnyLink({})", self.capabilities().backend)
+    }
+}
+
+impl AnyLink {
+    /// The interface's MAC address.
+    pub fn mac(&self) -> MacAddr {
+        MacAddr(match self {
+            AnyLink::Packet(d) => d.mac(),
+            AnyLink::Xdp(d) => d.mac(),
+        })
+    }
+
+    /// The interface's MTU.
+    pub fn mtu(&self) -> usize {
+        match self {
+            AnyLink::Packet(d) => d.mtu(),
+            AnyLink::Xdp(d) => d.mtu(),
+        }
+    }
+}
+
+/// A received frame of either backend.
+pub enum AnyRxToken<'a> {
+    /// From AF_PACKET.
+    Packet(AfPacketRxToken<'a>),
+    /// From AF_XDP.
+    Xdp(AfXdpRxToken<'a>),
+}
+
+impl RxToken for AnyRxToken<'_> {
+    fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
+        match self {
+            AnyRxToken::Packet(t) => t.consume(f),
+            AnyRxToken::Xdp(t) => t.consume(f),
+        }
+    }
+}
+
+/// A transmit buffer of either backend.
+pub enum AnyTxToken<'a> {
+    /// From AF_PACKET.
+    Packet(AfPacketTxToken<'a>),
+    /// From AF_XDP.
+    Xdp(AfXdpTxToken<'a>),
+}
+
+impl TxToken for AnyTxToken<'_> {
+    fn consume<F: FnOnce(&mut [u8]) -> usize>(self, f: F) -> usize {
+        match self {
+            AnyTxToken::Packet(t) => t.consume(f),
+            AnyTxToken::Xdp(t) => t.consume(f),
+        }
+    }
+}
+
+impl Device for AnyLink {
+    type RxToken<'a> = AnyRxToken<'a>;
+    type TxToken<'a> = AnyTxToken<'a>;
+
+    fn receive(&mut self, now: Instant) -> Option<AnyRxToken<'_>> {
+        match self {
+            AnyLink::Packet(d) => d.receive(now).map(AnyRxToken::Packet),
+            AnyLink::Xdp(d) => d.receive(now).map(AnyRxToken::Xdp),
+        }
+    }
+
+    fn transmit(&mut self, now: Instant) -> Option<AnyTxToken<'_>> {
+        match self {
+            AnyLink::Packet(d) => d.transmit(now).map(AnyTxToken::Packet),
+            AnyLink::Xdp(d) => d.transmit(now).map(AnyTxToken::Xdp),
+        }
+    }
+
+    fn flush(&mut self, now: Instant) -> io::Result<()> {
+        match self {
+            AnyLink::Packet(d) => d.flush(now),
+            AnyLink::Xdp(d) => d.flush(now),
+        }
+    }
+
+    fn wait(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+        match self {
+            AnyLink::Packet(d) => d.wait(timeout),
+            AnyLink::Xdp(d) => d.wait(timeout),
+        }
+    }
+
+    fn prepare_wait(&mut self, fds: &mut Vec<RawFd>) -> Option<Duration> {
+        match self {
+            AnyLink::Packet(d) => d.prepare_wait(fds),
+            AnyLink::Xdp(d) => d.prepare_wait(fds),
+        }
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        match self {
+            AnyLink::Packet(d) => d.capabilities(),
+            AnyLink::Xdp(d) => d.capabilities(),
+        }
+    }
+}

@@ -1,0 +1,188 @@
+//! The LLC stack as a [`Transport`]: one endpoint (interface, SAP) listening
+//! on one port, connections to peers' ports.
+//!
+//! Generic over the link device, so the same code runs over AF_XDP,
+//! AF_PACKET ([`AnyLink`]) and the simulated link with fault injection used by
+//! the deterministic tests.
+
+use std::os::fd::RawFd;
+use std::time::Duration;
+
+use bytes::Bytes;
+use llc_stack::link::afpacket::AfPacketConfig;
+use llc_stack::link::afxdp::AfXdpConfig;
+use llc_stack::link::any::{self, AnyLink, Backend};
+use llc_stack::proto::{ConnHandle, Event};
+use llc_stack::rng::Rng;
+use llc_stack::{Device, Instant, Stack};
+
+use super::{ConnId, SendError, Transport, TransportError, TransportEvent};
+use crate::addr::{Addr, LlcAddr};
+
+pub use llc_stack::proto::Config as LlcConfig;
+
+/// Port an endpoint listens on unless told otherwise.
+pub const DEFAULT_PORT: u16 = 7;
+
+/// The LLC stack over link `D`.
+#[derive(Debug)]
+pub struct LlcTransport<D: Device> {
+    stack: Stack<D>,
+    addr: LlcAddr,
+    notes: Vec<String>,
+}
+
+impl LlcTransport<AnyLink> {
+    /// Open `backend` on interface `ifname` and listen on `port`. The notes
+    /// (see [`LlcTransport::notes`]) say what `auto` fell back from and why.
+    pub fn open(
+        ifname: &str,
+        backend: Backend,
+        port: u16,
+        cfg: LlcConfig,
+    ) -> Result<Self, TransportError> {
+        let packet = AfPacketConfig {
+            sap: cfg.sap,
+            ..Default::default()
+        };
+        let xdp = AfXdpConfig {
+            sap: cfg.sap,
+            ..Default::default()
+        };
+        let (link, notes) = any::open(ifname, backend, packet, xdp)
+            .map_err(|e| TransportError::Setup(e.to_string()))?;
+        let mac = link.mac();
+        let mut t = LlcTransport::new(link, mac, port, cfg, Rng::from_entropy());
+        t.notes = notes;
+        Ok(t)
+    }
+}
+
+impl<D: Device> LlcTransport<D> {
+    /// An endpoint for interface address `mac` over `dev`, listening on `port`.
+    pub fn new(dev: D, mac: llc_stack::wire::MacAddr, port: u16, cfg: LlcConfig, rng: Rng) -> Self {
+        let sap = cfg.sap;
+        let mut stack = Stack::new(dev, cfg, mac, rng);
+        stack.endpoint_mut().listen(port);
+        LlcTransport {
+            stack,
+            addr: LlcAddr { mac, sap, port },
+            notes: Vec::new(),
+        }
+    }
+
+    /// What backend selection fell back from, and why.
+    pub fn notes(&self) -> &[String] {
+        &self.notes
+    }
+
+    /// The stack, for its statistics.
+    pub fn stack(&self) -> &Stack<D> {
+        &self.stack
+    }
+
+    fn take_events(&mut self, events: &mut Vec<TransportEvent>) -> bool {
+        let mut any = false;
+        while let Some((h, ev)) = self.stack.endpoint_mut().poll_event() {
+            any = true;
+            let id = h.0;
+            match ev {
+                Event::Connected => {
+                    let inbound = self.stack.endpoint().is_inbound(h).unwrap_or(false);
+                    events.push(if inbound {
+                        TransportEvent::Accepted(id)
+                    } else {
+                        TransportEvent::Connected(id)
+                    });
+                }
+                Event::Message { data, .. } => events.push(TransportEvent::Message(id, data)),
+                Event::Acked { .. } => {}
+                Event::Closed(reason) => events.push(TransportEvent::Closed(
+                    id,
+                    reason.map(|e| TransportError::Connection(e.to_string())),
+                )),
+            }
+        }
+        any
+    }
+}
+
+impl<D: Device + Send + 'static> Transport for LlcTransport<D> {
+    fn name(&self) -> String {
+        format!("llc/{}", self.stack.device().capabilities().backend)
+    }
+
+    fn local_addr(&self) -> Addr {
+        Addr::Llc(self.addr)
+    }
+
+    fn max_message_len(&self) -> usize {
+        self.stack.endpoint().config().max_message_len
+    }
+
+    fn connect(&mut self, to: &Addr) -> Result<ConnId, TransportError> {
+        let bad = |reason: String| TransportError::Address {
+            addr: to.to_string(),
+            reason,
+        };
+        let Addr::Llc(a) = to else {
+            return Err(bad("an LLC endpoint cannot reach a TCP address".into()));
+        };
+        if a.sap != self.addr.sap {
+            return Err(bad(format!(
+                "the peer uses SAP {:#04x} and this endpoint {:#04x}",
+                a.sap, self.addr.sap
+            )));
+        }
+        let h = self
+            .stack
+            .endpoint_mut()
+            .connect(Instant::now(), a.mac, a.port, None)
+            .map_err(|e| bad(e.to_string()))?;
+        Ok(h.0)
+    }
+
+    fn send(&mut self, conn: ConnId, head: &[u8], body: Bytes) -> Result<(), SendError> {
+        use llc_stack::proto::SendError as E;
+        let ep = self.stack.endpoint_mut();
+        match ep.send_parts(ConnHandle(conn), Bytes::copy_from_slice(head), body) {
+            Ok(_) => Ok(()),
+            Err(E::BufferFull { .. }) => Err(SendError::WouldBlock),
+            Err(E::Closed) => Err(SendError::Closed),
+            Err(E::TooLong(len)) => Err(SendError::TooLong {
+                len,
+                max: ep.config().max_message_len,
+            }),
+        }
+    }
+
+    fn close(&mut self, conn: ConnId) {
+        self.stack.endpoint_mut().close(ConnHandle(conn));
+    }
+
+    fn progress(&mut self, events: &mut Vec<TransportEvent>) -> Result<bool, TransportError> {
+        let now = Instant::now();
+        // Transmit what the caller queued since the last call first, then
+        // receive: replies the caller sends in reaction to these events then
+        // carry the acknowledgements of what they answer.
+        let tx = self
+            .stack
+            .poll_tx(now)
+            .map_err(|e| TransportError::io("transmitting", &e))?;
+        let rx = self.stack.poll_rx(now);
+        let ev = self.take_events(events);
+        Ok(tx + rx > 0 || ev)
+    }
+
+    fn prepare_wait(&mut self, fds: &mut Vec<RawFd>) -> Option<Duration> {
+        self.stack.prepare_wait(Instant::now(), fds)
+    }
+}
+
+/// The real-link transport must be movable to a progress thread.
+#[allow(dead_code)]
+fn assert_transport<T: Transport>() {}
+#[allow(dead_code)]
+fn llc_over_any_link_is_a_transport() {
+    assert_transport::<LlcTransport<AnyLink>>();
+}

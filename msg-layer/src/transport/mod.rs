@@ -1,0 +1,139 @@
+//! The `Transport` trait: reliable, ordered, message-oriented connections to
+//! many peers. Everything above it (matching, eager and rendezvous, RMA, the
+//! progress engine, tests and benchmarks) runs unchanged on every
+//! implementation:
+//! - [`llc`]: the LLC stack over AF_XDP or AF_PACKET (or a simulated link);
+//! - `tcp`: TCP over io_uring, one connection per peer, `TCP_NODELAY`.
+//!
+//! A transport moves whole messages: what one `send` queues arrives as one
+//! [`TransportEvent::Message`], in order, exactly once, or the connection
+//! fails with [`TransportEvent::Closed`] carrying the reason. It never drops a
+//! message silently. Its own flow control pushes back with
+//! [`SendError::WouldBlock`]; the caller keeps the message and retries after
+//! the next `progress`.
+//!
+//! Waiting is split so that a progress thread can sleep without holding the
+//! lock that guards the transport: [`Transport::prepare_wait`] names the file
+//! descriptors that become readable when `progress` has work and the longest
+//! sleep the transport's timers allow; the caller polls them unlocked.
+
+use std::io;
+use std::os::fd::RawFd;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::addr::Addr;
+
+pub mod llc;
+
+/// Names a connection of one transport. Never reused by that transport.
+pub type ConnId = u32;
+
+/// What a transport reports from `progress`.
+#[derive(Debug)]
+pub enum TransportEvent {
+    /// A connection we opened with `connect` is established.
+    Connected(ConnId),
+    /// A peer opened a connection to us.
+    Accepted(ConnId),
+    /// A whole message arrived (in order on its connection).
+    Message(ConnId, Vec<u8>),
+    /// The connection ended: `None` after an orderly close by either side,
+    /// `Some(reason)` when it failed. Messages not yet delivered are lost
+    /// with it, and the layer above fails what depended on them.
+    Closed(ConnId, Option<TransportError>),
+}
+
+/// Why a send was not queued.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SendError {
+    /// The connection's send buffer is full: retry after `progress`.
+    #[error("send buffer full")]
+    WouldBlock,
+    /// The connection is closed or failed (its `Closed` event says why).
+    #[error("connection closed")]
+    Closed,
+    /// The message is longer than the transport carries.
+    #[error("message of {len} bytes exceeds the transport's limit of {max}")]
+    TooLong {
+        /// Message length.
+        len: usize,
+        /// The transport's limit.
+        max: usize,
+    },
+}
+
+/// A transport failure, said in words a user can act on.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TransportError {
+    /// Opening or using the link or socket failed.
+    #[error("{0}")]
+    Setup(String),
+    /// The address is of another transport, or malformed.
+    #[error("cannot reach {addr}: {reason}")]
+    Address {
+        /// The address given.
+        addr: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A connection failed (peer gone, refused, silent, reset...).
+    #[error("{0}")]
+    Connection(String),
+    /// An I/O error while making progress.
+    #[error("{context}: {message}")]
+    Io {
+        /// What the transport was doing.
+        context: String,
+        /// The system's error message.
+        message: String,
+    },
+}
+
+impl TransportError {
+    /// An I/O error with what was being done.
+    pub fn io(context: impl Into<String>, e: &io::Error) -> Self {
+        TransportError::Io {
+            context: context.into(),
+            message: e.to_string(),
+        }
+    }
+}
+
+/// A reliable message transport to many peers. See the module documentation
+/// for the contract.
+pub trait Transport: Send + 'static {
+    /// What this is, for reports: e.g. `llc/af_xdp (native, copy)` or `tcp/io_uring`.
+    fn name(&self) -> String;
+
+    /// Where peers reach this endpoint.
+    fn local_addr(&self) -> Addr;
+
+    /// Largest message `send` accepts (head and body together).
+    fn max_message_len(&self) -> usize;
+
+    /// Start opening a connection to `to`. `Connected` (or `Closed` with the
+    /// reason) follows from `progress`; `send` may be called at once and the
+    /// message goes out when the connection is up.
+    fn connect(&mut self, to: &Addr) -> Result<ConnId, TransportError>;
+
+    /// Queue the message `head ++ body` on `conn`. The transport takes
+    /// `body` without copying where it can.
+    fn send(&mut self, conn: ConnId, head: &[u8], body: Bytes) -> Result<(), SendError>;
+
+    /// Close `conn` once everything queued on it is delivered.
+    fn close(&mut self, conn: ConnId);
+
+    /// Receive, run timers and transmit, appending what happened to `events`.
+    /// Never blocks. Returns true when anything moved (frames, bytes or
+    /// events), which callers use to decide when to stop busy-polling.
+    fn progress(&mut self, events: &mut Vec<TransportEvent>) -> Result<bool, TransportError>;
+
+    /// Get ready to sleep: push the descriptors whose readability means
+    /// `progress` has work, and return the longest sleep the transport's
+    /// timers allow (`None`: no limit). `Some(Duration::ZERO)` means work is
+    /// ready now. The caller then polls the descriptors, without holding the
+    /// transport, and calls `progress` when it wakes.
+    fn prepare_wait(&mut self, fds: &mut Vec<RawFd>) -> Option<Duration>;
+}
