@@ -1,11 +1,34 @@
 //! The message layer: what applications and the MPI shim use.
 //!
-//! Built so far: endpoint addresses ([`addr`]), MPI matching ([`matching`])
-//! and the [`transport::Transport`] trait with the LLC stack behind it. The
-//! eager/rendezvous protocols, RMA and the progress engine build on them.
+//! - [`Endpoint`]: non-blocking `isend`/`irecv` with MPI matching (source,
+//!   tag, context; wildcards; non-overtaking), `test`/`wait`/`wait_any`/
+//!   `test_some`/`cancel`/`probe`, eager and rendezvous protocols, a bounded
+//!   unexpected-message buffer with credit-based flow control, active
+//!   messages, registered memory with `put`/`get`, and progress made by the
+//!   waiter or by a progress thread.
+//! - [`transport::Transport`]: what the endpoint runs on: the LLC stack
+//!   ([`transport::llc`]) or TCP.
+//! - [`addr`]: printable, parsable endpoint addresses.
+//!
+//! The packet format is specified in docs/MESSAGES.md.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod addr;
+pub mod config;
+mod endpoint;
+mod engine;
+pub mod error;
 pub mod matching;
+pub mod rma;
+#[allow(unsafe_code)]
+mod sys;
 pub mod transport;
+pub mod wire;
+
+pub use addr::Addr;
+pub use config::Config;
+pub use endpoint::{AmHandler, Endpoint, FailureHandler, Request};
+pub use engine::{Completion, Stats, Status};
+pub use error::Error;
+pub use matching::{PeerId, Source, Tag};

@@ -417,6 +417,11 @@ impl Endpoint {
         }
     }
 
+    /// True when every message sent on every connection was acknowledged.
+    pub fn all_acked(&self) -> bool {
+        self.conns.values().all(|e| e.conn.is_send_idle())
+    }
+
     /// Close a connection once its queued messages are delivered.
     pub fn close(&mut self, h: ConnHandle) {
         if let Some(e) = self.conns.get_mut(&h) {

@@ -174,6 +174,10 @@ impl<D: Device + Send + 'static> Transport for LlcTransport<D> {
         Ok(tx + rx > 0 || ev)
     }
 
+    fn flushed(&self) -> bool {
+        self.stack.endpoint().all_acked()
+    }
+
     fn prepare_wait(&mut self, fds: &mut Vec<RawFd>) -> Option<Duration> {
         self.stack.prepare_wait(Instant::now(), fds)
     }

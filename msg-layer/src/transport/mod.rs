@@ -130,6 +130,14 @@ pub trait Transport: Send + 'static {
     /// events), which callers use to decide when to stop busy-polling.
     fn progress(&mut self, events: &mut Vec<TransportEvent>) -> Result<bool, TransportError>;
 
+    /// True when everything sent so far has been delivered to the peer
+    /// (acknowledged by its transport, or handed to the kernel, which
+    /// delivers it even after this process exits). Callers wait for it
+    /// before shutting down.
+    fn flushed(&self) -> bool {
+        true
+    }
+
     /// Get ready to sleep: push the descriptors whose readability means
     /// `progress` has work, and return the longest sleep the transport's
     /// timers allow (`None`: no limit). `Some(Duration::ZERO)` means work is

@@ -1,0 +1,78 @@
+//! Tunables of the message layer, with the reasoning behind each default.
+
+use std::time::Duration;
+
+use crate::wire::HEADER_LEN;
+
+/// Eager credit every sender may use towards a peer before that peer's
+/// `Hello` states its window: part of the protocol, so a sender may start
+/// at once and a receiver knows the worst case before it has spoken.
+pub const INITIAL_CREDIT: u32 = 64 << 10;
+
+/// Settings of one endpoint.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Messages up to this many bytes go eagerly (payload with the
+    /// envelope); longer ones by rendezvous (announce, wait for the matching
+    /// receive, then move the data straight to its buffer). The default is
+    /// where the sweep in docs/BENCHMARKS.md found the two protocols' costs
+    /// cross.
+    pub eager_limit: usize,
+    /// Eager credit in bytes this endpoint grants each peer: the most of
+    /// that peer's unexpected messages (payload plus header, and a header per
+    /// rendezvous announcement) it ever buffers. Memory for unexpected
+    /// messages is bounded by this times the number of peers; a sender that
+    /// has used its credit waits for the receiver to match, never drops.
+    pub eager_window: u32,
+    /// Rendezvous data moves in transport messages of this size, so the
+    /// receiver places one piece while the next is on the wire.
+    pub rndv_chunk: usize,
+    /// Busy-poll this long after the last activity before sleeping in
+    /// poll(2) (waiters and the progress thread alike).
+    pub spin: Duration,
+    /// Longest single sleep, so a waiter re-checks its deadline.
+    pub max_sleep: Duration,
+    /// Run a progress thread, so that rendezvous transfers, RMA and active
+    /// messages advance while the application computes.
+    pub progress_thread: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            eager_limit: 16 << 10,
+            eager_window: 4 << 20,
+            rndv_chunk: 256 << 10,
+            spin: Duration::from_micros(200),
+            max_sleep: Duration::from_millis(50),
+            progress_thread: false,
+        }
+    }
+}
+
+/// A setting that cannot work.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid message-layer setting: {0}")]
+pub struct ConfigError(pub String);
+
+impl Config {
+    /// Check that the settings can work together.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.eager_limit + HEADER_LEN > INITIAL_CREDIT as usize {
+            return Err(ConfigError(format!(
+                "eager_limit {} exceeds the initial credit every peer grants ({} bytes with the header)",
+                self.eager_limit, INITIAL_CREDIT
+            )));
+        }
+        if self.eager_window < INITIAL_CREDIT {
+            return Err(ConfigError(format!(
+                "eager_window {} is below the protocol's initial credit {INITIAL_CREDIT}",
+                self.eager_window
+            )));
+        }
+        if self.rndv_chunk == 0 {
+            return Err(ConfigError("rndv_chunk must be at least 1 byte".into()));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,575 @@
+//! The application's endpoint: non-blocking point-to-point, probes, active
+//! messages and RMA, with progress made by whoever waits and, optionally, by
+//! a progress thread.
+//!
+//! The protocol engine sits behind one lock. A waiting caller takes it,
+//! makes progress itself and checks its request (no hand-off to another
+//! thread on the critical path). The progress thread, when enabled, does the
+//! same between the application's calls, so rendezvous transfers and
+//! one-sided accesses advance while the application computes. Both
+//! busy-poll for [`Config::spin`] after the last activity and then sleep in
+//! poll(2) on the transport's descriptors, without holding the lock.
+//!
+//! Active-message handlers and the peer-failure callback run after the lock
+//! is released, in arrival order, from whichever thread made the progress;
+//! they may call the endpoint (send, put, ...) but must not wait on it.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use parking_lot::Mutex as EngineLock;
+
+use crate::addr::Addr;
+use crate::config::Config;
+use crate::engine::{AmDelivery, Completion, Engine, PeerFailure, Stats, Status};
+use crate::error::Error;
+use crate::matching::{Pattern, PeerId, Source, Tag};
+use crate::rma::{MemoryRegion, RegionKey};
+use crate::sys;
+use crate::transport::Transport;
+use crate::wire::HEADER_LEN;
+
+/// A pending operation. Copyable like an MPI_Request; its result is taken
+/// once, by the `test` or `wait` that sees it complete.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[must_use = "a request must be tested or waited for"]
+pub struct Request(u64);
+
+/// An active-message handler: the sending peer and the payload.
+pub type AmHandler = Box<dyn FnMut(PeerId, &[u8]) + Send>;
+
+/// Called once per failed peer, with the error its requests failed with.
+pub type FailureHandler = Box<dyn FnMut(PeerId, &Error) + Send>;
+
+struct Callbacks {
+    am: HashMap<u16, AmHandler>,
+    on_failure: Option<FailureHandler>,
+    unhandled_am: u64,
+}
+
+struct Shared<T: Transport> {
+    engine: EngineLock<Engine<T>>,
+    callbacks: Mutex<Callbacks>,
+    stop: AtomicBool,
+    spin: Duration,
+    max_sleep: Duration,
+}
+
+/// A message-layer endpoint over transport `T`.
+pub struct Endpoint<T: Transport> {
+    shared: Arc<Shared<T>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl<T: Transport> std::fmt::Debug for Endpoint<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("addr", &self.local_addr().to_string())
+            .field("progress_thread", &self.thread.is_some())
+            .finish()
+    }
+}
+
+impl<T: Transport> Endpoint<T> {
+    /// An endpoint over `transport`; starts the progress thread when
+    /// `cfg.progress_thread` says so.
+    pub fn new(transport: T, cfg: Config) -> Result<Self, Error> {
+        let spin = cfg.spin;
+        let max_sleep = cfg.max_sleep.max(Duration::from_micros(1));
+        let threaded = cfg.progress_thread;
+        let shared = Arc::new(Shared {
+            engine: EngineLock::new(Engine::new(transport, cfg)?),
+            callbacks: Mutex::new(Callbacks {
+                am: HashMap::new(),
+                on_failure: None,
+                unhandled_am: 0,
+            }),
+            stop: AtomicBool::new(false),
+            spin,
+            max_sleep,
+        });
+        let thread = if threaded {
+            let s = shared.clone();
+            Some(
+                std::thread::Builder::new()
+                    .name("msg-progress".into())
+                    .spawn(move || progress_thread(&s))
+                    .map_err(|e| {
+                        Error::Transport(crate::transport::TransportError::io(
+                            "starting the progress thread",
+                            &e,
+                        ))
+                    })?,
+            )
+        } else {
+            None
+        };
+        Ok(Endpoint { shared, thread })
+    }
+
+    /// Where peers reach this endpoint.
+    pub fn local_addr(&self) -> Addr {
+        self.shared.engine.lock().local_addr()
+    }
+
+    /// The transport's name, e.g. `llc/af_xdp (native, copy)` or `tcp/io_uring`.
+    pub fn transport_name(&self) -> String {
+        self.shared.engine.lock().transport().name()
+    }
+
+    /// Run `f` on the transport (statistics, notes).
+    pub fn with_transport<R>(&self, f: impl FnOnce(&T) -> R) -> R {
+        f(self.shared.engine.lock().transport())
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> Stats {
+        self.shared.engine.lock().stats().clone()
+    }
+
+    /// Bytes of unexpected messages buffered now (bounded by the eager
+    /// window times the number of peers).
+    pub fn unexpected_bytes(&self) -> usize {
+        self.shared.engine.lock().unexpected_bytes()
+    }
+
+    /// Active messages that arrived for a handler nobody registered.
+    pub fn unhandled_am(&self) -> u64 {
+        self.shared
+            .callbacks
+            .lock()
+            .expect("callbacks")
+            .unhandled_am
+    }
+
+    /// Open a connection to the endpoint at `addr` (this side initiates; a
+    /// server just receives, and its peers appear as they connect).
+    pub fn connect(&self, addr: &Addr) -> Result<PeerId, Error> {
+        self.shared.engine.lock().connect(*addr)
+    }
+
+    /// Know the endpoint at `addr`, MPI style: every process adds every
+    /// other, and of each pair the one with the smaller address connects.
+    pub fn add_peer(&self, addr: &Addr) -> Result<PeerId, Error> {
+        self.shared.engine.lock().add_peer(*addr)
+    }
+
+    /// The address of a peer.
+    pub fn peer_addr(&self, peer: PeerId) -> Option<Addr> {
+        self.shared.engine.lock().peer_addr(peer)
+    }
+
+    /// Number of peers known (added, connected or connected to us).
+    pub fn peer_count(&self) -> usize {
+        self.shared.engine.lock().peer_count()
+    }
+
+    /// Start sending `data` to `peer` with `tag` in `context`. The request
+    /// completes when `data` is no longer needed (eager: handed to the
+    /// transport; rendezvous: the last piece handed over).
+    pub fn isend(&self, peer: PeerId, tag: u32, context: u32, data: impl Into<Bytes>) -> Request {
+        let mut e = self.shared.engine.lock();
+        let r = e.isend(peer, tag, context, data.into());
+        let _ = e.progress();
+        Request(r)
+    }
+
+    /// Post a receive into `buf` (its length is the most accepted). The
+    /// completion returns the buffer cut to the message's length.
+    pub fn irecv(&self, source: Source, tag: Tag, context: u32, buf: Vec<u8>) -> Request {
+        let pattern = Pattern {
+            source,
+            tag,
+            context,
+        };
+        let mut e = self.shared.engine.lock();
+        let r = e.irecv(pattern, buf);
+        let _ = e.progress();
+        Request(r)
+    }
+
+    /// Blocking send.
+    pub fn send(
+        &self,
+        peer: PeerId,
+        tag: u32,
+        context: u32,
+        data: impl Into<Bytes>,
+        timeout: Option<Duration>,
+    ) -> Result<Completion, Error> {
+        let r = self.isend(peer, tag, context, data);
+        self.wait_timeout(r, timeout)
+    }
+
+    /// Blocking receive.
+    pub fn recv(
+        &self,
+        source: Source,
+        tag: Tag,
+        context: u32,
+        buf: Vec<u8>,
+        timeout: Option<Duration>,
+    ) -> Result<Completion, Error> {
+        let r = self.irecv(source, tag, context, buf);
+        self.wait_timeout(r, timeout)
+    }
+
+    /// Cancel a receive that has not matched; it then completes with
+    /// [`Error::Cancelled`]. False when it had matched already.
+    pub fn cancel(&self, r: Request) -> bool {
+        self.shared.engine.lock().cancel(r.0)
+    }
+
+    /// One round of progress; true when anything moved.
+    pub fn progress(&self) -> Result<bool, Error> {
+        let moved = self.shared.engine.lock().progress()?;
+        self.shared.deliver();
+        Ok(moved)
+    }
+
+    /// The result of `r` if it completed (then it is forgotten).
+    pub fn test(&self, r: &Request) -> Option<Result<Completion, Error>> {
+        let mut e = self.shared.engine.lock();
+        if !e.is_done(r.0) {
+            let _ = e.progress();
+        }
+        let res = e.take(r.0);
+        drop(e);
+        self.shared.deliver();
+        res
+    }
+
+    /// The completed ones among `reqs`, with their index (MPI_Testsome).
+    pub fn test_some(&self, reqs: &[Request]) -> Vec<(usize, Result<Completion, Error>)> {
+        let mut e = self.shared.engine.lock();
+        let _ = e.progress();
+        let mut out = Vec::new();
+        for (i, r) in reqs.iter().enumerate() {
+            if e.is_done(r.0) {
+                if let Some(res) = e.take(r.0) {
+                    out.push((i, res));
+                }
+            }
+        }
+        drop(e);
+        self.shared.deliver();
+        out
+    }
+
+    /// Wait for `r` with no time limit (a failed peer still ends it, after
+    /// the transport's failure timeout).
+    pub fn wait(&self, r: Request) -> Result<Completion, Error> {
+        self.wait_timeout(r, None)
+    }
+
+    /// Wait for `r` at most `timeout`; [`Error::Timeout`] leaves it pending.
+    pub fn wait_timeout(&self, r: Request, timeout: Option<Duration>) -> Result<Completion, Error> {
+        self.shared.drive(deadline(timeout), |e| {
+            if e.is_done(r.0) {
+                e.take(r.0)
+            } else {
+                None
+            }
+        })?
+    }
+
+    /// Wait until one of `reqs` completes: its index and result (MPI_Waitany).
+    pub fn wait_any(
+        &self,
+        reqs: &[Request],
+        timeout: Option<Duration>,
+    ) -> Result<(usize, Result<Completion, Error>), Error> {
+        self.shared.drive(deadline(timeout), |e| {
+            let i = reqs.iter().position(|r| e.is_done(r.0))?;
+            e.take(reqs[i].0).map(|res| (i, res))
+        })
+    }
+
+    /// Wait for all of `reqs` (MPI_Waitall); results in order.
+    /// [`Error::Timeout`] when the deadline passes first (the ones that
+    /// completed are then consumed).
+    pub fn wait_all(
+        &self,
+        reqs: &[Request],
+        timeout: Option<Duration>,
+    ) -> Result<Vec<Result<Completion, Error>>, Error> {
+        let mut out: Vec<Option<Result<Completion, Error>>> = vec![None; reqs.len()];
+        let mut left = reqs.len();
+        self.shared.drive(deadline(timeout), |e| {
+            for (i, r) in reqs.iter().enumerate() {
+                if out[i].is_none() && e.is_done(r.0) {
+                    out[i] = e.take(r.0);
+                    left -= 1;
+                }
+            }
+            (left == 0).then_some(())
+        })?;
+        Ok(out.into_iter().map(|o| o.expect("all taken")).collect())
+    }
+
+    /// The message a receive with this pattern would get now, if any
+    /// (MPI_Iprobe).
+    pub fn iprobe(&self, source: Source, tag: Tag, context: u32) -> Option<Status> {
+        let pattern = Pattern {
+            source,
+            tag,
+            context,
+        };
+        let mut e = self.shared.engine.lock();
+        let _ = e.progress();
+        let s = e.iprobe(&pattern);
+        drop(e);
+        self.shared.deliver();
+        s
+    }
+
+    /// Wait until a message matching the pattern is there (MPI_Probe).
+    pub fn probe(
+        &self,
+        source: Source,
+        tag: Tag,
+        context: u32,
+        timeout: Option<Duration>,
+    ) -> Result<Status, Error> {
+        let pattern = Pattern {
+            source,
+            tag,
+            context,
+        };
+        self.shared.drive(deadline(timeout), |e| e.iprobe(&pattern))
+    }
+
+    /// Route active messages for `id` to `handler` (replacing any before).
+    pub fn set_am_handler(&self, id: u16, handler: AmHandler) {
+        self.shared
+            .callbacks
+            .lock()
+            .expect("callbacks")
+            .am
+            .insert(id, handler);
+    }
+
+    /// Call `handler` when a peer fails.
+    pub fn on_peer_failure(&self, handler: FailureHandler) {
+        self.shared.callbacks.lock().expect("callbacks").on_failure = Some(handler);
+    }
+
+    /// Send an active message to handler `id` at `peer`. Completes when
+    /// handed to the transport. Active messages are not matched and use no
+    /// eager credit: the handler consumes them on arrival.
+    pub fn am_send(&self, peer: PeerId, id: u16, data: impl Into<Bytes>) -> Request {
+        let mut e = self.shared.engine.lock();
+        let r = e.am_send(peer, id, data.into());
+        let _ = e.progress();
+        Request(r)
+    }
+
+    /// Make `region` accessible to peers' `put` and `get` under the returned key.
+    pub fn register(&self, region: Arc<dyn MemoryRegion>) -> RegionKey {
+        self.shared.engine.lock().register(region)
+    }
+
+    /// Withdraw a region; later accesses are refused.
+    pub fn deregister(&self, key: RegionKey) -> bool {
+        self.shared.engine.lock().deregister(key)
+    }
+
+    /// Write `data` into `peer`'s region `key` at `offset`. Completes when
+    /// the target has written it.
+    pub fn put(
+        &self,
+        peer: PeerId,
+        key: RegionKey,
+        offset: u64,
+        data: impl Into<Bytes>,
+    ) -> Request {
+        let mut e = self.shared.engine.lock();
+        let r = e.put(peer, key, offset, data.into());
+        let _ = e.progress();
+        Request(r)
+    }
+
+    /// Read `len` bytes of `peer`'s region `key` at `offset`; the completion
+    /// carries them.
+    pub fn get(&self, peer: PeerId, key: RegionKey, offset: u64, len: usize) -> Request {
+        let mut e = self.shared.engine.lock();
+        let r = e.get(peer, key, offset, vec![0; len]);
+        let _ = e.progress();
+        Request(r)
+    }
+
+    /// Make progress until everything sent so far has reached its peers
+    /// (the last step before a process exits, as in MPI_Finalize).
+    pub fn flush(&self, timeout: Option<Duration>) -> Result<(), Error> {
+        self.shared
+            .drive(deadline(timeout), |e| e.flushed().then_some(()))
+    }
+
+    /// Deliver what is queued and close every connection, waiting at most
+    /// `timeout` for the queues to drain.
+    pub fn close(&self, timeout: Duration) -> Result<(), Error> {
+        let res = self
+            .shared
+            .drive(deadline(Some(timeout)), |e| e.flushed().then_some(()));
+        self.shared.engine.lock().close_all();
+        let _ = self
+            .shared
+            .drive(deadline(Some(Duration::from_millis(10))), |_| None::<()>);
+        res
+    }
+}
+
+impl<T: Transport> Drop for Endpoint<T> {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn deadline(timeout: Option<Duration>) -> Option<Instant> {
+    timeout.map(|t| Instant::now() + t)
+}
+
+impl<T: Transport> Shared<T> {
+    /// Make progress until `check` returns `Some` or the deadline passes:
+    /// busy-poll while things move and for the spin budget after, then
+    /// sleep in poll(2) without the lock.
+    fn drive<R>(
+        &self,
+        deadline: Option<Instant>,
+        mut check: impl FnMut(&mut Engine<T>) -> Option<R>,
+    ) -> Result<R, Error> {
+        let mut last_active = Instant::now();
+        let mut fds = Vec::new();
+        loop {
+            let mut e = self.engine.lock();
+            if let Some(r) = check(&mut e) {
+                return Ok(r);
+            }
+            let moved = e.progress()?;
+            let done = check(&mut e);
+            let callbacks = !e.am_deliveries.is_empty() || !e.failures.is_empty();
+            if callbacks {
+                drop(e);
+                self.deliver();
+                if let Some(r) = done {
+                    return Ok(r);
+                }
+                continue;
+            }
+            if let Some(r) = done {
+                return Ok(r);
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                return Err(Error::Timeout);
+            }
+            if moved {
+                last_active = now;
+                continue;
+            }
+            if now.duration_since(last_active) < self.spin {
+                drop(e);
+                std::hint::spin_loop();
+                continue;
+            }
+            fds.clear();
+            let allowed = e.transport_mut().prepare_wait(&mut fds);
+            drop(e);
+            let mut sleep = self.max_sleep;
+            if let Some(a) = allowed {
+                sleep = sleep.min(a);
+            }
+            if let Some(d) = deadline {
+                sleep = sleep.min(d.saturating_duration_since(now));
+            }
+            if !sleep.is_zero() {
+                sys::poll_readable(&fds, sleep);
+            }
+            last_active = Instant::now();
+        }
+    }
+
+    /// Run active-message handlers and failure callbacks, in arrival order.
+    /// Whoever holds the callbacks lock delivers; a handler that calls back
+    /// into the endpoint finds it taken and leaves the rest to its caller.
+    fn deliver(&self) {
+        let Ok(mut cb) = self.callbacks.try_lock() else {
+            return;
+        };
+        loop {
+            let (ams, failures): (Vec<AmDelivery>, Vec<PeerFailure>) = {
+                let mut e = self.engine.lock();
+                (
+                    std::mem::take(&mut e.am_deliveries),
+                    std::mem::take(&mut e.failures),
+                )
+            };
+            if ams.is_empty() && failures.is_empty() {
+                return;
+            }
+            for d in ams {
+                match cb.am.get_mut(&d.handler) {
+                    Some(h) => h(d.peer, &d.packet[HEADER_LEN..]),
+                    None => {
+                        cb.unhandled_am += 1;
+                        tracing::debug!(handler = d.handler, "active message for no handler");
+                    }
+                }
+            }
+            for f in failures {
+                if let Some(h) = cb.on_failure.as_mut() {
+                    h(f.peer, &f.error);
+                }
+            }
+        }
+    }
+}
+
+/// The progress thread: progress while anything moves and for the spin
+/// budget after, then sleep in poll(2) until the transport has work (or
+/// `max_sleep`, to notice a stop request).
+fn progress_thread<T: Transport>(s: &Shared<T>) {
+    let mut last_active = Instant::now();
+    let mut fds = Vec::new();
+    while !s.stop.load(Ordering::Relaxed) {
+        let mut e = s.engine.lock();
+        let moved = match e.progress() {
+            Ok(m) => m,
+            Err(err) => {
+                tracing::warn!(%err, "progress thread: transport error");
+                false
+            }
+        };
+        let callbacks = !e.am_deliveries.is_empty() || !e.failures.is_empty();
+        let now = Instant::now();
+        if moved || callbacks {
+            // Let a waiting application thread in before the next round.
+            parking_lot::MutexGuard::unlock_fair(e);
+            if callbacks {
+                s.deliver();
+            }
+            last_active = now;
+            continue;
+        }
+        if now.duration_since(last_active) < s.spin {
+            parking_lot::MutexGuard::unlock_fair(e);
+            std::hint::spin_loop();
+            continue;
+        }
+        fds.clear();
+        let allowed = e.transport_mut().prepare_wait(&mut fds);
+        drop(e);
+        let sleep = allowed.map_or(s.max_sleep, |a| a.min(s.max_sleep));
+        if !sleep.is_zero() {
+            sys::poll_readable(&fds, sleep);
+        }
+        last_active = Instant::now();
+    }
+}

@@ -1,0 +1,143 @@
+//! The conformance suite over the simulated link (no privileges needed),
+//! also with loss, duplication and reordering injected below the LLC stack.
+
+mod suite;
+
+use std::time::Duration;
+
+use llc_stack::link::fault::{FaultConfig, FaultInjector};
+use llc_stack::link::sim::{Sim, SimConfig, SimPort};
+use llc_stack::rng::Rng;
+use llc_stack::wire::MacAddr;
+use msg_layer::transport::llc::{LlcConfig, LlcTransport};
+use msg_layer::{Config, Endpoint};
+
+type SimEndpoint = Endpoint<LlcTransport<FaultInjector<SimPort>>>;
+
+/// Link settings: the stack's defaults, with failure detection quick enough
+/// for the vanishing-peer test.
+fn llc_config(quick_failure: bool) -> LlcConfig {
+    let mut c = LlcConfig::default();
+    if quick_failure {
+        c.keepalive_interval = Duration::from_millis(300);
+        c.idle_timeout = Duration::from_secs(2);
+    }
+    c
+}
+
+fn endpoints(n: usize, cfg: &Config, faults: FaultConfig, seed: u64) -> Vec<SimEndpoint> {
+    endpoints_with(n, cfg, faults, seed, false)
+}
+
+fn endpoints_with(
+    n: usize,
+    cfg: &Config,
+    faults: FaultConfig,
+    seed: u64,
+    quick_failure: bool,
+) -> Vec<SimEndpoint> {
+    let sim = Sim::new(SimConfig {
+        mtu: 9000,
+        ..SimConfig::default()
+    });
+    (0..n)
+        .map(|i| {
+            let dev = FaultInjector::new(sim.port(), faults.clone(), seed + i as u64);
+            let mac = MacAddr([2, 0, 0, 0, 0, i as u8 + 1]);
+            let t = LlcTransport::new(
+                dev,
+                mac,
+                7,
+                llc_config(quick_failure),
+                Rng::new(seed ^ i as u64),
+            );
+            Endpoint::new(t, cfg.clone()).unwrap()
+        })
+        .collect()
+}
+
+fn two(cfg: &Config) -> (SimEndpoint, SimEndpoint) {
+    let mut v = endpoints(2, cfg, FaultConfig::default(), 1);
+    let b = v.pop().unwrap();
+    (v.pop().unwrap(), b)
+}
+
+#[test]
+fn sizes_both_ways() {
+    let cfg = Config::default();
+    let (a, b) = two(&cfg);
+    suite::sizes_both_ways(&a, &b, &suite::sizes(cfg.eager_limit, 4 << 20));
+}
+
+#[test]
+fn sizes_over_a_lossy_link() {
+    let cfg = Config::default();
+    let faults = FaultConfig {
+        loss: 0.02,
+        duplicate: 0.01,
+        reorder: 0.02,
+        ..FaultConfig::default()
+    };
+    let mut v = endpoints(2, &cfg, faults, 7);
+    let b = v.pop().unwrap();
+    let a = v.pop().unwrap();
+    suite::sizes_both_ways(&a, &b, &suite::sizes(cfg.eager_limit, 1 << 20));
+}
+
+#[test]
+fn matching() {
+    let cfg = Config::default();
+    let (a, b) = two(&cfg);
+    suite::matching(&a, &b, cfg.eager_limit);
+}
+
+#[test]
+fn ten_thousand_back_to_back_sends() {
+    let (a, b) = two(&Config::default());
+    suite::back_to_back(&a, &b, 10_000, 100);
+}
+
+#[test]
+fn crossing_rendezvous_does_not_deadlock() {
+    let (a, b) = two(&Config::default());
+    suite::crossing_rendezvous(&a, &b, 1 << 20);
+}
+
+#[test]
+fn active_messages_and_rma() {
+    let (a, b) = two(&Config::default());
+    suite::active_messages_and_rma(&a, &b);
+}
+
+#[test]
+fn incast_keeps_unexpected_memory_bounded() {
+    let cfg = Config {
+        eager_window: 256 << 10,
+        ..Config::default()
+    };
+    let mut v = endpoints(5, &cfg, FaultConfig::default(), 3);
+    let rx = v.remove(0);
+    suite::incast_bounded(&rx, &v, 200, 4000, cfg.eager_window as usize);
+}
+
+#[test]
+fn vanishing_peer_fails_its_requests_only() {
+    let cfg = Config::default();
+    let mut v = endpoints_with(3, &cfg, FaultConfig::default(), 5, true);
+    let other = v.pop().unwrap();
+    let gone = v.pop().unwrap();
+    let a = v.pop().unwrap();
+    suite::vanishing_peer(&a, gone, &other, cfg.eager_limit, Duration::from_secs(10));
+}
+
+#[test]
+fn progress_thread_runs_the_suite_too() {
+    let cfg = Config {
+        progress_thread: true,
+        ..Config::default()
+    };
+    let (a, b) = two(&cfg);
+    suite::crossing_rendezvous(&a, &b, 1 << 20);
+    let (a, b) = two(&cfg);
+    suite::matching(&a, &b, cfg.eager_limit);
+}
