@@ -464,6 +464,11 @@ impl Connection {
         self.send_msgs.is_empty()
     }
 
+    /// True when we owe the peer an acknowledgement (due now or delayed).
+    pub fn ack_pending(&self) -> bool {
+        self.ack_now || self.timers[Timer::Ack as usize].is_some()
+    }
+
     /// Queue a message. Returns its id, which a later `Acked` event names.
     pub fn send(&mut self, data: Bytes) -> Result<u32, SendError> {
         self.send_parts(Bytes::new(), data)

@@ -417,9 +417,14 @@ impl Endpoint {
         }
     }
 
-    /// True when every message sent on every connection was acknowledged.
-    pub fn all_acked(&self) -> bool {
-        self.conns.values().all(|e| e.conn.is_send_idle())
+    /// True when every message sent on every connection was acknowledged
+    /// and every acknowledgement we owe was sent: the state in which a
+    /// process may stop making progress without leaving a peer
+    /// retransmitting.
+    pub fn quiescent(&self) -> bool {
+        self.conns.values().all(|e| {
+            e.conn.state() == State::Closed || (e.conn.is_send_idle() && !e.conn.ack_pending())
+        })
     }
 
     /// Close a connection once its queued messages are delivered.

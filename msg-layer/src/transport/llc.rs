@@ -175,7 +175,7 @@ impl<D: Device + Send + 'static> Transport for LlcTransport<D> {
     }
 
     fn flushed(&self) -> bool {
-        self.stack.endpoint().all_acked()
+        self.stack.endpoint().quiescent()
     }
 
     fn prepare_wait(&mut self, fds: &mut Vec<RawFd>) -> Option<Duration> {

@@ -132,8 +132,9 @@ pub trait Transport: Send + 'static {
 
     /// True when everything sent so far has been delivered to the peer
     /// (acknowledged by its transport, or handed to the kernel, which
-    /// delivers it even after this process exits). Callers wait for it
-    /// before shutting down.
+    /// delivers it even after this process exits) and everything received
+    /// has been acknowledged. Callers wait for it before they stop making
+    /// progress, so that no peer is left retransmitting.
     fn flushed(&self) -> bool {
         true
     }
