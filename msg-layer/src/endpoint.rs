@@ -168,9 +168,10 @@ impl<T: Transport> Endpoint<T> {
         self.shared.engine.lock().peer_count()
     }
 
-    /// Start sending `data` to `peer` with `tag` in `context`. The request
-    /// completes when `data` is no longer needed (eager: handed to the
-    /// transport; rendezvous: the last piece handed over).
+    /// Start sending `data` to `peer` with `tag` in `context`. An eager
+    /// send completes when handed to the transport (which delivers it or
+    /// fails the peer); a rendezvous send when the receiver has placed all
+    /// of it in the posted buffer.
     pub fn isend(&self, peer: PeerId, tag: u32, context: u32, data: impl Into<Bytes>) -> Request {
         let mut e = self.shared.engine.lock();
         let r = e.isend(peer, tag, context, data.into());

@@ -158,6 +158,8 @@ enum ReqState {
         buf: Vec<u8>,
         status: Status,
         received: usize,
+        /// The sender's request, told when all data is placed.
+        sreq: u64,
     },
     /// A put waiting for its acknowledgement.
     Put {
@@ -588,6 +590,7 @@ impl<T: Transport> Engine<T> {
                             buf,
                             status,
                             received: 0,
+                            sreq,
                         },
                     );
                 }
@@ -931,11 +934,26 @@ impl<T: Transport> Engine<T> {
                 }
             }
             Kind::Cts => self.handle_cts(p, &hdr),
+            Kind::Done => match self.reqs.get(&hdr.id) {
+                Some(ReqState::Send {
+                    peer, rndv: None, ..
+                }) if *peer == p => {
+                    let Some(ReqState::Send { status, .. }) = self.reqs.remove(&hdr.id) else {
+                        unreachable!("matched above")
+                    };
+                    self.reqs.insert(
+                        hdr.id,
+                        ReqState::Done(Ok(Completion { status, data: None })),
+                    );
+                }
+                _ => self.bad_packet(&"Done for no rendezvous send"),
+            },
             Kind::Data => {
                 let Some(ReqState::Receiving {
                     buf,
                     received,
                     status,
+                    ..
                 }) = self.reqs.get_mut(&hdr.id)
                 else {
                     return self.bad_packet(&"data for no receive");
@@ -947,10 +965,23 @@ impl<T: Transport> Engine<T> {
                 buf[off..off + body_len].copy_from_slice(&packet[HEADER_LEN..]);
                 *received += body_len;
                 if *received == buf.len() {
-                    let Some(ReqState::Receiving { buf, status, .. }) = self.reqs.remove(&hdr.id)
+                    let Some(ReqState::Receiving {
+                        buf, status, sreq, ..
+                    }) = self.reqs.remove(&hdr.id)
                     else {
                         unreachable!("matched above")
                     };
+                    let mut done = Header::new(Kind::Done);
+                    done.id = sreq;
+                    self.push(
+                        p,
+                        Out {
+                            hdr: done,
+                            body: Bytes::new(),
+                            cost: 0,
+                            completes: None,
+                        },
+                    );
                     self.reqs.insert(
                         hdr.id,
                         ReqState::Done(Ok(Completion {
@@ -1098,7 +1129,7 @@ impl<T: Transport> Engine<T> {
                 hdr: h,
                 body: data.slice(off - n..off),
                 cost: 0,
-                completes: (off == data.len()).then_some(hdr.id),
+                completes: None,
             });
         }
         self.flush_peer(p);

@@ -38,6 +38,9 @@ pub enum Kind {
     PutAck = 10,
     /// Returns eager credit only (nothing else to carry it).
     Credit = 11,
+    /// The rendezvous data of the sender's request `id` is all placed: the
+    /// send is complete.
+    Done = 12,
 }
 
 impl Kind {
@@ -54,6 +57,7 @@ impl Kind {
             9 => Kind::GetReply,
             10 => Kind::PutAck,
             11 => Kind::Credit,
+            12 => Kind::Done,
             _ => return None,
         })
     }
