@@ -197,10 +197,11 @@ fn messages<T: Transport>(mtu: u32, mk: impl Maker<T>) {
     let t0 = Instant::now();
     p.exchange(&ab, &ba, Duration::from_secs(40));
     eprintln!(
-        "{}: MTU {mtu}: {} messages each way in {:?}",
+        "{}: MTU {mtu}: {} messages each way in {:?} ({} missed wake-ups)",
         p.a.name(),
         ab.len(),
-        t0.elapsed()
+        t0.elapsed(),
+        p.missed_wakeups
     );
 }
 
@@ -215,9 +216,10 @@ fn many_small_sends<T: Transport>(mk: impl Maker<T>) {
     let t0 = Instant::now();
     p.exchange(&msgs, &[], Duration::from_secs(30));
     eprintln!(
-        "{}: 10,000 small messages in {:?}",
+        "{}: 10,000 small messages in {:?} ({} missed wake-ups)",
         p.a.name(),
-        t0.elapsed()
+        t0.elapsed(),
+        p.missed_wakeups
     );
 }
 

@@ -113,6 +113,9 @@ pub struct Pair<T: Transport> {
     /// Events not yet looked at, per end.
     pub inbox_a: VecDeque<TransportEvent>,
     pub inbox_b: VecDeque<TransportEvent>,
+    /// Sleeps that ran into [`MAX_SLEEP`] although the transports allowed
+    /// longer, after which there was work: wake-ups `prepare_wait` missed.
+    pub missed_wakeups: u32,
     /// Declared last: the namespaces go after the transports.
     pub hosts: TwoHosts,
 }
@@ -132,6 +135,7 @@ pub fn connected_pair<T: Transport>(mtu: u32, mk: impl Maker<T>) -> Pair<T> {
         b_conn: ConnId::MAX,
         inbox_a: VecDeque::new(),
         inbox_b: VecDeque::new(),
+        missed_wakeups: 0,
         hosts,
     };
     let (mut connected, mut accepted) = (false, None);
@@ -174,20 +178,23 @@ impl<T: Transport> Pair<T> {
     }
 
     /// Sleep until either end has work, a timer is due, or `cap` passes.
-    pub fn wait(&mut self, cap: Duration) {
+    /// Returns true when the sleep ended by `cap` alone.
+    pub fn wait(&mut self, cap: Duration) -> bool {
         let mut fds = Vec::new();
         let ta = self.a.prepare_wait(&mut fds);
         let tb = self.b.prepare_wait(&mut fds);
-        let t = [ta, tb].into_iter().flatten().min().unwrap_or(cap).min(cap);
-        if !t.is_zero() {
-            poll_fds(&fds, t);
+        let allowed = [ta, tb].into_iter().flatten().min();
+        let t = allowed.unwrap_or(cap).min(cap);
+        if t.is_zero() {
+            return false;
         }
+        !poll_fds(&fds, t) && allowed.is_none_or(|a| a > cap)
     }
 
     /// One round: progress, and sleep when nothing moved.
     pub fn step(&mut self) {
-        if !self.pump() {
-            self.wait(MAX_SLEEP);
+        if !self.pump() && self.wait(MAX_SLEEP) && self.pump() {
+            self.missed_wakeups += 1;
         }
     }
 
