@@ -15,6 +15,9 @@
 //!   bounded time, after which `send` returns `SendError::Closed`;
 //! - `connect_to_nobody`: a connect to an address where nobody listens ends in
 //!   `Closed(_, Some(_))` within a bounded time;
+//! - `driven_from_exiting_threads`: a transport driven for a while by threads
+//!   that then exit (io_uring cancels a thread's operations when it exits)
+//!   keeps working on another thread;
 //! - `prepare_wait_wakes`: an end sleeping in `poll(2)` on what `prepare_wait`
 //!   returned wakes when a message arrives.
 //!
@@ -128,6 +131,12 @@ macro_rules! conformance {
             fn connect_to_nobody() {
                 require_root!();
                 super::connect_to_nobody(super::$maker(Knobs::default()));
+            }
+
+            #[test]
+            fn driven_from_exiting_threads() {
+                require_root!();
+                super::driven_from_exiting_threads(super::$maker(Knobs::default()));
             }
 
             #[test]
@@ -464,4 +473,46 @@ fn prepare_wait_wakes<T: Transport>(mk: impl Maker<T>) {
         &[Msg::new(pattern(4, 1000), 5)],
         Duration::from_secs(5),
     );
+}
+
+fn driven_from_exiting_threads<T: Transport>(mk: impl Maker<T>) {
+    let mut p = connected_pair(1500, mk);
+    for round in 0..3u64 {
+        let big = Msg::new(pattern(round, 3 << 20), 17);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                // Queue a large message each way and make some progress
+                // here, so that operations are in flight when this thread
+                // exits.
+                for (end, conn) in [(&mut p.a, p.a_conn), (&mut p.b, p.b_conn)] {
+                    end.send(conn, &big.data[..big.split], big.data.slice(big.split..))
+                        .expect("send");
+                }
+                for _ in 0..3 {
+                    p.pump();
+                }
+            });
+        });
+        // The rest is driven from this thread.
+        let mut got = [false, false];
+        p.until(Duration::from_secs(10), "the large messages", |p| {
+            for (i, inbox) in [&mut p.inbox_a, &mut p.inbox_b].into_iter().enumerate() {
+                while let Some(ev) = inbox.pop_front() {
+                    match ev {
+                        TransportEvent::Message(_, m) => {
+                            assert!(m == big.data[..], "round {round}: message differs");
+                            got[i] = true;
+                        }
+                        other => panic!("unexpected {other:?}"),
+                    }
+                }
+            }
+            (got == [true, true]).then_some(())
+        });
+        p.exchange(
+            &[Msg::new(pattern(round + 10, 100), 3)],
+            &[Msg::new(pattern(round + 20, 100), 3)],
+            Duration::from_secs(5),
+        );
+    }
 }

@@ -95,6 +95,12 @@ pub struct TcpConfig {
     /// Submission queue entries of the io_uring transport's ring (the
     /// completion queue has twice as many).
     pub ring_entries: u32,
+    /// Set the io_uring transport's ring up with `COOP_TASKRUN` and
+    /// `TASKRUN_FLAG`: completions wait for the submitting thread's next
+    /// `progress` (or other kernel entry) instead of interrupting it. Faster
+    /// when one thread busy-polls; see the io_uring transport's notes on
+    /// threads before turning it off or on.
+    pub uring_coop_taskrun: bool,
 }
 
 impl Default for TcpConfig {
@@ -108,6 +114,7 @@ impl Default for TcpConfig {
             connect_timeout: Duration::from_secs(10),
             idle_timeout: Some(Duration::from_secs(10)),
             ring_entries: 256,
+            uring_coop_taskrun: true,
         }
     }
 }
