@@ -255,7 +255,7 @@ fn back_pressure<T: Transport>(mk: impl Maker<T>) {
                         sent.len() * chunk <= cap_total,
                         "{} accepted {} MiB with the peer idle and a 1 MiB cap",
                         t.name(),
-                        sent.len() * chunk >> 20
+                        (sent.len() * chunk) >> 20
                     );
                     pending = Some(next(sent.len()));
                     None
@@ -351,7 +351,7 @@ fn peer_dropped<T: Transport>(mk: impl Maker<T>) {
         Duration::from_secs(10),
         "Closed at A",
         |_, inbox| {
-            while let Some(ev) = inbox.pop_front() {
+            if let Some(ev) = inbox.pop_front() {
                 match ev {
                     TransportEvent::Closed(c, reason) if c == a_conn => return Some(reason),
                     other => panic!("A: unexpected {other:?}"),
@@ -388,7 +388,7 @@ fn connect_to_nobody<T: Transport>(mk: impl Maker<T>) {
         Duration::from_secs(10),
         "Closed",
         |_, inbox| {
-            while let Some(ev) = inbox.pop_front() {
+            if let Some(ev) = inbox.pop_front() {
                 match ev {
                     TransportEvent::Closed(c, reason) if c == conn => return Some(reason),
                     other => panic!("unexpected {other:?}"),

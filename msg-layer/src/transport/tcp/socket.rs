@@ -1,9 +1,4 @@
-//! TCP over plain non-blocking sockets and level-triggered epoll.
-//!
-//! `send` writes at once when the connection's queue was empty (one
-//! `sendmsg` gathering header and body); what the kernel does not take waits
-//! for `EPOLLOUT`. `progress` asks epoll (without waiting) which sockets are
-//! ready, accepts, finishes connects, reads and writes.
+//! TCP over non-blocking sockets: see [`TcpSocketTransport`].
 
 use std::collections::HashMap;
 use std::io::{self, IoSlice, Read};
@@ -29,8 +24,13 @@ const LISTENER: u64 = u64::MAX;
 /// others (level-triggered epoll brings us back).
 const READ_BUDGET: usize = 4 << 20;
 
-/// TCP over non-blocking sockets and epoll: see the [module
-/// documentation](super).
+/// TCP over plain non-blocking sockets and level-triggered epoll (see also
+/// the [TCP transports' documentation](super)).
+///
+/// `send` writes at once when the connection's queue was empty (one
+/// `sendmsg` gathering header and body); what the kernel does not take waits
+/// for `EPOLLOUT`. `progress` asks epoll (without waiting) which sockets are
+/// ready, accepts, finishes connects, reads and writes.
 #[derive(Debug)]
 pub struct TcpSocketTransport {
     cfg: TcpConfig,

@@ -1,51 +1,4 @@
-//! TCP over io_uring.
-//!
-//! Per connection at most one receive, one send and (while connecting) one
-//! poll are in flight. A receive writes into the connection's receive buffer
-//! (or a large message's own buffer); a send is a `sendmsg` whose iovecs
-//! point at the queued messages' headers and the callers' `Bytes` bodies,
-//! so the body is never copied; a partial send is resubmitted for the rest.
-//! Connects are non-blocking `connect(2)` calls whose completion a
-//! `POLLOUT` poll reports. The listener has one accept in flight.
-//!
-//! `progress` first submits what was prepared since the last call (new
-//! sends, re-armed receives) in one `io_uring_enter` (none when there is
-//! nothing to submit), then reaps the completion queue without entering the
-//! kernel. `prepare_wait` submits too, so nothing is left unsubmitted while
-//! the caller sleeps on the ring's descriptor, which polls readable when
-//! completions are pending.
-//!
-//! **Memory safety.** The kernel holds pointers into buffers owned by this
-//! transport until each operation's completion is reaped: receive buffers,
-//! the `msghdr`, iovecs and queued messages of a send. Connection state is
-//! boxed (stable address), a connection with operations in flight is never
-//! freed (a failed one is shut down, its operations cancelled, and it is
-//! dropped once their completions arrived), and its send queue only drops
-//! messages after the kernel reported taking them. `Drop` cancels everything
-//! and waits (bounded) for the completions; what does not complete in time
-//! is leaked rather than freed under the kernel.
-//!
-//! **Threads.** The ring may be driven from any thread, but io_uring
-//! completes socket operations through task work of the thread that
-//! submitted them, and cancels a thread's operations when that thread
-//! exits. Cancelled receives, sends, polls and accepts are resubmitted, so
-//! a transport survives moving between threads; a submitting thread that
-//! blocks in an uninterruptible sleep delays completions until it runs.
-//!
-//! **Task work.** By default the ring is set up with `COOP_TASKRUN` and
-//! `TASKRUN_FLAG` ([`TcpConfig::uring_coop_taskrun`]): the kernel does not
-//! interrupt the submitting thread with an IPI to post a completion but
-//! raises a flag in the ring that `progress` checks (one memory read) and
-//! answers with an `io_uring_enter`, which runs the work. A thread asleep in
-//! `poll(2)` is still woken. On this project's 2-core VM the IPI to a
-//! spinning vCPU dominated: 8-byte one-way latency fell from 19-32 µs to
-//! 9-12 µs with the flag. The cost: a submitting thread that computes in user
-//! space without calling `progress` posts its completions only at its next
-//! kernel entry (a system call or the next timer tick), so a progress thread
-//! sleeping on the ring's descriptor may wake that much later for operations
-//! another thread submitted (and meanwhile `prepare_wait` reports work
-//! ready, so such a thread spins rather than sleeps). The ring is set up without `SQPOLL` (its kernel
-//! thread competes with busy-polling threads on small machines).
+//! TCP over io_uring: see [`TcpUringTransport`].
 
 use std::collections::HashMap;
 use std::io;
@@ -108,8 +61,54 @@ impl Conn {
     }
 }
 
-/// TCP over io_uring: see the [module documentation](self) and the
-/// [TCP transports' documentation](super).
+/// TCP over io_uring (see also the [TCP transports' documentation](super)).
+///
+/// Per connection at most one receive, one send and (while connecting) one
+/// poll are in flight. A receive writes into the connection's receive buffer
+/// (or a large message's own buffer); a send is a `sendmsg` whose iovecs
+/// point at the queued messages' headers and the callers' `Bytes` bodies,
+/// so the body is never copied; a partial send is resubmitted for the rest.
+/// Connects are non-blocking `connect(2)` calls whose completion a
+/// `POLLOUT` poll reports. The listener has one accept in flight.
+///
+/// `progress` first submits what was prepared since the last call (new
+/// sends, re-armed receives) in one `io_uring_enter` (none when there is
+/// nothing to submit), then reaps the completion queue without entering the
+/// kernel. `prepare_wait` submits too, so nothing is left unsubmitted while
+/// the caller sleeps on the ring's descriptor, which polls readable when
+/// completions are pending.
+///
+/// **Memory safety.** The kernel holds pointers into buffers owned by this
+/// transport until each operation's completion is reaped: receive buffers,
+/// the `msghdr`, iovecs and queued messages of a send. Connection state is
+/// boxed (stable address), a connection with operations in flight is never
+/// freed (a failed one is shut down, its operations cancelled, and it is
+/// dropped once their completions arrived), and its send queue only drops
+/// messages after the kernel reported taking them. `Drop` cancels everything
+/// and waits (bounded) for the completions; what does not complete in time
+/// is leaked rather than freed under the kernel.
+///
+/// **Threads.** The ring may be driven from any thread, but io_uring
+/// completes socket operations through task work of the thread that
+/// submitted them, and cancels a thread's operations when that thread
+/// exits. Cancelled receives, sends, polls and accepts are resubmitted, so
+/// a transport survives moving between threads; a submitting thread that
+/// blocks in an uninterruptible sleep delays completions until it runs.
+///
+/// **Task work.** By default the ring is set up with `COOP_TASKRUN` and
+/// `TASKRUN_FLAG` ([`TcpConfig::uring_coop_taskrun`]): the kernel does not
+/// interrupt the submitting thread with an IPI to post a completion but
+/// raises a flag in the ring that `progress` checks (one memory read) and
+/// answers with an `io_uring_enter`, which runs the work. A thread asleep in
+/// `poll(2)` is still woken. On this project's 2-core VM the IPI to a
+/// spinning vCPU dominated: 8-byte one-way latency fell from 19-32 µs to
+/// 9-12 µs with the flag. The cost: a submitting thread that computes in user
+/// space without calling `progress` posts its completions only at its next
+/// kernel entry (a system call or the next timer tick), so a progress thread
+/// sleeping on the ring's descriptor may wake that much later for operations
+/// another thread submitted (and meanwhile `prepare_wait` reports work
+/// ready, so such a thread spins rather than sleeps). The ring is set up without `SQPOLL` (its kernel
+/// thread competes with busy-polling threads on small machines).
 pub struct TcpUringTransport {
     ring: IoUring,
     cfg: TcpConfig,
@@ -410,8 +409,9 @@ impl TcpUringTransport {
 
     fn check_deadlines(&mut self, events: &mut Vec<TransportEvent>) -> bool {
         let now = Instant::now();
-        if !earliest_deadline(self.conns.values().map(|c| &c.core)).is_some_and(|d| now >= d) {
-            return false;
+        match earliest_deadline(self.conns.values().map(|c| &c.core)) {
+            Some(d) if now >= d => {}
+            _ => return false,
         }
         let mut expired = Vec::new();
         for (&id, c) in self.conns.iter_mut() {
@@ -429,7 +429,7 @@ impl TcpUringTransport {
 
     fn teardown_done(&mut self) {
         self.conns
-            .retain(|_, c| !(c.core.phase == Phase::Done && !c.in_flight()));
+            .retain(|_, c| c.core.phase != Phase::Done || c.in_flight());
     }
 }
 
