@@ -200,6 +200,17 @@ impl TcpUringTransport {
         &self.notes
     }
 
+    /// Bytes queued on open connections that the kernel has not taken yet
+    /// (0: everything sent so far is in the kernel's hands, which delivers
+    /// it even if this process exits).
+    pub fn unsent_bytes(&self) -> usize {
+        self.conns
+            .values()
+            .filter(|c| c.core.phase != Phase::Done)
+            .map(|c| c.core.sendq.bytes())
+            .sum()
+    }
+
     /// The NAPI id the kernel recorded for `conn`'s last received packet
     /// (0: none, so `SO_BUSY_POLL` has nothing to poll).
     pub fn incoming_napi_id(&self, conn: ConnId) -> Option<u32> {
