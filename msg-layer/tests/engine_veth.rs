@@ -1,130 +1,189 @@
 //! The conformance suite over real links: veth pairs and a bridge between
-//! network namespaces, with the LLC stack over AF_PACKET and over AF_XDP.
-//! Needs root (skipped with a printed reason otherwise).
+//! network namespaces, on every transport: the LLC stack over AF_PACKET and
+//! over AF_XDP, and TCP over io_uring and over plain sockets. Needs root
+//! (skipped with a printed reason otherwise).
 
 mod suite;
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
-use llc_stack::link::any::{AnyLink, Backend};
+use llc_stack::link::any::Backend;
 use msg_layer::transport::llc::{LlcConfig, LlcTransport};
+use msg_layer::transport::tcp::{TcpConfig, TcpSocketTransport, TcpUringTransport};
+use msg_layer::transport::{Transport, TransportError};
 use msg_layer::{Config, Endpoint};
 use vm_tests::netns::{Bridged, Host, TwoHosts};
 use vm_tests::require_root;
 
-type LlcEndpoint = Endpoint<LlcTransport<AnyLink>>;
+/// How long a silent peer takes to be declared failed in the vanishing-peer
+/// test (the transports' defaults are much longer).
+const QUICK_FAILURE: Duration = Duration::from_secs(2);
 
-/// An endpoint on `host`'s port, opened inside its namespace.
-fn open(host: &Host, backend: Backend, cfg: &Config, llc: &LlcConfig) -> LlcEndpoint {
-    let ifname = host.ifname.clone();
-    let llc = llc.clone();
-    let t = host
-        .ns
-        .run(move || LlcTransport::open(&ifname, backend, 7, llc))
-        .unwrap_or_else(|e| panic!("opening {backend} in {}: {e}", host.ns.name()));
-    Endpoint::new(t, cfg.clone()).unwrap()
+/// Makes a transport on a host (called inside the host's namespace);
+/// `quick` asks for quick failure detection.
+trait Maker<T>: Fn(&Host, bool) -> Result<T, TransportError> + Sync {}
+impl<T, F: Fn(&Host, bool) -> Result<T, TransportError> + Sync> Maker<T> for F {}
+
+fn llc(backend: Backend) -> impl Maker<LlcTransport<llc_stack::link::any::AnyLink>> {
+    move |h: &Host, quick: bool| {
+        let mut c = LlcConfig::default();
+        if quick {
+            c.keepalive_interval = Duration::from_millis(300);
+            c.idle_timeout = QUICK_FAILURE;
+        }
+        LlcTransport::open(&h.ifname, backend, 7, c)
+    }
 }
 
-fn pair(mtu: u32, backend: Backend, cfg: &Config) -> (TwoHosts, LlcEndpoint, LlcEndpoint) {
-    let hosts = TwoHosts::new(mtu).expect("testbed");
-    let llc = LlcConfig::default();
-    let a = open(&hosts.a, backend, cfg, &llc);
-    let b = open(&hosts.b, backend, cfg, &llc);
-    (hosts, a, b)
+fn tcp_config(quick: bool) -> TcpConfig {
+    TcpConfig {
+        idle_timeout: quick.then_some(QUICK_FAILURE),
+        ..TcpConfig::default()
+    }
 }
 
-fn sizes(backend: Backend) {
+fn tcp_uring(h: &Host, quick: bool) -> Result<TcpUringTransport, TransportError> {
+    TcpUringTransport::bind(SocketAddr::new(h.ipv4.into(), 0), tcp_config(quick))
+}
+
+fn tcp_socket(h: &Host, quick: bool) -> Result<TcpSocketTransport, TransportError> {
+    TcpSocketTransport::bind(SocketAddr::new(h.ipv4.into(), 0), tcp_config(quick))
+}
+
+/// Endpoints on `hosts`, every pair introduced to each other. Introductions
+/// run inside the namespaces: a TCP endpoint creates its connecting socket
+/// in the namespace of the thread that connects.
+fn endpoints<T: Transport>(
+    hosts: &[&Host],
+    cfg: &Config,
+    quick: bool,
+    mk: &impl Maker<T>,
+) -> Vec<Endpoint<T>> {
+    let eps: Vec<Endpoint<T>> = hosts
+        .iter()
+        .map(|h| {
+            let t =
+                h.ns.run(|| mk(h, quick))
+                    .unwrap_or_else(|e| panic!("opening a transport in {}: {e}", h.ns.name()));
+            Endpoint::new(t, cfg.clone()).unwrap()
+        })
+        .collect();
+    for (i, h) in hosts.iter().enumerate() {
+        for (j, other) in eps.iter().enumerate() {
+            if i != j {
+                let addr = other.local_addr();
+                h.ns.run(|| eps[i].add_peer(&addr)).unwrap();
+            }
+        }
+    }
+    eps
+}
+
+fn two<T: Transport>(
+    bed: &TwoHosts,
+    cfg: &Config,
+    mk: &impl Maker<T>,
+) -> (Endpoint<T>, Endpoint<T>) {
+    let mut v = endpoints(&[&bed.a, &bed.b], cfg, false, mk);
+    let b = v.pop().unwrap();
+    (v.pop().unwrap(), b)
+}
+
+fn sizes<T: Transport>(mk: impl Maker<T>) {
     require_root!();
     let cfg = Config::default();
-    let (_bed, a, b) = pair(9000, backend, &cfg);
+    let bed = TwoHosts::new(9000).expect("testbed");
+    let (a, b) = two(&bed, &cfg, &mk);
     suite::sizes_both_ways(&a, &b, &suite::sizes(cfg.eager_limit, 64 << 20));
-    let (_bed, a, b) = pair(1500, backend, &cfg);
+    let bed = TwoHosts::new(1500).expect("testbed");
+    let (a, b) = two(&bed, &cfg, &mk);
     suite::sizes_both_ways(&a, &b, &suite::sizes(cfg.eager_limit, 4 << 20));
 }
 
-fn matching_and_ordering(backend: Backend) {
+fn matching_and_ordering<T: Transport>(mk: impl Maker<T>) {
     require_root!();
     let cfg = Config::default();
-    let (_bed, a, b) = pair(1500, backend, &cfg);
+    let bed = TwoHosts::new(1500).expect("testbed");
+    let (a, b) = two(&bed, &cfg, &mk);
     suite::matching(&a, &b, cfg.eager_limit);
     suite::back_to_back(&a, &b, 10_000, 64);
     suite::crossing_rendezvous(&a, &b, 4 << 20);
     suite::active_messages_and_rma(&a, &b);
 }
 
-fn incast(backend: Backend) {
+fn with_progress_thread<T: Transport>(mk: impl Maker<T>) {
+    require_root!();
+    let cfg = Config {
+        progress_thread: true,
+        ..Config::default()
+    };
+    let bed = TwoHosts::new(9000).expect("testbed");
+    let (a, b) = two(&bed, &cfg, &mk);
+    suite::crossing_rendezvous(&a, &b, 4 << 20);
+    suite::matching(&a, &b, cfg.eager_limit);
+}
+
+fn incast<T: Transport>(mk: impl Maker<T>) {
     require_root!();
     let cfg = Config {
         eager_window: 256 << 10,
         ..Config::default()
     };
     let bed = Bridged::new(5, 1500).expect("testbed");
-    let llc = LlcConfig::default();
-    let mut eps: Vec<LlcEndpoint> = bed
-        .hosts
-        .iter()
-        .map(|h| open(h, backend, &cfg, &llc))
-        .collect();
+    let hosts: Vec<&Host> = bed.hosts.iter().collect();
+    let mut eps = endpoints(&hosts, &cfg, false, &mk);
     let rx = eps.remove(0);
     suite::incast_bounded(&rx, &eps, 300, 8000, cfg.eager_window as usize);
 }
 
-fn vanishing_peer(backend: Backend) {
+fn vanishing_peer<T: Transport>(mk: impl Maker<T>) {
     require_root!();
     let cfg = Config::default();
     let bed = Bridged::new(3, 1500).expect("testbed");
-    let llc = LlcConfig {
-        keepalive_interval: Duration::from_millis(300),
-        idle_timeout: Duration::from_secs(2),
-        ..LlcConfig::default()
-    };
-    let mut eps: Vec<LlcEndpoint> = bed
-        .hosts
-        .iter()
-        .map(|h| open(h, backend, &cfg, &llc))
-        .collect();
+    let hosts: Vec<&Host> = bed.hosts.iter().collect();
+    let mut eps = endpoints(&hosts, &cfg, true, &mk);
     let other = eps.pop().unwrap();
     let gone = eps.pop().unwrap();
     let a = eps.pop().unwrap();
     suite::vanishing_peer(&a, gone, &other, cfg.eager_limit, Duration::from_secs(10));
 }
 
-#[test]
-fn packet_sizes() {
-    sizes(Backend::Packet);
+/// The suite, once per transport.
+macro_rules! suite_on {
+    ($name:ident, $maker:expr) => {
+        mod $name {
+            use super::*;
+
+            #[test]
+            fn sizes() {
+                super::sizes($maker);
+            }
+
+            #[test]
+            fn matching_and_ordering() {
+                super::matching_and_ordering($maker);
+            }
+
+            #[test]
+            fn with_progress_thread() {
+                super::with_progress_thread($maker);
+            }
+
+            #[test]
+            fn incast() {
+                super::incast($maker);
+            }
+
+            #[test]
+            fn vanishing_peer() {
+                super::vanishing_peer($maker);
+            }
+        }
+    };
 }
 
-#[test]
-fn xdp_sizes() {
-    sizes(Backend::Xdp);
-}
-
-#[test]
-fn packet_matching_and_ordering() {
-    matching_and_ordering(Backend::Packet);
-}
-
-#[test]
-fn xdp_matching_and_ordering() {
-    matching_and_ordering(Backend::Xdp);
-}
-
-#[test]
-fn packet_incast() {
-    incast(Backend::Packet);
-}
-
-#[test]
-fn xdp_incast() {
-    incast(Backend::Xdp);
-}
-
-#[test]
-fn packet_vanishing_peer() {
-    vanishing_peer(Backend::Packet);
-}
-
-#[test]
-fn xdp_vanishing_peer() {
-    vanishing_peer(Backend::Xdp);
-}
+suite_on!(llc_packet, llc(Backend::Packet));
+suite_on!(llc_xdp, llc(Backend::Xdp));
+suite_on!(tcp_uring, tcp_uring);
+suite_on!(tcp_socket, tcp_socket);

@@ -3,7 +3,8 @@
 //! progress engine, tests and benchmarks) runs unchanged on every
 //! implementation:
 //! - [`llc`]: the LLC stack over AF_XDP or AF_PACKET (or a simulated link);
-//! - `tcp`: TCP over io_uring, one connection per peer, `TCP_NODELAY`.
+//! - [`tcp`]: kernel TCP, one connection per peer, `TCP_NODELAY`, over
+//!   io_uring or over non-blocking sockets and epoll.
 //!
 //! A transport moves whole messages: what one `send` queues arrives as one
 //! [`TransportEvent::Message`], in order, exactly once, or the connection
@@ -26,6 +27,7 @@ use bytes::Bytes;
 use crate::addr::Addr;
 
 pub mod llc;
+pub mod tcp;
 
 /// Names a connection of one transport. Never reused by that transport.
 pub type ConnId = u32;
