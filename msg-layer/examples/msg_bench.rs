@@ -3,29 +3,41 @@
 //! default `eager_limit`, and computation/communication overlap with the
 //! progress thread on and off.
 //!
-//! `cargo run --release -p msg-layer --example msg_bench -- [packet|xdp] [MTU]`
+//! `cargo run --release -p msg-layer --example msg_bench -- [packet|xdp|tcp-uring|tcp-uring-coop|tcp] [MTU]`
 
 use std::time::{Duration, Instant};
 
+use std::net::SocketAddr;
+
 use llc_stack::link::any::Backend;
 use msg_layer::transport::llc::{LlcConfig, LlcTransport};
+use msg_layer::transport::tcp::{TcpConfig, TcpSocketTransport, TcpUringTransport};
 use msg_layer::transport::Transport;
 use msg_layer::{Config, Endpoint, PeerId, Source, Tag};
 use vm_tests::netns::{Host, TwoHosts};
 
 const WAIT: Option<Duration> = Some(Duration::from_secs(30));
 
-fn open(
-    host: &Host,
-    backend: Backend,
-    cfg: &Config,
-) -> Endpoint<LlcTransport<llc_stack::link::any::AnyLink>> {
-    let ifname = host.ifname.clone();
-    let t = host
-        .ns
-        .run(move || LlcTransport::open(&ifname, backend, 7, LlcConfig::default()))
-        .expect("open the link");
+/// Which transport to measure.
+#[derive(Copy, Clone, Debug)]
+enum Which {
+    Llc(Backend),
+    TcpUring,
+    TcpUringCoop,
+    TcpSocket,
+}
+
+/// An endpoint on `host`, created (and later introduced) inside its namespace.
+fn open<T: Transport>(host: &Host, cfg: &Config, mk: &(impl Fn(&Host) -> T + Sync)) -> Endpoint<T> {
+    let t = host.ns.run(|| mk(host));
     Endpoint::new(t, cfg.clone()).expect("endpoint")
+}
+
+fn introduce<T: Transport>(bed: &TwoHosts, a: &Endpoint<T>, b: &Endpoint<T>) -> (PeerId, PeerId) {
+    let (aa, ba) = (a.local_addr(), b.local_addr());
+    let pb = bed.a.ns.run(|| a.add_peer(&ba)).unwrap();
+    let pa = bed.b.ns.run(|| b.add_peer(&aa)).unwrap();
+    (pb, pa)
 }
 
 /// Median one-way time of `reps` ping-pongs of `len` bytes.
@@ -120,16 +132,39 @@ fn overlap<T: Transport>(
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let backend: Backend = args
-        .next()
-        .as_deref()
-        .unwrap_or("packet")
-        .parse()
-        .expect("packet or xdp");
+    let which = match args.next().as_deref().unwrap_or("packet") {
+        "packet" => Which::Llc(Backend::Packet),
+        "xdp" => Which::Llc(Backend::Xdp),
+        "tcp-uring" => Which::TcpUring,
+        "tcp-uring-coop" => Which::TcpUringCoop,
+        "tcp" => Which::TcpSocket,
+        other => panic!("unknown transport {other}: packet, xdp, tcp-uring or tcp"),
+    };
     let mtu: u32 = args.next().map(|s| s.parse().expect("MTU")).unwrap_or(9000);
     let bed = TwoHosts::new(mtu).expect("testbed (needs root)");
+    let tcp_addr = |h: &Host| SocketAddr::new(h.ipv4.into(), 0);
+    match which {
+        Which::Llc(backend) => run(&bed, &format!("llc/{backend}"), mtu, &|h: &Host| {
+            LlcTransport::open(&h.ifname, backend, 7, LlcConfig::default()).expect("open the link")
+        }),
+        Which::TcpUring => run(&bed, "tcp/io_uring", mtu, &|h: &Host| {
+            TcpUringTransport::bind(tcp_addr(h), TcpConfig::default()).expect("bind")
+        }),
+        Which::TcpUringCoop => run(&bed, "tcp/io_uring (coop taskrun)", mtu, &|h: &Host| {
+            let cfg = TcpConfig {
+                uring_coop_taskrun: true,
+                ..TcpConfig::default()
+            };
+            TcpUringTransport::bind(tcp_addr(h), cfg).expect("bind")
+        }),
+        Which::TcpSocket => run(&bed, "tcp/socket", mtu, &|h: &Host| {
+            TcpSocketTransport::bind(tcp_addr(h), TcpConfig::default()).expect("bind")
+        }),
+    }
+}
 
-    println!("# eager vs rendezvous, {backend} MTU {mtu}: median one-way latency (µs)");
+fn run<T: Transport>(bed: &TwoHosts, name: &str, mtu: u32, mk: &(impl Fn(&Host) -> T + Sync)) {
+    println!("# eager vs rendezvous, {name} MTU {mtu}: median one-way latency (µs)");
     println!("{:>8} {:>10} {:>12}", "bytes", "eager", "rendezvous");
     let eager_cfg = Config {
         eager_limit: 63 << 10,
@@ -156,11 +191,8 @@ fn main() {
     ];
     let mut results = Vec::new();
     for cfg in [&eager_cfg, &rndv_cfg] {
-        let (a, b) = (open(&bed.a, backend, cfg), open(&bed.b, backend, cfg));
-        let (pb, pa) = (
-            a.add_peer(&b.local_addr()).unwrap(),
-            b.add_peer(&a.local_addr()).unwrap(),
-        );
+        let (a, b) = (open(&bed.a, cfg, mk), open(&bed.b, cfg, mk));
+        let (pb, pa) = introduce(bed, &a, &b);
         results.push(sizes.map(|len| pingpong(&a, &b, pb, pa, len, 2000)));
     }
     for (i, len) in sizes.iter().enumerate() {
@@ -171,7 +203,7 @@ fn main() {
         );
     }
 
-    println!("\n# overlap, {backend} MTU {mtu}: 1 MiB isend, compute 2x the transfer time, wait");
+    println!("\n# overlap, {name} MTU {mtu}: 1 MiB isend, compute 2x the transfer time, wait");
     println!(
         "{:>16} {:>14} {:>14} {:>10}",
         "progress thread", "transfer µs", "in wait µs", "wait/xfer"
@@ -181,12 +213,9 @@ fn main() {
             progress_thread: thread,
             ..Config::default()
         };
-        let a = open(&bed.a, backend, &sender);
-        let b = open(&bed.b, backend, &Config::default());
-        let (pb, pa) = (
-            a.add_peer(&b.local_addr()).unwrap(),
-            b.add_peer(&a.local_addr()).unwrap(),
-        );
+        let a = open(&bed.a, &sender, mk);
+        let b = open(&bed.b, &Config::default(), mk);
+        let (pb, pa) = introduce(bed, &a, &b);
         let (t_x, w) = overlap(&a, &b, pb, pa, 1 << 20, 50);
         println!(
             "{:>16} {:>14.1} {:>14.1} {:>9.0}%",
