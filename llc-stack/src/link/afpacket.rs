@@ -226,6 +226,8 @@ pub struct AfPacket {
     ifindex: u32,
     mac: [u8; 6],
     mtu: usize,
+    /// Slots of the RX ring (the configured number rounded up to whole blocks).
+    rx_ring_frames: usize,
     config: AfPacketConfig,
     counters: AfPacketStats,
     /// Kernel drops read so far (PACKET_STATISTICS resets on every read).
@@ -295,6 +297,7 @@ impl AfPacket {
             ifindex,
             mac,
             mtu,
+            rx_ring_frames: geometry.frame_nr,
             counters: AfPacketStats::default(),
             kernel_drops: Cell::new(0),
             pending_error: None,
@@ -504,6 +507,7 @@ impl Device for AfPacket {
             mtu: self.mtu,
             max_burst: self.config.tx_batch,
             backend: "af_packet/mmap".into(),
+            rx_queue_frames: Some(self.rx_ring_frames),
         }
     }
 }

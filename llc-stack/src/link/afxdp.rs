@@ -669,6 +669,11 @@ impl Device for AfXdp {
             mtu: self.mtu,
             max_burst: self.config.tx_batch,
             backend: self.backend.clone(),
+            // Each socket's fill ring holds `rx_chunks` chunks; a frame
+            // takes one chunk per CHUNK_SIZE bytes.
+            rx_queue_frames: Some(
+                self.config.rx_chunks as usize / (self.mtu + HEADER_LEN).div_ceil(CHUNK_SIZE),
+            ),
         }
     }
 }

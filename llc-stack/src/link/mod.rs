@@ -41,6 +41,11 @@ pub struct Capabilities {
     pub max_burst: usize,
     /// Short human name of the backend and its mode, e.g. `af_packet/mmap`.
     pub backend: String,
+    /// Frames the device can hold received but not yet taken (its RX ring),
+    /// if bounded: more arriving in a burst are dropped by the kernel. The
+    /// stack keeps its credit window below it, so that a peer never sends
+    /// more than the receiver can hold.
+    pub rx_queue_frames: Option<usize>,
 }
 
 impl Capabilities {

@@ -195,10 +195,12 @@ impl Device for SimPort {
     }
 
     fn capabilities(&self) -> Capabilities {
+        let seg = self.sim.lock();
         Capabilities {
-            mtu: self.sim.lock().cfg.mtu,
+            mtu: seg.cfg.mtu,
             max_burst: 32,
             backend: "sim".into(),
+            rx_queue_frames: Some(seg.cfg.rx_queue_frames),
         }
     }
 }
