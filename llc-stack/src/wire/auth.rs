@@ -47,7 +47,10 @@ impl AuthKey {
     /// logs, so that two ranks can compare keys without showing them.
     pub fn fingerprint(&self) -> String {
         let h = blake3::hash(&self.0);
-        h.as_bytes()[..4].iter().map(|b| format!("{b:02x}")).collect()
+        h.as_bytes()[..4]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
     }
 
     /// The tag of the frame whose Ethernet addresses are `eth_addrs` (12

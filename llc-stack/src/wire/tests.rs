@@ -324,7 +324,10 @@ fn authenticated_frame_layout_and_verification() {
     assert_eq!(n, 14 + 3 + 56 + 5 + auth::TAG_LEN);
     // The 802.3 length counts the trailer; the flag announces it.
     assert_eq!(&buf[12..14], &(3u16 + 56 + 5 + 16).to_be_bytes());
-    assert_eq!(buf[19], transport::flags::LAST_FRAGMENT | transport::flags::AUTH);
+    assert_eq!(
+        buf[19],
+        transport::flags::LAST_FRAGMENT | transport::flags::AUTH
+    );
     let f = parse(&buf[..n], Some(llc::DEFAULT_SAP)).unwrap();
     let Body::Transport(t) = f.body else {
         panic!("not transport")
@@ -380,7 +383,10 @@ fn authenticated_frame_layout_and_verification() {
         panic!()
     };
     assert!(t.auth_tag.is_none());
-    assert_eq!(format!("{key:?}"), format!("AuthKey(fingerprint {})", key.fingerprint()));
+    assert_eq!(
+        format!("{key:?}"),
+        format!("AuthKey(fingerprint {})", key.fingerprint())
+    );
 }
 
 /// Tag of the frame above (PROTOCOL.md example, key material "job 42 secret").
