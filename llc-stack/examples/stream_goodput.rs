@@ -3,8 +3,12 @@
 //! removes its own hosts).
 //!
 //! ```text
-//! cargo run --release -p llc-stack --example stream_goodput -- [--mib N] [--mtu 1500,9000,65000] [--backend packet,xdp,xdp-generic]
+//! cargo run --release -p llc-stack --example stream_goodput -- [--mib N] [--mtu 1500,9000,65000] [--backend packet,xdp,xdp-generic] [--auth off,on]
 //! ```
+//!
+//! `--auth on` gives both ends the same frame authentication key (every
+//! frame then carries a BLAKE3 MAC); `off,on` measures both, one after the
+//! other, for each backend and MTU.
 //!
 //! A sends `--mib` MiB (default 512) as 1 MiB messages, keeping 8 MiB
 //! queued, over one connection; B hashes nothing, it only counts. The rate is
@@ -29,6 +33,7 @@ struct Args {
     mib: usize,
     mtus: Vec<u32>,
     backends: Vec<String>,
+    auth: Vec<bool>,
 }
 
 fn parse_args() -> Args {
@@ -36,6 +41,7 @@ fn parse_args() -> Args {
         mib: 512,
         mtus: vec![1500, 9000, 65000],
         backends: vec!["packet".into(), "xdp".into()],
+        auth: vec![false],
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -49,6 +55,16 @@ fn parse_args() -> Args {
                     .collect()
             }
             "--backend" => a.backends = val().split(',').map(String::from).collect(),
+            "--auth" => {
+                a.auth = val()
+                    .split(',')
+                    .map(|v| match v {
+                        "on" => true,
+                        "off" => false,
+                        _ => panic!("--auth off,on"),
+                    })
+                    .collect()
+            }
             other => panic!("unknown argument {other}"),
         }
     }
@@ -111,25 +127,24 @@ fn run<D: Device + 'static>(
     open: fn(&str) -> (D, [u8; 6]),
     mtu: u32,
     total: usize,
+    auth: bool,
 ) -> (String, f64, u64) {
+    let cfg = Config {
+        auth_key: auth.then(|| llc_stack::wire::AuthKey::derive(b"stream_goodput job key")),
+        ..Config::default()
+    };
+    let rcfg = cfg.clone();
     let hosts = TwoHosts::new(mtu).unwrap();
     let (bif, aif) = (hosts.b.ifname.clone(), hosts.a.ifname.clone());
     let receiver = hosts.b.ns.spawn(move || {
         let (dev, mac) = open(&bif);
-        receive(
-            Stack::new(dev, Config::default(), MacAddr(mac), Rng::new(2)),
-            total,
-        )
+        receive(Stack::new(dev, rcfg, MacAddr(mac), Rng::new(2)), total)
     });
     let peer = MacAddr(hosts.b.mac);
     let (backend, secs, retrans) = hosts.a.ns.run(|| {
         let (dev, mac) = open(&aif);
         let backend = dev.capabilities().backend;
-        let (secs, retrans) = send(
-            Stack::new(dev, Config::default(), MacAddr(mac), Rng::new(1)),
-            peer,
-            total,
-        );
+        let (secs, retrans) = send(Stack::new(dev, cfg, MacAddr(mac), Rng::new(1)), peer, total);
         (backend, secs, retrans)
     });
     assert_eq!(receiver.join().unwrap(), total);
@@ -144,45 +159,51 @@ fn main() {
     let args = parse_args();
     let total = args.mib * MSG;
     println!("reliable transport goodput, {} MiB in 1 MiB messages, one connection, veth between namespaces", args.mib);
-    println!("| backend | MTU | Gbit/s | retransmits |");
-    println!("|---|---:|---:|---:|");
+    println!("| backend | MTU | auth | Gbit/s | retransmits |");
+    println!("|---|---:|---|---:|---:|");
     for &mtu in &args.mtus {
         for b in &args.backends {
-            let (name, gbps, retrans) = match b.as_str() {
-                "packet" => run(
-                    |i| {
-                        let d = AfPacket::open(i, AfPacketConfig::default()).unwrap();
-                        let m = d.mac();
-                        (d, m)
-                    },
-                    mtu,
-                    total,
-                ),
-                "xdp" => run(
-                    |i| {
-                        let d = AfXdp::open(i, AfXdpConfig::default()).unwrap();
-                        let m = d.mac();
-                        (d, m)
-                    },
-                    mtu,
-                    total,
-                ),
-                "xdp-generic" => run(
-                    |i| {
-                        let cfg = AfXdpConfig {
-                            attach: AttachMode::Generic,
-                            ..Default::default()
-                        };
-                        let d = AfXdp::open(i, cfg).unwrap();
-                        let m = d.mac();
-                        (d, m)
-                    },
-                    mtu,
-                    total,
-                ),
-                other => panic!("unknown backend {other} (packet, xdp, xdp-generic)"),
-            };
-            println!("| {name} | {mtu} | {gbps:.2} | {retrans} |");
+            for &auth in &args.auth {
+                let (name, gbps, retrans) = match b.as_str() {
+                    "packet" => run(
+                        |i| {
+                            let d = AfPacket::open(i, AfPacketConfig::default()).unwrap();
+                            let m = d.mac();
+                            (d, m)
+                        },
+                        mtu,
+                        total,
+                        auth,
+                    ),
+                    "xdp" => run(
+                        |i| {
+                            let d = AfXdp::open(i, AfXdpConfig::default()).unwrap();
+                            let m = d.mac();
+                            (d, m)
+                        },
+                        mtu,
+                        total,
+                        auth,
+                    ),
+                    "xdp-generic" => run(
+                        |i| {
+                            let cfg = AfXdpConfig {
+                                attach: AttachMode::Generic,
+                                ..Default::default()
+                            };
+                            let d = AfXdp::open(i, cfg).unwrap();
+                            let m = d.mac();
+                            (d, m)
+                        },
+                        mtu,
+                        total,
+                        auth,
+                    ),
+                    other => panic!("unknown backend {other} (packet, xdp, xdp-generic)"),
+                };
+                let auth = if auth { "on" } else { "off" };
+                println!("| {name} | {mtu} | {auth} | {gbps:.2} | {retrans} |");
+            }
         }
     }
 }

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::wire::AuthKey;
+
 /// Settings shared by every connection of an endpoint.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -60,6 +62,12 @@ pub struct Config {
     pub max_half_open: usize,
     /// Most connections an endpoint holds.
     pub max_connections: usize,
+    /// Per-job frame authentication key. With a key, every transport frame
+    /// sent carries a keyed MAC and every transport frame received must carry
+    /// a valid one (else it is dropped and counted); without one (the
+    /// default), frames carrying a MAC are dropped and counted. Both ends of
+    /// a connection need the same key. See docs/SECURITY.md.
+    pub auth_key: Option<AuthKey>,
 }
 
 impl Default for Config {
@@ -86,6 +94,7 @@ impl Default for Config {
             handshake_timeout: Duration::from_secs(5),
             max_half_open: 256,
             max_connections: 4096,
+            auth_key: None,
         }
     }
 }
@@ -95,5 +104,22 @@ impl Config {
     pub fn window_frames(&self, frag_len: usize) -> u32 {
         let frames = self.recv_buffer_bytes / frag_len.max(1);
         (frames as u32).clamp(self.min_window_frames, self.max_window_frames)
+    }
+
+    /// Bytes of authentication trailer on every transport frame (0 without a key).
+    pub fn trailer_len(&self) -> usize {
+        if self.auth_key.is_some() {
+            crate::wire::auth::TAG_LEN
+        } else {
+            0
+        }
+    }
+
+    /// The trailer frames are emitted with.
+    pub(crate) fn trailer(&self) -> crate::wire::Trailer<'_> {
+        match &self.auth_key {
+            Some(k) => crate::wire::Trailer::Key(k),
+            None => crate::wire::Trailer::None,
+        }
     }
 }

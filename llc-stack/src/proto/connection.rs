@@ -103,8 +103,11 @@ pub struct ConnStats {
     pub frames_received: u64,
     /// Sequenced frames received twice (already had them).
     pub duplicates: u64,
-    /// Sequenced frames beyond the credit we granted (dropped).
+    /// Sequenced frames beyond the credit we granted (dropped, not answered).
     pub beyond_window: u64,
+    /// Sequenced frames so far behind the receive window that they cannot be
+    /// a late duplicate (dropped, not answered): forged or replayed.
+    pub out_of_window: u64,
     /// Frames that broke a protocol rule (dropped).
     pub violations: u64,
     /// Messages delivered to the application.
@@ -113,7 +116,55 @@ pub struct ConnStats {
     pub messages_acked: u64,
     /// Loss episodes that halved the congestion window.
     pub loss_episodes: u64,
+    /// Frames of every type sent.
+    pub frames_sent: u64,
+    /// Payload bytes received in accepted DATA frames (duplicates excluded).
+    pub payload_bytes_received: u64,
+    /// RTT samples taken.
+    pub rtt_samples: u64,
+    /// Smoothed RTT in nanoseconds (0 before the first sample).
+    pub srtt_ns: u64,
+    /// Smallest RTT sample in nanoseconds (0 before the first sample).
+    pub min_rtt_ns: u64,
+    /// Latest RTT sample in nanoseconds.
+    pub latest_rtt_ns: u64,
 }
+
+impl ConnStats {
+    /// Every counter with its name, in declaration order (for tools that
+    /// print or serialise them).
+    pub fn counters(&self) -> [(&'static str, u64); 18] {
+        [
+            ("data_frames_sent", self.data_frames_sent),
+            ("retransmits", self.retransmits),
+            ("timeouts", self.timeouts),
+            ("acks_sent", self.acks_sent),
+            ("frames_received", self.frames_received),
+            ("duplicates", self.duplicates),
+            ("beyond_window", self.beyond_window),
+            ("out_of_window", self.out_of_window),
+            ("violations", self.violations),
+            ("messages_received", self.messages_received),
+            ("messages_acked", self.messages_acked),
+            ("loss_episodes", self.loss_episodes),
+            ("frames_sent", self.frames_sent),
+            ("payload_bytes_received", self.payload_bytes_received),
+            ("rtt_samples", self.rtt_samples),
+            ("srtt_ns", self.srtt_ns),
+            ("min_rtt_ns", self.min_rtt_ns),
+            ("latest_rtt_ns", self.latest_rtt_ns),
+        ]
+    }
+}
+
+/// A late duplicate can only be behind the receive window by about one
+/// window (the sender never has more than a window in flight, and links
+/// keep frames nearly in order); frames further behind than this many
+/// windows, or [`MIN_DUPLICATE_HORIZON`] frames, are forged or replayed.
+const DUPLICATE_HORIZON_WINDOWS: u32 = 4;
+/// Floor of the duplicate horizon in frames.
+const MIN_DUPLICATE_HORIZON: u32 = 1 << 16;
+const _: () = assert!(MIN_DUPLICATE_HORIZON < 1 << 30);
 
 /// Timers, indexed into a table.
 #[derive(Copy, Clone, Debug)]
@@ -336,7 +387,9 @@ impl Connection {
         isn: u32,
         local_mtu: usize,
     ) -> Self {
-        let frag_len = max_payload(local_mtu, 0).max(1);
+        let frag_len = max_payload(local_mtu, 0)
+            .saturating_sub(cfg.trailer_len())
+            .max(1);
         let window_frames = cfg.window_frames(frag_len);
         let rtt = RttEstimator::new(cfg.initial_rto, cfg.min_rto, cfg.max_rto);
         let isn = Seq(isn);
@@ -401,7 +454,9 @@ impl Connection {
         } else {
             peer_mtu.min(self.local_mtu)
         };
-        self.frag_len = max_payload(mtu, 0).max(1);
+        self.frag_len = max_payload(mtu, 0)
+            .saturating_sub(self.cfg.trailer_len())
+            .max(1);
     }
 
     /// Current state.
@@ -577,6 +632,9 @@ impl Connection {
         if self.state == State::Closed {
             return;
         }
+        if h.frame_type().is_sequenced() && !self.seq_plausible(Seq(h.seq.get())) {
+            return;
+        }
         match (self.state, h.frame_type()) {
             (State::SynSent, FrameType::SynAck) => {
                 if h.dst_cookie.get() != self.local_cookie {
@@ -659,16 +717,33 @@ impl Connection {
         }
     }
 
+    /// A sequenced frame is only looked at when its sequence number is below
+    /// the credit we granted and at most a duplicate horizon behind
+    /// `rcv_nxt`: neither bound is ever crossed by the true peer, so frames
+    /// outside are forged (or replayed from long ago). They are counted and
+    /// dropped whole (their acknowledgement fields are not trusted either)
+    /// and not answered, so that forged frames cannot make us send.
+    fn seq_plausible(&mut self, seq: Seq) -> bool {
+        if !seq.lt(self.window_end) {
+            self.stats.beyond_window += 1;
+            return false;
+        }
+        let horizon = self
+            .window_frames
+            .saturating_mul(DUPLICATE_HORIZON_WINDOWS)
+            .max(MIN_DUPLICATE_HORIZON);
+        if self.rcv_nxt.diff(seq) > horizon as i32 {
+            self.stats.out_of_window += 1;
+            return false;
+        }
+        true
+    }
+
     fn receive_sequenced(&mut self, now: Instant, frame: &TransportFrame<'_>) {
         let h = frame.header;
         let seq = Seq(h.seq.get());
         if seq.lt(self.rcv_nxt) {
             self.stats.duplicates += 1;
-            self.ack_now = true;
-            return;
-        }
-        if !seq.lt(self.window_end) {
-            self.stats.beyond_window += 1;
             self.ack_now = true;
             return;
         }
@@ -710,6 +785,7 @@ impl Connection {
                 return;
             }
             asm.data[off..off + len].copy_from_slice(frame.payload);
+            self.stats.payload_bytes_received += len as u64;
             RecvMeta {
                 msg_id,
                 last: h.has(flags::LAST_FRAGMENT),
@@ -787,6 +863,7 @@ impl Connection {
         self.rcv_nxt = self.rcv_nxt.add(1);
         self.recv_meta.pop_front();
         self.undelivered_bytes += payload.len();
+        self.stats.payload_bytes_received += payload.len() as u64;
         self.stats.messages_received += 1;
         self.events.push_back(Event::Message {
             msg_id,
@@ -886,6 +963,16 @@ impl Connection {
                 let rtt_us = wire_ts(now).wrapping_sub(ecr);
                 if rtt_us < 60_000_000 {
                     self.rtt.sample(Duration::from_micros(rtt_us as u64));
+                    let s = &mut self.stats;
+                    let ns = rtt_us as u64 * 1000;
+                    s.rtt_samples += 1;
+                    s.latest_rtt_ns = ns;
+                    s.min_rtt_ns = if s.min_rtt_ns == 0 {
+                        ns
+                    } else {
+                        s.min_rtt_ns.min(ns)
+                    };
+                    s.srtt_ns = self.rtt.srtt().as_nanos() as u64;
                 }
             }
             self.backoff = 0;
@@ -990,7 +1077,11 @@ impl Connection {
             Timer::Rto => {
                 if self.state == State::SynSent {
                     if self.syn_attempts > self.cfg.max_syn_retries {
-                        self.fail(ConnectionError::ConnectTimeout(self.syn_attempts));
+                        self.fail(if self.cfg.auth_key.is_some() {
+                            ConnectionError::AuthConnectTimeout(self.syn_attempts)
+                        } else {
+                            ConnectionError::ConnectTimeout(self.syn_attempts)
+                        });
                     } else {
                         self.backoff += 1;
                         self.syn_ack_due = true;
@@ -1042,6 +1133,12 @@ impl Connection {
     /// its length, or `None` when there is nothing to send now.
     #[must_use]
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
+        let n = self.next_transmit(now, buf);
+        self.stats.frames_sent += n.is_some() as u64;
+        n
+    }
+
+    fn next_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
         match self.state {
             State::Closed => {
                 // A final acknowledgement (of the peer's CLOSE) may remain.
@@ -1272,7 +1369,7 @@ impl Connection {
         } else {
             ([SackBlock::default(); MAX_SACK_BLOCKS], 0)
         };
-        wire::emit_transport(buf, &self.addr, &h, &sacks[..n], &[]).ok()
+        wire::emit_transport_with(buf, &self.addr, &h, &sacks[..n], &[], self.cfg.trailer()).ok()
     }
 
     fn emit_sequenced(
@@ -1314,6 +1411,14 @@ impl Connection {
         let room =
             self.frag_len.saturating_sub(payload_len) / crate::wire::transport::SACK_BLOCK_LEN;
         let (sacks, n) = self.sack_blocks(room);
-        wire::emit_transport_gather(buf, &self.addr, &h, &sacks[..n], payload).ok()
+        wire::emit_transport_gather(
+            buf,
+            &self.addr,
+            &h,
+            &sacks[..n],
+            payload,
+            self.cfg.trailer(),
+        )
+        .ok()
     }
 }

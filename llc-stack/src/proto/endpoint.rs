@@ -64,6 +64,18 @@ pub struct DropStats {
     pub control_queue_full: u64,
     /// TEST/XID responses nobody asked this endpoint for.
     pub unsolicited_response: u64,
+    /// Sequenced frames beyond the credit granted (forged, or a broken peer).
+    pub beyond_window: u64,
+    /// Sequenced frames far behind the receive window (forged or replayed).
+    pub out_of_window: u64,
+    /// A key is configured and the frame carries no authentication tag.
+    pub auth_missing: u64,
+    /// A key is configured and the frame's tag is wrong: forged, or the
+    /// peer has another key.
+    pub auth_failed: u64,
+    /// No key is configured and the frame carries an authentication tag
+    /// (the peer has a key we lack).
+    pub auth_unexpected: u64,
 }
 
 impl DropStats {
@@ -84,22 +96,35 @@ impl DropStats {
 
     /// Every dropped frame.
     pub fn total(&self) -> u64 {
-        self.truncated
-            + self.bad_length
-            + self.not_llc
-            + self.other_sap
-            + self.unsupported_control
-            + self.bad_version
-            + self.bad_sack_count
-            + self.bad_checksum
-            + self.not_for_us
-            + self.unknown_type
-            + self.no_connection
-            + self.stale_cookie
-            + self.no_listener
-            + self.syn_limit
-            + self.control_queue_full
-            + self.unsolicited_response
+        self.counters().iter().map(|(_, n)| n).sum()
+    }
+
+    /// Every reason with its count, in declaration order (for tools that
+    /// print or serialise them).
+    pub fn counters(&self) -> [(&'static str, u64); 21] {
+        [
+            ("truncated", self.truncated),
+            ("bad_length", self.bad_length),
+            ("not_llc", self.not_llc),
+            ("other_sap", self.other_sap),
+            ("unsupported_control", self.unsupported_control),
+            ("bad_version", self.bad_version),
+            ("bad_sack_count", self.bad_sack_count),
+            ("bad_checksum", self.bad_checksum),
+            ("not_for_us", self.not_for_us),
+            ("unknown_type", self.unknown_type),
+            ("no_connection", self.no_connection),
+            ("stale_cookie", self.stale_cookie),
+            ("no_listener", self.no_listener),
+            ("syn_limit", self.syn_limit),
+            ("control_queue_full", self.control_queue_full),
+            ("unsolicited_response", self.unsolicited_response),
+            ("beyond_window", self.beyond_window),
+            ("out_of_window", self.out_of_window),
+            ("auth_missing", self.auth_missing),
+            ("auth_failed", self.auth_failed),
+            ("auth_unexpected", self.auth_unexpected),
+        ]
     }
 }
 
@@ -120,6 +145,21 @@ pub struct EndpointStats {
     pub accepted: u64,
     /// Dropped frames by reason.
     pub dropped: DropStats,
+}
+
+impl EndpointStats {
+    /// Every counter except the drop reasons (see [`DropStats::counters`])
+    /// with its name.
+    pub fn counters(&self) -> [(&'static str, u64); 6] {
+        [
+            ("rx_frames", self.rx_frames),
+            ("tx_frames", self.tx_frames),
+            ("test_answered", self.test_answered),
+            ("xid_answered", self.xid_answered),
+            ("resets_sent", self.resets_sent),
+            ("accepted", self.accepted),
+        ]
+    }
 }
 
 /// Why `connect` failed at once.
@@ -573,6 +613,12 @@ impl Endpoint {
                     self.stats.dropped.not_for_us += 1;
                     return;
                 }
+                // One branch when authentication is off and the frame has no tag.
+                if (self.cfg.auth_key.is_some() || t.auth_tag.is_some())
+                    && !self.authenticate(bytes, &t)
+                {
+                    return;
+                }
                 let h = t.header;
                 let kind = h.frame_type();
                 if let FrameType::Unknown(_) = kind {
@@ -603,9 +649,37 @@ impl Endpoint {
                     self.stats.dropped.stale_cookie += 1;
                     return;
                 }
+                let s = e.conn.stats();
+                let before = (s.beyond_window, s.out_of_window);
                 e.conn.handle_frame(now, &t);
+                let s = e.conn.stats();
+                let d = &mut self.stats.dropped;
+                d.beyond_window += s.beyond_window - before.0;
+                d.out_of_window += s.out_of_window - before.1;
                 self.collect(handle);
             }
+        }
+    }
+
+    /// Check a transport frame's authentication against our key (or our
+    /// lack of one); count and refuse it when it fails.
+    fn authenticate(&mut self, bytes: &[u8], t: &wire::TransportFrame<'_>) -> bool {
+        let d = &mut self.stats.dropped;
+        match (&self.cfg.auth_key, t.auth_tag) {
+            (Some(key), Some(_)) => {
+                let ok = key.verify(bytes, t.signed_len());
+                d.auth_failed += !ok as u64;
+                ok
+            }
+            (Some(_), None) => {
+                d.auth_missing += 1;
+                false
+            }
+            (None, Some(_)) => {
+                d.auth_unexpected += 1;
+                false
+            }
+            (None, None) => true,
         }
     }
 
@@ -720,7 +794,7 @@ impl Endpoint {
                     info,
                 } => wire::emit_llc_control(buf, &addr, true, command, &info),
                 ControlFrame::Reset { addr, header } => {
-                    wire::emit_transport(buf, &addr, &header, &[], &[])
+                    wire::emit_transport_with(buf, &addr, &header, &[], &[], self.cfg.trailer())
                 }
             };
             if let Ok(n) = n {
@@ -930,5 +1004,209 @@ mod tests {
         while transmit(&mut ep).is_some() {}
         assert_eq!(ep.connection_count(), 0);
         assert!(ep.poll_event().is_none());
+    }
+
+    /// Move frames both ways until neither end has anything to send.
+    /// `tap` sees (and may keep) every frame from `a` to `b`.
+    fn shuttle(a: &mut Endpoint, b: &mut Endpoint, now: Instant, tap: &mut Vec<Vec<u8>>) {
+        for _ in 0..10_000 {
+            let mut moved = false;
+            while let Some(f) = transmit_at(a, now) {
+                b.handle_frame(now, &f);
+                tap.push(f);
+                moved = true;
+            }
+            while let Some(f) = transmit_at(b, now) {
+                a.handle_frame(now, &f);
+                moved = true;
+            }
+            if !moved {
+                return;
+            }
+        }
+        panic!("endpoints never went quiet");
+    }
+
+    fn transmit_at(ep: &mut Endpoint, now: Instant) -> Option<Vec<u8>> {
+        let mut buf = vec![0u8; 1514];
+        let n = ep.poll_transmit(now, &mut buf)?;
+        buf.truncate(n);
+        Some(buf)
+    }
+
+    fn keyed(mac: MacAddr, key: Option<&[u8]>, seed: u64) -> Endpoint {
+        let cfg = Config {
+            auth_key: key.map(crate::wire::AuthKey::derive),
+            max_syn_retries: 2,
+            ..Config::default()
+        };
+        Endpoint::new(cfg, mac, 1500, Rng::new(seed))
+    }
+
+    fn messages(ep: &mut Endpoint) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        while let Some((_, ev)) = ep.poll_event() {
+            if let Event::Message { data, .. } = ev {
+                out.push(data);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn matching_keys_connect_and_replays_deliver_nothing_twice() {
+        let mut a = keyed(PEER, Some(b"k1"), 1);
+        let mut b = keyed(ME, Some(b"k1"), 2);
+        b.listen(7);
+        let t0 = Instant::ZERO;
+        let c = a.connect(t0, ME, 7, None).unwrap();
+        let mut tap = Vec::new();
+        shuttle(&mut a, &mut b, t0, &mut tap);
+        assert_eq!(a.connection(c).unwrap().state(), State::Established);
+        // Fragments leave room for the trailer: a full frame still fits the MTU.
+        let frag = a.connection(c).unwrap().fragment_len();
+        assert_eq!(frag, 1500 - 3 - 56 - 16);
+        a.send(c, vec![7u8; 3 * frag]).unwrap();
+        shuttle(&mut a, &mut b, t0, &mut tap);
+        assert!(tap.iter().all(|f| f.len() <= 1514), "frames fit the MTU");
+        assert_eq!(messages(&mut b), vec![vec![7u8; 3 * frag]]);
+        // Replaying everything a sent delivers nothing again.
+        let before = b.stats().dropped.total();
+        for f in tap.clone() {
+            b.handle_frame(t0, &f);
+        }
+        shuttle(&mut a, &mut b, t0, &mut Vec::new());
+        assert!(messages(&mut b).is_empty());
+        assert_eq!(
+            b.stats().dropped.total(),
+            before,
+            "replays are duplicates, not drops"
+        );
+        let h = b.conns.keys().next().copied().unwrap();
+        assert!(b.connection_stats(h).unwrap().duplicates >= 3);
+        // A forged frame (the right cookies, a fresh sequence number) without
+        // the key is refused: missing tag, or a tag by another key.
+        let data = tap
+            .iter()
+            .rev()
+            .find(|f| wire::transport_header(f).is_some_and(|h| h.frame_type() == FrameType::Data));
+        let mut h = wire::transport_header(data.unwrap()).unwrap();
+        h.seq = (h.seq.get() + 1).into();
+        h.msg_id = (h.msg_id.get() + 1).into();
+        let mut buf = [0u8; 256];
+        let other = crate::wire::AuthKey::derive(b"k2");
+        let addr = Addresses {
+            dst: ME,
+            src: PEER,
+            dsap: llc::DEFAULT_SAP,
+            ssap: llc::DEFAULT_SAP,
+        };
+        for trailer in [wire::Trailer::None, wire::Trailer::Key(&other)] {
+            h.msg_len = 4.into();
+            let n = wire::emit_transport_with(&mut buf, &addr, &h, &[], b"evil", trailer).unwrap();
+            b.handle_frame(t0, &buf[..n]);
+        }
+        assert!(messages(&mut b).is_empty());
+        let d = &b.stats().dropped;
+        assert_eq!((d.auth_missing, d.auth_failed), (1, 1));
+    }
+
+    #[test]
+    fn mismatched_keys_cannot_connect_and_say_why() {
+        for (ka, kb) in [
+            (Some(&b"k1"[..]), Some(&b"k2"[..])),
+            (Some(b"k1"), None),
+            (None, Some(b"k1")),
+        ] {
+            let mut a = keyed(PEER, ka, 1);
+            let mut b = keyed(ME, kb, 2);
+            b.listen(7);
+            let mut now = Instant::ZERO;
+            let c = a.connect(now, ME, 7, None).unwrap();
+            let mut closed = None;
+            for _ in 0..100 {
+                shuttle(&mut a, &mut b, now, &mut Vec::new());
+                while let Some((h, ev)) = a.poll_event() {
+                    if let (true, Event::Closed(e)) = (h == c, ev) {
+                        closed = Some(e);
+                    }
+                }
+                if closed.is_some() {
+                    break;
+                }
+                now = a.poll_timeout().expect("SYN retry timer");
+                a.handle_timeout(now);
+            }
+            let expect = if ka.is_some() {
+                ConnectionError::AuthConnectTimeout(3)
+            } else {
+                ConnectionError::ConnectTimeout(3)
+            };
+            assert_eq!(closed, Some(Some(expect.clone())));
+            assert!(expect.to_string().contains("peer does not answer"));
+            let d = &b.stats().dropped;
+            let counted = match (ka, kb) {
+                (Some(_), Some(_)) => d.auth_failed,
+                (Some(_), None) => d.auth_unexpected,
+                _ => d.auth_missing,
+            };
+            assert_eq!(counted, 3, "every SYN counted: {d:?}");
+            assert_eq!(d.total(), 3);
+            assert_eq!((b.stats().accepted, b.stats().resets_sent), (0, 0));
+        }
+    }
+
+    #[test]
+    fn sequence_numbers_far_outside_the_window_are_dropped_and_counted() {
+        let mut a = keyed(PEER, None, 1);
+        let mut b = keyed(ME, None, 2);
+        b.listen(7);
+        let t0 = Instant::ZERO;
+        let c = a.connect(t0, ME, 7, None).unwrap();
+        let mut tap = Vec::new();
+        a.send(c, b"first".to_vec()).unwrap();
+        shuttle(&mut a, &mut b, t0, &mut tap);
+        assert_eq!(messages(&mut b), vec![b"first".to_vec()]);
+        let data = tap
+            .iter()
+            .find(|f| wire::transport_header(f).is_some_and(|h| h.frame_type() == FrameType::Data));
+        let base = wire::transport_header(data.unwrap()).unwrap();
+        let addr = Addresses {
+            dst: ME,
+            src: PEER,
+            dsap: llc::DEFAULT_SAP,
+            ssap: llc::DEFAULT_SAP,
+        };
+        let mut buf = [0u8; 256];
+        let seq0 = base.seq.get();
+        // Ahead of the credit (2^31 ahead counts as ahead), and far behind: 3 + 2 frames.
+        for (i, off) in [
+            1u32 << 20,
+            1 << 30,
+            0u32.wrapping_sub(1 << 20),
+            0u32.wrapping_sub(1 << 30),
+            1 << 31,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let mut h = base;
+            h.seq = seq0.wrapping_add(off).into();
+            h.ack = (h.ack.get() + 1000 + i as u32).into(); // must not be trusted
+            let n = wire::emit_transport(&mut buf, &addr, &h, &[], b"first").unwrap();
+            b.handle_frame(t0, &buf[..n]);
+        }
+        assert!(!b.wants_transmit(), "forged frames are not answered");
+        let d = &b.stats().dropped;
+        assert_eq!((d.beyond_window, d.out_of_window), (3, 2), "{d:?}");
+        let h = b.conns.keys().next().copied().unwrap();
+        let s = b.connection_stats(h).unwrap();
+        assert_eq!((s.beyond_window, s.out_of_window, s.violations), (3, 2, 0));
+        // The connection still works.
+        a.send(c, b"second".to_vec()).unwrap();
+        shuttle(&mut a, &mut b, t0, &mut Vec::new());
+        assert_eq!(messages(&mut b), vec![b"second".to_vec()]);
+        let s = a.connection_stats(c).unwrap();
+        assert!(s.frames_sent >= 3 && s.rtt_samples >= 1, "{s:?}");
     }
 }

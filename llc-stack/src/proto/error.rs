@@ -6,6 +6,14 @@ pub enum ConnectionError {
     /// The peer never answered the handshake.
     #[error("peer does not answer: no reply to the connection request after {0} attempts")]
     ConnectTimeout(u32),
+    /// The peer never answered the handshake while an authentication key was
+    /// configured: it may be down, or use another key or none (it drops our
+    /// frames without answering, and counts them).
+    #[error(
+        "peer does not answer: no reply to {0} authenticated connection requests \
+         (is it down, or does it use another authentication key, or none?)"
+    )]
+    AuthConnectTimeout(u32),
     /// Nobody listens on that port at the peer.
     #[error("connection refused: nothing listens on port {0} at the peer")]
     Refused(u16),

@@ -7,12 +7,14 @@
 //! fuzzed). The emit functions check the buffer size and return an error rather
 //! than panic when it is too small.
 
+pub mod auth;
 pub mod ethernet;
 pub mod llc;
 pub mod transport;
 
 use zerocopy::{FromBytes, IntoBytes};
 
+pub use auth::{AuthKey, Trailer};
 pub use ethernet::{EtherKind, EthernetHeader, MacAddr};
 pub use llc::{Command, LlcHeader};
 pub use transport::{FrameType, SackBlock, TransportHeader};
@@ -105,6 +107,17 @@ pub struct TransportFrame<'a> {
     pub sacks: &'a [SackBlock],
     /// Payload.
     pub payload: &'a [u8],
+    /// The authentication tag after the payload, when the AUTH flag is set.
+    /// The parser checks its presence, not its value: see [`AuthKey::verify`].
+    pub auth_tag: Option<&'a [u8; auth::TAG_LEN]>,
+}
+
+impl TransportFrame<'_> {
+    /// Length of the LLC header, transport header, SACK blocks and payload:
+    /// the span an authentication tag covers (with the Ethernet addresses).
+    pub fn signed_len(&self) -> usize {
+        llc::HEADER_LEN + self.header.total_len()
+    }
 }
 
 /// Parse a received Ethernet frame (no FCS). With `sap` set, LLC frames for
@@ -172,16 +185,23 @@ fn parse_transport(llc_span: &[u8]) -> Result<TransportFrame<'_>, WireError> {
     let payload = after
         .get(..header.payload_len.get() as usize)
         .ok_or(WireError::Truncated)?;
+    let signed_len = llc::HEADER_LEN + header.total_len();
     let span = llc_span
-        .get(..llc::HEADER_LEN + header.total_len())
+        .get(..signed_len + header.trailer_len())
         .ok_or(WireError::Truncated)?;
     if checksum(span) != header.crc.get() {
         return Err(WireError::BadChecksum);
     }
+    let auth_tag = if header.has(transport::flags::AUTH) {
+        span[signed_len..].try_into().ok()
+    } else {
+        None
+    };
     Ok(TransportFrame {
         header,
         sacks,
         payload,
+        auth_tag,
     })
 }
 
@@ -196,7 +216,8 @@ fn checksum(span: &[u8]) -> u32 {
 
 /// Write a whole transport frame: Ethernet (length or jumbo form), LLC UI
 /// header, `header` (its `sack_count`, `payload_len`, `version` and `crc`
-/// fields are filled in here), `sacks` and `payload`. Returns the frame length.
+/// fields are filled in here, and its AUTH flag cleared), `sacks` and
+/// `payload`. Returns the frame length.
 pub fn emit_transport(
     buf: &mut [u8],
     addr: &Addresses,
@@ -204,26 +225,41 @@ pub fn emit_transport(
     sacks: &[SackBlock],
     payload: &[u8],
 ) -> Result<usize, WireError> {
-    emit_transport_gather(buf, addr, header, sacks, [payload, &[]])
+    emit_transport_gather(buf, addr, header, sacks, [payload, &[]], Trailer::None)
 }
 
-/// [`emit_transport`] with the payload in two pieces, written one after the
-/// other (a message's header and body meet inside some fragment).
+/// [`emit_transport`] with an authentication trailer: with anything but
+/// [`Trailer::None`] the AUTH flag is set and the tag follows the payload.
+pub fn emit_transport_with(
+    buf: &mut [u8],
+    addr: &Addresses,
+    header: &TransportHeader,
+    sacks: &[SackBlock],
+    payload: &[u8],
+    trailer: Trailer<'_>,
+) -> Result<usize, WireError> {
+    emit_transport_gather(buf, addr, header, sacks, [payload, &[]], trailer)
+}
+
+/// [`emit_transport_with`] with the payload in two pieces, written one after
+/// the other (a message's header and body meet inside some fragment).
 pub fn emit_transport_gather(
     buf: &mut [u8],
     addr: &Addresses,
     header: &TransportHeader,
     sacks: &[SackBlock],
     payload: [&[u8]; 2],
+    trailer: Trailer<'_>,
 ) -> Result<usize, WireError> {
     let payload_len = payload[0].len() + payload[1].len();
     if sacks.len() > transport::MAX_SACK_BLOCKS || payload_len > u16::MAX as usize {
         return Err(WireError::BufferTooSmall);
     }
-    let llc_len = llc::HEADER_LEN
+    let signed_len = llc::HEADER_LEN
         + transport::HEADER_LEN
         + sacks.len() * transport::SACK_BLOCK_LEN
         + payload_len;
+    let llc_len = signed_len + trailer.len();
     let total = ethernet::HEADER_LEN + llc_len;
     if buf.len() < total {
         return Err(WireError::BufferTooSmall);
@@ -236,6 +272,11 @@ pub fn emit_transport_gather(
     at += llc::HEADER_LEN;
     let mut h = *header;
     h.version = transport::VERSION;
+    h.flags = if trailer.is_empty() {
+        h.flags & !transport::flags::AUTH
+    } else {
+        h.flags | transport::flags::AUTH
+    };
     h.sack_count = sacks.len() as u8;
     h.payload_len = (payload_len as u16).into();
     h.crc = 0.into();
@@ -244,9 +285,14 @@ pub fn emit_transport_gather(
     let sack_bytes = sacks.as_bytes();
     buf[at..at + sack_bytes.len()].copy_from_slice(sack_bytes);
     at += sack_bytes.len();
-    let (first, second) = buf[at..].split_at_mut(payload[0].len());
+    let (first, rest) = buf[at..].split_at_mut(payload[0].len());
     first.copy_from_slice(payload[0]);
-    second.copy_from_slice(payload[1]);
+    rest[..payload[1].len()].copy_from_slice(payload[1]);
+    match trailer {
+        Trailer::None => {}
+        Trailer::Key(key) => key.sign(buf, signed_len),
+        Trailer::Raw(tag) => buf[at + payload_len..].copy_from_slice(tag),
+    }
     let crc = checksum(&buf[ethernet::HEADER_LEN..]);
     let crc_at = ethernet::HEADER_LEN + llc::HEADER_LEN + transport::CRC_OFFSET;
     buf[crc_at..crc_at + 4].copy_from_slice(&crc.to_be_bytes());

@@ -233,6 +233,8 @@ proptest! {
         prop_assert_eq!(f.addr, addr());
         let Body::Transport(t) = f.body else { panic!("not transport") };
         let mut expect = h;
+        // The emitter owns the AUTH bit: no trailer, no flag.
+        expect.flags &= !transport::flags::AUTH;
         expect.sack_count = sacks.len() as u8;
         expect.payload_len = (payload.len() as u16).into();
         expect.crc = t.header.crc;
@@ -304,4 +306,95 @@ fn frames_built_from_the_spec_parse() {
     );
     let xid = include_bytes!("../../fuzz/corpus/parse_frame/xid");
     assert!(matches!(parse(xid, None).unwrap().body, Body::Xid { info, .. } if info == XID_INFO));
+}
+
+#[test]
+fn authenticated_frame_layout_and_verification() {
+    let key = AuthKey::derive(b"job 42 secret");
+    let mut buf = [0u8; 160];
+    let n = emit_transport_with(
+        &mut buf,
+        &addr(),
+        &data_header(),
+        &[],
+        b"hello",
+        Trailer::Key(&key),
+    )
+    .unwrap();
+    assert_eq!(n, 14 + 3 + 56 + 5 + auth::TAG_LEN);
+    // The 802.3 length counts the trailer; the flag announces it.
+    assert_eq!(&buf[12..14], &(3u16 + 56 + 5 + 16).to_be_bytes());
+    assert_eq!(
+        buf[19],
+        transport::flags::LAST_FRAGMENT | transport::flags::AUTH
+    );
+    let f = parse(&buf[..n], Some(llc::DEFAULT_SAP)).unwrap();
+    let Body::Transport(t) = f.body else {
+        panic!("not transport")
+    };
+    assert_eq!(t.payload, b"hello");
+    let tag = *t.auth_tag.expect("tag present");
+    assert_eq!(&tag[..], &buf[n - 16..n]);
+    assert_eq!(t.signed_len(), 3 + 56 + 5);
+    assert!(key.verify(&buf[..n], t.signed_len()));
+    // Known answer: pins the key derivation, the covered bytes and their order.
+    let hex: String = tag.iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(hex, KNOWN_TAG, "tag of the PROTOCOL.md example changed");
+    // Another key does not verify.
+    assert!(!AuthKey::derive(b"job 43 secret").verify(&buf[..n], t.signed_len()));
+    // Nor does a frame changed anywhere the tag covers, even with a fixed-up
+    // CRC: Ethernet source, cookie, CRC-zeroed header, payload.
+    for at in [6, 14 + 3 + 8, 14 + 3 + 16, n - 17] {
+        let mut forged = buf;
+        forged[at] ^= 0x20;
+        refresh_crc(&mut forged[..n]);
+        let t = match parse(&forged[..n], None).unwrap().body {
+            Body::Transport(t) => t,
+            _ => panic!(),
+        };
+        assert!(!key.verify(&forged[..n], t.signed_len()), "byte {at}");
+    }
+    // Re-emitting with the raw tag reproduces the frame exactly.
+    let mut again = [0u8; 160];
+    let m = emit_transport_with(
+        &mut again,
+        &addr(),
+        t.header,
+        t.sacks,
+        t.payload,
+        Trailer::Raw(&tag),
+    )
+    .unwrap();
+    assert_eq!(&again[..m], &buf[..n]);
+    // A frame claiming a trailer it does not have is truncated.
+    let short = n - 1;
+    let mut cut = buf;
+    cut[12..14].copy_from_slice(&((short - 14) as u16).to_be_bytes());
+    assert_eq!(
+        parse(&cut[..short], None).unwrap_err(),
+        WireError::Truncated
+    );
+    // Without a trailer the flag is cleared even if the header had it.
+    let mut h = data_header();
+    h.flags |= transport::flags::AUTH;
+    let n = emit_transport(&mut buf, &addr(), &h, &[], b"hello").unwrap();
+    assert_eq!(n, 14 + 3 + 56 + 5);
+    let Body::Transport(t) = parse(&buf[..n], None).unwrap().body else {
+        panic!()
+    };
+    assert!(t.auth_tag.is_none());
+    assert_eq!(
+        format!("{key:?}"),
+        format!("AuthKey(fingerprint {})", key.fingerprint())
+    );
+}
+
+/// Tag of the frame above (PROTOCOL.md example, key material "job 42 secret").
+const KNOWN_TAG: &str = "de7773f2ebe4370922940dd5cd73d9a4";
+
+fn refresh_crc(frame: &mut [u8]) {
+    let span_end = frame.len();
+    let crc = checksum(&frame[14..span_end]);
+    let at = 14 + 3 + transport::CRC_OFFSET;
+    frame[at..at + 4].copy_from_slice(&crc.to_be_bytes());
 }

@@ -178,6 +178,9 @@ pub mod flags {
     pub const LAST_FRAGMENT: u8 = 0x01;
     /// The receiver should acknowledge at once instead of delaying.
     pub const ACK_NOW: u8 = 0x02;
+    /// An authentication trailer of [`TAG_LEN`](crate::wire::auth::TAG_LEN)
+    /// bytes follows the payload (docs/PROTOCOL.md, section 3.12).
+    pub const AUTH: u8 = 0x04;
 }
 
 impl TransportHeader {
@@ -191,9 +194,20 @@ impl TransportHeader {
         self.flags & flag != 0
     }
 
-    /// Length of header, SACK blocks and payload.
+    /// Length of header, SACK blocks and payload (the part an authentication
+    /// tag covers; the trailer, if any, follows).
     pub fn total_len(&self) -> usize {
         HEADER_LEN + self.sack_count as usize * SACK_BLOCK_LEN + self.payload_len.get() as usize
+    }
+
+    /// Length of the authentication trailer the frame declares (0 or 16).
+    #[inline]
+    pub fn trailer_len(&self) -> usize {
+        if self.has(flags::AUTH) {
+            super::auth::TAG_LEN
+        } else {
+            0
+        }
     }
 }
 

@@ -19,9 +19,9 @@ use llc_stack::link::afxdp::{AfXdp, AfXdpConfig, AttachMode, XdpMode};
 use llc_stack::link::fault::{FaultConfig, FaultInjector};
 use llc_stack::link::pcap::PcapWriter;
 use llc_stack::link::{RxToken, TxToken};
-use llc_stack::proto::{Config, Event};
+use llc_stack::proto::{Config, ConnStats, EndpointStats, Event};
 use llc_stack::rng::Rng;
-use llc_stack::wire::{self, Addresses, Body, Command, MacAddr};
+use llc_stack::wire::{self, Addresses, AuthKey, Body, Command, MacAddr};
 use llc_stack::{Device, Instant, LinkError, Stack};
 
 use stats::RttStats;
@@ -65,7 +65,7 @@ enum XdpAttachArg {
     name = "llc-ping",
     version,
     about = "ping over IEEE 802.2 LLC: TEST round trips, or echo through the reliable transport",
-    after_help = "Examples:\n  llc-ping --respond -I eth0\n  llc-ping -I eth0 -c 5 02:00:00:00:00:02\n  llc-ping -I eth0 --reliable -c 1000 -i 0 -q 02:00:00:00:00:02"
+    after_help = "Examples:\n  llc-ping --respond -I eth0\n  llc-ping -I eth0 -c 5 02:00:00:00:00:02\n  llc-ping -I eth0 --reliable -c 1000 -i 0 -q 02:00:00:00:00:02\n\nEnvironment:\n  LLC_AUTH_KEY  per-job key material (any string, e.g. 64 random hex digits):\n                the reliable transport then authenticates every frame, and\n                both ends need the same value (docs/SECURITY.md)"
 )]
 struct Args {
     /// Interface to send and receive on.
@@ -116,7 +116,9 @@ struct Args {
     /// Only print the summary.
     #[arg(short = 'q', long)]
     quiet: bool,
-    /// Print the endpoint's and the link's counters at the end.
+    /// Print the endpoint's and the connection's counters at the end
+    /// (frames, retransmissions, drops by reason, RTT); with --json they are
+    /// always in its `stats` object in reliable mode.
     #[arg(long)]
     stats: bool,
     /// Write every frame sent and received to this pcap file.
@@ -141,6 +143,92 @@ fn parse_sap(s: &str) -> Result<u8, String> {
     }
     .map_err(|_| format!("invalid SAP {s:?}: expected a byte such as 0x7c"))?;
     wire::llc::validate_sap(v).map_err(|e| e.to_string())
+}
+
+/// The environment variable holding the job's authentication key material.
+const AUTH_KEY_ENV: &str = "LLC_AUTH_KEY";
+
+/// The transport configuration: our SAP, and the job's key when
+/// `LLC_AUTH_KEY` is set (its bytes are hashed into a key, see
+/// [`AuthKey::derive`]).
+fn transport_config(args: &Args) -> Result<Config> {
+    let auth_key = match std::env::var_os(AUTH_KEY_ENV) {
+        None => None,
+        Some(v) if v.is_empty() => bail!("{AUTH_KEY_ENV} is set but empty"),
+        Some(v) => {
+            use std::os::unix::ffi::OsStrExt;
+            let key = AuthKey::derive(v.as_bytes());
+            tracing::info!(fingerprint = %key.fingerprint(), "frame authentication on");
+            Some(key)
+        }
+    };
+    Ok(Config {
+        sap: args.sap,
+        auth_key,
+        ..Config::default()
+    })
+}
+
+/// The endpoint's and a connection's counters as a JSON object:
+/// `{"endpoint": {..., "dropped": {...}}, "connection": {...} or null}`.
+fn stats_json(ep: &EndpointStats, conn: Option<&ConnStats>) -> serde_json::Value {
+    let mut e = serde_json::Map::new();
+    for (k, v) in ep.counters() {
+        e.insert(k.into(), v.into());
+    }
+    let mut d = serde_json::Map::new();
+    for (k, v) in ep.dropped.counters() {
+        d.insert(k.into(), v.into());
+    }
+    e.insert("dropped_total".into(), ep.dropped.total().into());
+    e.insert("dropped".into(), d.into());
+    let c = conn.map(|c| {
+        c.counters()
+            .iter()
+            .map(|&(k, v)| (k.to_string(), serde_json::Value::from(v)))
+            .collect::<serde_json::Map<_, _>>()
+    });
+    serde_json::json!({ "endpoint": e, "connection": c })
+}
+
+/// The counters for people: every endpoint counter, the drop reasons that
+/// are not zero, every connection counter with RTTs in microseconds.
+fn print_stats_text(ep: &EndpointStats, conn: Option<&ConnStats>) {
+    let pairs = |it: &mut dyn Iterator<Item = String>| it.collect::<Vec<_>>().join(" ");
+    println!(
+        "endpoint: {}",
+        pairs(&mut ep.counters().iter().map(|(k, v)| format!("{k}={v}")))
+    );
+    let drops: Vec<String> = ep
+        .dropped
+        .counters()
+        .iter()
+        .filter(|(_, v)| *v > 0)
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    println!(
+        "endpoint dropped: {}{}",
+        ep.dropped.total(),
+        if drops.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", drops.join(" "))
+        }
+    );
+    if let Some(c) = conn {
+        println!(
+            "connection: {}",
+            pairs(
+                &mut c
+                    .counters()
+                    .iter()
+                    .map(|&(k, v)| match k.strip_suffix("_ns") {
+                        Some(base) => format!("{base}_us={:.2}", v as f64 / 1e3),
+                        None => format!("{k}={v}"),
+                    })
+            )
+        );
+    }
 }
 
 /// Exit status when the peer never answered (as iputils ping).
@@ -384,9 +472,6 @@ impl Job for PingJob<'_> {
             println!("{v}");
         } else {
             summary.print_text();
-            if let (true, Some(extra)) = (args.stats, extra) {
-                println!("stats: {extra}");
-            }
         }
         if st.received == 0 {
             eprintln!(
@@ -539,10 +624,7 @@ fn ping_reliable<D: Device>(
     args: &Args,
     stop: &AtomicBool,
 ) -> Result<(RttStats, Option<serde_json::Value>)> {
-    let cfg = Config {
-        sap: args.sap,
-        ..Config::default()
-    };
+    let cfg = transport_config(args)?;
     let mut stack = Stack::new(dev, cfg, mac, Rng::from_entropy());
     stack.set_spin(spin_budget(args));
     let now = Instant::now();
@@ -625,10 +707,10 @@ fn ping_reliable<D: Device>(
         pace(args, sent_at, stop);
     }
     let ep = stack.endpoint();
-    let extra = serde_json::json!({
-        "endpoint": format!("{:?}", ep.stats()),
-        "connection": ep.connection_stats(conn).map(|c| format!("{c:?}")),
-    });
+    let extra = stats_json(ep.stats(), ep.connection_stats(conn));
+    if args.stats && !args.json {
+        print_stats_text(ep.stats(), ep.connection_stats(conn));
+    }
     stack.endpoint_mut().close(conn);
     let _ = stack.run_until(Instant::now() + Duration::from_millis(200), |ep| {
         ep.connection(conn).is_none().then_some(())
@@ -646,15 +728,16 @@ fn respond<D: Device>(
     args: &Args,
     stop: &AtomicBool,
 ) -> Result<i32> {
-    let cfg = Config {
-        sap: args.sap,
-        ..Config::default()
+    let cfg = transport_config(args)?;
+    let auth = match &cfg.auth_key {
+        Some(k) => format!(", frames authenticated (key {})", k.fingerprint()),
+        None => String::new(),
     };
     let mut stack = Stack::new(dev, cfg, mac, Rng::from_entropy());
     stack.endpoint_mut().listen(args.port);
     // Tests and scripts wait for this line before they start pinging.
     println!(
-        "llc-ping: responding on {} ({mac}, {backend}), SAP {:#04x}, echo port {}",
+        "llc-ping: responding on {} ({mac}, {backend}), SAP {:#04x}, echo port {}{auth}",
         args.interface, args.sap, args.port
     );
     std::io::stdout().flush()?;
@@ -685,7 +768,7 @@ fn respond<D: Device>(
         }
     }
     if args.stats {
-        println!("endpoint: {:?}", stack.endpoint().stats());
+        print_stats_text(stack.endpoint().stats(), None);
     }
     Ok(0)
 }

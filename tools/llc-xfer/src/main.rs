@@ -76,7 +76,20 @@ fn run(args: &Args) -> Result<()> {
     let dev = AfPacket::open(&args.interface, AfPacketConfig::default())
         .with_context(|| format!("opening {} (AF_PACKET, needs CAP_NET_RAW)", args.interface))?;
     let mac = MacAddr(dev.mac());
-    let mut stack = Stack::new(dev, Config::default(), mac, Rng::from_entropy());
+    // LLC_AUTH_KEY: per-job key material, as llc-ping reads it (docs/SECURITY.md).
+    let auth_key = match std::env::var_os("LLC_AUTH_KEY") {
+        None => None,
+        Some(v) => {
+            use std::os::unix::ffi::OsStrExt;
+            ensure!(!v.is_empty(), "LLC_AUTH_KEY is set but empty");
+            Some(llc_stack::wire::AuthKey::derive(v.as_bytes()))
+        }
+    };
+    let cfg = Config {
+        auth_key,
+        ..Config::default()
+    };
+    let mut stack = Stack::new(dev, cfg, mac, Rng::from_entropy());
     let deadline = Instant::now() + Duration::from_secs_f64(args.timeout);
     let (verb, messages, digest, conn) = match args.peer {
         None => {
