@@ -642,7 +642,9 @@ fn rtt_estimate_stays_near_the_link_rtt_under_heavy_loss() {
             .unwrap();
     let n = 8;
     for i in 0..n {
-        p.a.endpoint_mut().send(ca, vec![i as u8; 256 << 10]).unwrap();
+        p.a.endpoint_mut()
+            .send(ca, vec![i as u8; 256 << 10])
+            .unwrap();
     }
     let start = p.now;
     let done = p.run(Duration::from_secs(60), |p| {
@@ -660,5 +662,8 @@ fn rtt_estimate_stays_near_the_link_rtt_under_heavy_loss() {
         "srtt {:?} on a 40 µs round trip",
         c.srtt()
     );
-    assert!(took < Duration::from_secs(2), "took {took:?} of virtual time");
+    assert!(
+        took < Duration::from_secs(2),
+        "took {took:?} of virtual time"
+    );
 }
