@@ -207,3 +207,30 @@ impl Drop for LinkChaos {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_encode_as_the_c_struct() {
+        let v = encode(&ChaosSettings {
+            drop: 0.5,
+            duplicate: 1.0,
+            corrupt: 0.0,
+            seed: 7,
+            sap: Some(0x7c),
+        });
+        let word = |i: usize| u64::from_ne_bytes(v[i * 8..i * 8 + 8].try_into().unwrap());
+        assert_eq!(word(0), 1 << 31, "half of 2^32");
+        assert_eq!(word(1), 1 << 32, "certain: above every 32-bit draw");
+        assert_eq!((word(2), word(3)), (0, 7));
+        assert_eq!(u32::from_ne_bytes(v[32..36].try_into().unwrap()), 0x7c);
+        let all = encode(&ChaosSettings::default());
+        assert_eq!(
+            u32::from_ne_bytes(all[32..36].try_into().unwrap()),
+            256,
+            "every frame"
+        );
+    }
+}
