@@ -15,4 +15,28 @@ echo "== cargo test"
 # tests must run here, not skip.
 export LLC_VM_REQUIRE=1
 cargo test --workspace --locked
+echo "== cargo fuzz (bounded)"
+# About a minute per target. New inputs go to a scratch directory (libFuzzer
+# writes to the first corpus directory it is given), so the committed corpus
+# under llc-stack/fuzz/corpus stays as it is; a crash fails the suite and
+# leaves its input in llc-stack/fuzz/artifacts.
+FUZZ_SECONDS="${LLC_FUZZ_SECONDS:-60}"
+if cargo fuzz --version >/dev/null 2>&1; then
+    for target in parse_frame endpoint_pair; do
+        scratch="$(mktemp -d)"
+        echo "-- fuzz $target for ${FUZZ_SECONDS}s"
+        set +e
+        (cd llc-stack/fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run "$target" "$scratch" "corpus/$target" \
+            -- -max_total_time="$FUZZ_SECONDS" -max_len=4096 -print_final_stats=1 2>&1 | tail -n 15)
+        status=$?
+        set -e
+        rm -rf "$scratch"
+        if [ "$status" -ne 0 ]; then
+            echo "fuzz target $target failed (exit $status); see llc-stack/fuzz/artifacts/$target" >&2
+            exit 1
+        fi
+    done
+else
+    echo "SKIPPED cargo fuzz: cargo-fuzz is not installed (cargo install cargo-fuzz)"
+fi
 echo "== done: all tests passed"

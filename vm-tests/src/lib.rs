@@ -4,11 +4,13 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod link_chaos;
 pub mod netns;
 pub mod process;
 pub mod qemu;
 mod sys;
 
+pub use link_chaos::{ChaosCounters, ChaosSettings, LinkChaos};
 pub use netns::{
     check_privileges, cleanup_stale, format_mac, interface_mac, interface_mtu, run_checked,
     Bridged, HarnessError, Host, Netns, TwoHosts,

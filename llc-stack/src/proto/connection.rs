@@ -745,6 +745,14 @@ impl Connection {
         if seq.lt(self.rcv_nxt) {
             self.stats.duplicates += 1;
             self.ack_now = true;
+            // A retransmission of what we have (our ACK was lost): echo its
+            // timestamp, so that the ACK it provokes measures this round
+            // trip and not the time since the original was sent (RFC 7323
+            // 4.3 updates TS.Recent for such segments too).
+            let ts = h.ts_val.get();
+            if (ts.wrapping_sub(self.ts_recent) as i32) > 0 {
+                self.ts_recent = ts;
+            }
             return;
         }
         let idx = seq.diff(self.rcv_nxt) as usize;
@@ -894,12 +902,14 @@ impl Connection {
             self.peer_window_end = window_end;
         }
         let mut newly_acked = 0u32;
+        let mut cumulative = 0u32;
         while self.snd_una.lt(ack) {
             let Some(f) = self.inflight.pop_front() else {
                 break;
             };
             self.snd_una = self.snd_una.add(1);
             newly_acked += 1;
+            cumulative += 1;
             if f.sacked {
                 self.n_sacked -= 1;
             } else {
@@ -959,7 +969,12 @@ impl Connection {
         }
         let ecr = h.ts_ecr.get();
         if newly_acked > 0 {
-            if ecr != 0 {
+            // Only an ACK that moves the cumulative point echoes the
+            // timestamp of the frame that moved it. One that only SACKs
+            // frames beyond a hole echoes the last in-order frame, sent
+            // before the hole: that sample would count the whole time the
+            // hole stayed open and inflate the RTO under loss.
+            if ecr != 0 && cumulative > 0 {
                 let rtt_us = wire_ts(now).wrapping_sub(ecr);
                 if rtt_us < 60_000_000 {
                     self.rtt.sample(Duration::from_micros(rtt_us as u64));
