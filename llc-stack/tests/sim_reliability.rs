@@ -670,3 +670,51 @@ fn rtt_estimate_stays_near_the_link_rtt_under_heavy_loss() {
         "took {took:?} of virtual time"
     );
 }
+
+/// Virtual time to move 8 MiB (8 messages of 1 MiB) over a 10 Gbit/s link
+/// with a 40 µs round trip, at 0%, 1% and 5% loss on both ends. A
+/// measurement, not an assertion (docs/BENCHMARKS.md, goodput under loss):
+/// `cargo test --release -p llc-stack --test sim_reliability goodput -- --ignored --nocapture`
+#[test]
+#[ignore = "measurement: run by hand"]
+fn goodput_under_loss_in_virtual_time() {
+    for loss in [0.0, 0.01, 0.05] {
+        let mut times = Vec::new();
+        for seed in 1..=5 {
+            let link = SimConfig {
+                latency: Duration::from_micros(20),
+                ..SimConfig::default()
+            };
+            let faults = FaultConfig {
+                loss,
+                ..Default::default()
+            };
+            let mut p = Pair::new(seed, link, faults, Config::default());
+            p.b.endpoint_mut().listen(PORT);
+            let ca =
+                p.a.endpoint_mut()
+                    .connect(p.now, MAC_B, PORT, None)
+                    .unwrap();
+            for i in 0..8u8 {
+                p.a.endpoint_mut().send(ca, vec![i; 1 << 20]).unwrap();
+            }
+            let start = p.now;
+            assert!(p.run(Duration::from_secs(60), |p| {
+                p.events_a
+                    .iter()
+                    .filter(|e| matches!(e.1, Event::Acked { .. }))
+                    .count()
+                    == 8
+            }));
+            times.push(p.now.saturating_duration_since(start));
+        }
+        times.sort();
+        println!(
+            "loss {:>4.1}%: median {:?} over 5 seeds ({:?} .. {:?})",
+            loss * 100.0,
+            times[2],
+            times[0],
+            times[4]
+        );
+    }
+}
