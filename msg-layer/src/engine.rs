@@ -22,6 +22,7 @@ use crate::addr::Addr;
 use crate::config::{Config, INITIAL_CREDIT};
 use crate::error::Error;
 use crate::matching::{Matched, Matcher, Pattern, PeerId, PostId, Posting, Source};
+use crate::placement::{DataPlacement, RecvBuffer, Registry};
 use crate::rma::{MemoryRegion, RegionKey};
 use crate::transport::{ConnId, SendError, Transport, TransportEvent};
 use crate::wire::{flags, DecodeError, Header, Kind, HEADER_LEN};
@@ -60,6 +61,10 @@ pub struct Stats {
     pub received: u64,
     /// Messages that arrived before their receive was posted.
     pub unexpected: u64,
+    /// Rendezvous bytes the transport wrote straight into receive buffers.
+    pub rndv_bytes_placed: u64,
+    /// Rendezvous bytes copied into receive buffers by the engine.
+    pub rndv_bytes_copied: u64,
     /// Times a message waited at the head of a peer's queue for credit.
     pub credit_stalls: u64,
     /// Times the transport's send buffer was full.
@@ -155,9 +160,9 @@ enum ReqState {
     },
     /// A rendezvous receive matched; data arriving.
     Receiving {
-        buf: Vec<u8>,
+        /// Also in the placement registry, for the transport to fill.
+        buf: Arc<RecvBuffer>,
         status: Status,
-        received: usize,
         /// The sender's request, told when all data is placed.
         sreq: u64,
     },
@@ -186,6 +191,8 @@ pub(crate) struct Engine<T: Transport> {
     reqs: HashMap<u64, ReqState>,
     next_req: u64,
     regions: HashMap<u64, Arc<dyn MemoryRegion>>,
+    /// Receive buffers the transport may fill directly.
+    placements: Registry,
     rng: Rng,
     events: Vec<TransportEvent>,
     /// Bytes of unexpected messages buffered, as credit counts them.
@@ -198,11 +205,14 @@ pub(crate) struct Engine<T: Transport> {
 }
 
 impl<T: Transport> Engine<T> {
-    pub fn new(t: T, cfg: Config) -> Result<Self, Error> {
+    pub fn new(mut t: T, cfg: Config) -> Result<Self, Error> {
         cfg.validate()?;
+        let placements = Registry::default();
+        t.set_placement(Box::new(DataPlacement(placements.clone())));
         Ok(Engine {
             local: t.local_addr(),
             t,
+            placements,
             cfg,
             peers: Vec::new(),
             by_addr: HashMap::new(),
@@ -354,6 +364,10 @@ impl<T: Transport> Engine<T> {
             .map(|(&r, _)| r)
             .collect();
         for r in doomed {
+            self.placements
+                .lock()
+                .expect("placement registry")
+                .remove(&r);
             self.finish(r, Err(err.clone()));
         }
         self.failures.push(PeerFailure {
@@ -584,15 +598,13 @@ impl<T: Transport> Engine<T> {
                 } else {
                     let mut buf = buf;
                     buf.truncate(len);
-                    self.reqs.insert(
-                        recv,
-                        ReqState::Receiving {
-                            buf,
-                            status,
-                            received: 0,
-                            sreq,
-                        },
-                    );
+                    let buf = Arc::new(RecvBuffer::new(buf));
+                    self.placements
+                        .lock()
+                        .expect("placement registry")
+                        .insert(recv, buf.clone());
+                    self.reqs
+                        .insert(recv, ReqState::Receiving { buf, status, sreq });
                 }
                 self.push(
                     env.source,
@@ -949,28 +961,32 @@ impl<T: Transport> Engine<T> {
                 _ => self.bad_packet(&"Done for no rendezvous send"),
             },
             Kind::Data => {
-                let Some(ReqState::Receiving {
-                    buf,
-                    received,
-                    status,
-                    ..
-                }) = self.reqs.get_mut(&hdr.id)
-                else {
+                let Some(ReqState::Receiving { buf, status, .. }) = self.reqs.get(&hdr.id) else {
                     return self.bad_packet(&"data for no receive");
                 };
-                let off = hdr.offset as usize;
-                if status.source != p || off.checked_add(body_len).is_none_or(|e| e > buf.len()) {
+                if status.source != p {
+                    return self.bad_packet(&"data from another peer");
+                }
+                // An empty body: the transport placed it already.
+                let off = usize::try_from(hdr.offset).unwrap_or(usize::MAX);
+                if body_len > 0 && !buf.write(off, &packet[HEADER_LEN..]) {
                     return self.bad_packet(&"data outside the receive");
                 }
-                buf[off..off + body_len].copy_from_slice(&packet[HEADER_LEN..]);
-                *received += body_len;
-                if *received == buf.len() {
-                    let Some(ReqState::Receiving {
-                        buf, status, sreq, ..
-                    }) = self.reqs.remove(&hdr.id)
+                if body_len > 0 {
+                    self.stats.rndv_bytes_copied += body_len as u64;
+                } else {
+                    self.stats.rndv_bytes_placed += hdr.len;
+                }
+                if buf.is_full() {
+                    let Some(ReqState::Receiving { buf, status, sreq }) = self.reqs.remove(&hdr.id)
                     else {
                         unreachable!("matched above")
                     };
+                    self.placements
+                        .lock()
+                        .expect("placement registry")
+                        .remove(&hdr.id);
+                    let buf = buf.into_vec();
                     let mut done = Header::new(Kind::Done);
                     done.id = sreq;
                     self.push(
@@ -1124,6 +1140,7 @@ impl<T: Transport> Engine<T> {
             let mut h = Header::new(Kind::Data);
             h.id = hdr.aux;
             h.offset = off as u64;
+            h.len = n as u64;
             off += n;
             queue.push_back(Out {
                 hdr: h,

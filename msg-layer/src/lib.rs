@@ -20,6 +20,7 @@ mod endpoint;
 mod engine;
 pub mod error;
 pub mod matching;
+mod placement;
 pub mod rma;
 #[allow(unsafe_code)]
 mod sys;

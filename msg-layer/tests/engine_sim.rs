@@ -67,6 +67,14 @@ fn sizes_both_ways() {
     let cfg = Config::default();
     let (a, b) = two(&cfg);
     suite::sizes_both_ways(&a, &b, &suite::sizes(cfg.eager_limit, 4 << 20));
+    // The LLC stack placed rendezvous data straight into the buffers.
+    let s = b.stats();
+    assert!(
+        s.rndv_bytes_placed > s.rndv_bytes_copied,
+        "placed {} copied {}",
+        s.rndv_bytes_placed,
+        s.rndv_bytes_copied
+    );
 }
 
 #[test]

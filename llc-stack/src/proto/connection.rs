@@ -24,10 +24,13 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 
 use super::config::Config;
 use super::error::ConnectionError;
+use super::placement::{Placement, Sink};
 use super::rtt::RttEstimator;
 use super::seq::Seq;
 use crate::time::Instant;
@@ -248,10 +251,39 @@ struct RecvMeta {
     close: bool,
 }
 
-/// A message being reassembled.
-#[derive(Debug)]
+/// A message being reassembled: its first `keep` bytes in `data`, the rest
+/// (if a [`Placement`] took it) written straight to `sink`.
 struct Assembly {
     data: Vec<u8>,
+    len: usize,
+    keep: usize,
+    sink: Option<Arc<dyn Sink>>,
+}
+
+impl std::fmt::Debug for Assembly {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Assembly")
+            .field("len", &self.len)
+            .field("keep", &self.keep)
+            .field("placed", &self.sink.is_some())
+            .finish()
+    }
+}
+
+impl Assembly {
+    fn put(&mut self, off: usize, bytes: &[u8]) {
+        let end = off + bytes.len();
+        if off < self.keep {
+            let n = end.min(self.keep) - off;
+            self.data[off..off + n].copy_from_slice(&bytes[..n]);
+        }
+        if end > self.keep {
+            if let Some(sink) = &self.sink {
+                let start = off.max(self.keep);
+                sink.write(start - self.keep, &bytes[start - off..]);
+            }
+        }
+    }
 }
 
 /// A reliable connection to one peer port.
@@ -634,6 +666,17 @@ impl Connection {
     /// Process a frame addressed to this connection (ports and cookies already
     /// matched by the endpoint, CRC verified by the parser).
     pub fn handle_frame(&mut self, now: Instant, frame: &TransportFrame<'_>) {
+        self.handle_frame_placed(now, frame, None);
+    }
+
+    /// [`Connection::handle_frame`], asking `placement` where new
+    /// multi-fragment messages go.
+    pub fn handle_frame_placed(
+        &mut self,
+        now: Instant,
+        frame: &TransportFrame<'_>,
+        placement: Option<&mut dyn Placement>,
+    ) {
         let h = frame.header;
         if self.state == State::Closed {
             return;
@@ -687,7 +730,7 @@ impl Connection {
                 return;
             }
             FrameType::Ping => self.ack_now = true,
-            FrameType::Data | FrameType::Close => self.receive_sequenced(now, frame),
+            FrameType::Data | FrameType::Close => self.receive_sequenced(now, frame, placement),
             _ => {}
         }
         if self.state != State::Closed {
@@ -745,7 +788,12 @@ impl Connection {
         true
     }
 
-    fn receive_sequenced(&mut self, now: Instant, frame: &TransportFrame<'_>) {
+    fn receive_sequenced(
+        &mut self,
+        now: Instant,
+        frame: &TransportFrame<'_>,
+        placement: Option<&mut dyn Placement>,
+    ) {
         let h = frame.header;
         let seq = Seq(h.seq.get());
         if seq.lt(self.rcv_nxt) {
@@ -791,14 +839,31 @@ impl Connection {
                 self.deliver_in_order_single(now, h, msg_id, frame.payload);
                 return;
             }
-            let asm = self.assemblies.entry(msg_id).or_insert_with(|| Assembly {
-                data: vec![0u8; msg_len],
+            let asm = self.assemblies.entry(msg_id).or_insert_with(|| {
+                let placed = match placement {
+                    Some(p) if off == 0 => p.place(msg_len, frame.payload),
+                    _ => None,
+                };
+                match placed {
+                    Some((keep, sink)) if keep <= msg_len => Assembly {
+                        data: vec![0u8; keep],
+                        len: msg_len,
+                        keep,
+                        sink: Some(sink),
+                    },
+                    _ => Assembly {
+                        data: vec![0u8; msg_len],
+                        len: msg_len,
+                        keep: msg_len,
+                        sink: None,
+                    },
+                }
             });
-            if asm.data.len() != msg_len {
+            if asm.len != msg_len {
                 self.stats.violations += 1;
                 return;
             }
-            asm.data[off..off + len].copy_from_slice(frame.payload);
+            asm.put(off, frame.payload);
             self.stats.payload_bytes_received += len as u64;
             RecvMeta {
                 msg_id,

@@ -21,6 +21,7 @@ use bytes::Bytes;
 use super::config::Config;
 use super::connection::{ConnStats, Connection, Event, SendError, State};
 use super::error::ConnectionError;
+use super::placement::Placement;
 use crate::rng::Rng;
 use crate::time::Instant;
 use crate::wire::{self, Addresses, Body, Command, FrameType, MacAddr, TransportHeader, WireError};
@@ -269,6 +270,16 @@ pub struct Endpoint {
     /// on every busy-poll pass, and scanning connections each time is waste.
     next_timer: Cell<Option<Instant>>,
     timers_dirty: Cell<bool>,
+    placement: Option<PlacementBox>,
+}
+
+/// The layer above's [`Placement`], shown by name only.
+struct PlacementBox(Box<dyn Placement>);
+
+impl std::fmt::Debug for PlacementBox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Placement")
+    }
 }
 
 impl Endpoint {
@@ -292,6 +303,7 @@ impl Endpoint {
             stats: EndpointStats::default(),
             next_timer: Cell::new(None),
             timers_dirty: Cell::new(true),
+            placement: None,
         }
     }
 
@@ -455,6 +467,12 @@ impl Endpoint {
             Some(e) => e.conn.send_parts(head, body),
             None => Err(SendError::Closed),
         }
+    }
+
+    /// Let `placement` decide where incoming multi-fragment messages go
+    /// (see [`super::placement`]); `None` reassembles everything here.
+    pub fn set_placement(&mut self, placement: Option<Box<dyn Placement>>) {
+        self.placement = placement.map(PlacementBox);
     }
 
     /// True when every message sent on every connection was acknowledged
@@ -651,7 +669,11 @@ impl Endpoint {
                 }
                 let s = e.conn.stats();
                 let before = (s.beyond_window, s.out_of_window);
-                e.conn.handle_frame(now, &t);
+                let placement = self
+                    .placement
+                    .as_mut()
+                    .map(|p| &mut *p.0 as &mut dyn Placement);
+                e.conn.handle_frame_placed(now, &t, placement);
                 let s = e.conn.stats();
                 let d = &mut self.stats.dropped;
                 d.beyond_window += s.beyond_window - before.0;

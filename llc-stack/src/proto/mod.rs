@@ -10,6 +10,7 @@ pub mod config;
 pub mod connection;
 pub mod endpoint;
 pub mod error;
+pub mod placement;
 pub mod rtt;
 pub mod seq;
 
@@ -17,3 +18,4 @@ pub use config::Config;
 pub use connection::{ConnStats, Connection, Event, SendError, State};
 pub use endpoint::{ConnHandle, ConnectError, DropStats, Endpoint, EndpointStats};
 pub use error::ConnectionError;
+pub use placement::{Placement, Sink};

@@ -174,6 +174,10 @@ impl<D: Device + Send + 'static> Transport for LlcTransport<D> {
         Ok(tx + rx > 0 || ev)
     }
 
+    fn set_placement(&mut self, placement: Box<dyn llc_stack::proto::Placement>) {
+        self.stack.endpoint_mut().set_placement(Some(placement));
+    }
+
     fn flushed(&self) -> bool {
         self.stack.endpoint().quiescent()
     }

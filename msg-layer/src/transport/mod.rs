@@ -132,6 +132,14 @@ pub trait Transport: Send + 'static {
     /// events), which callers use to decide when to stop busy-polling.
     fn progress(&mut self, events: &mut Vec<TransportEvent>) -> Result<bool, TransportError>;
 
+    /// Let `placement` write incoming messages straight into the layer
+    /// above's buffers (see `llc_stack::proto::placement`). Transports that
+    /// cannot (TCP reads into its own buffers) ignore it, and the layer above
+    /// copies.
+    fn set_placement(&mut self, placement: Box<dyn llc_stack::proto::Placement>) {
+        let _ = placement;
+    }
+
     /// True when everything sent so far has been delivered to the peer
     /// (acknowledged by its transport, or handed to the kernel, which
     /// delivers it even after this process exits) and everything received

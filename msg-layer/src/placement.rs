@@ -1,0 +1,112 @@
+//! Rendezvous data placed by the transport straight into the receive buffer.
+//!
+//! When a receive matches a rendezvous announcement, its buffer becomes a
+//! [`RecvBuffer`] registered under the receive's id. The LLC transport asks
+//! [`DataPlacement`] where each incoming multi-fragment message goes; for a
+//! `Data` packet of a registered receive the answer is the buffer at the
+//! packet's offset, so every fragment is copied once, from the frame into the
+//! application's buffer. Packets the transport did not place (a reordered
+//! first fragment, or a transport without placement) are copied in by the
+//! engine through the same buffer, which counts every byte either way.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use llc_stack::proto::{Placement, Sink};
+
+use crate::wire::{Header, Kind, HEADER_LEN};
+
+/// A receive buffer that fills from any thread, in any order.
+#[derive(Debug)]
+pub(crate) struct RecvBuffer {
+    buf: Mutex<Vec<u8>>,
+    len: usize,
+    written: AtomicUsize,
+    /// Writes that fell outside the buffer (a confused or hostile peer).
+    rejected: AtomicUsize,
+}
+
+impl RecvBuffer {
+    pub fn new(buf: Vec<u8>) -> Self {
+        RecvBuffer {
+            len: buf.len(),
+            buf: Mutex::new(buf),
+            written: AtomicUsize::new(0),
+            rejected: AtomicUsize::new(0),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Copy `data` in at `offset`; false (and nothing written) when it does
+    /// not fit.
+    pub fn write(&self, offset: usize, data: &[u8]) -> bool {
+        match offset.checked_add(data.len()) {
+            Some(end) if end <= self.len => {
+                self.buf.lock().expect("receive buffer")[offset..end].copy_from_slice(data);
+                self.written.fetch_add(data.len(), Ordering::AcqRel);
+                true
+            }
+            _ => {
+                self.rejected.fetch_add(1, Ordering::Relaxed);
+                false
+            }
+        }
+    }
+
+    pub fn is_full(&self) -> bool {
+        self.written.load(Ordering::Acquire) >= self.len
+    }
+
+    /// The buffer, once no placement holds it any more.
+    pub fn into_vec(self: Arc<Self>) -> Vec<u8> {
+        match Arc::try_unwrap(self) {
+            Ok(b) => b.buf.into_inner().expect("receive buffer"),
+            Err(shared) => std::mem::take(&mut *shared.buf.lock().expect("receive buffer")),
+        }
+    }
+}
+
+/// One `Data` packet's share of a receive buffer.
+struct Piece {
+    buf: Arc<RecvBuffer>,
+    base: usize,
+}
+
+impl Sink for Piece {
+    fn write(&self, offset: usize, data: &[u8]) {
+        if let Some(at) = self.base.checked_add(offset) {
+            self.buf.write(at, data);
+        }
+    }
+}
+
+/// Receive buffers open for placement, by receive id.
+pub(crate) type Registry = Arc<Mutex<HashMap<u64, Arc<RecvBuffer>>>>;
+
+/// The transport's placement hook: `Data` packets of registered receives go
+/// straight to their buffers.
+pub(crate) struct DataPlacement(pub Registry);
+
+impl Placement for DataPlacement {
+    fn place(&mut self, len: usize, first: &[u8]) -> Option<(usize, Arc<dyn Sink>)> {
+        let hdr = Header::decode(first).ok()?;
+        if hdr.kind != Kind::Data || len < HEADER_LEN {
+            return None;
+        }
+        let buf = self
+            .0
+            .lock()
+            .expect("placement registry")
+            .get(&hdr.id)?
+            .clone();
+        let base = usize::try_from(hdr.offset).ok()?;
+        if base.checked_add(len - HEADER_LEN)? > buf.len() {
+            return None;
+        }
+        Some((HEADER_LEN, Arc::new(Piece { buf, base })))
+    }
+}
