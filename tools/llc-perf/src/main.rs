@@ -268,7 +268,7 @@ fn server(a: &ServerArgs) -> Result<()> {
         };
         match opened {
             Ok(ep) => {
-                eprintln!(
+                println!(
                     "llc-perf server: {k:<10} {} ({})",
                     ep.local_addr(),
                     ep.transport_name()
@@ -282,7 +282,7 @@ fn server(a: &ServerArgs) -> Result<()> {
     if eps.is_empty() {
         bail!("no transport could be opened");
     }
-    eprintln!("llc-perf server: ready");
+    println!("llc-perf server: ready");
     let stop = Arc::new(AtomicBool::new(false));
     let threads: Vec<_> = eps
         .into_iter()
