@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use msg_layer::PeerId;
 use serde::Serialize;
@@ -158,6 +158,10 @@ pub struct TransportResult {
     /// Overlap, progress thread off and on.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub overlap: Vec<OverlapPoint>,
+    /// Why measuring stopped early over this transport (the run goes on
+    /// with the others).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// NetPIPE's sizes: 1, 2, 3, then p-3, p, p+3 around each power of two p.
@@ -263,6 +267,7 @@ pub fn run(
             msgrate: vec![],
             overhead: vec![],
             overlap: vec![],
+            error: None,
         })
         .collect();
     let target = Duration::from_secs_f64(s.target_ms / 1e3);
@@ -289,9 +294,13 @@ pub fn run(
             Test::Overhead => {
                 let c = compute.get_or_insert_with(|| Compute::calibrate(32));
                 for (i, l) in links.iter().enumerate() {
-                    let p = overhead(l, 8, c, target)
-                        .with_context(|| format!("{}: overhead", l.kind))?;
-                    out[i].overhead.push(p);
+                    if out[i].error.is_some() {
+                        continue;
+                    }
+                    match overhead(l, 8, c, target) {
+                        Ok(p) => out[i].overhead.push(p),
+                        Err(e) => failed(&mut out[i], format!("overhead: {e:#}")),
+                    }
                 }
             }
             Test::Overlap => {
@@ -299,15 +308,27 @@ pub fn run(
                 let reps = if s.quick { 5 } else { 30 };
                 for (i, l) in links.iter().enumerate() {
                     for thread in [false, true] {
-                        let p = overlap(l, s.overlap_bytes, reps, thread, c)
-                            .with_context(|| format!("{}: overlap", l.kind))?;
-                        out[i].overlap.push(p);
+                        if out[i].error.is_some() {
+                            continue;
+                        }
+                        match overlap(l, s.overlap_bytes, reps, thread, c) {
+                            Ok(p) => out[i].overlap.push(p),
+                            Err(e) => failed(&mut out[i], format!("overlap: {e:#}")),
+                        }
                     }
                 }
             }
         }
     }
     Ok(out)
+}
+
+/// Stop measuring over this transport; say why (the others go on).
+fn failed(r: &mut TransportResult, why: String) {
+    tracing::error!("{}: {why}; not measured further", r.transport);
+    if r.error.is_none() {
+        r.error = Some(why);
+    }
 }
 
 fn latency_sweep(
@@ -330,19 +351,30 @@ fn latency_sweep(
         let mut samples: Vec<Vec<f64>> = vec![Vec::new(); links.len()];
         for _ in 0..s.rounds {
             for (i, l) in links.iter().enumerate() {
+                if out[i].error.is_some() {
+                    continue;
+                }
                 let (ps, pt) = last.get(&l.kind).copied().unwrap_or((1, 25.0));
                 let est_rtt_us = 2.0 * pt * (size as f64 / ps as f64).max(1.0);
                 let reps =
                     ((target.as_secs_f64() * 1e6 / est_rtt_us) as usize).clamp(min_reps, max_reps);
                 let warm = (reps / 10).clamp(2, 100);
-                let v = bench::latency(&l.ep, l.peer, size, warm, reps, s.verify)
-                    .with_context(|| format!("{}: latency at {size} B", l.kind))?;
+                let v = match bench::latency(&l.ep, l.peer, size, warm, reps, s.verify) {
+                    Ok(v) => v,
+                    Err(e) => {
+                        failed(&mut out[i], format!("latency at {size} B: {e:#}"));
+                        continue;
+                    }
+                };
                 last.insert(l.kind, (size, median(&mut v.clone())));
                 samples[i].extend(v);
                 bar.tick();
             }
         }
         for (i, v) in samples.iter_mut().enumerate() {
+            if v.is_empty() {
+                continue;
+            }
             out[i].latency.push(LatencyPoint {
                 bytes: size,
                 reps: v.len(),
@@ -379,15 +411,24 @@ fn rate_sweep(
         let mut msgs = vec![0usize; links.len()];
         for _ in 0..s.rounds {
             for (i, l) in links.iter().enumerate() {
+                if out[i].error.is_some() {
+                    continue;
+                }
                 let (ps, pt) = last.get(&l.kind).copied().unwrap_or((1, 20.0));
                 let est_us = pt * (size as f64 / ps as f64).max(1.0);
                 let iters = ((target.as_secs_f64() * 1e6 / (est_us * window as f64)) as usize)
                     .clamp(2, max_iters);
-                let (el, n) = match t {
+                let r = match t {
                     Test::Bibw => bench::bibw(&l.ep, l.peer, size, iters, window, s.verify),
                     _ => bench::stream(&l.ep, l.peer, size, iters, window, s.verify),
-                }
-                .with_context(|| format!("{}: {what} at {size} B", l.kind))?;
+                };
+                let (el, n) = match r {
+                    Ok(x) => x,
+                    Err(e) => {
+                        failed(&mut out[i], format!("{what} at {size} B: {e:#}"));
+                        continue;
+                    }
+                };
                 let secs = el.as_secs_f64().max(1e-9);
                 last.insert(l.kind, (size, secs * 1e6 / n as f64));
                 gbit[i].push((n * size) as f64 * 8.0 / secs / 1e9);
@@ -397,6 +438,9 @@ fn rate_sweep(
             }
         }
         for i in 0..links.len() {
+            if gbit[i].is_empty() {
+                continue;
+            }
             let p = RatePoint {
                 bytes: size,
                 window,

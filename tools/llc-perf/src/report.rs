@@ -444,6 +444,16 @@ impl Report {
                 );
             }
         }
+        for r in &self.results {
+            if let Some(e) = &r.error {
+                let _ = writeln!(
+                    s,
+                    "\nFAILED: {} at MTU {}: {e} (not measured further)",
+                    r.transport,
+                    mtu_str(r.mtu)
+                );
+            }
+        }
         for (k, why) in &self.unavailable {
             let _ = writeln!(s, "\nnot measured: {k}: {why}");
         }
