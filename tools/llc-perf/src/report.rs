@@ -300,14 +300,21 @@ impl Report {
             if runs.iter().any(|r| !r.latency.is_empty()) {
                 let _ = writeln!(s, "\nlatency: one-way median µs (RTT/2)");
                 head(&mut s, "bytes");
-                for (i, p) in runs[0].latency.iter().enumerate() {
-                    let _ = write!(s, "{:>10}", p.bytes);
+                let mut sizes: Vec<usize> = runs
+                    .iter()
+                    .flat_map(|r| r.latency.iter().map(|p| p.bytes))
+                    .collect();
+                sizes.sort_unstable();
+                sizes.dedup();
+                for b in sizes {
+                    let _ = write!(s, "{b:>10}");
                     for r in &runs {
                         let _ = write!(
                             s,
                             " {:>12}",
                             r.latency
-                                .get(i)
+                                .iter()
+                                .find(|p| p.bytes == b)
                                 .map_or("-".into(), |p| fmt_num(p.one_way_median_us))
                         );
                     }
@@ -339,17 +346,26 @@ impl Report {
                 if runs.iter().all(|r| get(r).is_empty()) {
                     continue;
                 }
-                let w = get(runs[0]).first().map_or(0, |p| p.window);
+                let w = runs
+                    .iter()
+                    .find_map(|r| get(r).first())
+                    .map_or(0, |p| p.window);
                 if name == "msgrate" {
                     let _ = writeln!(s, "\nmsgrate: messages/s, window {w}");
                 } else {
                     let _ = writeln!(s, "\n{name}: Gbit/s of payload, window {w}");
                 }
                 head(&mut s, "bytes");
-                for (i, p) in get(runs[0]).iter().enumerate() {
-                    let _ = write!(s, "{:>10}", p.bytes);
+                let mut sizes: Vec<usize> = runs
+                    .iter()
+                    .flat_map(|r| get(r).iter().map(|p| p.bytes))
+                    .collect();
+                sizes.sort_unstable();
+                sizes.dedup();
+                for b in sizes {
+                    let _ = write!(s, "{b:>10}");
                     for r in &runs {
-                        let v = get(r).get(i).map(|p| {
+                        let v = get(r).iter().find(|p| p.bytes == b).map(|p| {
                             if name == "msgrate" {
                                 p.msgs_per_s
                             } else {
