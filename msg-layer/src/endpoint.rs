@@ -62,14 +62,14 @@ struct Shared<T: Transport> {
 /// A message-layer endpoint over transport `T`.
 pub struct Endpoint<T: Transport> {
     shared: Arc<Shared<T>>,
-    thread: Option<JoinHandle<()>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl<T: Transport> std::fmt::Debug for Endpoint<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Endpoint")
             .field("addr", &self.local_addr().to_string())
-            .field("progress_thread", &self.thread.is_some())
+            .field("progress_thread", &self.has_progress_thread())
             .finish()
     }
 }
@@ -92,10 +92,26 @@ impl<T: Transport> Endpoint<T> {
             spin,
             max_sleep,
         });
-        let thread = if threaded {
-            let s = shared.clone();
-            Some(
-                std::thread::Builder::new()
+        let ep = Endpoint {
+            shared,
+            thread: Mutex::new(None),
+        };
+        if threaded {
+            ep.set_progress_thread(true)?;
+        }
+        Ok(ep)
+    }
+
+    /// Start or stop the progress thread (what `Config::progress_thread`
+    /// sets at creation), e.g. to measure overlap both ways on one
+    /// connection. Stopping waits for the thread to finish its round.
+    pub fn set_progress_thread(&self, on: bool) -> Result<(), Error> {
+        let mut slot = self.thread.lock().expect("progress thread slot");
+        match (on, slot.is_some()) {
+            (true, false) => {
+                self.shared.stop.store(false, Ordering::Relaxed);
+                let s = self.shared.clone();
+                let t = std::thread::Builder::new()
                     .name("msg-progress".into())
                     .spawn(move || progress_thread(&s))
                     .map_err(|e| {
@@ -103,12 +119,23 @@ impl<T: Transport> Endpoint<T> {
                             "starting the progress thread",
                             &e,
                         ))
-                    })?,
-            )
-        } else {
-            None
-        };
-        Ok(Endpoint { shared, thread })
+                    })?;
+                *slot = Some(t);
+            }
+            (false, true) => {
+                self.shared.stop.store(true, Ordering::Relaxed);
+                if let Some(t) = slot.take() {
+                    let _ = t.join();
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Is a progress thread running?
+    pub fn has_progress_thread(&self) -> bool {
+        self.thread.lock().expect("progress thread slot").is_some()
     }
 
     /// Where peers reach this endpoint.
@@ -427,7 +454,8 @@ impl<T: Transport> Endpoint<T> {
 impl<T: Transport> Drop for Endpoint<T> {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
+        let slot = self.thread.get_mut().unwrap_or_else(|e| e.into_inner());
+        if let Some(t) = slot.take() {
             let _ = t.join();
         }
     }

@@ -156,3 +156,35 @@ pub trait Transport: Send + 'static {
     /// transport, and calls `progress` when it wakes.
     fn prepare_wait(&mut self, fds: &mut Vec<RawFd>) -> Option<Duration>;
 }
+
+/// A boxed transport is a transport: one endpoint type for tools that pick
+/// the transport at run time (a virtual call per operation).
+impl Transport for Box<dyn Transport> {
+    fn name(&self) -> String {
+        (**self).name()
+    }
+    fn local_addr(&self) -> Addr {
+        (**self).local_addr()
+    }
+    fn max_message_len(&self) -> usize {
+        (**self).max_message_len()
+    }
+    fn connect(&mut self, to: &Addr) -> Result<ConnId, TransportError> {
+        (**self).connect(to)
+    }
+    fn send(&mut self, conn: ConnId, head: &[u8], body: Bytes) -> Result<(), SendError> {
+        (**self).send(conn, head, body)
+    }
+    fn close(&mut self, conn: ConnId) {
+        (**self).close(conn)
+    }
+    fn progress(&mut self, events: &mut Vec<TransportEvent>) -> Result<bool, TransportError> {
+        (**self).progress(events)
+    }
+    fn flushed(&self) -> bool {
+        (**self).flushed()
+    }
+    fn prepare_wait(&mut self, fds: &mut Vec<RawFd>) -> Option<Duration> {
+        (**self).prepare_wait(fds)
+    }
+}

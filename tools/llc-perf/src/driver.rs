@@ -1,0 +1,560 @@
+//! The client's sweeps: every test over every transport, interleaved point
+//! by point (for each size, each round, each transport), so that the
+//! transports see the same machine conditions and their ratios are fair.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use msg_layer::PeerId;
+use serde::Serialize;
+
+use crate::bench::{self, Compute};
+use crate::transports::{Ep, Kind};
+
+/// The tests.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Test {
+    /// Ping-pong sweep (NetPIPE sizes): one-way latency.
+    Latency,
+    /// Stream with a window of outstanding isends.
+    Bandwidth,
+    /// Both directions at once.
+    Bibw,
+    /// Small messages per second (a stream of small messages).
+    Msgrate,
+    /// Os and Or at 8 B by the gap-minus-compute method.
+    Overhead,
+    /// isend, compute, wait: with the progress thread off and on.
+    Overlap,
+}
+
+/// What to measure and how long.
+#[derive(Clone, Debug, Serialize)]
+pub struct Settings {
+    /// Tests, in order.
+    pub tests: Vec<Test>,
+    /// Interleaved repetitions of every point.
+    pub rounds: usize,
+    /// Outstanding isends in bandwidth tests.
+    pub window: usize,
+    /// Largest message of the sweeps.
+    pub max_size: usize,
+    /// Rough duration of one measurement of one point.
+    pub target_ms: f64,
+    /// Check every payload.
+    pub verify: bool,
+    /// Tiny sweeps (tests of the tool).
+    pub quick: bool,
+    /// Message size of the overlap test.
+    pub overlap_bytes: usize,
+}
+
+/// One transport as the client sees it.
+pub struct Link {
+    /// Which.
+    pub kind: Kind,
+    /// The endpoint.
+    pub ep: Ep,
+    /// The server, as the endpoint knows it.
+    pub peer: PeerId,
+    /// A second endpoint for the overlap test when the main one is set up
+    /// for a single thread (tcp/io_uring with cooperative task running).
+    pub overlap: Option<(Ep, PeerId)>,
+}
+
+/// A latency point.
+#[derive(Clone, Debug, Serialize)]
+pub struct LatencyPoint {
+    /// Message size.
+    pub bytes: usize,
+    /// Round trips measured (all rounds).
+    pub reps: usize,
+    /// Fastest one-way time.
+    pub one_way_min_us: f64,
+    /// Median one-way time (RTT/2).
+    pub one_way_median_us: f64,
+    /// 99th percentile.
+    pub one_way_p99_us: f64,
+}
+
+/// A bandwidth, bibw or message-rate point.
+#[derive(Clone, Debug, Serialize)]
+pub struct RatePoint {
+    /// Message size.
+    pub bytes: usize,
+    /// Outstanding messages per window.
+    pub window: usize,
+    /// Messages timed (all rounds; both directions for bibw).
+    pub messages: usize,
+    /// Payload rate, median of rounds.
+    pub gbit_s: f64,
+    /// Messages per second, median of rounds.
+    pub msgs_per_s: f64,
+}
+
+/// CPU overheads by the gap-minus-compute method.
+#[derive(Clone, Debug, Serialize)]
+pub struct OverheadPoint {
+    /// Message size.
+    pub bytes: usize,
+    /// Time per message of a stream with no computation (sender side).
+    pub send_gap_us: f64,
+    /// Largest computation between sends that leaves the time per message unchanged.
+    pub send_compute_us: f64,
+    /// Os = gap - that computation.
+    pub os_us: f64,
+    /// Time per message of a received stream with no computation.
+    pub recv_gap_us: f64,
+    /// Largest computation between receives that leaves it unchanged.
+    pub recv_compute_us: f64,
+    /// Or = gap - that computation.
+    pub or_us: f64,
+}
+
+/// Overlap of one send with computation.
+#[derive(Clone, Debug, Serialize)]
+pub struct OverlapPoint {
+    /// Message size.
+    pub bytes: usize,
+    /// Progress thread running on the sender?
+    pub progress_thread: bool,
+    /// Plain transfer time (send to completion), median.
+    pub transfer_us: f64,
+    /// Computation between isend and wait (twice the transfer).
+    pub compute_us: f64,
+    /// Time left in wait after computing, median.
+    pub wait_us: f64,
+    /// 100 x (1 - wait / transfer), at least 0.
+    pub overlap_pct: f64,
+}
+
+/// Everything measured over one transport on one link.
+#[derive(Clone, Debug, Serialize)]
+pub struct TransportResult {
+    /// Which.
+    pub transport: Kind,
+    /// What the transport said it is (backend, mode).
+    pub detail: String,
+    /// The link's MTU, when known.
+    pub mtu: Option<u32>,
+    /// Ping-pong sweep.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub latency: Vec<LatencyPoint>,
+    /// Stream sweep.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub bandwidth: Vec<RatePoint>,
+    /// Bidirectional sweep.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub bibw: Vec<RatePoint>,
+    /// Small messages.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub msgrate: Vec<RatePoint>,
+    /// Os and Or.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub overhead: Vec<OverheadPoint>,
+    /// Overlap, progress thread off and on.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub overlap: Vec<OverlapPoint>,
+    /// Why measuring stopped early over this transport (the run goes on
+    /// with the others).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// NetPIPE's sizes: 1, 2, 3, then p-3, p, p+3 around each power of two p.
+pub fn netpipe_sizes(max: usize) -> Vec<usize> {
+    let mut v = vec![1, 2, 3];
+    let mut p = 4usize;
+    while p <= max {
+        for s in [p - 3, p, p + 3] {
+            if s <= max && !v.contains(&s) {
+                v.push(s);
+            }
+        }
+        p *= 2;
+    }
+    v.sort_unstable();
+    v
+}
+
+/// Powers of two from 1 to `max`.
+pub fn pow2_sizes(max: usize) -> Vec<usize> {
+    std::iter::successors(Some(1usize), |s| s.checked_mul(2))
+        .take_while(|&s| s <= max)
+        .collect()
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v[v.len() / 2]
+}
+
+fn quantile(v: &mut [f64], q: f64) -> f64 {
+    v.sort_by(f64::total_cmp);
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v[((v.len() - 1) as f64 * q).round() as usize]
+}
+
+/// A progress bar that appears only once a sweep has run for a second.
+struct Bar {
+    bar: Option<ProgressBar>,
+    started: Instant,
+    shown: bool,
+}
+
+impl Bar {
+    fn new(enabled: bool, len: usize, what: String) -> Bar {
+        let bar = enabled.then(|| {
+            let b = ProgressBar::with_draw_target(Some(len as u64), ProgressDrawTarget::hidden());
+            b.set_style(
+                ProgressStyle::with_template("{msg:>28} [{bar:30}] {pos}/{len} {elapsed}")
+                    .expect("template")
+                    .progress_chars("=> "),
+            );
+            b.set_message(what);
+            b
+        });
+        Bar {
+            bar,
+            started: Instant::now(),
+            shown: false,
+        }
+    }
+
+    fn tick(&mut self) {
+        if let Some(b) = &self.bar {
+            b.inc(1);
+            if !self.shown && self.started.elapsed() > Duration::from_secs(1) {
+                b.set_draw_target(ProgressDrawTarget::stderr());
+                self.shown = true;
+            }
+        }
+    }
+}
+
+impl Drop for Bar {
+    fn drop(&mut self) {
+        if let Some(b) = self.bar.take() {
+            b.finish_and_clear();
+        }
+    }
+}
+
+/// Run every test of `s` over `links`; `mtu` labels the results.
+pub fn run(
+    links: &[Link],
+    s: &Settings,
+    mtu: Option<u32>,
+    progress: bool,
+) -> Result<Vec<TransportResult>> {
+    let mut out: Vec<TransportResult> = links
+        .iter()
+        .map(|l| TransportResult {
+            transport: l.kind,
+            detail: l.ep.transport_name(),
+            mtu,
+            latency: vec![],
+            bandwidth: vec![],
+            bibw: vec![],
+            msgrate: vec![],
+            overhead: vec![],
+            overlap: vec![],
+            error: None,
+        })
+        .collect();
+    let target = Duration::from_secs_f64(s.target_ms / 1e3);
+    let mut compute = None;
+    for &t in &s.tests {
+        match t {
+            Test::Latency => {
+                let sizes = if s.quick {
+                    vec![1, 8, 1024, 65536]
+                } else {
+                    netpipe_sizes(s.max_size)
+                };
+                latency_sweep(links, &mut out, s, &sizes, target, progress)?;
+            }
+            Test::Bandwidth | Test::Bibw | Test::Msgrate => {
+                let sizes = match (t, s.quick) {
+                    (Test::Msgrate, true) => vec![8],
+                    (Test::Msgrate, false) => vec![1, 8, 64, 512],
+                    (_, true) => vec![8, 4096, 1 << 20],
+                    (_, false) => pow2_sizes(s.max_size),
+                };
+                rate_sweep(links, &mut out, s, t, &sizes, target, progress)?;
+            }
+            Test::Overhead => {
+                let c = compute.get_or_insert_with(|| Compute::calibrate(32));
+                for (i, l) in links.iter().enumerate() {
+                    if out[i].error.is_some() {
+                        continue;
+                    }
+                    match overhead(l, 8, c, target) {
+                        Ok(p) => out[i].overhead.push(p),
+                        Err(e) => failed(&mut out[i], format!("overhead: {e:#}")),
+                    }
+                }
+            }
+            Test::Overlap => {
+                let c = compute.get_or_insert_with(|| Compute::calibrate(32));
+                let reps = if s.quick { 5 } else { 30 };
+                for (i, l) in links.iter().enumerate() {
+                    for thread in [false, true] {
+                        if out[i].error.is_some() {
+                            continue;
+                        }
+                        match overlap(l, s.overlap_bytes, reps, thread, c) {
+                            Ok(p) => out[i].overlap.push(p),
+                            Err(e) => failed(&mut out[i], format!("overlap: {e:#}")),
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Stop measuring over this transport; say why (the others go on).
+fn failed(r: &mut TransportResult, why: String) {
+    tracing::error!("{}: {why}; not measured further", r.transport);
+    if r.error.is_none() {
+        r.error = Some(why);
+    }
+}
+
+fn latency_sweep(
+    links: &[Link],
+    out: &mut [TransportResult],
+    s: &Settings,
+    sizes: &[usize],
+    target: Duration,
+    progress: bool,
+) -> Result<()> {
+    let mut bar = Bar::new(
+        progress,
+        sizes.len() * s.rounds * links.len(),
+        "latency".into(),
+    );
+    // Per transport: (size, one-way µs) of the last point, to size the next.
+    let mut last: HashMap<Kind, (usize, f64)> = HashMap::new();
+    let (min_reps, max_reps) = if s.quick { (3, 200) } else { (10, 100_000) };
+    for &size in sizes {
+        let mut samples: Vec<Vec<f64>> = vec![Vec::new(); links.len()];
+        for _ in 0..s.rounds {
+            for (i, l) in links.iter().enumerate() {
+                if out[i].error.is_some() {
+                    continue;
+                }
+                let (ps, pt) = last.get(&l.kind).copied().unwrap_or((1, 25.0));
+                let est_rtt_us = 2.0 * pt * (size as f64 / ps as f64).max(1.0);
+                let reps =
+                    ((target.as_secs_f64() * 1e6 / est_rtt_us) as usize).clamp(min_reps, max_reps);
+                let warm = (reps / 10).clamp(2, 100);
+                let v = match bench::latency(&l.ep, l.peer, size, warm, reps, s.verify) {
+                    Ok(v) => v,
+                    Err(e) => {
+                        failed(&mut out[i], format!("latency at {size} B: {e:#}"));
+                        continue;
+                    }
+                };
+                last.insert(l.kind, (size, median(&mut v.clone())));
+                samples[i].extend(v);
+                bar.tick();
+            }
+        }
+        for (i, v) in samples.iter_mut().enumerate() {
+            if v.is_empty() {
+                continue;
+            }
+            out[i].latency.push(LatencyPoint {
+                bytes: size,
+                reps: v.len(),
+                one_way_min_us: v.iter().copied().fold(f64::MAX, f64::min),
+                one_way_median_us: median(v),
+                one_way_p99_us: quantile(v, 0.99),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn rate_sweep(
+    links: &[Link],
+    out: &mut [TransportResult],
+    s: &Settings,
+    t: Test,
+    sizes: &[usize],
+    target: Duration,
+    progress: bool,
+) -> Result<()> {
+    let window = if t == Test::Msgrate {
+        s.window.max(64)
+    } else {
+        s.window
+    };
+    let what = format!("{t:?}").to_lowercase();
+    let mut bar = Bar::new(progress, sizes.len() * s.rounds * links.len(), what.clone());
+    let mut last: HashMap<Kind, (usize, f64)> = HashMap::new();
+    let max_iters = if s.quick { 20 } else { 100_000 };
+    for &size in sizes {
+        let mut gbit = vec![Vec::new(); links.len()];
+        let mut rate = vec![Vec::new(); links.len()];
+        let mut msgs = vec![0usize; links.len()];
+        for _ in 0..s.rounds {
+            for (i, l) in links.iter().enumerate() {
+                if out[i].error.is_some() {
+                    continue;
+                }
+                let (ps, pt) = last.get(&l.kind).copied().unwrap_or((1, 20.0));
+                let est_us = pt * (size as f64 / ps as f64).max(1.0);
+                let iters = ((target.as_secs_f64() * 1e6 / (est_us * window as f64)) as usize)
+                    .clamp(2, max_iters);
+                let r = match t {
+                    Test::Bibw => bench::bibw(&l.ep, l.peer, size, iters, window, s.verify),
+                    _ => bench::stream(&l.ep, l.peer, size, iters, window, s.verify),
+                };
+                let (el, n) = match r {
+                    Ok(x) => x,
+                    Err(e) => {
+                        failed(&mut out[i], format!("{what} at {size} B: {e:#}"));
+                        continue;
+                    }
+                };
+                let secs = el.as_secs_f64().max(1e-9);
+                last.insert(l.kind, (size, secs * 1e6 / n as f64));
+                gbit[i].push((n * size) as f64 * 8.0 / secs / 1e9);
+                rate[i].push(n as f64 / secs);
+                msgs[i] += n;
+                bar.tick();
+            }
+        }
+        for i in 0..links.len() {
+            if gbit[i].is_empty() {
+                continue;
+            }
+            let p = RatePoint {
+                bytes: size,
+                window,
+                messages: msgs[i],
+                gbit_s: median(&mut gbit[i]),
+                msgs_per_s: median(&mut rate[i]),
+            };
+            match t {
+                Test::Bibw => out[i].bibw.push(p),
+                Test::Msgrate => out[i].msgrate.push(p),
+                _ => out[i].bandwidth.push(p),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Gap-minus-compute on one side: the gap with no computation, then the
+/// largest computation (scanned up to twice the gap) that keeps the time
+/// per message within 5% of it. Returns (gap, that computation).
+fn gap_minus_compute(
+    mut gap: impl FnMut(usize, Duration) -> Result<Duration>,
+    target: Duration,
+) -> Result<(Duration, Duration)> {
+    let count = |per: Duration| {
+        ((target.as_secs_f64() / per.as_secs_f64().max(1e-7)) as usize).clamp(50, 200_000)
+    };
+    let probe = gap(200, Duration::ZERO)?;
+    let g0 = gap(count(probe), Duration::ZERO)?.min(gap(count(probe), Duration::ZERO)?);
+    let mut best = Duration::ZERO;
+    let mut over = 0;
+    for k in 1..=16u32 {
+        let c = g0 * k / 8;
+        let t = gap(count(g0 + c), c)?;
+        if t.as_secs_f64() <= g0.as_secs_f64() * 1.05 {
+            best = c;
+            over = 0;
+        } else {
+            over += 1;
+            if over >= 2 {
+                break;
+            }
+        }
+    }
+    Ok((g0, best))
+}
+
+fn overhead(l: &Link, size: usize, c: &mut Compute, target: Duration) -> Result<OverheadPoint> {
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    let (sg, sc) = {
+        let c = &mut *c;
+        gap_minus_compute(|n, d| bench::send_gap(&l.ep, l.peer, size, n, c, d), target)?
+    };
+    let (rg, rc) = gap_minus_compute(|n, d| bench::recv_gap(&l.ep, l.peer, size, n, c, d), target)?;
+    Ok(OverheadPoint {
+        bytes: size,
+        send_gap_us: us(sg),
+        send_compute_us: us(sc),
+        os_us: us(sg.saturating_sub(sc)),
+        recv_gap_us: us(rg),
+        recv_compute_us: us(rc),
+        or_us: us(rg.saturating_sub(rc)),
+    })
+}
+
+fn overlap(
+    l: &Link,
+    size: usize,
+    reps: usize,
+    thread: bool,
+    c: &mut Compute,
+) -> Result<OverlapPoint> {
+    let (ep, peer) = match (&l.overlap, thread) {
+        (Some((ep, p)), true) => (ep, *p),
+        _ => (&l.ep, l.peer),
+    };
+    let res = bench::overlap(ep, peer, size, reps, c, &|on| {
+        // The progress thread may run on any CPU (a pinned measuring thread
+        // would otherwise hand it its own core).
+        if on && thread {
+            let mask = crate::affinity::current();
+            let _ = crate::affinity::pin_current(&[]);
+            let r = ep.set_progress_thread(true);
+            let _ = crate::affinity::restore(mask);
+            r
+        } else {
+            ep.set_progress_thread(false)
+        }
+    });
+    ep.set_progress_thread(false)?;
+    let (tx, work, wait) = res?;
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    Ok(OverlapPoint {
+        bytes: size,
+        progress_thread: thread,
+        transfer_us: us(tx),
+        compute_us: us(work),
+        wait_us: us(wait),
+        overlap_pct: (100.0 * (1.0 - wait.as_secs_f64() / tx.as_secs_f64())).max(0.0),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn netpipe_sizes_surround_powers_of_two() {
+        let v = netpipe_sizes(64);
+        assert_eq!(
+            v,
+            vec![1, 2, 3, 4, 5, 7, 8, 11, 13, 16, 19, 29, 32, 35, 61, 64]
+        );
+        assert_eq!(*netpipe_sizes(4 << 20).last().unwrap(), 4 << 20);
+        assert_eq!(pow2_sizes(8), vec![1, 2, 4, 8]);
+    }
+}

@@ -1,0 +1,645 @@
+//! llc-perf: NetPIPE/OSU-style benchmarks of the message layer over the LLC
+//! stack (AF_XDP, AF_PACKET) and kernel TCP (io_uring, sockets), measured
+//! in one run, interleaved, on the same link.
+//!
+//! - `llc-perf server -I IFACE` / `llc-perf client -I IFACE PEER...`
+//! - `llc-perf demo`: builds a two-namespace veth testbed, runs the server
+//!   side itself, measures every transport available, compares with the
+//!   fastest TCP, writes the plot and removes the testbed.
+
+mod affinity;
+mod bench;
+mod driver;
+mod plot;
+mod proto;
+mod report;
+mod transports;
+
+use std::net::{IpAddr, Ipv4Addr, UdpSocket};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::{Args, Parser, Subcommand};
+use llc_stack::wire::MacAddr;
+
+use driver::{Link, Settings, Test, TransportResult};
+use report::{HostInfo, Report};
+use transports::{Kind, Open, Peers, SERVER_PORT};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "llc-perf",
+    version,
+    about = "Latency, bandwidth, message rate, CPU overhead and overlap of the message layer over LLC (AF_XDP, AF_PACKET) and kernel TCP (io_uring, sockets), compared in one run",
+    after_help = "The main command is `llc-perf demo` (as root): it builds its own two-namespace testbed.\nBetween two hosts: `llc-perf server -I eth0` on one, `llc-perf client -I eth0 MAC IP` on the other."
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Serve clients on IFACE, one endpoint per transport on known ports.
+    Server(ServerArgs),
+    /// Measure against a server: PEER is its MAC (LLC) and/or its IP (TCP).
+    Client(ClientArgs),
+    /// Build a two-namespace veth testbed, measure every transport available
+    /// and compare with TCP (needs root).
+    Demo(DemoArgs),
+}
+
+#[derive(Args, Debug)]
+struct ServerArgs {
+    /// Interface for the LLC transports.
+    #[arg(short = 'I', long = "interface")]
+    iface: Option<String>,
+    /// IP address the TCP endpoints listen on (default: all).
+    #[arg(long)]
+    ip: Option<IpAddr>,
+    /// Transports to serve (default: all that can be opened here).
+    #[arg(long, value_delimiter = ',')]
+    transport: Vec<Kind>,
+    /// Base port: LLC port and tcp-uring's TCP port; tcp uses the next.
+    #[arg(long, default_value_t = SERVER_PORT)]
+    port: u16,
+}
+
+#[derive(Args, Debug)]
+struct Measure {
+    /// Tests to run, comma-separated.
+    #[arg(long, value_delimiter = ',', value_enum)]
+    tests: Vec<Test>,
+    /// Interleaved repetitions of every point; figures are medians over them.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
+    /// Outstanding isends per window in bandwidth tests (Q).
+    #[arg(short = 'Q', long, default_value_t = 16)]
+    window: usize,
+    /// Largest message of the sweeps, bytes.
+    #[arg(long, default_value_t = 4 << 20)]
+    max_size: usize,
+    /// Rough duration of one measurement of one point, ms.
+    #[arg(long, default_value_t = 20.0)]
+    target_ms: f64,
+    /// Check every payload byte.
+    #[arg(long)]
+    verify: bool,
+    /// Tiny sweeps, for checking the tool.
+    #[arg(long)]
+    quick: bool,
+    /// Message size of the overlap test.
+    #[arg(long, default_value_t = 1 << 20)]
+    overlap_bytes: usize,
+}
+
+#[derive(Args, Debug)]
+struct Output {
+    /// Print one JSON document (and nothing else on stdout).
+    #[arg(long)]
+    json: bool,
+    /// Print CSV rows (transport, detail, mtu, test, bytes, key, value).
+    #[arg(long, conflicts_with = "json")]
+    csv: bool,
+    /// Draw latency and bandwidth curves into this SVG file.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+struct ClientArgs {
+    /// Interface for the LLC transports.
+    #[arg(short = 'I', long = "interface")]
+    iface: Option<String>,
+    /// The server: its MAC address (LLC transports) and/or IP (TCP).
+    #[arg(required = true, value_name = "PEER")]
+    peer: Vec<String>,
+    /// Transports to measure (default: LLC ones when a MAC is given, TCP
+    /// ones when an IP is).
+    #[arg(long, value_delimiter = ',')]
+    transport: Vec<Kind>,
+    /// The server's base port.
+    #[arg(long, default_value_t = SERVER_PORT)]
+    port: u16,
+    /// Local IP for the TCP endpoints (default: the route's source address).
+    #[arg(long)]
+    bind: Option<IpAddr>,
+    /// Give up when the server has not answered after this many seconds.
+    #[arg(long, default_value_t = 5.0)]
+    connect_timeout: f64,
+    /// The link's MTU, for the report (not checked).
+    #[arg(long)]
+    mtu: Option<u32>,
+    #[command(flatten)]
+    measure: Measure,
+    #[command(flatten)]
+    out: Output,
+}
+
+#[derive(Args, Debug)]
+struct DemoArgs {
+    /// Transports to measure (default: every one available here).
+    #[arg(long, value_delimiter = ',')]
+    transport: Vec<Kind>,
+    /// MTU of the large-MTU bandwidth run (falls back to 9000 when a
+    /// transport cannot use it); 0 skips that run.
+    #[arg(long, default_value_t = 65000)]
+    big_mtu: u32,
+    /// Do not pin the measuring thread and the server threads to different CPUs.
+    #[arg(long)]
+    no_pin: bool,
+    #[command(flatten)]
+    measure: Measure,
+    #[command(flatten)]
+    out: Output,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    let res = match cli.cmd {
+        Command::Server(a) => server(&a),
+        Command::Client(a) => client(&a),
+        Command::Demo(a) => demo(&a),
+    };
+    match res {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("llc-perf: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn settings(m: &Measure, default_tests: &[Test]) -> Result<Settings> {
+    if m.rounds == 0 || m.window == 0 {
+        bail!("--rounds and --window must be at least 1");
+    }
+    if m.max_size == 0 || m.max_size > 64 << 20 {
+        bail!("--max-size must be 1 byte to 64 MiB");
+    }
+    if !m.target_ms.is_finite() || m.target_ms <= 0.0 {
+        bail!("--target-ms must be positive");
+    }
+    let tests = if m.tests.is_empty() {
+        default_tests.to_vec()
+    } else {
+        m.tests.clone()
+    };
+    Ok(Settings {
+        tests,
+        rounds: m.rounds,
+        window: m.window,
+        max_size: m.max_size,
+        target_ms: if m.quick {
+            m.target_ms.min(3.0)
+        } else {
+            m.target_ms
+        },
+        verify: m.verify,
+        quick: m.quick,
+        overlap_bytes: if m.quick {
+            m.overlap_bytes.min(256 << 10)
+        } else {
+            m.overlap_bytes
+        },
+    })
+}
+
+fn say(out: &Output, s: &str) {
+    if !out.json {
+        eprintln!("{s}");
+    }
+}
+
+fn emit(report: &mut Report, out: &Output) -> Result<()> {
+    report.host.finish();
+    report.compare();
+    if let Some(p) = &out.plot {
+        plot::write(report, p)?;
+        say(out, &format!("plot written to {}", p.display()));
+    }
+    if out.json {
+        println!("{}", serde_json::to_string_pretty(report)?);
+    } else if out.csv {
+        print!("{}", report.csv());
+    } else {
+        print!("{}", report.tables());
+    }
+    Ok(())
+}
+
+// ------------------------------------------------------------------ server
+
+fn server(a: &ServerArgs) -> Result<()> {
+    let explicit = !a.transport.is_empty();
+    let kinds = if explicit {
+        a.transport.clone()
+    } else {
+        Kind::ALL.to_vec()
+    };
+    let ip = a.ip.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+    let mut eps = Vec::new();
+    for k in kinds {
+        let opened = match (&a.iface, k.is_llc()) {
+            (None, true) => Err(anyhow!(
+                "{k} needs an interface: give -I IFACE (or --transport tcp,tcp-uring)"
+            )),
+            (iface, _) => transports::open(
+                k,
+                &Open {
+                    ifname: iface.as_deref().unwrap_or(""),
+                    ip,
+                    server: true,
+                    port: a.port,
+                    uring_coop: true,
+                },
+            ),
+        };
+        match opened {
+            Ok(ep) => {
+                println!(
+                    "llc-perf server: {k:<10} {} ({})",
+                    ep.local_addr(),
+                    ep.transport_name()
+                );
+                eps.push(ep);
+            }
+            Err(e) if explicit => return Err(e),
+            Err(e) => eprintln!("llc-perf server: {k:<10} not served: {e:#}"),
+        }
+    }
+    if eps.is_empty() {
+        bail!("no transport could be opened");
+    }
+    println!("llc-perf server: ready");
+    let stop = Arc::new(AtomicBool::new(false));
+    let threads: Vec<_> = eps
+        .into_iter()
+        .map(|ep| {
+            let stop = stop.clone();
+            std::thread::spawn(move || bench::serve(&ep, &stop))
+        })
+        .collect();
+    for t in threads {
+        let _ = t.join();
+    }
+    Ok(())
+}
+
+// ------------------------------------------------------------------ client
+
+/// Open the client side of `kind` (inside the right namespace), connect to
+/// the server and check that it answers.
+fn connect_link(
+    kind: Kind,
+    o: &Open<'_>,
+    server: &msg_layer::Addr,
+    timeout: Duration,
+) -> Result<Link> {
+    let hello = |o: &Open<'_>| -> Result<(transports::Ep, msg_layer::PeerId)> {
+        let ep = transports::open(kind, o)?;
+        let peer = ep
+            .connect(server)
+            .map_err(|e| anyhow!("{kind}: connecting to {server}: {e}"))?;
+        bench::command(&ep, peer, &proto::Cmd::Hello, timeout)
+            .with_context(|| format!("{kind}: server {server}"))?;
+        Ok((ep, peer))
+    };
+    let (ep, peer) = hello(o)?;
+    // tcp/io_uring with cooperative task running misses completions when a
+    // progress thread sleeps on the ring: the overlap test gets its own.
+    let overlap = if kind == Kind::TcpUring {
+        Some(hello(&Open {
+            uring_coop: false,
+            ..o.clone()
+        })?)
+    } else {
+        None
+    };
+    Ok(Link {
+        kind,
+        ep,
+        peer,
+        overlap,
+    })
+}
+
+fn local_ip_towards(peer: IpAddr) -> Result<IpAddr> {
+    let any: IpAddr = if peer.is_ipv4() {
+        Ipv4Addr::UNSPECIFIED.into()
+    } else {
+        std::net::Ipv6Addr::UNSPECIFIED.into()
+    };
+    let s = UdpSocket::bind((any, 0))?;
+    s.connect((peer, 9))
+        .with_context(|| format!("no route to {peer}"))?;
+    Ok(s.local_addr()?.ip())
+}
+
+fn client(a: &ClientArgs) -> Result<()> {
+    let peers = Peers::parse(&a.peer)?;
+    let s = settings(&a.measure, &[Test::Latency, Test::Bandwidth])?;
+    let kinds: Vec<Kind> = if a.transport.is_empty() {
+        Kind::ALL
+            .into_iter()
+            .filter(|k| {
+                if k.is_llc() {
+                    peers.mac.is_some()
+                } else {
+                    peers.ip.is_some()
+                }
+            })
+            .collect()
+    } else {
+        a.transport.clone()
+    };
+    if kinds.iter().any(|k| k.is_llc()) && a.iface.is_none() {
+        bail!("the LLC transports need the interface: give -I IFACE");
+    }
+    if !a.connect_timeout.is_finite() || a.connect_timeout <= 0.0 {
+        bail!("--connect-timeout must be positive");
+    }
+    let ip = match (a.bind, peers.ip) {
+        (Some(ip), _) => ip,
+        (None, Some(p)) => local_ip_towards(p)?,
+        (None, None) => Ipv4Addr::UNSPECIFIED.into(),
+    };
+    let timeout = Duration::from_secs_f64(a.connect_timeout);
+    let mut links = Vec::new();
+    for k in kinds {
+        let server = k.server_addr(peers.mac, peers.ip, a.port)?;
+        let o = Open {
+            ifname: a.iface.as_deref().unwrap_or(""),
+            ip,
+            server: false,
+            port: a.port,
+            uring_coop: true,
+        };
+        links.push(connect_link(k, &o, &server, timeout)?);
+        say(&a.out, &format!("{k}: connected to {server}"));
+    }
+    let mut report = new_report("client", &s);
+    report.results = driver::run(&links, &s, a.mtu, !a.out.json)?;
+    close(links);
+    emit(&mut report, &a.out)
+}
+
+fn new_report(mode: &'static str, s: &Settings) -> Report {
+    Report {
+        tool: "llc-perf",
+        version: env!("CARGO_PKG_VERSION"),
+        mode,
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        host: HostInfo::now(),
+        settings: s.clone(),
+        notes: vec![],
+        unavailable: vec![],
+        results: vec![],
+        comparison: vec![],
+        targets: vec![],
+    }
+}
+
+fn close(links: Vec<Link>) {
+    for l in &links {
+        let _ = l.ep.close(Duration::from_millis(500));
+        if let Some((ep, _)) = &l.overlap {
+            let _ = ep.close(Duration::from_millis(500));
+        }
+    }
+}
+
+// ------------------------------------------------------------------ demo
+
+/// One testbed at one MTU: servers in namespace B, clients in A.
+fn demo_phase(
+    pin: bool,
+    mtu: u32,
+    kinds: &[Kind],
+    s: &Settings,
+    out: &Output,
+    unavailable: &mut Vec<(Kind, String)>,
+) -> Result<Vec<TransportResult>> {
+    let bed = vm_tests::TwoHosts::new(mtu).context("building the testbed")?;
+    say(
+        out,
+        &format!(
+            "testbed: namespaces {} and {}, veth {} <-> {}, MTU {mtu}, {} <-> {}, {} <-> {}",
+            bed.a.ns.name(),
+            bed.b.ns.name(),
+            bed.a.ifname,
+            bed.b.ifname,
+            vm_tests::format_mac(&bed.a.mac),
+            vm_tests::format_mac(&bed.b.mac),
+            bed.a.ipv4,
+            bed.b.ipv4
+        ),
+    );
+    let mut served = Vec::new();
+    for &k in kinds {
+        let o = Open {
+            ifname: &bed.b.ifname,
+            ip: bed.b.ipv4.into(),
+            server: true,
+            port: SERVER_PORT,
+            uring_coop: true,
+        };
+        match bed.b.ns.run(|| transports::open(k, &o)) {
+            Ok(ep) => served.push((k, ep)),
+            Err(e) => {
+                say(out, &format!("{k}: not available at MTU {mtu}: {e:#}"));
+                unavailable.push((k, format!("MTU {mtu}: {e:#}")));
+            }
+        }
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut threads = Vec::new();
+    let mut kinds_up = Vec::new();
+    for (k, ep) in served {
+        kinds_up.push(k);
+        let stop = stop.clone();
+        threads.push(bed.b.ns.spawn(move || {
+            if pin {
+                if let Err(e) = affinity::pin_current(&[affinity::online() - 1]) {
+                    tracing::warn!("pinning a server thread: {e}");
+                }
+            }
+            bench::serve(&ep, &stop)
+        }));
+    }
+    let result = (|| -> Result<Vec<TransportResult>> {
+        let mut links = Vec::new();
+        for &k in &kinds_up {
+            let server = k.server_addr(
+                Some(MacAddr(bed.b.mac)),
+                Some(bed.b.ipv4.into()),
+                SERVER_PORT,
+            )?;
+            let o = Open {
+                ifname: &bed.a.ifname,
+                ip: bed.a.ipv4.into(),
+                server: false,
+                port: SERVER_PORT,
+                uring_coop: true,
+            };
+            match bed
+                .a
+                .ns
+                .run(|| connect_link(k, &o, &server, Duration::from_secs(10)))
+            {
+                Ok(l) => links.push(l),
+                Err(e) => {
+                    say(out, &format!("{k}: not available at MTU {mtu}: {e:#}"));
+                    unavailable.push((k, format!("MTU {mtu}: {e:#}")));
+                }
+            }
+        }
+        if links.is_empty() {
+            bail!("no transport could be measured at MTU {mtu}");
+        }
+        let names: Vec<String> = links
+            .iter()
+            .map(|l| format!("{} = {}", l.kind, l.ep.transport_name()))
+            .collect();
+        say(out, &format!("MTU {mtu}: measuring {}", names.join(", ")));
+        if pin {
+            affinity::pin_current(&[0]).context("pinning the measuring thread to CPU 0")?;
+        }
+        let r = driver::run(&links, s, Some(mtu), !out.json);
+        if pin {
+            let _ = affinity::pin_current(&[]);
+        }
+        close(links);
+        r
+    })();
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        let _ = t.join();
+    }
+    result
+}
+
+fn demo(a: &DemoArgs) -> Result<()> {
+    if let Err(why) = vm_tests::check_privileges() {
+        bail!(
+            "`llc-perf demo` builds its own testbed and needs root: it creates two network \
+             namespaces joined by a veth pair (CAP_SYS_ADMIN, CAP_NET_ADMIN), opens raw \
+             AF_PACKET sockets (CAP_NET_RAW) and attaches an XDP program for AF_XDP \
+             (CAP_BPF, CAP_NET_ADMIN). Here: {why}.\n\
+             Run it as root: `sudo scripts/demo.sh` or `sudo target/release/llc-perf demo`.\n\
+             Without root, kernel TCP can still be measured between two hosts: \
+             `llc-perf server --transport tcp,tcp-uring` and \
+             `llc-perf client --transport tcp,tcp-uring SERVER_IP`."
+        );
+    }
+    let s = settings(
+        &a.measure,
+        &[
+            Test::Latency,
+            Test::Bandwidth,
+            Test::Overhead,
+            Test::Overlap,
+        ],
+    )?;
+    let kinds = if a.transport.is_empty() {
+        Kind::ALL.to_vec()
+    } else {
+        a.transport.clone()
+    };
+    let mut report = new_report("demo", &s);
+    report.notes.push(
+        "client and server run in two network namespaces of this machine, joined by a veth pair; \
+         all transports' endpoints coexist on it (LLC over AF_XDP on SAP 0x7c with the XDP \
+         program attached, LLC over AF_PACKET on SAP 0x78, TCP on ports 5201/5202) and are \
+         measured point by point in turn"
+            .into(),
+    );
+    // MTU 1500: everything asked except what needs the large MTU.
+    let small = Settings {
+        tests: s
+            .tests
+            .iter()
+            .copied()
+            .filter(|t| *t != Test::Overlap || a.big_mtu == 0)
+            .collect(),
+        ..s.clone()
+    };
+    let big_tests: Vec<Test> = s
+        .tests
+        .iter()
+        .copied()
+        .filter(|t| matches!(t, Test::Bandwidth | Test::Bibw | Test::Overlap))
+        .collect();
+    let pin = !a.no_pin && affinity::online() >= 2;
+    if pin {
+        report.notes.push(format!(
+            "the measuring (client) thread runs on CPU 0, the server threads on CPU {}; \
+             progress threads may run anywhere",
+            affinity::online() - 1
+        ));
+    }
+    let mut unavailable = Vec::new();
+    if !small.tests.is_empty() {
+        report.results.extend(demo_phase(
+            pin,
+            1500,
+            &kinds,
+            &small,
+            &a.out,
+            &mut unavailable,
+        )?);
+    }
+    if a.big_mtu != 0 && !big_tests.is_empty() {
+        let big = Settings {
+            tests: big_tests,
+            ..s.clone()
+        };
+        let mut tried = vec![a.big_mtu];
+        if a.big_mtu > 9000 {
+            tried.push(9000);
+        }
+        for (i, &mtu) in tried.iter().enumerate() {
+            let mut un = Vec::new();
+            let r = demo_phase(pin, mtu, &kinds, &big, &a.out, &mut un);
+            let last = i + 1 == tried.len();
+            // Fall back to 9000 when an LLC transport cannot run at the
+            // larger MTU (e.g. no AF_XDP multi-buffer).
+            if !last && (r.is_err() || un.iter().any(|(k, _)| k.is_llc())) {
+                let why = match &r {
+                    Err(e) => format!("{e:#}"),
+                    Ok(_) => un
+                        .iter()
+                        .map(|(k, w)| format!("{k}: {w}"))
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                };
+                say(
+                    &a.out,
+                    &format!("MTU {mtu} not usable ({why}); trying 9000"),
+                );
+                report
+                    .notes
+                    .push(format!("MTU {mtu} not usable ({why}); used 9000"));
+                continue;
+            }
+            unavailable.extend(un);
+            report.results.extend(r?);
+            break;
+        }
+    }
+    unavailable.dedup();
+    report.unavailable = unavailable;
+    report.results.sort_by_key(|r| (r.mtu, r.transport));
+    emit(&mut report, &a.out)
+}

@@ -1,0 +1,509 @@
+//! Results: the JSON document, CSV rows, readable tables, and the
+//! comparison against TCP with the project's targets.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::driver::{Settings, TransportResult};
+use crate::transports::Kind;
+
+/// The machine, for the record.
+#[derive(Clone, Debug, Serialize)]
+pub struct HostInfo {
+    /// `uname -r`-like kernel release.
+    pub kernel: String,
+    /// CPUs online.
+    pub cpus: usize,
+    /// /proc/loadavg when the run started.
+    pub load_avg_start: String,
+    /// /proc/loadavg when it ended.
+    pub load_avg_end: String,
+}
+
+impl HostInfo {
+    /// What can be read now (the end load is filled in later).
+    pub fn now() -> HostInfo {
+        let read = |p: &str| {
+            std::fs::read_to_string(p)
+                .map(|s| s.trim().to_string())
+                .unwrap_or_default()
+        };
+        HostInfo {
+            kernel: read("/proc/sys/kernel/osrelease"),
+            cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
+            load_avg_start: read("/proc/loadavg"),
+            load_avg_end: String::new(),
+        }
+    }
+
+    /// Note the load at the end.
+    pub fn finish(&mut self) {
+        self.load_avg_end = std::fs::read_to_string("/proc/loadavg")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_default();
+    }
+}
+
+/// One figure of the comparison.
+#[derive(Clone, Debug, Serialize)]
+pub struct CmpRow {
+    /// Transport.
+    pub transport: Kind,
+    /// The figure (unit in the comparison's `metric`).
+    pub value: f64,
+    /// value / reference's value.
+    pub ratio: f64,
+}
+
+/// A figure compared across transports against the fastest TCP.
+#[derive(Clone, Debug, Serialize)]
+pub struct Comparison {
+    /// Test and key, e.g. `latency.one_way_median_us`.
+    pub metric: String,
+    /// Link MTU.
+    pub mtu: Option<u32>,
+    /// Message size.
+    pub bytes: usize,
+    /// The fastest TCP transport for this figure.
+    pub reference: Kind,
+    /// Higher is better (rates) or lower (times)?
+    pub higher_is_better: bool,
+    /// Every transport's figure.
+    pub rows: Vec<CmpRow>,
+}
+
+/// One of the project's targets, checked.
+#[derive(Clone, Debug, Serialize)]
+pub struct Target {
+    /// What is compared.
+    pub name: String,
+    /// The measured ratio.
+    pub ratio: f64,
+    /// The goal, e.g. `<= 0.5`.
+    pub goal: String,
+    /// Met in this run?
+    pub met: bool,
+}
+
+/// The whole run.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    /// `llc-perf`.
+    pub tool: &'static str,
+    /// Its version.
+    pub version: &'static str,
+    /// `demo` or `client`.
+    pub mode: &'static str,
+    /// The command line.
+    pub command: String,
+    /// The machine.
+    pub host: HostInfo,
+    /// What was asked.
+    pub settings: Settings,
+    /// Testbed and environment notes.
+    pub notes: Vec<String>,
+    /// Transports that could not be measured, with the reason.
+    pub unavailable: Vec<(Kind, String)>,
+    /// One entry per transport and link MTU.
+    pub results: Vec<TransportResult>,
+    /// The comparison table.
+    pub comparison: Vec<Comparison>,
+    /// The targets.
+    pub targets: Vec<Target>,
+}
+
+fn lat_at(r: &TransportResult, bytes: usize) -> Option<f64> {
+    r.latency
+        .iter()
+        .find(|p| p.bytes == bytes)
+        .map(|p| p.one_way_median_us)
+}
+
+fn bw_at(r: &TransportResult, bytes: usize) -> Option<f64> {
+    r.bandwidth
+        .iter()
+        .find(|p| p.bytes == bytes)
+        .map(|p| p.gbit_s)
+}
+
+type Getter = fn(&TransportResult, usize) -> Option<f64>;
+
+impl Report {
+    /// Fill in `comparison` and `targets` from `results`.
+    pub fn compare(&mut self) {
+        let mut mtus: Vec<Option<u32>> = self.results.iter().map(|r| r.mtu).collect();
+        mtus.dedup();
+        let metrics: [(&str, usize, bool, Getter); 9] = [
+            ("latency.one_way_median_us", 8, false, lat_at),
+            ("latency.one_way_median_us", 65536, false, lat_at),
+            ("latency.one_way_median_us", 1 << 20, false, lat_at),
+            ("bandwidth.gbit_s", 65536, true, bw_at),
+            ("bandwidth.gbit_s", 1 << 20, true, bw_at),
+            ("bibw.gbit_s", 1 << 20, true, |r, b| {
+                r.bibw.iter().find(|p| p.bytes == b).map(|p| p.gbit_s)
+            }),
+            ("msgrate.msgs_per_s", 8, true, |r, b| {
+                r.msgrate
+                    .iter()
+                    .find(|p| p.bytes == b)
+                    .map(|p| p.msgs_per_s)
+            }),
+            ("overhead.os_us", 8, false, |r, b| {
+                r.overhead.iter().find(|p| p.bytes == b).map(|p| p.os_us)
+            }),
+            ("overhead.or_us", 8, false, |r, b| {
+                r.overhead.iter().find(|p| p.bytes == b).map(|p| p.or_us)
+            }),
+        ];
+        self.comparison.clear();
+        for mtu in &mtus {
+            let runs: Vec<&TransportResult> =
+                self.results.iter().filter(|r| r.mtu == *mtu).collect();
+            for (metric, bytes, higher, get) in metrics {
+                let vals: Vec<(Kind, f64)> = runs
+                    .iter()
+                    .filter_map(|r| get(r, bytes).map(|v| (r.transport, v)))
+                    .collect();
+                let best_tcp = vals
+                    .iter()
+                    .filter(|(k, _)| !k.is_llc())
+                    .copied()
+                    .reduce(|a, b| {
+                        let better = if higher { b.1 > a.1 } else { b.1 < a.1 };
+                        if better {
+                            b
+                        } else {
+                            a
+                        }
+                    });
+                let Some((reference, rv)) = best_tcp else {
+                    continue;
+                };
+                self.comparison.push(Comparison {
+                    metric: metric.into(),
+                    mtu: *mtu,
+                    bytes,
+                    reference,
+                    higher_is_better: higher,
+                    rows: vals
+                        .iter()
+                        .map(|&(transport, value)| CmpRow {
+                            transport,
+                            value,
+                            ratio: value / rv,
+                        })
+                        .collect(),
+                });
+            }
+        }
+        self.targets.clear();
+        let find = |k: Kind, mtu: Option<u32>| {
+            self.results
+                .iter()
+                .find(|r| r.transport == k && r.mtu == mtu)
+        };
+        for mtu in &mtus {
+            if let (Some(x), Some(t)) = (find(Kind::LlcXdp, *mtu), find(Kind::TcpUring, *mtu)) {
+                if let (Some(a), Some(b)) = (lat_at(x, 8), lat_at(t, 8)) {
+                    let ratio = a / b;
+                    self.targets.push(Target {
+                        name: format!(
+                            "8 B one-way latency, llc-xdp vs tcp-uring (busy-poll), MTU {}",
+                            mtu_str(*mtu)
+                        ),
+                        ratio,
+                        goal: "<= 0.5".into(),
+                        met: ratio <= 0.5,
+                    });
+                }
+            }
+            for llc in [Kind::LlcXdp, Kind::LlcPacket] {
+                if let (Some(x), Some(t)) = (find(llc, *mtu), find(Kind::TcpUring, *mtu)) {
+                    if let (Some(a), Some(b)) = (bw_at(x, 1 << 20), bw_at(t, 1 << 20)) {
+                        let ratio = a / b;
+                        self.targets.push(Target {
+                            name: format!(
+                                "1 MiB bandwidth, {llc} vs tcp-uring, MTU {}",
+                                mtu_str(*mtu)
+                            ),
+                            ratio,
+                            goal: ">= 1.0".into(),
+                            met: ratio >= 1.0,
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    /// CSV: one row per transport, test, size and figure.
+    pub fn csv(&self) -> String {
+        let mut s = String::from("transport,detail,mtu,test,bytes,key,value\n");
+        for r in &self.results {
+            let v = serde_json::to_value(r).expect("results serialize");
+            for test in [
+                "latency",
+                "bandwidth",
+                "bibw",
+                "msgrate",
+                "overhead",
+                "overlap",
+            ] {
+                let Some(points) = v[test].as_array() else {
+                    continue;
+                };
+                for p in points {
+                    let Some(obj) = p.as_object() else { continue };
+                    let bytes = obj.get("bytes").and_then(|b| b.as_u64()).unwrap_or(0);
+                    for (k, val) in obj {
+                        if k == "bytes" {
+                            continue;
+                        }
+                        let val = match val {
+                            serde_json::Value::Bool(b) => b.to_string(),
+                            other => other.to_string(),
+                        };
+                        let _ = writeln!(
+                            s,
+                            "{},\"{}\",{},{test},{bytes},{k},{val}",
+                            r.transport,
+                            r.detail.replace('"', "'"),
+                            r.mtu.map_or(String::new(), |m| m.to_string())
+                        );
+                    }
+                }
+            }
+        }
+        s
+    }
+
+    /// The readable tables.
+    pub fn tables(&self) -> String {
+        let mut s = String::new();
+        let mut mtus: Vec<Option<u32>> = self.results.iter().map(|r| r.mtu).collect();
+        mtus.dedup();
+        for mtu in mtus {
+            let runs: Vec<&TransportResult> =
+                self.results.iter().filter(|r| r.mtu == mtu).collect();
+            let _ = writeln!(s, "\n=== link MTU {} ===", mtu_str(mtu));
+            for r in &runs {
+                let _ = writeln!(s, "  {:<11} {}", r.transport.name(), r.detail);
+            }
+            let head = |s: &mut String, first: &str| {
+                let _ = write!(s, "{first:>10}");
+                for r in &runs {
+                    let _ = write!(s, " {:>12}", r.transport.name());
+                }
+                s.push('\n');
+            };
+            if runs.iter().any(|r| !r.latency.is_empty()) {
+                let _ = writeln!(s, "\nlatency: one-way median µs (RTT/2)");
+                head(&mut s, "bytes");
+                let mut sizes: Vec<usize> = runs
+                    .iter()
+                    .flat_map(|r| r.latency.iter().map(|p| p.bytes))
+                    .collect();
+                sizes.sort_unstable();
+                sizes.dedup();
+                for b in sizes {
+                    let _ = write!(s, "{b:>10}");
+                    for r in &runs {
+                        let _ = write!(
+                            s,
+                            " {:>12}",
+                            r.latency
+                                .iter()
+                                .find(|p| p.bytes == b)
+                                .map_or("-".into(), |p| fmt_num(p.one_way_median_us))
+                        );
+                    }
+                    s.push('\n');
+                }
+                let _ = writeln!(s, "\nlatency at 8 B: min / median / p99 µs");
+                for r in &runs {
+                    if let Some(p) = r.latency.iter().find(|p| p.bytes == 8) {
+                        let _ = writeln!(
+                            s,
+                            "  {:<11} {:>8.2} {:>8.2} {:>8.2}  ({} round trips)",
+                            r.transport.name(),
+                            p.one_way_min_us,
+                            p.one_way_median_us,
+                            p.one_way_p99_us,
+                            p.reps
+                        );
+                    }
+                }
+            }
+            for (name, get) in [
+                (
+                    "bandwidth",
+                    (|r| &r.bandwidth) as fn(&TransportResult) -> &Vec<_>,
+                ),
+                ("bibw", |r| &r.bibw),
+                ("msgrate", |r| &r.msgrate),
+            ] {
+                if runs.iter().all(|r| get(r).is_empty()) {
+                    continue;
+                }
+                let w = runs
+                    .iter()
+                    .find_map(|r| get(r).first())
+                    .map_or(0, |p| p.window);
+                if name == "msgrate" {
+                    let _ = writeln!(s, "\nmsgrate: messages/s, window {w}");
+                } else {
+                    let _ = writeln!(s, "\n{name}: Gbit/s of payload, window {w}");
+                }
+                head(&mut s, "bytes");
+                let mut sizes: Vec<usize> = runs
+                    .iter()
+                    .flat_map(|r| get(r).iter().map(|p| p.bytes))
+                    .collect();
+                sizes.sort_unstable();
+                sizes.dedup();
+                for b in sizes {
+                    let _ = write!(s, "{b:>10}");
+                    for r in &runs {
+                        let v = get(r).iter().find(|p| p.bytes == b).map(|p| {
+                            if name == "msgrate" {
+                                p.msgs_per_s
+                            } else {
+                                p.gbit_s
+                            }
+                        });
+                        let _ = write!(s, " {:>12}", v.map_or("-".into(), fmt_num));
+                    }
+                    s.push('\n');
+                }
+            }
+            if runs.iter().any(|r| !r.overhead.is_empty()) {
+                let _ = writeln!(
+                    s,
+                    "\noverhead at 8 B (gap minus compute): µs\n  {:<11} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
+                    "", "gap_s", "C'_s", "Os", "gap_r", "C'_r", "Or"
+                );
+                for r in &runs {
+                    for p in &r.overhead {
+                        let _ = writeln!(
+                            s,
+                            "  {:<11} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2}",
+                            r.transport.name(),
+                            p.send_gap_us,
+                            p.send_compute_us,
+                            p.os_us,
+                            p.recv_gap_us,
+                            p.recv_compute_us,
+                            p.or_us
+                        );
+                    }
+                }
+            }
+            if runs.iter().any(|r| !r.overlap.is_empty()) {
+                let _ = writeln!(
+                    s,
+                    "\noverlap: isend, compute 2x the transfer, wait (medians)\n  {:<11} {:>9} {:>9} {:>12} {:>12} {:>9}",
+                    "", "bytes", "progress", "transfer µs", "in wait µs", "overlap"
+                );
+                for r in &runs {
+                    for p in &r.overlap {
+                        let _ = writeln!(
+                            s,
+                            "  {:<11} {:>9} {:>9} {:>12.1} {:>12.1} {:>8.0}%",
+                            r.transport.name(),
+                            p.bytes,
+                            if p.progress_thread { "thread" } else { "off" },
+                            p.transfer_us,
+                            p.wait_us,
+                            p.overlap_pct
+                        );
+                    }
+                }
+            }
+        }
+        if !self.comparison.is_empty() {
+            let _ = writeln!(
+                s,
+                "\n=== comparison: each figure / the fastest TCP's (same run, same link) ==="
+            );
+            for c in &self.comparison {
+                let _ = write!(
+                    s,
+                    "{:<27} {:>8} B  MTU {:>5}  vs {:<9}:",
+                    c.metric,
+                    c.bytes,
+                    mtu_str(c.mtu),
+                    c.reference.name()
+                );
+                for row in &c.rows {
+                    let _ = write!(
+                        s,
+                        "  {} {} ({:.2}x)",
+                        row.transport.name(),
+                        fmt_num(row.value),
+                        row.ratio
+                    );
+                }
+                s.push('\n');
+            }
+        }
+        if !self.targets.is_empty() {
+            let _ = writeln!(s, "\n=== targets ===");
+            for t in &self.targets {
+                let _ = writeln!(
+                    s,
+                    "  {:<62} {:>6.2}x (goal {}): {}",
+                    t.name,
+                    t.ratio,
+                    t.goal,
+                    if t.met { "MET" } else { "NOT MET" }
+                );
+            }
+        }
+        for r in &self.results {
+            if let Some(e) = &r.error {
+                let _ = writeln!(
+                    s,
+                    "\nFAILED: {} at MTU {}: {e} (not measured further)",
+                    r.transport,
+                    mtu_str(r.mtu)
+                );
+            }
+        }
+        for (k, why) in &self.unavailable {
+            let _ = writeln!(s, "\nnot measured: {k}: {why}");
+        }
+        let _ = writeln!(
+            s,
+            "\nload average: {} at the start, {} at the end ({} CPUs, kernel {})",
+            self.host.load_avg_start, self.host.load_avg_end, self.host.cpus, self.host.kernel
+        );
+        s
+    }
+}
+
+/// A MTU for a table.
+pub fn mtu_str(m: Option<u32>) -> String {
+    m.map_or("?".into(), |m| m.to_string())
+}
+
+/// Three significant digits, no exponent for the usual ranges.
+pub fn fmt_num(v: f64) -> String {
+    if !v.is_finite() {
+        return "-".into();
+    }
+    let a = v.abs();
+    if a >= 1e6 {
+        format!("{:.3}M", v / 1e6)
+    } else if a >= 100.0 {
+        format!("{v:.0}")
+    } else if a >= 10.0 {
+        format!("{v:.1}")
+    } else if a >= 1.0 || a == 0.0 {
+        format!("{v:.2}")
+    } else if a >= 0.01 {
+        format!("{v:.3}")
+    } else {
+        format!("{v:.2e}")
+    }
+}

@@ -1,0 +1,280 @@
+//! Tests of the llc-perf tool itself: argument errors, a server that is not
+//! there, and the JSON document of a short demo and of a client/server run
+//! between two namespaces (root only; skipped with the reason otherwise).
+
+use std::net::TcpListener;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use vm_tests::{format_mac, require_root, Background, TwoHosts};
+
+const BIN: &str = env!("CARGO_BIN_EXE_llc-perf");
+
+fn run(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .output()
+        .expect("running llc-perf")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn argument_errors_are_clear() {
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["client", "--transport", "udp", "10.0.0.1"],
+            "unknown transport \"udp\"",
+        ),
+        (&["client", "not-an-address"], "neither a MAC address"),
+        (
+            &["client", "--transport", "llc-xdp", "02:00:00:00:00:02"],
+            "need the interface",
+        ),
+        (
+            &["client", "--transport", "tcp", "02:00:00:00:00:02"],
+            "needs the server's IP address",
+        ),
+        (
+            &["client", "--rounds", "0", "127.0.0.1"],
+            "--rounds and --window",
+        ),
+        (
+            &["client", "--json", "--csv", "127.0.0.1"],
+            "cannot be used with",
+        ),
+        (&["client"], "PEER"),
+        (&["frobnicate"], "unrecognized subcommand"),
+    ];
+    for (args, want) in cases {
+        let o = run(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains(want),
+            "{args:?}: expected {want:?} in:\n{}",
+            stderr(&o)
+        );
+    }
+}
+
+/// A TCP server that is not there: the client fails at once with the reason.
+#[test]
+fn absent_tcp_server_is_reported() {
+    // A port nobody listens on: bind one, note it, close it.
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let t0 = Instant::now();
+    let o = run(&[
+        "client",
+        "--transport",
+        "tcp",
+        "--port",
+        &(port - 1).to_string(),
+        "--connect-timeout",
+        "3",
+        "127.0.0.1",
+    ]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        t0.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        t0.elapsed()
+    );
+    assert!(
+        err.contains("127.0.0.1")
+            && (err.contains("refused") || err.contains("no llc-perf server")),
+        "{err}"
+    );
+}
+
+/// An LLC server that is not there: a bounded wait, then a clear error.
+#[test]
+fn absent_llc_server_times_out() {
+    require_root!();
+    let bed = TwoHosts::new(1500).expect("testbed");
+    let peer = format_mac(&bed.b.mac);
+    let t0 = Instant::now();
+    let o = bed
+        .a
+        .ns
+        .command(BIN)
+        .args(["client", "-I", &bed.a.ifname, "--transport", "llc-packet"])
+        .args(["--connect-timeout", "2", &peer])
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        t0.elapsed() < Duration::from_secs(15),
+        "took {:?}",
+        t0.elapsed()
+    );
+    assert!(err.contains("no llc-perf server answered"), "{err}");
+}
+
+fn check_results(v: &serde_json::Value, tests: &[&str], keys: &[(&str, &str)]) -> usize {
+    let results = v["results"].as_array().expect("results array");
+    assert!(!results.is_empty(), "no results: {v}");
+    for r in results {
+        assert!(r["transport"].is_string() && r["detail"].is_string(), "{r}");
+        for t in tests {
+            let points = r[*t]
+                .as_array()
+                .unwrap_or_else(|| panic!("{t} missing in {r}"));
+            assert!(!points.is_empty(), "{t} empty");
+            for p in points {
+                for (test, key) in keys {
+                    if test == t {
+                        let x = p[*key]
+                            .as_f64()
+                            .unwrap_or_else(|| panic!("{t}.{key} missing in {p}"));
+                        assert!(x.is_finite() && x >= 0.0, "{t}.{key} = {x}");
+                    }
+                }
+            }
+        }
+    }
+    results.len()
+}
+
+#[test]
+fn quick_demo_json_holds_the_documented_keys() {
+    require_root!();
+    let o = run(&[
+        "demo",
+        "--quick",
+        "--json",
+        "--rounds",
+        "1",
+        "--big-mtu",
+        "9000",
+        "--tests",
+        "latency,bandwidth,overhead,overlap",
+        "--transport",
+        "llc-packet,tcp",
+        "--verify",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value =
+        serde_json::from_slice(&o.stdout).expect("stdout is one JSON document");
+    assert_eq!(v["tool"], "llc-perf");
+    assert_eq!(v["mode"], "demo");
+    assert!(v["host"]["load_avg_start"].is_string());
+    let keys = [
+        ("latency", "one_way_min_us"),
+        ("latency", "one_way_median_us"),
+        ("latency", "one_way_p99_us"),
+        ("bandwidth", "gbit_s"),
+        ("bandwidth", "msgs_per_s"),
+        ("overhead", "os_us"),
+        ("overhead", "or_us"),
+        ("overlap", "wait_us"),
+        ("overlap", "overlap_pct"),
+    ];
+    let results = v["results"].as_array().unwrap();
+    // MTU 1500: latency, bandwidth, overhead; MTU 9000: bandwidth, overlap.
+    let small: Vec<_> = results
+        .iter()
+        .filter(|r| r["mtu"] == 1500)
+        .cloned()
+        .collect();
+    let big: Vec<_> = results
+        .iter()
+        .filter(|r| r["mtu"] == 9000)
+        .cloned()
+        .collect();
+    assert_eq!(small.len(), 2, "{v}");
+    assert_eq!(big.len(), 2, "{v}");
+    check_results(
+        &serde_json::json!({ "results": small }),
+        &["latency", "bandwidth", "overhead"],
+        &keys,
+    );
+    check_results(
+        &serde_json::json!({ "results": big }),
+        &["bandwidth", "overlap"],
+        &keys,
+    );
+    let cmp = v["comparison"].as_array().expect("comparison");
+    assert!(
+        cmp.iter()
+            .any(|c| c["metric"] == "latency.one_way_median_us"
+                && c["bytes"] == 8
+                && c["reference"] == "tcp"),
+        "{cmp:?}"
+    );
+}
+
+#[test]
+fn client_and_server_in_namespaces() {
+    require_root!();
+    let bed = TwoHosts::new(1500).expect("testbed");
+    let port = (20000 + std::process::id() % 20000).to_string();
+    let _server = Background::spawn(
+        bed.b.ns.command(BIN).args([
+            "server",
+            "-I",
+            &bed.b.ifname,
+            "--transport",
+            "llc-packet,tcp-uring",
+            "--port",
+            &port,
+        ]),
+        "ready",
+        Duration::from_secs(10),
+    )
+    .expect("server starts");
+    let dir = std::env::temp_dir().join(format!("llc-perf-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let svg = dir.join("plot.svg");
+    let o = bed
+        .a
+        .ns
+        .command(BIN)
+        .args([
+            "client",
+            "-I",
+            &bed.a.ifname,
+            "--port",
+            &port,
+            "--quick",
+            "--json",
+        ])
+        .args([
+            "--rounds",
+            "1",
+            "--tests",
+            "latency,bandwidth,bibw,msgrate",
+            "--verify",
+        ])
+        .args(["--transport", "llc-packet,tcp-uring"])
+        .args(["--plot", svg.to_str().unwrap()])
+        .arg(format_mac(&bed.b.mac))
+        .arg(bed.b.ipv4.to_string())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    let n = check_results(
+        &v,
+        &["latency", "bandwidth", "bibw", "msgrate"],
+        &[
+            ("latency", "one_way_median_us"),
+            ("bandwidth", "gbit_s"),
+            ("bibw", "gbit_s"),
+            ("msgrate", "msgs_per_s"),
+        ],
+    );
+    assert_eq!(n, 2);
+    let plot = std::fs::read_to_string(&svg).expect("plot written");
+    assert!(
+        plot.starts_with("<svg") && plot.contains("llc-packet") && plot.contains("message size")
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
