@@ -57,6 +57,13 @@ struct Shared<T: Transport> {
     stop: AtomicBool,
     spin: Duration,
     max_sleep: Duration,
+    /// A progress thread runs: waiters sleep on `progressed`, which it
+    /// signals after every round that moved something (it may have
+    /// completed their request and consumed the readiness they would poll).
+    threaded: AtomicBool,
+    /// Rounds of the progress thread that moved something.
+    generation: parking_lot::Mutex<u64>,
+    progressed: parking_lot::Condvar,
 }
 
 /// A message-layer endpoint over transport `T`.
@@ -91,6 +98,9 @@ impl<T: Transport> Endpoint<T> {
             stop: AtomicBool::new(false),
             spin,
             max_sleep,
+            threaded: AtomicBool::new(false),
+            generation: parking_lot::Mutex::new(0),
+            progressed: parking_lot::Condvar::new(),
         });
         let ep = Endpoint {
             shared,
@@ -110,6 +120,7 @@ impl<T: Transport> Endpoint<T> {
         match (on, slot.is_some()) {
             (true, false) => {
                 self.shared.stop.store(false, Ordering::Relaxed);
+                self.shared.threaded.store(true, Ordering::Relaxed);
                 let s = self.shared.clone();
                 let t = std::thread::Builder::new()
                     .name("msg-progress".into())
@@ -127,6 +138,7 @@ impl<T: Transport> Endpoint<T> {
                 if let Some(t) = slot.take() {
                     let _ = t.join();
                 }
+                self.shared.threaded.store(false, Ordering::Relaxed);
             }
             _ => {}
         }
@@ -477,6 +489,8 @@ impl<T: Transport> Shared<T> {
         let mut last_active = Instant::now();
         let mut fds = Vec::new();
         loop {
+            let threaded = self.threaded.load(Ordering::Relaxed);
+            let seen = if threaded { *self.generation.lock() } else { 0 };
             let mut e = self.engine.lock();
             if let Some(r) = check(&mut e) {
                 return Ok(r);
@@ -518,7 +532,14 @@ impl<T: Transport> Shared<T> {
             if let Some(d) = deadline {
                 sleep = sleep.min(d.saturating_duration_since(now));
             }
-            if !sleep.is_zero() {
+            if threaded {
+                // The progress thread polls the transport and tells us when
+                // it moved something.
+                let mut g = self.generation.lock();
+                if *g == seen && !sleep.is_zero() {
+                    self.progressed.wait_for(&mut g, sleep);
+                }
+            } else if !sleep.is_zero() {
                 sys::poll_readable(&fds, sleep);
             }
             last_active = Instant::now();
@@ -584,6 +605,8 @@ fn progress_thread<T: Transport>(s: &Shared<T>) {
             if callbacks {
                 s.deliver();
             }
+            *s.generation.lock() += 1;
+            s.progressed.notify_all();
             last_active = now;
             continue;
         }
