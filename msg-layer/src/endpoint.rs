@@ -170,6 +170,25 @@ impl<T: Transport> Endpoint<T> {
         self.shared.engine.lock().stats().clone()
     }
 
+    /// The message layer's counters (`msg.*`) and the transport's
+    /// (`link.*`), named, for reports.
+    pub fn counters(&self) -> Vec<(String, u64)> {
+        let e = self.shared.engine.lock();
+        let mut out: Vec<(String, u64)> = e
+            .stats()
+            .counters()
+            .iter()
+            .map(|(k, v)| (format!("msg.{k}"), *v))
+            .collect();
+        out.extend(
+            e.transport()
+                .counters()
+                .into_iter()
+                .map(|(k, v)| (format!("link.{k}"), v)),
+        );
+        out
+    }
+
     /// Bytes of unexpected messages buffered now (bounded by the eager
     /// window times the number of peers).
     pub fn unexpected_bytes(&self) -> usize {

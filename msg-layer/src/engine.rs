@@ -77,6 +77,25 @@ pub struct Stats {
     pub peers_failed: u64,
 }
 
+impl Stats {
+    /// Every counter with its name.
+    pub fn counters(&self) -> [(&'static str, u64); 11] {
+        [
+            ("eager_sent", self.eager_sent),
+            ("rndv_sent", self.rndv_sent),
+            ("received", self.received),
+            ("unexpected", self.unexpected),
+            ("rndv_bytes_placed", self.rndv_bytes_placed),
+            ("rndv_bytes_copied", self.rndv_bytes_copied),
+            ("credit_stalls", self.credit_stalls),
+            ("transport_stalls", self.transport_stalls),
+            ("am_delivered", self.am_delivered),
+            ("bad_packets", self.bad_packets),
+            ("peers_failed", self.peers_failed),
+        ]
+    }
+}
+
 /// A peer's failure, for the endpoint's failure callback.
 #[derive(Clone, Debug)]
 pub(crate) struct PeerFailure {

@@ -469,6 +469,11 @@ impl Endpoint {
         }
     }
 
+    /// Every connection's counters.
+    pub fn connection_stats_all(&self) -> impl Iterator<Item = (ConnHandle, &ConnStats)> {
+        self.conns.iter().map(|(h, e)| (*h, e.conn.stats()))
+    }
+
     /// Let `placement` decide where incoming multi-fragment messages go
     /// (see [`super::placement`]); `None` reassembles everything here.
     pub fn set_placement(&mut self, placement: Option<Box<dyn Placement>>) {

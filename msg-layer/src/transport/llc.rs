@@ -174,6 +174,38 @@ impl<D: Device + Send + 'static> Transport for LlcTransport<D> {
         Ok(tx + rx > 0 || ev)
     }
 
+    /// The endpoint's counters, its drops by reason (`dropped.*`) and the
+    /// sums over its connections (`conn.*`).
+    fn counters(&self) -> Vec<(String, u64)> {
+        let ep = self.stack.endpoint();
+        let st = ep.stats();
+        let mut out: Vec<(String, u64)> = st
+            .counters()
+            .iter()
+            .map(|(k, v)| (k.to_string(), *v))
+            .collect();
+        out.extend(
+            st.dropped
+                .counters()
+                .iter()
+                .map(|(k, v)| (format!("dropped.{k}"), *v)),
+        );
+        let mut sums: Vec<(String, u64)> = Vec::new();
+        for (_, c) in ep.connection_stats_all() {
+            for (k, v) in c.counters() {
+                let key = format!("conn.{k}");
+                match sums.iter_mut().find(|(n, _)| *n == key) {
+                    // RTT figures are not summed: keep the largest.
+                    Some((_, s)) if k.contains("rtt") => *s = (*s).max(v),
+                    Some((_, s)) => *s += v,
+                    None => sums.push((key, v)),
+                }
+            }
+        }
+        out.extend(sums);
+        out
+    }
+
     fn set_placement(&mut self, placement: Box<dyn llc_stack::proto::Placement>) {
         self.stack.endpoint_mut().set_placement(Some(placement));
     }

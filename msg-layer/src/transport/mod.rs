@@ -132,6 +132,12 @@ pub trait Transport: Send + 'static {
     /// events), which callers use to decide when to stop busy-polling.
     fn progress(&mut self, events: &mut Vec<TransportEvent>) -> Result<bool, TransportError>;
 
+    /// The transport's own counters (frames, retransmissions, drops by
+    /// reason...), named; empty when it keeps none.
+    fn counters(&self) -> Vec<(String, u64)> {
+        Vec::new()
+    }
+
     /// Let `placement` write incoming messages straight into the layer
     /// above's buffers (see `llc_stack::proto::placement`). Transports that
     /// cannot (TCP reads into its own buffers) ignore it, and the layer above
@@ -181,6 +187,14 @@ impl Transport for Box<dyn Transport> {
     fn progress(&mut self, events: &mut Vec<TransportEvent>) -> Result<bool, TransportError> {
         (**self).progress(events)
     }
+    fn set_placement(&mut self, placement: Box<dyn llc_stack::proto::Placement>) {
+        (**self).set_placement(placement)
+    }
+
+    fn counters(&self) -> Vec<(String, u64)> {
+        (**self).counters()
+    }
+
     fn flushed(&self) -> bool {
         (**self).flushed()
     }

@@ -162,6 +162,10 @@ pub struct TransportResult {
     /// with the others).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The client endpoint's counters after the run: the message layer's
+    /// (`msg.*`) and the transport's (`link.*`: frames, retransmissions,
+    /// drops by reason, RTT).
+    pub counters: std::collections::BTreeMap<String, u64>,
 }
 
 /// NetPIPE's sizes: 1, 2, 3, then p-3, p, p+3 around each power of two p.
@@ -268,6 +272,7 @@ pub fn run(
             overhead: vec![],
             overlap: vec![],
             error: None,
+            counters: Default::default(),
         })
         .collect();
     let target = Duration::from_secs_f64(s.target_ms / 1e3);
@@ -319,6 +324,9 @@ pub fn run(
                 }
             }
         }
+    }
+    for (r, l) in out.iter_mut().zip(links) {
+        r.counters = l.ep.counters().into_iter().collect();
     }
     Ok(out)
 }

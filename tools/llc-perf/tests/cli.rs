@@ -191,6 +191,16 @@ fn quick_demo_json_holds_the_documented_keys() {
         .collect();
     assert_eq!(small.len(), 2, "{v}");
     assert_eq!(big.len(), 2, "{v}");
+    // Every transport reports its counters; the LLC one its link's too.
+    for r in results {
+        let c = &r["counters"];
+        assert!(c["msg.eager_sent"].as_u64().unwrap() > 0, "{r}");
+        if r["transport"] == "llc-packet" {
+            assert!(c["link.tx_frames"].as_u64().unwrap() > 0, "{r}");
+            assert!(c["link.conn.data_frames_sent"].as_u64().unwrap() > 0, "{r}");
+            assert!(c["link.dropped.bad_checksum"].is_u64(), "{r}");
+        }
+    }
     check_results(
         &serde_json::json!({ "results": small }),
         &["latency", "bandwidth", "overhead"],
