@@ -131,6 +131,8 @@ static void any_source_any_tag(void)
         fill(buf, rank, 0, len);
         MPI_Send(buf, (int) len, MPI_BYTE, 0, 7 * rank + 3, MPI_COMM_WORLD);
     }
+    /* Nothing else may be sent before rank 0's wildcard receives are done. */
+    MPI_Barrier(MPI_COMM_WORLD);
 }
 
 /* Everyone sends to everyone with Isend/Irecv, a small and a large message

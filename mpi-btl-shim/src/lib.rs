@@ -132,8 +132,16 @@ unsafe impl Sync for CPtr {}
 
 /// What a background round received, for the next `llc_shim_progress`.
 enum Delivery {
-    Message { peer: PeerId, tag: u8, data: Vec<u8> },
-    Failure { peer: PeerId, orderly: bool, reason: String },
+    Message {
+        peer: PeerId,
+        tag: u8,
+        data: Vec<u8>,
+    },
+    Failure {
+        peer: PeerId,
+        orderly: bool,
+        reason: String,
+    },
 }
 
 struct RmaOp {
@@ -159,8 +167,20 @@ struct Counters {
 }
 
 struct Inner {
-    recv: Mutex<Vec<Option<(unsafe extern "C" fn(*mut c_void, u32, u8, *const u8, usize), CPtr)>>>,
-    fail: Mutex<Option<(unsafe extern "C" fn(*mut c_void, u32, bool, *const c_char), CPtr)>>,
+    recv: Mutex<
+        Vec<
+            Option<(
+                unsafe extern "C" fn(*mut c_void, u32, u8, *const u8, usize),
+                CPtr,
+            )>,
+        >,
+    >,
+    fail: Mutex<
+        Option<(
+            unsafe extern "C" fn(*mut c_void, u32, bool, *const c_char),
+            CPtr,
+        )>,
+    >,
     queue: Mutex<VecDeque<Delivery>>,
     rma: Mutex<Vec<RmaOp>>,
     counters: Counters,
@@ -229,9 +249,7 @@ impl MemoryRegion for PtrRegion {
     fn read(&self, offset: usize, dst: &mut [u8]) {
         assert!(offset + dst.len() <= self.len, "engine checked bounds");
         // SAFETY: as in `write`, the other way round.
-        unsafe {
-            std::ptr::copy_nonoverlapping(self.base.add(offset), dst.as_mut_ptr(), dst.len())
-        }
+        unsafe { std::ptr::copy_nonoverlapping(self.base.add(offset), dst.as_mut_ptr(), dst.len()) }
     }
 }
 
@@ -284,11 +302,14 @@ impl Inner {
             self.call_recv(peer, tag, data);
         } else {
             self.counters.queued.fetch_add(1, Ordering::Relaxed);
-            self.queue.lock().expect("queue").push_back(Delivery::Message {
-                peer,
-                tag,
-                data: data.to_vec(),
-            });
+            self.queue
+                .lock()
+                .expect("queue")
+                .push_back(Delivery::Message {
+                    peer,
+                    tag,
+                    data: data.to_vec(),
+                });
         }
     }
 
@@ -306,7 +327,11 @@ impl Inner {
             }
             None => {
                 self.counters.unhandled.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(peer, tag, "message for a tag with no receive callback dropped");
+                tracing::warn!(
+                    peer,
+                    tag,
+                    "message for a tag with no receive callback dropped"
+                );
             }
         }
     }
@@ -978,8 +1003,7 @@ pub unsafe extern "C" fn llc_shim_flush(s: *const LlcShim, timeout_ms: u32) -> L
     let deadline = Instant::now() + Duration::from_millis(timeout_ms.into());
     loop {
         let _ = s.progress();
-        if s.ep.flush(Some(Duration::ZERO)).is_ok() && s.inner.rma.lock().expect("rma").is_empty()
-        {
+        if s.ep.flush(Some(Duration::ZERO)).is_ok() && s.inner.rma.lock().expect("rma").is_empty() {
             return LlcShimStatus::Ok;
         }
         if Instant::now() >= deadline {
@@ -993,7 +1017,10 @@ pub unsafe extern "C" fn llc_shim_flush(s: *const LlcShim, timeout_ms: u32) -> L
 /// # Safety
 /// `s` is a live handle; `out` writable.
 #[no_mangle]
-pub unsafe extern "C" fn llc_shim_stats(s: *const LlcShim, out: *mut LlcShimStats) -> LlcShimStatus {
+pub unsafe extern "C" fn llc_shim_stats(
+    s: *const LlcShim,
+    out: *mut LlcShimStats,
+) -> LlcShimStatus {
     // SAFETY: per the contract.
     let Some(s) = (unsafe { shim(s) }) else {
         return LlcShimStatus::Invalid;
