@@ -166,21 +166,20 @@ struct Counters {
     background_rounds: AtomicU64,
 }
 
+/// A receive callback and its context.
+type RecvHandler = (
+    unsafe extern "C" fn(*mut c_void, u32, u8, *const u8, usize),
+    CPtr,
+);
+/// A failure callback and its context.
+type FailHandler = (
+    unsafe extern "C" fn(*mut c_void, u32, bool, *const c_char),
+    CPtr,
+);
+
 struct Inner {
-    recv: Mutex<
-        Vec<
-            Option<(
-                unsafe extern "C" fn(*mut c_void, u32, u8, *const u8, usize),
-                CPtr,
-            )>,
-        >,
-    >,
-    fail: Mutex<
-        Option<(
-            unsafe extern "C" fn(*mut c_void, u32, bool, *const c_char),
-            CPtr,
-        )>,
-    >,
+    recv: Mutex<Vec<Option<RecvHandler>>>,
+    fail: Mutex<Option<FailHandler>>,
     queue: Mutex<VecDeque<Delivery>>,
     rma: Mutex<Vec<RmaOp>>,
     counters: Counters,

@@ -377,8 +377,11 @@ fn netpipe_sweep_over_llc() {
     );
 }
 
-/// NetPIPE output rows: (bytes, Mbit/s, one-way µs).
-fn parse_netpipe(table: &str) -> Vec<(u64, f64, f64)> {
+/// A NetPIPE output row: (bytes, Mbit/s, one-way µs).
+type Row = (u64, f64, f64);
+
+/// NetPIPE output rows.
+fn parse_netpipe(table: &str) -> Vec<Row> {
     table
         .lines()
         .filter_map(|l| {
@@ -392,7 +395,7 @@ fn parse_netpipe(table: &str) -> Vec<(u64, f64, f64)> {
 }
 
 /// The row nearest `bytes`.
-fn at(rows: &[(u64, f64, f64)], bytes: u64) -> (u64, f64, f64) {
+fn at(rows: &[Row], bytes: u64) -> Row {
     *rows
         .iter()
         .min_by_key(|r| r.0.abs_diff(bytes))
@@ -417,7 +420,7 @@ fn netpipe_llc_vs_tcp() {
     let bed = MultiPort::new(2, mtu).expect("testbed");
     let subnet = format!("{}/24", bed.ipv4[0]);
     let llc_extra = std::env::var("LLC_BENCH_MCA").unwrap_or_default();
-    let mut results: Vec<(String, Vec<(u64, f64, f64)>)> = Vec::new();
+    let mut results: Vec<(String, Vec<Row>)> = Vec::new();
     for round in 0..rounds {
         for which in ["llc", "tcp"] {
             let out = std::env::temp_dir().join(format!("np-{which}-{}.out", std::process::id()));
