@@ -615,13 +615,15 @@ static int llc_finalize(struct mca_btl_base_module_t *btl)
         fprintf(stderr,
                 "btl/llc stats: rank %s local %d if %s transport %s: sent %llu msgs %llu B,"
                 " received %llu msgs %llu B, queued %llu, puts %llu, gets %llu,"
-                " peers failed %llu, background rounds %llu\n",
+                " peers failed %llu, background rounds %llu, retransmits %llu (timeouts %llu),"
+                " frames dropped %llu\n",
                 OPAL_NAME_PRINT(OPAL_PROC_MY_NAME), local_rank, ifname, transport_name,
                 (unsigned long long) s.sent, (unsigned long long) s.sent_bytes,
                 (unsigned long long) s.received, (unsigned long long) s.received_bytes,
                 (unsigned long long) s.queued, (unsigned long long) s.puts,
                 (unsigned long long) s.gets, (unsigned long long) s.peers_failed,
-                (unsigned long long) s.background_rounds);
+                (unsigned long long) s.background_rounds, (unsigned long long) s.retransmits,
+                (unsigned long long) s.timeouts, (unsigned long long) s.frames_dropped);
     }
     llc_shim_close(shim, 2000);
     shim = NULL;

@@ -152,6 +152,18 @@ typedef struct LlcShimStats {
    * Rounds of the background thread that made progress.
    */
   uint64_t background_rounds;
+  /**
+   * LLC frames retransmitted (all connections).
+   */
+  uint64_t retransmits;
+  /**
+   * Of those, after a retransmission timeout.
+   */
+  uint64_t timeouts;
+  /**
+   * Frames the LLC endpoint dropped (malformed, beyond the window, ...).
+   */
+  uint64_t frames_dropped;
 } LlcShimStats;
 
 #ifdef __cplusplus

@@ -104,6 +104,12 @@ pub struct LlcShimStats {
     pub peers_failed: u64,
     /// Rounds of the background thread that made progress.
     pub background_rounds: u64,
+    /// LLC frames retransmitted (all connections).
+    pub retransmits: u64,
+    /// Of those, after a retransmission timeout.
+    pub timeouts: u64,
+    /// Frames the LLC endpoint dropped (malformed, beyond the window, ...).
+    pub frames_dropped: u64,
 }
 
 /// Receive callback: `(ctx, peer, tag, data, len)`. `data` is valid only
@@ -1040,7 +1046,20 @@ pub unsafe extern "C" fn llc_shim_stats(
         gets: get(&c.gets),
         peers_failed: get(&c.peers_failed),
         background_rounds: get(&c.background_rounds),
+        ..LlcShimStats::default()
     };
+    let mut st = st;
+    s.ep.with_transport(|t| {
+        let ep = t.stack().endpoint();
+        st.frames_dropped = ep.stats().dropped.total();
+        // Connection handles are never reused; the first ones cover an MPI job.
+        for h in 0..4096 {
+            if let Some(cs) = ep.connection_stats(llc_stack::proto::ConnHandle(h)) {
+                st.retransmits += cs.retransmits;
+                st.timeouts += cs.timeouts;
+            }
+        }
+    });
     // SAFETY: checked non-null.
     unsafe { *out = st };
     LlcShimStatus::Ok

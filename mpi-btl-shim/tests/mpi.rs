@@ -419,26 +419,17 @@ fn netpipe_llc_vs_tcp() {
         .unwrap_or(2);
     let bed = MultiPort::new(2, mtu).expect("testbed");
     let subnet = format!("{}/24", bed.ipv4[0]);
-    let llc_extra = std::env::var("LLC_BENCH_MCA").unwrap_or_default();
+    let backends = std::env::var("LLC_BENCH_BACKENDS").unwrap_or_else(|_| "xdp,packet".into());
+    let mut configs: Vec<String> = backends.split(',').map(|b| format!("llc/{b}")).collect();
+    configs.push("tcp".into());
     let mut results: Vec<(String, Vec<Row>)> = Vec::new();
     for round in 0..rounds {
-        for which in ["llc", "tcp"] {
-            let out = std::env::temp_dir().join(format!("np-{which}-{}.out", std::process::id()));
-            let mut mca: Vec<(&str, &str)> = if which == "llc" {
-                vec![("btl", "self,llc")]
-            } else {
-                vec![("btl", "self,tcp"), ("btl_tcp_if_include", &subnet)]
+        for which in &configs {
+            let out = std::env::temp_dir().join(format!("np-bench-{}.out", std::process::id()));
+            let mca: Vec<(&str, &str)> = match which.strip_prefix("llc/") {
+                Some(backend) => vec![("btl", "self,llc"), ("btl_llc_backend", backend)],
+                None => vec![("btl", "self,tcp"), ("btl_tcp_if_include", &subnet)],
             };
-            let extra: Vec<(String, String)> = llc_extra
-                .split_whitespace()
-                .filter_map(|kv| kv.split_once('='))
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect();
-            if which == "llc" {
-                for (k, v) in &extra {
-                    mca.push((k, v));
-                }
-            }
             let run = mpirun(
                 &bed,
                 2,
@@ -458,7 +449,7 @@ fn netpipe_llc_vs_tcp() {
                 rows.len(),
                 run.elapsed
             );
-            results.push((which.to_string(), rows));
+            results.push((which.clone(), rows));
         }
     }
     println!("\n| round | BTL | 8 B one-way µs | 1 KiB µs | 64 KiB Mbit/s | 1 MiB Mbit/s | 4 MiB Mbit/s | peak Mbit/s |");
@@ -467,7 +458,7 @@ fn netpipe_llc_vs_tcp() {
         let peak = rows.iter().map(|r| r.1).fold(0.0, f64::max);
         println!(
             "| {} | {which} | {:.2} | {:.2} | {:.0} | {:.0} | {:.0} | {:.0} |",
-            i / 2,
+            i / configs.len(),
             at(rows, 8).2,
             at(rows, 1024).2,
             at(rows, 65536).1,
@@ -476,12 +467,14 @@ fn netpipe_llc_vs_tcp() {
             peak
         );
     }
-    for pair in results.chunks(2) {
-        let (l, t) = (&pair[0].1, &pair[1].1);
-        println!(
-            "ratio llc/tcp: latency at 8 B {:.2}x, bandwidth at 1 MiB {:.2}x",
-            at(l, 8).2 / at(t, 8).2,
-            at(l, 1 << 20).1 / at(t, 1 << 20).1
-        );
+    for round in results.chunks(configs.len()) {
+        let tcp = &round.last().expect("tcp").1;
+        for (which, rows) in &round[..round.len() - 1] {
+            println!(
+                "ratio {which}/tcp: latency at 8 B {:.2}x, bandwidth at 1 MiB {:.2}x",
+                at(rows, 8).2 / at(tcp, 8).2,
+                at(rows, 1 << 20).1 / at(tcp, 1 << 20).1
+            );
+        }
     }
 }
