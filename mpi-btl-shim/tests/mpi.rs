@@ -57,19 +57,24 @@ fn build() -> &'static Built {
             );
         }
         let profile = profile_dir();
-        let shim = profile.join("libmpi_btl_shim.so");
-        assert!(
-            shim.exists(),
-            "{} missing: cargo builds the cdylib with the tests",
-            shim.display()
-        );
+        // cargo builds the cdylib next to the rlib in deps/ and copies it up
+        // to the profile directory; either will do.
+        let shim_dir = [profile.clone(), profile.join("deps")]
+            .into_iter()
+            .find(|d| d.join("libmpi_btl_shim.so").exists())
+            .unwrap_or_else(|| {
+                panic!(
+                    "libmpi_btl_shim.so missing in {}: cargo builds the cdylib with the tests",
+                    profile.display()
+                )
+            });
         let dir = profile.join("btl-llc");
         std::fs::create_dir_all(&dir).expect("output directory");
         let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
         let out = Command::new("make")
             .arg("-C")
             .arg(crate_dir.join("component"))
-            .arg(format!("SHIM_DIR={}", profile.display()))
+            .arg(format!("SHIM_DIR={}", shim_dir.display()))
             .arg(format!("OUT={}", dir.display()))
             .output()
             .expect("running make");
