@@ -11,9 +11,12 @@ set -euo pipefail
 # (clang -target bpf, <bpf/bpf_helpers.h>, <linux/bpf.h>); libelf-dev,
 # zlib1g-dev, pkg-config: the vendored libbpf that libbpf-sys builds.
 # busybox-static: the userland of the QEMU test guests' initramfs.
+# openmpi-bin, libopenmpi-dev (Open MPI 4.1.4 with its devel headers, BTL
+# interface 3.1.0), netpipe-openmpi (NPopenmpi), make: the btl/llc component
+# and its tests (mpi-btl-shim/tests/mpi.rs).
 PACKAGES=(iproute2 iputils-ping util-linux procps tshark
           clang llvm libbpf-dev linux-libc-dev libelf-dev zlib1g-dev pkg-config
-          busybox-static)
+          busybox-static openmpi-bin libopenmpi-dev netpipe-openmpi make)
 # qemu-system-x86 comes from bookworm-backports: the image carries qemu-utils from
 # there, and bookworm's own qemu-system-x86 conflicts with it.
 BACKPORTS_PACKAGES=(qemu-system-x86)

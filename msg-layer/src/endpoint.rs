@@ -427,6 +427,17 @@ impl<T: Transport> Endpoint<T> {
         Request(r)
     }
 
+    /// Send an active message without a request: nothing to wait for or
+    /// take. The message is queued in order with everything else to `peer`;
+    /// if the peer fails later, the failure callback says so. Fails at once
+    /// only for an unknown or already failed peer.
+    pub fn am_post(&self, peer: PeerId, id: u16, data: impl Into<Bytes>) -> Result<(), Error> {
+        let mut e = self.shared.engine.lock();
+        e.am_post(peer, id, data.into())?;
+        let _ = e.progress();
+        Ok(())
+    }
+
     /// Make `region` accessible to peers' `put` and `get` under the returned key.
     pub fn register(&self, region: Arc<dyn MemoryRegion>) -> RegionKey {
         self.shared.engine.lock().register(region)

@@ -27,6 +27,10 @@ use crate::rma::{MemoryRegion, RegionKey};
 use crate::transport::{ConnId, SendError, Transport, TransportEvent};
 use crate::wire::{flags, DecodeError, Header, Kind, HEADER_LEN};
 
+/// The reason a peer's requests fail with when it closed its connection in
+/// order (it finished, e.g. MPI_Finalize), as opposed to a failure.
+pub const PEER_CLOSED: &str = "the peer closed the connection";
+
 /// What a completed request tells.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Status {
@@ -673,6 +677,27 @@ impl<T: Transport> Engine<T> {
         r
     }
 
+    /// An active message with no request to take: for callers (the MPI
+    /// shim) that learn of failures from the failure callback and would
+    /// otherwise have to collect one completion per message.
+    pub fn am_post(&mut self, p: PeerId, handler: u16, data: Bytes) -> Result<(), Error> {
+        if let Some(e) = self.peer_error(p) {
+            return Err(e);
+        }
+        let mut hdr = Header::new(Kind::Am);
+        hdr.am = handler;
+        self.push(
+            p,
+            Out {
+                hdr,
+                body: data,
+                cost: 0,
+                completes: None,
+            },
+        );
+        Ok(())
+    }
+
     pub fn register(&mut self, region: Arc<dyn MemoryRegion>) -> RegionKey {
         loop {
             let k = self.rng.next_u64();
@@ -896,7 +921,7 @@ impl<T: Transport> Engine<T> {
                     if peer.conn == Some(c) || peer.conn.is_none() {
                         let reason = reason
                             .map(|e| e.to_string())
-                            .unwrap_or_else(|| "the peer closed the connection".into());
+                            .unwrap_or_else(|| PEER_CLOSED.into());
                         self.fail_peer(p, reason);
                     }
                 }

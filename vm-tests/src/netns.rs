@@ -642,6 +642,68 @@ impl Bridged {
     }
 }
 
+/// One namespace with `n` ports `llc0..llc{n-1}` on one Linux bridge (in a separate hub
+/// namespace): for programs that start all their processes in one namespace, as `mpirun`
+/// does, each process taking its own port. Port `i` has address `.i+1` of a per-run /24,
+/// so TCP between the ports works too (the kernel delivers local addresses via loopback).
+#[derive(Debug)]
+pub struct MultiPort {
+    /// The namespace holding the bridge and the hub-side veth ends `p0..pN`.
+    pub hub: Netns,
+    /// The namespace holding the ports.
+    pub ns: Netns,
+    /// Port names, in order (`llc0`, `llc1`, ...).
+    pub ports: Vec<String>,
+    /// Their MACs.
+    pub macs: Vec<[u8; 6]>,
+    /// Their IPv4 addresses.
+    pub ipv4: Vec<Ipv4Addr>,
+    /// The MTU of every link.
+    pub mtu: u32,
+}
+
+impl MultiPort {
+    /// Builds the bridge and `n` (1..=254) ports; on error everything created is deleted.
+    pub fn new(n: usize, mtu: u32) -> Result<MultiPort, HarnessError> {
+        check_mtu(mtu)?;
+        if !(1..=254).contains(&n) {
+            return Err(HarnessError::InvalidArgument(format!(
+                "{n} ports: 1..=254 allowed"
+            )));
+        }
+        let plan = Plan::next();
+        let hub = Netns::new("mhub")?;
+        let ns = Netns::new("multi")?;
+        let mtu_s = mtu.to_string();
+        #[rustfmt::skip]
+        hub.ip(&["link", "add", BRIDGE_NAME, "mtu", &mtu_s, "type", "bridge", "stp_state", "0"])?;
+        hub.ip(&["link", "set", "dev", BRIDGE_NAME, "up"])?;
+        let (mut ports, mut macs, mut ipv4) = (Vec::new(), Vec::new(), Vec::new());
+        for i in 0..n {
+            let index = (i + 1) as u8;
+            let (port, hub_port) = (format!("llc{i}"), format!("p{i}"));
+            let (mac, hub_mac) = (plan.mac(ROLE_HOST, index), plan.mac(ROLE_HUB, index));
+            add_veth(&hub, &hub_port, &hub_mac, &ns, &port, &mac, mtu)?;
+            hub.ip(&["link", "set", "dev", &hub_port, "master", BRIDGE_NAME, "up"])?;
+            let addr = plan.ipv4(index);
+            ns.ip(&["addr", "add", &format!("{addr}/24"), "dev", &port])?;
+            ns.ip(&["link", "set", "dev", &port, "up"])?;
+            ports.push(port);
+            macs.push(mac);
+            ipv4.push(addr);
+        }
+        hub.ip(&["link", "set", "dev", BRIDGE_NAME, "mtu", &mtu_s])?;
+        Ok(MultiPort {
+            hub,
+            ns,
+            ports,
+            macs,
+            ipv4,
+            mtu,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,774 @@
+/*
+ * btl/llc: an Open MPI 4.1 BTL (interface 3.1.0) over the project's LLC
+ * stack, through the Rust shim (libmpi_btl_shim.so, include/llc_shim.h).
+ *
+ * One module per process, on one interface: each local rank takes its own
+ * (MCA parameter btl_llc_if: a comma list indexed by local rank, or a
+ * pattern with %d replaced by the local rank). BTL tags are the shim's
+ * active-message ids; descriptors carry shim-owned send buffers, handed to
+ * the transport without a copy; put/get go to the message layer's RMA.
+ *
+ * Threads: receive, RMA-completion and failure callbacks run from
+ * mca_btl_llc_component_progress (Open MPI's progress loop) only. The
+ * shim's background thread keeps connections alive while the application
+ * computes and never calls into Open MPI.
+ *
+ * Written for this project from the BTL interface in opal/mca/btl/btl.h.
+ */
+
+#include "opal_config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "opal/class/opal_bitmap.h"
+#include "opal/datatype/opal_convertor.h"
+#include "opal/mca/btl/base/base.h"
+#include "opal/mca/btl/btl.h"
+#include "opal/mca/pmix/pmix.h"
+#include "opal/util/output.h"
+#include "opal/util/proc.h"
+
+#include "llc_shim.h"
+
+/* ----- types ----- */
+
+struct mca_btl_base_endpoint_t {
+    opal_proc_t *proc;
+    uint32_t peer;
+    int failed;  /* the peer failed: sends are refused */
+    int closed;  /* the peer closed in order (it finished) */
+};
+typedef struct mca_btl_base_endpoint_t mca_btl_llc_endpoint_t;
+
+/* What peers need to reach registered memory: the shim's key and the
+ * registered base address (remote addresses are absolute). */
+struct mca_btl_base_registration_handle_t {
+    uint64_t key;
+    uint64_t base;
+};
+
+typedef struct llc_frag {
+    mca_btl_base_descriptor_t base;
+    mca_btl_base_segment_t segment;
+    LlcShimBuf *buf; /* NULL once sent */
+    struct llc_frag *next;
+} llc_frag_t;
+
+typedef struct llc_rma {
+    mca_btl_base_rdma_completion_fn_t cbfunc;
+    mca_btl_llc_endpoint_t *endpoint;
+    void *local_address;
+    mca_btl_base_registration_handle_t *local_handle;
+    void *cbcontext;
+    void *cbdata;
+} llc_rma_t;
+
+/* ----- state ----- */
+
+static struct {
+    char *if_spec;
+    char *backend;
+    int sap;
+    int port;
+    bool progress_thread;
+    int progress_interval_us;
+    int idle_timeout_ms;
+    bool rdma;
+    int print_stats;
+    int verbose;
+} params;
+
+static LlcShim *shim;
+static int output = -1;
+static int finalizing;
+static int local_rank;
+static char ifname[64];
+static char transport_name[128];
+static mca_btl_base_module_error_cb_fn_t error_cb;
+static llc_frag_t *free_frags;
+static mca_btl_llc_endpoint_t **peers; /* by shim peer number */
+static size_t npeers_cap;
+
+static int llc_register(void);
+static int llc_open(void);
+static int llc_close(void);
+static mca_btl_base_module_t **llc_init(int *num_btls, bool progress_threads, bool mpi_threads);
+static int llc_progress(void);
+
+/* The component; its symbol name is what the MCA loader looks up. */
+OPAL_MODULE_DECLSPEC extern mca_btl_base_component_3_0_0_t mca_btl_llc_component;
+mca_btl_base_component_3_0_0_t mca_btl_llc_component = {
+    .btl_version = {
+        MCA_BTL_DEFAULT_VERSION("llc"),
+        .mca_open_component = llc_open,
+        .mca_close_component = llc_close,
+        .mca_register_component_params = llc_register,
+    },
+    .btl_data = {.param_field = MCA_BASE_METADATA_PARAM_NONE},
+    .btl_init = llc_init,
+    .btl_progress = llc_progress,
+};
+
+static mca_btl_base_module_t llc_module;
+
+/* ----- parameters ----- */
+
+static void reg_string(const char *name, const char *help, char **storage, const char *def)
+{
+    *storage = (char *) def;
+    (void) mca_base_component_var_register(&mca_btl_llc_component.btl_version, name, help,
+                                           MCA_BASE_VAR_TYPE_STRING, NULL, 0, 0, OPAL_INFO_LVL_4,
+                                           MCA_BASE_VAR_SCOPE_READONLY, storage);
+}
+
+static void reg_int(const char *name, const char *help, int *storage, int def)
+{
+    *storage = def;
+    (void) mca_base_component_var_register(&mca_btl_llc_component.btl_version, name, help,
+                                           MCA_BASE_VAR_TYPE_INT, NULL, 0, 0, OPAL_INFO_LVL_4,
+                                           MCA_BASE_VAR_SCOPE_READONLY, storage);
+}
+
+static void reg_bool(const char *name, const char *help, bool *storage, bool def)
+{
+    *storage = def;
+    (void) mca_base_component_var_register(&mca_btl_llc_component.btl_version, name, help,
+                                           MCA_BASE_VAR_TYPE_BOOL, NULL, 0, 0, OPAL_INFO_LVL_4,
+                                           MCA_BASE_VAR_SCOPE_READONLY, storage);
+}
+
+static int llc_register(void)
+{
+    (void) mca_base_var_group_component_register(&mca_btl_llc_component.btl_version,
+                                                  "BTL over raw Ethernet with IEEE 802.2 LLC");
+    reg_string("if",
+               "Interface of each local rank: a comma list indexed by local rank (llc0,llc1,...)"
+               " or a pattern where %d is the local rank (llc%d). Each rank needs its own"
+               " interface (or its own SAP).",
+               &params.if_spec, NULL);
+    reg_string("backend", "Link backend: auto, xdp or packet", &params.backend, "auto");
+    reg_int("sap", "LLC SAP (0: the stack's default, 0x7c)", &params.sap, 0);
+    reg_int("port", "LLC transport port of the endpoint", &params.port, 7);
+    reg_bool("progress_thread",
+             "Run a background thread that keeps connections alive (acknowledgements,"
+             " keepalives) while the application computes without calling MPI; without it a"
+             " rank silent for longer than idle_timeout_ms looks dead to its peers",
+             &params.progress_thread, true);
+    reg_int("progress_interval_us", "Period of the background thread", &params.progress_interval_us,
+            10000);
+    reg_int("idle_timeout_ms", "A peer silent this long is declared failed (0: 10 s)",
+            &params.idle_timeout_ms, 0);
+    reg_bool("rdma", "Offer put/get (emulated by the peer's progress) to ob1", &params.rdma,
+             false);
+    reg_int("print_stats", "Print the component's counters at finalize (1: yes)",
+            &params.print_stats, 0);
+    reg_int("verbose", "Verbosity of btl/llc (opal_output level)", &params.verbose, 0);
+
+    llc_module.btl_exclusivity = MCA_BTL_EXCLUSIVITY_DEFAULT;
+    llc_module.btl_eager_limit = 32 * 1024;
+    llc_module.btl_rndv_eager_limit = 32 * 1024;
+    llc_module.btl_max_send_size = 256 * 1024;
+    llc_module.btl_rdma_pipeline_send_length = 256 * 1024;
+    llc_module.btl_rdma_pipeline_frag_size = 4 * 1024 * 1024;
+    llc_module.btl_min_rdma_pipeline_size = 256 * 1024;
+    llc_module.btl_latency = 1;
+    llc_module.btl_bandwidth = 10000;
+    llc_module.btl_flags = MCA_BTL_FLAGS_SEND;
+    /* registers btl_llc_eager_limit, btl_llc_max_send_size, btl_llc_flags, ... */
+    return mca_btl_base_param_register(&mca_btl_llc_component.btl_version, &llc_module);
+}
+
+static int llc_open(void)
+{
+    return OPAL_SUCCESS;
+}
+
+static int llc_close(void)
+{
+    while (free_frags) {
+        llc_frag_t *f = free_frags;
+        free_frags = f->next;
+        free(f);
+    }
+    return OPAL_SUCCESS;
+}
+
+/* ----- callbacks from the shim (inside llc_progress) ----- */
+
+static void on_recv(void *ctx, uint32_t peer, uint8_t tag, const uint8_t *data, size_t len)
+{
+    (void) ctx;
+    (void) peer;
+    mca_btl_active_message_callback_t *reg = mca_btl_base_active_message_trigger + tag;
+    if (NULL == reg->cbfunc) {
+        opal_output(0, "btl/llc: message for tag %u with no handler dropped", tag);
+        return;
+    }
+    /* ob1 only reads the segment (homogeneous build). */
+    mca_btl_base_segment_t seg = {.seg_addr.pval = (void *) data, .seg_len = len};
+    mca_btl_base_descriptor_t des;
+    memset(&des, 0, sizeof(des));
+    des.des_segments = &seg;
+    des.des_segment_count = 1;
+    reg->cbfunc(&llc_module, tag, &des, reg->cbdata);
+}
+
+static void on_failure(void *ctx, uint32_t peer, bool orderly, const char *reason)
+{
+    (void) ctx;
+    mca_btl_llc_endpoint_t *ep = peer < npeers_cap ? peers[peer] : NULL;
+    if (orderly || finalizing) {
+        if (ep) {
+            ep->closed = 1;
+        }
+        opal_output_verbose(10, output, "btl/llc: peer %u closed: %s", peer, reason);
+        return;
+    }
+    if (ep) {
+        ep->failed = 1;
+    }
+    opal_output(0, "btl/llc: rank on %s lost its peer %s: %s", ifname,
+                ep && ep->proc ? OPAL_NAME_PRINT(ep->proc->proc_name) : "(unknown)", reason);
+    if (error_cb) {
+        char info[256];
+        snprintf(info, sizeof(info), "btl/llc: peer failed: %s", reason);
+        error_cb(&llc_module, MCA_BTL_ERROR_FLAGS_FATAL, ep ? ep->proc : NULL, info);
+    }
+}
+
+static int llc_progress(void)
+{
+    if (NULL == shim) {
+        return 0;
+    }
+    int n = llc_shim_progress(shim);
+    return n > 0 ? n : 0;
+}
+
+/* ----- module functions ----- */
+
+static int llc_add_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
+                         struct opal_proc_t **procs, struct mca_btl_base_endpoint_t **endpoints,
+                         struct opal_bitmap_t *reachable)
+{
+    (void) btl;
+    for (size_t i = 0; i < nprocs; i++) {
+        opal_proc_t *proc = procs[i];
+        if (0 == opal_compare_proc(proc->proc_name, OPAL_PROC_MY_NAME)) {
+            continue; /* btl/self */
+        }
+        if (NULL != endpoints[i]) {
+            continue; /* already known */
+        }
+        char *addr = NULL;
+        size_t size = 0;
+        int rc;
+        OPAL_MODEX_RECV(rc, &mca_btl_llc_component.btl_version, &proc->proc_name,
+                        (void **) &addr, &size);
+        if (OPAL_SUCCESS != rc || NULL == addr || 0 == size || addr[size - 1] != '\0') {
+            opal_output_verbose(1, output, "btl/llc: no llc address for %s",
+                                OPAL_NAME_PRINT(proc->proc_name));
+            free(addr);
+            continue;
+        }
+        uint32_t peer = 0;
+        LlcShimStatus st = llc_shim_add_peer(shim, addr, &peer);
+        if (LlcShimStatus_Ok != st) {
+            opal_output(0, "btl/llc: cannot add peer %s at %s (%d)",
+                        OPAL_NAME_PRINT(proc->proc_name), addr, (int) st);
+            free(addr);
+            continue;
+        }
+        opal_output_verbose(5, output, "btl/llc: peer %u is %s at %s", peer,
+                            OPAL_NAME_PRINT(proc->proc_name), addr);
+        free(addr);
+        mca_btl_llc_endpoint_t *ep = calloc(1, sizeof(*ep));
+        if (NULL == ep) {
+            return OPAL_ERR_OUT_OF_RESOURCE;
+        }
+        ep->proc = proc;
+        ep->peer = peer;
+        if (peer >= npeers_cap) {
+            size_t cap = npeers_cap ? npeers_cap : 16;
+            while (cap <= peer) {
+                cap *= 2;
+            }
+            mca_btl_llc_endpoint_t **p = realloc(peers, cap * sizeof(*p));
+            if (NULL == p) {
+                free(ep);
+                return OPAL_ERR_OUT_OF_RESOURCE;
+            }
+            memset(p + npeers_cap, 0, (cap - npeers_cap) * sizeof(*p));
+            peers = p;
+            npeers_cap = cap;
+        }
+        peers[peer] = ep;
+        endpoints[i] = ep;
+        if (reachable) {
+            opal_bitmap_set_bit(reachable, (int) i);
+        }
+    }
+    return OPAL_SUCCESS;
+}
+
+static int llc_del_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
+                         struct opal_proc_t **procs, struct mca_btl_base_endpoint_t **endpoints)
+{
+    (void) btl;
+    (void) procs;
+    for (size_t i = 0; i < nprocs; i++) {
+        mca_btl_llc_endpoint_t *ep = endpoints[i];
+        if (ep && ep->peer < npeers_cap && peers[ep->peer] == ep) {
+            (void) llc_shim_remove_peer(shim, ep->peer);
+            peers[ep->peer] = NULL;
+            free(ep);
+        }
+    }
+    return OPAL_SUCCESS;
+}
+
+static int llc_register_error(struct mca_btl_base_module_t *btl,
+                              mca_btl_base_module_error_cb_fn_t cbfunc)
+{
+    (void) btl;
+    error_cb = cbfunc;
+    return OPAL_SUCCESS;
+}
+
+static llc_frag_t *frag_new(size_t size, uint32_t flags)
+{
+    llc_frag_t *f = free_frags;
+    if (f) {
+        free_frags = f->next;
+    } else {
+        f = malloc(sizeof(*f));
+        if (NULL == f) {
+            return NULL;
+        }
+    }
+    memset(f, 0, sizeof(*f));
+    f->buf = llc_shim_buf_alloc(size > 0 ? size : 1);
+    if (NULL == f->buf) {
+        f->next = free_frags;
+        free_frags = f;
+        return NULL;
+    }
+    f->segment.seg_addr.pval = f->buf->data;
+    f->segment.seg_len = size;
+    f->base.des_segments = &f->segment;
+    f->base.des_segment_count = 1;
+    f->base.des_flags = flags;
+    f->base.order = MCA_BTL_NO_ORDER;
+    return f;
+}
+
+static mca_btl_base_descriptor_t *llc_alloc(struct mca_btl_base_module_t *btl,
+                                            struct mca_btl_base_endpoint_t *endpoint,
+                                            uint8_t order, size_t size, uint32_t flags)
+{
+    (void) endpoint;
+    (void) order;
+    if (size > btl->btl_max_send_size) {
+        return NULL;
+    }
+    llc_frag_t *f = frag_new(size, flags);
+    return f ? &f->base : NULL;
+}
+
+static int llc_free(struct mca_btl_base_module_t *btl, mca_btl_base_descriptor_t *des)
+{
+    (void) btl;
+    llc_frag_t *f = (llc_frag_t *) des;
+    if (f->buf) {
+        llc_shim_buf_free(f->buf);
+        f->buf = NULL;
+    }
+    f->next = free_frags;
+    free_frags = f;
+    return OPAL_SUCCESS;
+}
+
+/* Pack up to *size bytes of the convertor at dst; *size becomes what was packed. */
+static int pack(struct opal_convertor_t *convertor, void *dst, size_t *size)
+{
+    struct iovec iov = {.iov_base = dst, .iov_len = *size};
+    uint32_t iov_count = 1;
+    size_t max_data = *size;
+    if (opal_convertor_pack(convertor, &iov, &iov_count, &max_data) < 0) {
+        return OPAL_ERROR;
+    }
+    *size = max_data;
+    return OPAL_SUCCESS;
+}
+
+static mca_btl_base_descriptor_t *llc_prepare_src(struct mca_btl_base_module_t *btl,
+                                                  struct mca_btl_base_endpoint_t *endpoint,
+                                                  struct opal_convertor_t *convertor,
+                                                  uint8_t order, size_t reserve, size_t *size,
+                                                  uint32_t flags)
+{
+    (void) endpoint;
+    (void) order;
+    if (reserve > btl->btl_max_send_size) {
+        return NULL;
+    }
+    if (*size > btl->btl_max_send_size - reserve) {
+        *size = btl->btl_max_send_size - reserve;
+    }
+    llc_frag_t *f = frag_new(reserve + *size, flags);
+    if (NULL == f) {
+        return NULL;
+    }
+    if (*size > 0 && OPAL_SUCCESS != pack(convertor, (char *) f->buf->data + reserve, size)) {
+        llc_free(btl, &f->base);
+        return NULL;
+    }
+    f->segment.seg_len = reserve + *size;
+    return &f->base;
+}
+
+static int status_to_opal(LlcShimStatus st)
+{
+    switch (st) {
+    case LlcShimStatus_Ok:
+        return OPAL_SUCCESS;
+    case LlcShimStatus_Busy:
+        return OPAL_ERR_OUT_OF_RESOURCE;
+    case LlcShimStatus_PeerFailed:
+        return OPAL_ERR_UNREACH;
+    case LlcShimStatus_Invalid:
+        return OPAL_ERR_BAD_PARAM;
+    default:
+        return OPAL_ERROR;
+    }
+}
+
+static int llc_send(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoint_t *endpoint,
+                    struct mca_btl_base_descriptor_t *des, mca_btl_base_tag_t tag)
+{
+    llc_frag_t *f = (llc_frag_t *) des;
+    if (endpoint->failed) {
+        return OPAL_ERR_UNREACH;
+    }
+    LlcShimBuf *buf = f->buf;
+    f->buf = NULL; /* the shim owns it now, whatever happens */
+    LlcShimStatus st = llc_shim_send_buf(shim, endpoint->peer, tag, buf, f->segment.seg_len);
+    if (LlcShimStatus_Ok != st) {
+        return status_to_opal(st);
+    }
+    /* The data is with the transport: the send is complete locally. */
+    int own = des->des_flags & MCA_BTL_DES_FLAGS_BTL_OWNERSHIP;
+    if (des->des_flags & MCA_BTL_DES_SEND_ALWAYS_CALLBACK) {
+        des->des_cbfunc(btl, endpoint, des, OPAL_SUCCESS);
+    }
+    if (own) {
+        llc_free(btl, des);
+    }
+    return 1;
+}
+
+static int llc_sendi(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoint_t *endpoint,
+                     struct opal_convertor_t *convertor, void *header, size_t header_size,
+                     size_t payload_size, uint8_t order, uint32_t flags, mca_btl_base_tag_t tag,
+                     mca_btl_base_descriptor_t **descriptor)
+{
+    (void) order;
+    (void) flags;
+    if (descriptor) {
+        *descriptor = NULL;
+    }
+    if (endpoint->failed) {
+        return OPAL_ERR_UNREACH;
+    }
+    if (header_size + payload_size > btl->btl_eager_limit) {
+        return OPAL_ERR_OUT_OF_RESOURCE;
+    }
+    LlcShimBuf *buf = llc_shim_buf_alloc(header_size + payload_size);
+    if (NULL == buf) {
+        return OPAL_ERR_OUT_OF_RESOURCE;
+    }
+    memcpy(buf->data, header, header_size);
+    size_t packed = payload_size;
+    if (payload_size > 0 && OPAL_SUCCESS != pack(convertor, buf->data + header_size, &packed)) {
+        llc_shim_buf_free(buf);
+        return OPAL_ERROR;
+    }
+    LlcShimStatus st = llc_shim_send_buf(shim, endpoint->peer, tag, buf, header_size + packed);
+    return status_to_opal(st);
+}
+
+static void rma_done(void *ctx, LlcShimStatus status)
+{
+    llc_rma_t *r = ctx;
+    r->cbfunc(&llc_module, r->endpoint, r->local_address, r->local_handle, r->cbcontext,
+              r->cbdata, LlcShimStatus_Ok == status ? OPAL_SUCCESS : OPAL_ERROR);
+    free(r);
+}
+
+static int llc_rdma(int is_put, struct mca_btl_base_endpoint_t *endpoint, void *local_address,
+                    uint64_t remote_address, mca_btl_base_registration_handle_t *local_handle,
+                    mca_btl_base_registration_handle_t *remote_handle, size_t size,
+                    mca_btl_base_rdma_completion_fn_t cbfunc, void *cbcontext, void *cbdata)
+{
+    if (endpoint->failed) {
+        return OPAL_ERR_UNREACH;
+    }
+    if (NULL == remote_handle || remote_address < remote_handle->base) {
+        return OPAL_ERR_BAD_PARAM;
+    }
+    llc_rma_t *r = malloc(sizeof(*r));
+    if (NULL == r) {
+        return OPAL_ERR_OUT_OF_RESOURCE;
+    }
+    *r = (llc_rma_t){cbfunc, endpoint, local_address, local_handle, cbcontext, cbdata};
+    uint64_t offset = remote_address - remote_handle->base;
+    LlcShimStatus st = is_put ? llc_shim_put(shim, endpoint->peer, local_address, size,
+                                             remote_handle->key, offset, rma_done, r)
+                              : llc_shim_get(shim, endpoint->peer, local_address, size,
+                                             remote_handle->key, offset, rma_done, r);
+    if (LlcShimStatus_Ok != st) {
+        free(r);
+        return status_to_opal(st);
+    }
+    return OPAL_SUCCESS;
+}
+
+static int llc_put(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoint_t *endpoint,
+                   void *local_address, uint64_t remote_address,
+                   mca_btl_base_registration_handle_t *local_handle,
+                   mca_btl_base_registration_handle_t *remote_handle, size_t size, int flags,
+                   int order, mca_btl_base_rdma_completion_fn_t cbfunc, void *cbcontext,
+                   void *cbdata)
+{
+    (void) btl;
+    (void) flags;
+    (void) order;
+    return llc_rdma(1, endpoint, local_address, remote_address, local_handle, remote_handle, size,
+                    cbfunc, cbcontext, cbdata);
+}
+
+static int llc_get(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoint_t *endpoint,
+                   void *local_address, uint64_t remote_address,
+                   mca_btl_base_registration_handle_t *local_handle,
+                   mca_btl_base_registration_handle_t *remote_handle, size_t size, int flags,
+                   int order, mca_btl_base_rdma_completion_fn_t cbfunc, void *cbcontext,
+                   void *cbdata)
+{
+    (void) btl;
+    (void) flags;
+    (void) order;
+    return llc_rdma(0, endpoint, local_address, remote_address, local_handle, remote_handle, size,
+                    cbfunc, cbcontext, cbdata);
+}
+
+static mca_btl_base_registration_handle_t *llc_register_mem(struct mca_btl_base_module_t *btl,
+                                                            struct mca_btl_base_endpoint_t *ep,
+                                                            void *base, size_t size,
+                                                            uint32_t flags)
+{
+    (void) btl;
+    (void) ep;
+    (void) flags;
+    mca_btl_base_registration_handle_t *h = malloc(sizeof(*h));
+    if (NULL == h) {
+        return NULL;
+    }
+    if (LlcShimStatus_Ok != llc_shim_register(shim, base, size, &h->key)) {
+        free(h);
+        return NULL;
+    }
+    h->base = (uint64_t) (uintptr_t) base;
+    return h;
+}
+
+static int llc_deregister_mem(struct mca_btl_base_module_t *btl,
+                              mca_btl_base_registration_handle_t *handle)
+{
+    (void) btl;
+    (void) llc_shim_deregister(shim, handle->key);
+    free(handle);
+    return OPAL_SUCCESS;
+}
+
+static int llc_flush(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoint_t *endpoint)
+{
+    (void) btl;
+    (void) endpoint;
+    return LlcShimStatus_Ok == llc_shim_flush(shim, 60000) ? OPAL_SUCCESS : OPAL_ERROR;
+}
+
+static int llc_finalize(struct mca_btl_base_module_t *btl)
+{
+    (void) btl;
+    if (NULL == shim) {
+        return OPAL_SUCCESS;
+    }
+    finalizing = 1;
+    if (LlcShimStatus_Ok != llc_shim_flush(shim, 5000)) {
+        opal_output(0, "btl/llc: finalize: not everything sent was acknowledged within 5 s");
+    }
+    if (params.print_stats) {
+        LlcShimStats s;
+        llc_shim_stats(shim, &s);
+        fprintf(stderr,
+                "btl/llc stats: rank %s local %d if %s transport %s: sent %llu msgs %llu B,"
+                " received %llu msgs %llu B, queued %llu, puts %llu, gets %llu,"
+                " peers failed %llu, background rounds %llu, retransmits %llu (timeouts %llu),"
+                " frames dropped %llu\n",
+                OPAL_NAME_PRINT(OPAL_PROC_MY_NAME), local_rank, ifname, transport_name,
+                (unsigned long long) s.sent, (unsigned long long) s.sent_bytes,
+                (unsigned long long) s.received, (unsigned long long) s.received_bytes,
+                (unsigned long long) s.queued, (unsigned long long) s.puts,
+                (unsigned long long) s.gets, (unsigned long long) s.peers_failed,
+                (unsigned long long) s.background_rounds, (unsigned long long) s.retransmits,
+                (unsigned long long) s.timeouts, (unsigned long long) s.frames_dropped);
+    }
+    llc_shim_close(shim, 2000);
+    shim = NULL;
+    for (size_t i = 0; i < npeers_cap; i++) {
+        free(peers[i]);
+    }
+    free(peers);
+    peers = NULL;
+    npeers_cap = 0;
+    return OPAL_SUCCESS;
+}
+
+static mca_btl_base_module_t llc_module = {
+    .btl_component = &mca_btl_llc_component,
+    .btl_add_procs = llc_add_procs,
+    .btl_del_procs = llc_del_procs,
+    .btl_finalize = llc_finalize,
+    .btl_alloc = llc_alloc,
+    .btl_free = llc_free,
+    .btl_prepare_src = llc_prepare_src,
+    .btl_send = llc_send,
+    .btl_sendi = llc_sendi,
+    .btl_put = llc_put,
+    .btl_get = llc_get,
+    .btl_dump = mca_btl_base_dump,
+    .btl_register_mem = llc_register_mem,
+    .btl_deregister_mem = llc_deregister_mem,
+    .btl_register_error = llc_register_error,
+    .btl_flush = llc_flush,
+};
+
+/* ----- init ----- */
+
+/* The interface of local rank `rank` per the spec; 0 on success. */
+static int pick_interface(const char *spec, int rank, char *out, size_t len)
+{
+    if (NULL == spec || '\0' == spec[0]) {
+        return -1;
+    }
+    if (strchr(spec, '%')) {
+        snprintf(out, len, spec, rank);
+        return 0;
+    }
+    int count = 1;
+    for (const char *p = spec; *p; p++) {
+        count += (',' == *p);
+    }
+    int want = rank % count;
+    const char *start = spec;
+    for (int i = 0; i < want; i++) {
+        start = strchr(start, ',') + 1;
+    }
+    size_t n = strcspn(start, ",");
+    if (n == 0 || n >= len) {
+        return -1;
+    }
+    memcpy(out, start, n);
+    out[n] = '\0';
+    return 0;
+}
+
+static mca_btl_base_module_t **llc_init(int *num_btls, bool progress_threads, bool mpi_threads)
+{
+    (void) progress_threads;
+    (void) mpi_threads;
+    *num_btls = 0;
+    output = opal_output_open(NULL);
+    opal_output_set_verbosity(output, params.verbose);
+
+    const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    local_rank = lr ? atoi(lr) : opal_process_info.my_local_rank;
+    if (0 != pick_interface(params.if_spec, local_rank, ifname, sizeof(ifname))) {
+        opal_output(0, "btl/llc: no interface for local rank %d: set btl_llc_if (e.g. "
+                       "--mca btl_llc_if llc%%d, or a comma list indexed by local rank)",
+                    local_rank);
+        return NULL;
+    }
+    if (params.sap < 0 || params.sap > 255 || params.port < 0 || params.port > 65535) {
+        opal_output(0, "btl/llc: btl_llc_sap must be 0..255 and btl_llc_port 0..65535");
+        return NULL;
+    }
+    LlcShimConfig cfg = {
+        .ifname = ifname,
+        .backend = params.backend,
+        .sap = (uint8_t) params.sap,
+        .port = (uint16_t) params.port,
+        .idle_timeout_ms = (uint32_t) (params.idle_timeout_ms > 0 ? params.idle_timeout_ms : 0),
+        .progress_thread = params.progress_thread,
+        .progress_interval_us = (uint32_t) (params.progress_interval_us > 0
+                                                ? params.progress_interval_us
+                                                : 0),
+    };
+    char err[512] = "";
+    if (LlcShimStatus_Ok != llc_shim_open(&cfg, &shim, err, sizeof(err))) {
+        opal_output(0, "btl/llc: local rank %d: %s", local_rank, err);
+        shim = NULL;
+        return NULL;
+    }
+    char addr[128];
+    size_t need = llc_shim_addr(shim, addr, sizeof(addr));
+    if (need == 0 || need > sizeof(addr)) {
+        opal_output(0, "btl/llc: endpoint address too long");
+        llc_shim_close(shim, 0);
+        shim = NULL;
+        return NULL;
+    }
+    (void) llc_shim_transport_name(shim, transport_name, sizeof(transport_name));
+    int rc;
+    OPAL_MODEX_SEND(rc, OPAL_PMIX_GLOBAL, &mca_btl_llc_component.btl_version, addr, need);
+    if (OPAL_SUCCESS != rc) {
+        opal_output(0, "btl/llc: publishing the address failed (%d)", rc);
+        llc_shim_close(shim, 0);
+        shim = NULL;
+        return NULL;
+    }
+    llc_shim_set_failure_handler(shim, on_failure, NULL);
+    for (int tag = 0; tag < MCA_BTL_TAG_MAX; tag++) {
+        llc_shim_set_recv_handler(shim, (uint8_t) tag, on_recv, NULL);
+    }
+    if (params.rdma) {
+        llc_module.btl_flags |= MCA_BTL_FLAGS_PUT | MCA_BTL_FLAGS_GET;
+    } else {
+        llc_module.btl_flags &= ~(uint32_t) (MCA_BTL_FLAGS_PUT | MCA_BTL_FLAGS_GET);
+        llc_module.btl_put = NULL;
+        llc_module.btl_get = NULL;
+        llc_module.btl_register_mem = NULL;
+        llc_module.btl_deregister_mem = NULL;
+    }
+    llc_module.btl_registration_handle_size = sizeof(mca_btl_base_registration_handle_t);
+    llc_module.btl_get_limit = SIZE_MAX;
+    llc_module.btl_put_limit = SIZE_MAX;
+    llc_module.btl_get_alignment = 0;
+    llc_module.btl_put_alignment = 0;
+    llc_module.btl_get_local_registration_threshold = SIZE_MAX;
+    llc_module.btl_put_local_registration_threshold = SIZE_MAX;
+    opal_output_verbose(1, output, "btl/llc: local rank %d on %s (%s) at %s", local_rank, ifname,
+                        transport_name, addr);
+
+    mca_btl_base_module_t **btls = malloc(sizeof(*btls));
+    if (NULL == btls) {
+        llc_shim_close(shim, 0);
+        shim = NULL;
+        return NULL;
+    }
+    btls[0] = &llc_module;
+    *num_btls = 1;
+    return btls;
+}

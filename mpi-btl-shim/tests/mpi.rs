@@ -1,0 +1,485 @@
+//! Open MPI over btl/llc, end to end: builds the component against the system
+//! Open MPI and the shim of this build, builds the MPI test program with
+//! mpicc, makes one namespace with a port per rank on a bridge, and runs
+//! `mpirun --mca pml ob1 --mca btl self,llc` there. Only `self,llc`: no
+//! shared-memory or TCP BTL can carry the traffic, and every rank prints its
+//! btl/llc counters at finalize, which the tests check.
+//!
+//! Needs root (namespaces, raw sockets) and Open MPI (`scripts/install-deps.sh`
+//! installs openmpi-bin, libopenmpi-dev and netpipe-openmpi); prints SKIPPED
+//! when not root. The tests run one at a time (2 cores, up to 4 ranks).
+//!
+//! `netpipe_llc_vs_tcp` (ignored by default) is the benchmark of
+//! docs/BENCHMARKS.md: `cargo test --release -p mpi-btl-shim --test mpi --
+//! --ignored --nocapture`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use vm_tests::netns::MultiPort;
+use vm_tests::require_root;
+
+/// Where Debian's Open MPI keeps its components.
+const SYSTEM_COMPONENTS: &str = "/usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3";
+
+/// One mpirun at a time: they would fight over the 2 cores.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+struct Built {
+    /// Directory of mca_btl_llc.so and mpi_check.
+    dir: PathBuf,
+}
+
+/// The directory cargo put this build's libmpi_btl_shim.so in
+/// (target/<profile>, two levels above this test executable).
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps/<test>")
+        .to_path_buf()
+}
+
+fn build() -> &'static Built {
+    static BUILT: OnceLock<Built> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        for tool in ["mpirun", "mpicc", "make", "cc"] {
+            let found = Command::new("sh")
+                .args(["-c", &format!("command -v {tool}")])
+                .stdout(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(
+                found,
+                "{tool} not found: run scripts/install-deps.sh (openmpi-bin, libopenmpi-dev)"
+            );
+        }
+        let profile = profile_dir();
+        // cargo builds the cdylib next to the rlib in deps/ and copies it up
+        // to the profile directory; either will do.
+        let shim_dir = [profile.clone(), profile.join("deps")]
+            .into_iter()
+            .find(|d| d.join("libmpi_btl_shim.so").exists())
+            .unwrap_or_else(|| {
+                panic!(
+                    "libmpi_btl_shim.so missing in {}: cargo builds the cdylib with the tests",
+                    profile.display()
+                )
+            });
+        let dir = profile.join("btl-llc");
+        std::fs::create_dir_all(&dir).expect("output directory");
+        let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let out = Command::new("make")
+            .arg("-C")
+            .arg(crate_dir.join("component"))
+            .arg(format!("SHIM_DIR={}", shim_dir.display()))
+            .arg(format!("OUT={}", dir.display()))
+            .output()
+            .expect("running make");
+        assert!(
+            out.status.success(),
+            "building mca_btl_llc.so failed:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let out = Command::new("mpicc")
+            .args(["-O2", "-Wall", "-o"])
+            .arg(dir.join("mpi_check"))
+            .arg(crate_dir.join("mpi-tests/mpi_check.c"))
+            .output()
+            .expect("running mpicc");
+        assert!(
+            out.status.success(),
+            "building mpi_check failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Built { dir }
+    })
+}
+
+struct Run {
+    ok: bool,
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+    elapsed: Duration,
+}
+
+/// `mpirun -np <np> <args>` inside the namespace, killed after `timeout`.
+fn mpirun(
+    bed: &MultiPort,
+    np: usize,
+    mca: &[(&str, &str)],
+    args: &[&str],
+    timeout: Duration,
+) -> Run {
+    let built = build();
+    let mut cmd = bed.ns.command("mpirun");
+    cmd.args(["--allow-run-as-root", "--oversubscribe", "-np"])
+        .arg(np.to_string())
+        .args(["--mca", "pml", "ob1"]);
+    for (k, v) in mca {
+        cmd.args(["--mca", k, v]);
+    }
+    cmd.args(args)
+        .env(
+            "OMPI_MCA_mca_component_path",
+            format!("{SYSTEM_COMPONENTS}:{}", built.dir.display()),
+        )
+        .env("OMPI_MCA_btl_llc_if", "llc%d")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let line = format!("{cmd:?}");
+    let start = Instant::now();
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("{line}: {e}"));
+    let (mut so, mut se) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let t_out = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut so, &mut s);
+        s
+    });
+    let t_err = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut se, &mut s);
+        s
+    });
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("waiting for mpirun") {
+            break Some(st);
+        }
+        if start.elapsed() > timeout {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let elapsed = start.elapsed();
+    let stdout = t_out.join().unwrap_or_default();
+    let stderr = t_err.join().unwrap_or_default();
+    let Some(status) = status else {
+        panic!("{line} did not end within {timeout:?}\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    };
+    Run {
+        ok: status.success(),
+        code: status.code(),
+        stdout,
+        stderr,
+        elapsed,
+    }
+}
+
+/// The `btl/llc stats:` lines: one per rank, each with messages both ways.
+fn check_stats(run: &Run, np: usize) {
+    let lines: Vec<&str> = run
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("btl/llc stats:"))
+        .collect();
+    assert_eq!(
+        lines.len(),
+        np,
+        "expected one btl/llc stats line per rank\n{}",
+        run.stderr
+    );
+    for l in lines {
+        let num = |key: &str| -> u64 {
+            let rest = l
+                .split(key)
+                .nth(1)
+                .unwrap_or_else(|| panic!("{key} in {l}"));
+            rest.split_whitespace().next().unwrap().parse().unwrap()
+        };
+        assert!(num(": sent ") > 0 && num("received ") > 0, "idle rank: {l}");
+        println!("{l}");
+    }
+}
+
+fn mpi_check(np: usize, backend: &str) {
+    require_root!();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let bed = MultiPort::new(np, 9000).expect("testbed");
+    let run = mpirun(
+        &bed,
+        np,
+        &[
+            ("btl", "self,llc"),
+            ("btl_llc_backend", backend),
+            ("btl_llc_print_stats", "1"),
+        ],
+        &[build().dir.join("mpi_check").to_str().unwrap()],
+        Duration::from_secs(240),
+    );
+    assert!(
+        run.ok,
+        "mpi_check over {np} ranks failed ({:?})\nstdout:\n{}\nstderr:\n{}",
+        run.code, run.stdout, run.stderr
+    );
+    assert!(
+        run.stdout.contains(&format!("mpi_check: OK ranks={np}")),
+        "{}",
+        run.stdout
+    );
+    print!("{}", run.stdout);
+    check_stats(&run, np);
+    println!("{np} ranks, backend {backend}: {:.1?}", run.elapsed);
+}
+
+#[test]
+fn mpi_check_2_ranks() {
+    mpi_check(2, "auto");
+}
+
+#[test]
+fn mpi_check_4_ranks() {
+    mpi_check(4, "auto");
+}
+
+#[test]
+fn mpi_check_4_ranks_af_packet() {
+    mpi_check(4, "packet");
+}
+
+/// With put/get offered to ob1, large messages move by get.
+#[test]
+fn mpi_check_2_ranks_rdma() {
+    require_root!();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let bed = MultiPort::new(2, 9000).expect("testbed");
+    let run = mpirun(
+        &bed,
+        2,
+        &[
+            ("btl", "self,llc"),
+            ("btl_llc_rdma", "1"),
+            ("btl_llc_print_stats", "1"),
+        ],
+        &[build().dir.join("mpi_check").to_str().unwrap()],
+        Duration::from_secs(240),
+    );
+    assert!(run.ok, "stdout:\n{}\nstderr:\n{}", run.stdout, run.stderr);
+    assert!(run.stdout.contains("mpi_check: OK ranks=2"));
+    check_stats(&run, 2);
+    let gets: u64 = run
+        .stderr
+        .lines()
+        .filter_map(|l| l.split("gets ").nth(1))
+        .map(|r| r.split(',').next().unwrap().trim().parse::<u64>().unwrap())
+        .sum();
+    assert!(gets > 0, "no get was used:\n{}", run.stderr);
+}
+
+/// `--mca btl self,llc` with an interface that does not exist: btl/llc
+/// cannot open, nothing else may carry the traffic, so the job must fail
+/// (proof that the passing runs went over llc).
+#[test]
+fn job_fails_without_llc() {
+    require_root!();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let bed = MultiPort::new(2, 1500).expect("testbed");
+    let run = mpirun(
+        &bed,
+        2,
+        &[("btl", "self,llc"), ("btl_llc_if", "nosuchif%d")],
+        &[build().dir.join("mpi_check").to_str().unwrap()],
+        Duration::from_secs(60),
+    );
+    assert!(!run.ok, "the job ran without btl/llc:\n{}", run.stdout);
+    assert!(
+        run.stderr.contains("btl/llc: local rank"),
+        "btl/llc did not say why:\n{}",
+        run.stderr
+    );
+}
+
+/// A rank kills itself (SIGKILL) while the others exchange messages with
+/// it. First with mpirun's default policy (it tears the job down and fails);
+/// then with --enable-recovery, where mpirun leaves the survivors running:
+/// they must learn of the death from btl/llc (the retransmission bound) and
+/// end through ob1's error handler (an MPI abort) in bounded time. (mpirun
+/// itself exits 0 in recovery mode, so the survivors' messages are checked.)
+#[test]
+fn killed_rank_fails_the_others() {
+    require_root!();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let bed = MultiPort::new(3, 1500).expect("testbed");
+    let prog = build().dir.join("mpi_check");
+    let prog = prog.to_str().unwrap();
+    let run = mpirun(
+        &bed,
+        3,
+        &[("btl", "self,llc")],
+        &[prog, "kill", "1"],
+        Duration::from_secs(90),
+    );
+    assert!(!run.ok, "the job succeeded although a rank died");
+    println!(
+        "killed rank, default policy: job failed with {:?} after {:.1?}",
+        run.code, run.elapsed
+    );
+    let run = mpirun(
+        &bed,
+        3,
+        &[("btl", "self,llc")],
+        &["--enable-recovery", prog, "kill", "1"],
+        Duration::from_secs(90),
+    );
+    let detected: Vec<&str> = run
+        .stderr
+        .lines()
+        .filter(|l| l.contains("btl/llc: rank on") && l.contains("lost its peer"))
+        .collect();
+    assert_eq!(
+        detected.len(),
+        2,
+        "both survivors must detect the death through btl/llc:\n{}",
+        run.stderr
+    );
+    assert!(!run.stdout.contains("mpi_check: OK"), "{}", run.stdout);
+    for l in &detected {
+        println!("{l}");
+    }
+    println!(
+        "killed rank, --enable-recovery: survivors aborted by btl/llc's error after {:.1?}",
+        run.elapsed
+    );
+    assert!(run.elapsed < Duration::from_secs(60), "{:.1?}", run.elapsed);
+}
+
+/// NetPIPE (Debian's NPopenmpi) completes its whole default sweep over btl/llc.
+#[test]
+fn netpipe_sweep_over_llc() {
+    require_root!();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let bed = MultiPort::new(2, 9000).expect("testbed");
+    let out = std::env::temp_dir().join(format!("np-llc-{}.out", std::process::id()));
+    let run = mpirun(
+        &bed,
+        2,
+        &[("btl", "self,llc"), ("btl_llc_print_stats", "1")],
+        &["NPopenmpi", "-o", out.to_str().unwrap()],
+        Duration::from_secs(600),
+    );
+    let table = std::fs::read_to_string(&out).unwrap_or_default();
+    let _ = std::fs::remove_file(&out);
+    assert!(run.ok, "NPopenmpi failed:\n{}\n{}", run.stdout, run.stderr);
+    check_stats(&run, 2);
+    let rows = parse_netpipe(&table);
+    let last = rows.last().expect("NetPIPE wrote no results");
+    assert!(
+        last.0 >= 8 << 20,
+        "sweep ended at {} bytes:\n{table}",
+        last.0
+    );
+    println!(
+        "NetPIPE over btl/llc: {} sizes up to {} B in {:.1?}",
+        rows.len(),
+        last.0,
+        run.elapsed
+    );
+}
+
+/// A NetPIPE output row: (bytes, Mbit/s, one-way µs).
+type Row = (u64, f64, f64);
+
+/// NetPIPE output rows.
+fn parse_netpipe(table: &str) -> Vec<Row> {
+    table
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let bytes = f.next()?.parse::<u64>().ok()?;
+            let mbps = f.next()?.parse::<f64>().ok()?;
+            let secs = f.next()?.parse::<f64>().ok()?;
+            Some((bytes, mbps, secs * 1e6))
+        })
+        .collect()
+}
+
+/// The row nearest `bytes`.
+fn at(rows: &[Row], bytes: u64) -> Row {
+    *rows
+        .iter()
+        .min_by_key(|r| r.0.abs_diff(bytes))
+        .expect("rows")
+}
+
+/// The benchmark: NPopenmpi over btl/llc and over btl/tcp, alternating, on
+/// the same two ports. Prints the table for docs/BENCHMARKS.md.
+#[test]
+#[ignore = "benchmark: run with --release --ignored --nocapture"]
+fn netpipe_llc_vs_tcp() {
+    require_root!();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mtu: u32 = std::env::var("LLC_BENCH_MTU")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(9000);
+    let rounds: usize = std::env::var("LLC_BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2);
+    let bed = MultiPort::new(2, mtu).expect("testbed");
+    let subnet = format!("{}/24", bed.ipv4[0]);
+    let backends = std::env::var("LLC_BENCH_BACKENDS").unwrap_or_else(|_| "xdp,packet".into());
+    let mut configs: Vec<String> = backends.split(',').map(|b| format!("llc/{b}")).collect();
+    configs.push("tcp".into());
+    let mut results: Vec<(String, Vec<Row>)> = Vec::new();
+    for round in 0..rounds {
+        for which in &configs {
+            let out = std::env::temp_dir().join(format!("np-bench-{}.out", std::process::id()));
+            let mca: Vec<(&str, &str)> = match which.strip_prefix("llc/") {
+                Some(backend) => vec![("btl", "self,llc"), ("btl_llc_backend", backend)],
+                None => vec![("btl", "self,tcp"), ("btl_tcp_if_include", &subnet)],
+            };
+            let run = mpirun(
+                &bed,
+                2,
+                &mca,
+                &["NPopenmpi", "-u", "8388608", "-o", out.to_str().unwrap()],
+                Duration::from_secs(900),
+            );
+            assert!(
+                run.ok,
+                "NPopenmpi over {which}:\n{}\n{}",
+                run.stdout, run.stderr
+            );
+            let rows = parse_netpipe(&std::fs::read_to_string(&out).unwrap_or_default());
+            let _ = std::fs::remove_file(&out);
+            println!(
+                "round {round} {which}: {} rows in {:.1?}",
+                rows.len(),
+                run.elapsed
+            );
+            results.push((which.clone(), rows));
+        }
+    }
+    println!("\n| round | BTL | 8 B one-way µs | 1 KiB µs | 64 KiB Mbit/s | 1 MiB Mbit/s | 4 MiB Mbit/s | peak Mbit/s |");
+    println!("|---|---|---|---|---|---|---|---|");
+    for (i, (which, rows)) in results.iter().enumerate() {
+        let peak = rows.iter().map(|r| r.1).fold(0.0, f64::max);
+        println!(
+            "| {} | {which} | {:.2} | {:.2} | {:.0} | {:.0} | {:.0} | {:.0} |",
+            i / configs.len(),
+            at(rows, 8).2,
+            at(rows, 1024).2,
+            at(rows, 65536).1,
+            at(rows, 1 << 20).1,
+            at(rows, 4 << 20).1,
+            peak
+        );
+    }
+    for round in results.chunks(configs.len()) {
+        let tcp = &round.last().expect("tcp").1;
+        for (which, rows) in &round[..round.len() - 1] {
+            println!(
+                "ratio {which}/tcp: latency at 8 B {:.2}x, bandwidth at 1 MiB {:.2}x",
+                at(rows, 8).2 / at(tcp, 8).2,
+                at(rows, 1 << 20).1 / at(tcp, 1 << 20).1
+            );
+        }
+    }
+}
