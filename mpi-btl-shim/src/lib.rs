@@ -1052,12 +1052,9 @@ pub unsafe extern "C" fn llc_shim_stats(
     s.ep.with_transport(|t| {
         let ep = t.stack().endpoint();
         st.frames_dropped = ep.stats().dropped.total();
-        // Connection handles are never reused; the first ones cover an MPI job.
-        for h in 0..4096 {
-            if let Some(cs) = ep.connection_stats(llc_stack::proto::ConnHandle(h)) {
-                st.retransmits += cs.retransmits;
-                st.timeouts += cs.timeouts;
-            }
+        for (_, cs) in ep.connection_stats_all() {
+            st.retransmits += cs.retransmits;
+            st.timeouts += cs.timeouts;
         }
     });
     // SAFETY: checked non-null.
