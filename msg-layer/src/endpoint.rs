@@ -226,15 +226,21 @@ impl<T: Transport> Endpoint<T> {
         self.shared.engine.lock().peer_count()
     }
 
+    /// Start an operation and make one round of progress, so that what it
+    /// sends leaves at once.
+    fn post(&self, start: impl FnOnce(&mut Engine<T>) -> u64) -> Request {
+        let mut e = self.shared.engine.lock();
+        let r = start(&mut e);
+        let _ = e.progress();
+        Request(r)
+    }
+
     /// Start sending `data` to `peer` with `tag` in `context`. An eager
     /// send completes when handed to the transport (which delivers it or
     /// fails the peer); a rendezvous send when the receiver has placed all
     /// of it in the posted buffer.
     pub fn isend(&self, peer: PeerId, tag: u32, context: u32, data: impl Into<Bytes>) -> Request {
-        let mut e = self.shared.engine.lock();
-        let r = e.isend(peer, tag, context, data.into());
-        let _ = e.progress();
-        Request(r)
+        self.post(|e| e.isend(peer, tag, context, data.into()))
     }
 
     /// Post a receive into `buf` (its length is the most accepted). The
@@ -245,10 +251,7 @@ impl<T: Transport> Endpoint<T> {
             tag,
             context,
         };
-        let mut e = self.shared.engine.lock();
-        let r = e.irecv(pattern, buf);
-        let _ = e.progress();
-        Request(r)
+        self.post(|e| e.irecv(pattern, buf))
     }
 
     /// Blocking send.
@@ -421,10 +424,7 @@ impl<T: Transport> Endpoint<T> {
     /// handed to the transport. Active messages are not matched and use no
     /// eager credit: the handler consumes them on arrival.
     pub fn am_send(&self, peer: PeerId, id: u16, data: impl Into<Bytes>) -> Request {
-        let mut e = self.shared.engine.lock();
-        let r = e.am_send(peer, id, data.into());
-        let _ = e.progress();
-        Request(r)
+        self.post(|e| e.am_send(peer, id, data.into()))
     }
 
     /// Send an active message without a request: nothing to wait for or
@@ -457,19 +457,13 @@ impl<T: Transport> Endpoint<T> {
         offset: u64,
         data: impl Into<Bytes>,
     ) -> Request {
-        let mut e = self.shared.engine.lock();
-        let r = e.put(peer, key, offset, data.into());
-        let _ = e.progress();
-        Request(r)
+        self.post(|e| e.put(peer, key, offset, data.into()))
     }
 
     /// Read `len` bytes of `peer`'s region `key` at `offset`; the completion
     /// carries them.
     pub fn get(&self, peer: PeerId, key: RegionKey, offset: u64, len: usize) -> Request {
-        let mut e = self.shared.engine.lock();
-        let r = e.get(peer, key, offset, vec![0; len]);
-        let _ = e.progress();
-        Request(r)
+        self.post(|e| e.get(peer, key, offset, vec![0; len]))
     }
 
     /// Make progress until everything sent so far has reached its peers

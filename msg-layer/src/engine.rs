@@ -723,31 +723,44 @@ impl<T: Transport> Engine<T> {
             len: data.len(),
         };
         let r = self.new_req(ReqState::Put { status });
-        let chunk = self.cfg.rndv_chunk;
-        let mut off = 0;
-        loop {
-            let n = (data.len() - off).min(chunk);
+        let total = data.len() as u64;
+        self.push_pieces(p, &data, |off, _, last| {
             let mut hdr = Header::new(Kind::Put);
             hdr.id = key.0;
             hdr.aux = r;
-            hdr.offset = offset + off as u64;
-            hdr.len = data.len() as u64;
-            if off + n == data.len() {
+            hdr.offset = offset + off;
+            hdr.len = total;
+            if last {
                 hdr.flags |= flags::LAST;
             }
-            self.peers[p as usize].queue.push_back(Out {
-                hdr,
+            hdr
+        });
+        r
+    }
+
+    /// Queue `data` to `p` in `rndv_chunk` pieces (at least one, so that an
+    /// empty operation is still answered), each under the header `piece`
+    /// makes from its offset, length and whether it is the last; then send
+    /// what the transport takes.
+    fn push_pieces(&mut self, p: PeerId, data: &Bytes, piece: impl Fn(u64, usize, bool) -> Header) {
+        let chunk = self.cfg.rndv_chunk;
+        let queue = &mut self.peers[p as usize].queue;
+        let mut off = 0;
+        loop {
+            let n = (data.len() - off).min(chunk);
+            let last = off + n == data.len();
+            queue.push_back(Out {
+                hdr: piece(off as u64, n, last),
                 body: data.slice(off..off + n),
                 cost: 0,
                 completes: None,
             });
             off += n;
-            if off == data.len() {
+            if last {
                 break;
             }
         }
         self.flush_peer(p);
-        r
     }
 
     pub fn get(&mut self, p: PeerId, key: RegionKey, offset: u64, buf: Vec<u8>) -> u64 {
@@ -1176,24 +1189,15 @@ impl<T: Transport> Engine<T> {
                 status,
             },
         );
-        let chunk = self.cfg.rndv_chunk;
-        let mut off = 0;
-        let queue = &mut self.peers[p as usize].queue;
-        while off < data.len() {
-            let n = (data.len() - off).min(chunk);
+        // `data` is not empty here: empty messages go eagerly.
+        let rreq = hdr.aux;
+        self.push_pieces(p, &data, |off, n, _| {
             let mut h = Header::new(Kind::Data);
-            h.id = hdr.aux;
-            h.offset = off as u64;
+            h.id = rreq;
+            h.offset = off;
             h.len = n as u64;
-            off += n;
-            queue.push_back(Out {
-                hdr: h,
-                body: data.slice(off - n..off),
-                cost: 0,
-                completes: None,
-            });
-        }
-        self.flush_peer(p);
+            h
+        });
     }
 
     fn handle_get(&mut self, p: PeerId, hdr: &Header) {
@@ -1217,27 +1221,14 @@ impl<T: Transport> Engine<T> {
         let mut data = vec![0u8; hdr.len as usize];
         region.read(hdr.offset as usize, &mut data);
         let data = Bytes::from(data);
-        let chunk = self.cfg.rndv_chunk;
-        let mut off = 0;
-        loop {
-            let n = (data.len() - off).min(chunk);
+        self.push_pieces(p, &data, |off, _, last| {
             let mut h = reply;
-            h.offset = off as u64;
-            if off + n == data.len() {
+            h.offset = off;
+            if last {
                 h.flags |= flags::LAST;
             }
-            self.peers[p as usize].queue.push_back(Out {
-                hdr: h,
-                body: data.slice(off..off + n),
-                cost: 0,
-                completes: None,
-            });
-            off += n;
-            if off == data.len() {
-                break;
-            }
-        }
-        self.flush_peer(p);
+            h
+        });
     }
 
     fn handle_get_reply(&mut self, p: PeerId, hdr: &Header, packet: &[u8]) {

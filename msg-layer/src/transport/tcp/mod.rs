@@ -376,6 +376,29 @@ fn earliest_deadline<'a>(cores: impl Iterator<Item = &'a ConnCore>) -> Option<In
         .min()
 }
 
+/// Bytes queued on open connections that the kernel has not taken yet.
+fn unsent_bytes<'a>(cores: impl Iterator<Item = &'a ConnCore>) -> usize {
+    cores
+        .filter(|c| c.phase != Phase::Done)
+        .map(|c| c.sendq.bytes())
+        .sum()
+}
+
+/// What a transport could not set up as asked, each said once (and logged).
+#[derive(Debug, Default)]
+struct Notes(Vec<String>);
+
+impl Notes {
+    fn add(&mut self, n: Option<String>) {
+        if let Some(n) = n {
+            if !self.0.contains(&n) {
+                tracing::info!("{n}");
+                self.0.push(n);
+            }
+        }
+    }
+}
+
 /// Hands out connection ids, never reused.
 #[derive(Debug)]
 struct Ids(ConnId);

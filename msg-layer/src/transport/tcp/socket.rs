@@ -11,8 +11,8 @@ use bytes::Bytes;
 use super::framing::MAX_IOVECS;
 use super::sys::{self, Epoll};
 use super::{
-    configure, conn_error, earliest_deadline, incoming_napi_id, listen, peer_of, ConnCore, Ids,
-    Phase, TcpConfig,
+    configure, conn_error, earliest_deadline, incoming_napi_id, listen, peer_of, unsent_bytes,
+    ConnCore, Ids, Notes, Phase, TcpConfig,
 };
 use crate::addr::Addr;
 use crate::transport::{ConnId, SendError, Transport, TransportError, TransportEvent};
@@ -42,7 +42,7 @@ pub struct TcpSocketTransport {
     ready: Vec<libc::epoll_event>,
     /// Events that arose outside `progress` (failures seen by `send`).
     pending: Vec<TransportEvent>,
-    notes: Vec<String>,
+    notes: Notes,
 }
 
 #[derive(Debug)]
@@ -77,24 +77,20 @@ impl TcpSocketTransport {
             ids: Ids(1),
             ready: Vec::with_capacity(256),
             pending: Vec::new(),
-            notes: Vec::new(),
+            notes: Notes::default(),
         })
     }
 
     /// What the transport could not set up as asked (busy polling refused).
     pub fn notes(&self) -> &[String] {
-        &self.notes
+        &self.notes.0
     }
 
     /// Bytes queued on open connections that the kernel has not taken yet
     /// (0: everything sent so far is in the kernel's hands, which delivers
     /// it even if this process exits).
     pub fn unsent_bytes(&self) -> usize {
-        self.conns
-            .values()
-            .filter(|c| c.core.phase != Phase::Done)
-            .map(|c| c.core.sendq.bytes())
-            .sum()
+        unsent_bytes(self.conns.values().map(|c| &c.core))
     }
 
     /// The NAPI id the kernel recorded for `conn`'s last received packet
@@ -103,15 +99,6 @@ impl TcpSocketTransport {
         self.conns
             .get(&conn)
             .and_then(|c| incoming_napi_id(&c.stream))
-    }
-
-    fn note(&mut self, n: Option<String>) {
-        if let Some(n) = n {
-            if !self.notes.contains(&n) {
-                tracing::info!("{n}");
-                self.notes.push(n);
-            }
-        }
     }
 
     fn add_conn(&mut self, core: ConnCore, stream: TcpStream, want_out: bool) -> io::Result<()> {
@@ -139,7 +126,7 @@ impl TcpSocketTransport {
                         .set_nonblocking(true)
                         .and_then(|()| configure(&stream, &self.cfg));
                     match setup {
-                        Ok(note) => self.note(note),
+                        Ok(note) => self.notes.add(note),
                         Err(e) => {
                             tracing::warn!(%peer, "dropping an accepted connection: {e}");
                             continue;
@@ -318,7 +305,7 @@ impl Transport for TcpSocketTransport {
             Ok((stream, done)) => {
                 let note = configure(&stream, &self.cfg)
                     .map_err(|e| TransportError::io("setting socket options", &e))?;
-                self.note(note);
+                self.notes.add(note);
                 if done {
                     core.connected(&mut self.pending);
                 }

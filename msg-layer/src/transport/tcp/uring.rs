@@ -11,8 +11,8 @@ use io_uring::{opcode, squeue, types, IoUring};
 
 use super::sys;
 use super::{
-    configure, conn_error, earliest_deadline, incoming_napi_id, listen, peer_of, ConnCore, Ids,
-    Phase, TcpConfig,
+    configure, conn_error, earliest_deadline, incoming_napi_id, listen, peer_of, unsent_bytes,
+    ConnCore, Ids, Notes, Phase, TcpConfig,
 };
 use crate::addr::Addr;
 use crate::transport::{ConnId, SendError, Transport, TransportError, TransportEvent};
@@ -125,7 +125,7 @@ pub struct TcpUringTransport {
     cqes: Vec<(u64, i32)>,
     /// In `Drop`: completions are reaped, nothing is resubmitted.
     dropping: bool,
-    notes: Vec<String>,
+    notes: Notes,
 }
 
 impl std::fmt::Debug for TcpUringTransport {
@@ -191,24 +191,20 @@ impl TcpUringTransport {
             to_arm: Vec::new(),
             cqes: Vec::new(),
             dropping: false,
-            notes: Vec::new(),
+            notes: Notes::default(),
         })
     }
 
     /// What the transport could not set up as asked (busy polling refused).
     pub fn notes(&self) -> &[String] {
-        &self.notes
+        &self.notes.0
     }
 
     /// Bytes queued on open connections that the kernel has not taken yet
     /// (0: everything sent so far is in the kernel's hands, which delivers
     /// it even if this process exits).
     pub fn unsent_bytes(&self) -> usize {
-        self.conns
-            .values()
-            .filter(|c| c.core.phase != Phase::Done)
-            .map(|c| c.core.sendq.bytes())
-            .sum()
+        unsent_bytes(self.conns.values().map(|c| &c.core))
     }
 
     /// The NAPI id the kernel recorded for `conn`'s last received packet
@@ -217,15 +213,6 @@ impl TcpUringTransport {
         self.conns
             .get(&conn)
             .and_then(|c| incoming_napi_id(&c.stream))
-    }
-
-    fn note(&mut self, n: Option<String>) {
-        if let Some(n) = n {
-            if !self.notes.contains(&n) {
-                tracing::info!("{n}");
-                self.notes.push(n);
-            }
-        }
     }
 
     fn list(&mut self, id: ConnId) {
@@ -406,7 +393,7 @@ impl TcpUringTransport {
             }
         };
         match configure(&stream, &self.cfg) {
-            Ok(note) => self.note(note),
+            Ok(note) => self.notes.add(note),
             Err(e) => {
                 tracing::warn!(%peer, "dropping an accepted connection: {e}");
                 return;
@@ -559,7 +546,7 @@ impl Transport for TcpUringTransport {
             Ok((stream, done)) => {
                 let note = configure(&stream, &self.cfg)
                     .map_err(|e| TransportError::io("setting socket options", &e))?;
-                self.note(note);
+                self.notes.add(note);
                 if done {
                     core.connected(&mut self.pending);
                 }
