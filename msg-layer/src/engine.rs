@@ -12,7 +12,9 @@
 //! a message waits at the head while the peer's eager credit or the
 //! transport's send buffer is short, and the ones behind it wait too.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use rustc_hash::FxHashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -208,12 +210,12 @@ pub(crate) struct Engine<T: Transport> {
     cfg: Config,
     local: Addr,
     peers: Vec<Peer>,
-    by_addr: HashMap<Addr, PeerId>,
-    by_conn: HashMap<ConnId, ConnRole>,
+    by_addr: FxHashMap<Addr, PeerId>,
+    by_conn: FxHashMap<ConnId, ConnRole>,
     matcher: Matcher<u64, Unexpected>,
-    reqs: HashMap<u64, ReqState>,
+    reqs: FxHashMap<u64, ReqState>,
     next_req: u64,
-    regions: HashMap<u64, Arc<dyn MemoryRegion>>,
+    regions: FxHashMap<u64, Arc<dyn MemoryRegion>>,
     /// Receive buffers the transport may fill directly.
     placements: Registry,
     rng: Rng,
@@ -238,12 +240,12 @@ impl<T: Transport> Engine<T> {
             placements,
             cfg,
             peers: Vec::new(),
-            by_addr: HashMap::new(),
-            by_conn: HashMap::new(),
+            by_addr: FxHashMap::default(),
+            by_conn: FxHashMap::default(),
             matcher: Matcher::new(),
-            reqs: HashMap::new(),
+            reqs: FxHashMap::default(),
             next_req: 1,
-            regions: HashMap::new(),
+            regions: FxHashMap::default(),
             rng: Rng::from_entropy(),
             events: Vec::new(),
             unexpected_bytes: 0,

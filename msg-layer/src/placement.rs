@@ -9,7 +9,7 @@
 //! first fragment, or a transport without placement) are copied in by the
 //! engine through the same buffer, which counts every byte either way.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -85,7 +85,7 @@ impl Sink for Piece {
 }
 
 /// Receive buffers open for placement, by receive id.
-pub(crate) type Registry = Arc<Mutex<HashMap<u64, Arc<RecvBuffer>>>>;
+pub(crate) type Registry = Arc<Mutex<FxHashMap<u64, Arc<RecvBuffer>>>>;
 
 /// The transport's placement hook: `Data` packets of registered receives go
 /// straight to their buffers.

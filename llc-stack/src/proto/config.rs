@@ -50,6 +50,12 @@ pub struct Config {
     pub ack_every: u32,
     /// Longest delay of an acknowledgement when fewer frames arrived.
     pub ack_delay: Duration,
+    /// Longest delay of an acknowledgement the sender asked for with
+    /// ACK_SOON (it has sent all it has). Long enough for the application
+    /// to answer a request, so that the acknowledgement rides on the reply
+    /// instead of costing a frame of its own each way; short enough to stay
+    /// well inside the sender's tail-loss probe.
+    pub ack_soon_delay: Duration,
     /// Send a keepalive probe after this long without hearing from the peer.
     pub keepalive_interval: Duration,
     /// Fail the connection after this long without hearing from the peer.
@@ -89,6 +95,7 @@ impl Default for Config {
             max_syn_retries: 12,
             ack_every: 8,
             ack_delay: Duration::from_micros(100),
+            ack_soon_delay: Duration::from_micros(10),
             keepalive_interval: Duration::from_secs(1),
             idle_timeout: Duration::from_secs(10),
             handshake_timeout: Duration::from_secs(5),

@@ -916,8 +916,15 @@ impl Connection {
         self.ack_pending += 1;
         if self.ack_pending >= self.cfg.ack_every || h.has(flags::ACK_NOW) || self.peer_closed {
             self.ack_now = true;
-        } else if self.timers[Timer::Ack as usize].is_none() {
-            self.timers[Timer::Ack as usize] = Some(now + self.cfg.ack_delay);
+        } else {
+            let delay = if h.has(flags::ACK_SOON) {
+                self.cfg.ack_soon_delay
+            } else {
+                self.cfg.ack_delay
+            };
+            let due = now + delay;
+            let t = &mut self.timers[Timer::Ack as usize];
+            *t = Some(t.map_or(due, |d| d.min(due)));
         }
         if self.peer_closed {
             // Everything before the CLOSE is delivered; acknowledge it, then end.
@@ -1370,8 +1377,12 @@ impl Connection {
             f.sent_at = now;
             self.n_lost -= 1;
             self.stats.retransmits += 1;
-            let more = !self.lost_queue.is_empty();
-            return self.emit_sequenced(now, buf, seq, idx as usize, more);
+            let ack = if self.lost_queue.is_empty() {
+                flags::ACK_NOW
+            } else {
+                0
+            };
+            return self.emit_sequenced(now, buf, seq, idx as usize, ack);
         }
         None
     }
@@ -1415,12 +1426,20 @@ impl Connection {
         if self.timers[Timer::Rto as usize].is_none() {
             self.timers[Timer::Rto as usize] = Some(now + self.rtt.rto_backed_off(self.backoff));
         }
-        // Ask for an immediate ACK when this is the last frame we can send for
-        // now: the sender would otherwise wait for the delayed-ACK timer.
-        let more =
-            self.has_unsent() && self.snd_nxt.lt(self.peer_window_end) && self.flight() < self.cwnd;
+        // Ask for an immediate ACK when this is the last frame we may send
+        // for now although more is queued: we would otherwise wait for the
+        // delayed-ACK timer. When we have sent all we have, a prompt ACK is
+        // enough (ACK_SOON): it lets a reply from the peer's application
+        // carry it, so a request and its response cost one frame each.
+        let ack = if !self.has_unsent() {
+            flags::ACK_SOON
+        } else if self.snd_nxt.lt(self.peer_window_end) && self.flight() < self.cwnd {
+            0
+        } else {
+            flags::ACK_NOW
+        };
         let idx = self.inflight.len() - 1;
-        self.emit_sequenced(now, buf, seq, idx, more)
+        self.emit_sequenced(now, buf, seq, idx, ack)
     }
 
     fn ack_fields(&mut self, h: &mut TransportHeader) {
@@ -1520,9 +1539,9 @@ impl Connection {
         buf: &mut [u8],
         seq: Seq,
         idx: usize,
-        more: bool,
+        ack_request: u8,
     ) -> Option<usize> {
-        let mut h = self.base_header(now, FrameType::Data, if more { 0 } else { flags::ACK_NOW });
+        let mut h = self.base_header(now, FrameType::Data, ack_request);
         h.seq = seq.0.into();
         self.ack_fields(&mut h);
         let payload: [&[u8]; 2] = match self.inflight[idx].cargo {

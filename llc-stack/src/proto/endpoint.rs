@@ -13,8 +13,7 @@
 //! lets replies carry the acknowledgement instead of a separate ACK frame.
 
 use std::cell::Cell;
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 
 use bytes::Bytes;
 
@@ -217,37 +216,11 @@ struct Entry {
 
 type Key = (MacAddr, u16, u16);
 
-/// Multiply-rotate hashing for connection keys: they are looked up once per
-/// received frame, and SipHash's flooding resistance buys nothing here
-/// because keys are (MAC, port, port) of frames that passed the CRC and a
-/// peer may only create connections up to the configured limits.
-#[derive(Default, Clone, Copy)]
-struct KeyHasher(u64);
-
-impl Hasher for KeyHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u8(b);
-        }
-    }
-    fn write_u8(&mut self, i: u8) {
-        self.write_u64(i as u64);
-    }
-    fn write_u16(&mut self, i: u16) {
-        self.write_u64(i as u64);
-    }
-    fn write_u64(&mut self, i: u64) {
-        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-    fn write_usize(&mut self, i: usize) {
-        self.write_u64(i as u64);
-    }
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
-type KeyMap = HashMap<Key, ConnHandle, BuildHasherDefault<KeyHasher>>;
+/// Connection keys are looked up once per received frame. Fx hashing:
+/// SipHash's flooding resistance buys nothing here, because keys are
+/// (MAC, port, port) of frames that passed the CRC and a peer may only create
+/// connections up to the configured limits.
+type KeyMap = rustc_hash::FxHashMap<Key, ConnHandle>;
 
 /// All connections of one interface and SAP.
 #[derive(Debug)]
@@ -1184,6 +1157,46 @@ mod tests {
     }
 
     #[test]
+    fn a_reply_carries_the_acknowledgement_of_its_request() {
+        let mut a = keyed(PEER, None, 1);
+        let mut b = keyed(ME, None, 2);
+        b.listen(7);
+        let t0 = Instant::ZERO;
+        let c = a.connect(t0, ME, 7, None).unwrap();
+        shuttle(&mut a, &mut b, t0, &mut Vec::new());
+        let hb = *b.conns.keys().next().unwrap();
+        let (a0, b0) = (
+            a.connection_stats(c).unwrap().clone(),
+            b.connection_stats(hb).unwrap().clone(),
+        );
+        for i in 0..100u32 {
+            let now = t0 + std::time::Duration::from_micros(u64::from(i) * 4);
+            a.send(c, i.to_le_bytes().to_vec()).unwrap();
+            let request = transmit_at(&mut a, now).expect("the request");
+            b.handle_frame(now, &request);
+            assert_eq!(messages(&mut b), vec![i.to_le_bytes().to_vec()]);
+            assert!(
+                transmit_at(&mut b, now).is_none(),
+                "no acknowledgement of its own while a reply may still carry it"
+            );
+            b.send(hb, (!i).to_le_bytes().to_vec()).unwrap();
+            let reply = transmit_at(&mut b, now).expect("the reply");
+            a.handle_frame(now, &reply);
+            assert_eq!(messages(&mut a), vec![(!i).to_le_bytes().to_vec()]);
+            assert!(transmit_at(&mut a, now).is_none());
+        }
+        let (a1, b1) = (
+            a.connection_stats(c).unwrap(),
+            b.connection_stats(hb).unwrap(),
+        );
+        assert_eq!(a1.frames_sent - a0.frames_sent, 100, "{a1:?}");
+        assert_eq!(b1.frames_sent - b0.frames_sent, 100, "{b1:?}");
+        assert_eq!((a1.acks_sent, b1.acks_sent), (a0.acks_sent, b0.acks_sent));
+        assert_eq!(a1.messages_acked - a0.messages_acked, 100);
+        assert!(a1.rtt_samples > a0.rtt_samples);
+    }
+
+    #[test]
     fn sequence_numbers_far_outside_the_window_are_dropped_and_counted() {
         let mut a = keyed(PEER, None, 1);
         let mut b = keyed(ME, None, 2);
@@ -1233,6 +1246,11 @@ mod tests {
         a.send(c, b"second".to_vec()).unwrap();
         shuttle(&mut a, &mut b, t0, &mut Vec::new());
         assert_eq!(messages(&mut b), vec![b"second".to_vec()]);
+        // Its acknowledgement (ACK_SOON, nothing goes back) is due shortly.
+        let later = b.poll_timeout().expect("an acknowledgement is due");
+        assert!(later <= t0 + Config::default().ack_soon_delay);
+        b.handle_timeout(later);
+        shuttle(&mut a, &mut b, later, &mut Vec::new());
         let s = a.connection_stats(c).unwrap();
         assert!(s.frames_sent >= 3 && s.rtt_samples >= 1, "{s:?}");
     }

@@ -176,11 +176,16 @@ impl FrameType {
 pub mod flags {
     /// This DATA frame carries the last fragment of its message.
     pub const LAST_FRAGMENT: u8 = 0x01;
-    /// The receiver should acknowledge at once instead of delaying.
+    /// The receiver should acknowledge at once instead of delaying (the
+    /// sender has more to send but no window or congestion window left).
     pub const ACK_NOW: u8 = 0x02;
     /// An authentication trailer of [`TAG_LEN`](crate::wire::auth::TAG_LEN)
     /// bytes follows the payload (docs/PROTOCOL.md, section 3.12).
     pub const AUTH: u8 = 0x04;
+    /// The sender has sent everything it has: the receiver should
+    /// acknowledge within a short delay (`ack_soon_delay`), or earlier on a
+    /// frame going back anyway, e.g. the reply to a request.
+    pub const ACK_SOON: u8 = 0x08;
 }
 
 impl TransportHeader {
