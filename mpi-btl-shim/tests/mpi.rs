@@ -382,6 +382,20 @@ fn netpipe_sweep_over_llc() {
     );
 }
 
+/// Bytes the bridge received from port `i` of the testbed.
+fn hub_rx_bytes(bed: &MultiPort, port: usize) -> u64 {
+    let out = bed
+        .hub
+        .ip(&["-s", "-o", "link", "show", "dev", &format!("p{port}")])
+        .expect("link statistics");
+    out.split("RX:")
+        .nth(1)
+        .and_then(|rx| rx.split('\\').nth(1))
+        .and_then(|f| f.split_whitespace().next())
+        .and_then(|b| b.parse().ok())
+        .expect("RX bytes")
+}
+
 /// A NetPIPE output row: (bytes, Mbit/s, one-way µs).
 type Row = (u64, f64, f64);
 
@@ -423,36 +437,54 @@ fn netpipe_llc_vs_tcp() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(2);
     let bed = MultiPort::new(2, mtu).expect("testbed");
+    // TCP between the two ports crosses the bridge as LLC does, not loopback.
+    bed.route_through_bridge()
+        .expect("policy routing through the bridge");
     let subnet = format!("{}/24", bed.ipv4[0]);
     let backends = std::env::var("LLC_BENCH_BACKENDS").unwrap_or_else(|_| "xdp,packet".into());
     let mut configs: Vec<String> = backends.split(',').map(|b| format!("llc/{b}")).collect();
     configs.push("tcp".into());
+    // Extra MCA parameters of the llc runs ("name=value,..."), and
+    // NPopenmpi arguments replacing the full sweep (e.g. "-l 8 -u 8 -n 20000").
+    let extra = std::env::var("LLC_BENCH_LLC_MCA").unwrap_or_default();
+    let extra: Vec<(&str, &str)> = extra
+        .split(',')
+        .filter_map(|kv| kv.split_once('='))
+        .collect();
+    let np_args = std::env::var("LLC_BENCH_NP_ARGS").unwrap_or_else(|_| "-u 8388608".into());
     let mut results: Vec<(String, Vec<Row>)> = Vec::new();
     for round in 0..rounds {
         for which in &configs {
             let out = std::env::temp_dir().join(format!("np-bench-{}.out", std::process::id()));
             let mca: Vec<(&str, &str)> = match which.strip_prefix("llc/") {
-                Some(backend) => vec![("btl", "self,llc"), ("btl_llc_backend", backend)],
+                Some(backend) => [("btl", "self,llc"), ("btl_llc_backend", backend)]
+                    .into_iter()
+                    .chain(extra.iter().copied())
+                    .collect(),
                 None => vec![("btl", "self,tcp"), ("btl_tcp_if_include", &subnet)],
             };
-            let run = mpirun(
-                &bed,
-                2,
-                &mca,
-                &["NPopenmpi", "-u", "8388608", "-o", out.to_str().unwrap()],
-                Duration::from_secs(900),
-            );
+            let mut args = vec!["NPopenmpi"];
+            args.extend(np_args.split_whitespace());
+            args.extend(["-o", out.to_str().unwrap()]);
+            let crossed = || -> u64 { (0..2).map(|p| hub_rx_bytes(&bed, p)).sum() };
+            let before = crossed();
+            let run = mpirun(&bed, 2, &mca, &args, Duration::from_secs(900));
+            let crossed = crossed() - before;
             assert!(
                 run.ok,
                 "NPopenmpi over {which}:\n{}\n{}",
                 run.stdout, run.stderr
             );
+            if std::env::var_os("LLC_BENCH_SHOW").is_some() {
+                println!("{}\n{}", run.stdout, run.stderr);
+            }
             let rows = parse_netpipe(&std::fs::read_to_string(&out).unwrap_or_default());
             let _ = std::fs::remove_file(&out);
             println!(
-                "round {round} {which}: {} rows in {:.1?}",
+                "round {round} {which}: {} rows in {:.1?}, {:.1} MB crossed the bridge",
                 rows.len(),
-                run.elapsed
+                run.elapsed,
+                crossed as f64 / 1e6
             );
             results.push((which.clone(), rows));
         }

@@ -13,6 +13,6 @@ mod sys;
 pub use link_chaos::{ChaosCounters, ChaosSettings, LinkChaos};
 pub use netns::{
     check_privileges, cleanup_stale, format_mac, interface_mac, interface_mtu, run_checked,
-    Bridged, HarnessError, Host, Netns, TwoHosts,
+    Bridged, HarnessError, Host, MultiPort, Netns, TwoHosts,
 };
 pub use process::Background;

@@ -634,6 +634,7 @@ impl Bridged {
         }
         // Enslaving ports may have adjusted the bridge MTU: pin it to what was asked.
         hub.ip(&["link", "set", "dev", BRIDGE_NAME, "mtu", &mtu_s])?;
+        bridge_without_netfilter(&hub);
         Ok(Bridged {
             hub,
             bridge: BRIDGE_NAME.to_owned(),
@@ -645,7 +646,8 @@ impl Bridged {
 /// One namespace with `n` ports `llc0..llc{n-1}` on one Linux bridge (in a separate hub
 /// namespace): for programs that start all their processes in one namespace, as `mpirun`
 /// does, each process taking its own port. Port `i` has address `.i+1` of a per-run /24,
-/// so TCP between the ports works too (the kernel delivers local addresses via loopback).
+/// so TCP between the ports works too; by default the kernel delivers local addresses via
+/// loopback, [`MultiPort::route_through_bridge`] makes it cross the bridge instead.
 #[derive(Debug)]
 pub struct MultiPort {
     /// The namespace holding the bridge and the hub-side veth ends `p0..pN`.
@@ -693,6 +695,7 @@ impl MultiPort {
             ipv4.push(addr);
         }
         hub.ip(&["link", "set", "dev", BRIDGE_NAME, "mtu", &mtu_s])?;
+        bridge_without_netfilter(&hub);
         Ok(MultiPort {
             hub,
             ns,
@@ -702,6 +705,76 @@ impl MultiPort {
             mtu,
         })
     }
+}
+
+impl MultiPort {
+    /// Makes IPv4 traffic between two ports of this namespace leave by the sender's port,
+    /// cross the bridge and arrive on the receiver's port, as it would between two hosts,
+    /// instead of taking the loopback shortcut the kernel uses for local addresses: so that
+    /// TCP measured here crosses the same link as LLC. Policy routing: frames arriving on
+    /// a port are looked up in the local table first; a socket bound to port `i`'s address
+    /// (or, unbound, sending to port `j`) routes through its own table, which sends to the
+    /// other ports out of port `i` (for unbound sockets, out of the port before `j`); the local
+    /// table comes after these rules. Neighbours are static and local sources are accepted.
+    pub fn route_through_bridge(&self) -> Result<(), HarnessError> {
+        let n = self.ports.len();
+        if n < 2 {
+            return Ok(());
+        }
+        let mut sysctl = self.ns.command("sysctl");
+        sysctl.args([
+            "-qw",
+            "net.ipv4.conf.all.accept_local=1",
+            "net.ipv4.conf.all.rp_filter=0",
+        ]);
+        for port in &self.ports {
+            sysctl.arg(format!("net.ipv4.conf.{port}.accept_local=1"));
+            sysctl.arg(format!("net.ipv4.conf.{port}.rp_filter=0"));
+        }
+        run_checked(&mut sysctl, IP_TIMEOUT)?;
+        for (i, port) in self.ports.iter().enumerate() {
+            let (table, pref) = ((100 + i).to_string(), (100 + i).to_string());
+            let src = self.ipv4[i].to_string();
+            self.ns
+                .ip(&["rule", "add", "pref", "10", "iif", port, "lookup", "local"])?;
+            self.ns
+                .ip(&["rule", "add", "pref", &pref, "from", &src, "lookup", &table])?;
+            for (j, dst) in self.ipv4.iter().enumerate() {
+                if j != i {
+                    let (dst, mac) = (dst.to_string(), format_mac(&self.macs[j]));
+                    #[rustfmt::skip]
+                    self.ns.ip(&["route", "add", &dst, "dev", port, "src", &src, "table", &table])?;
+                    #[rustfmt::skip]
+                    self.ns.ip(&["neigh", "replace", &dst, "lladdr", &mac, "dev", port, "nud", "permanent"])?;
+                }
+            }
+        }
+        for (j, dst) in self.ipv4.iter().enumerate() {
+            let out = (j + n - 1) % n;
+            let (table, pref) = ((100 + out).to_string(), (400 + j).to_string());
+            #[rustfmt::skip]
+            self.ns.ip(&["rule", "add", "pref", &pref, "to", &dst.to_string(), "lookup", &table])?;
+        }
+        self.ns
+            .ip(&["rule", "add", "pref", "1000", "lookup", "local"])?;
+        self.ns
+            .ip(&["rule", "del", "pref", "0", "lookup", "local"])?;
+        Ok(())
+    }
+}
+
+/// Bridged IPv4 frames are not run through iptables in the hub (a switch does not
+/// filter; `br_netfilter`, when loaded, would add its cost to every frame of every
+/// transport). Best effort: without `br_netfilter` the settings do not exist.
+fn bridge_without_netfilter(hub: &Netns) {
+    let mut cmd = hub.command("sysctl");
+    cmd.args([
+        "-qw",
+        "net.bridge.bridge-nf-call-iptables=0",
+        "net.bridge.bridge-nf-call-ip6tables=0",
+        "net.bridge.bridge-nf-call-arptables=0",
+    ]);
+    let _ = run_checked(&mut cmd, IP_TIMEOUT);
 }
 
 #[cfg(test)]
