@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use llc_stack::link::afpacket::AfPacketConfig;
-use llc_stack::link::afxdp::AfXdpConfig;
+use llc_stack::link::afxdp::{AfXdpConfig, AttachMode};
 use llc_stack::link::any::{self, AnyLink, Backend};
 use llc_stack::proto::{ConnHandle, Event};
 use llc_stack::rng::Rng;
@@ -41,12 +41,27 @@ impl LlcTransport<AnyLink> {
         port: u16,
         cfg: LlcConfig,
     ) -> Result<Self, TransportError> {
+        Self::open_with_attach(ifname, backend, AttachMode::Auto, port, cfg)
+    }
+
+    /// [`LlcTransport::open`] with the XDP attach mode chosen. On veth,
+    /// generic XDP is the faster of the two for our frames, and a native
+    /// program makes the kernel take segmentation offloads away from every
+    /// other user of the link (TCP included); see docs/BENCHMARKS.md.
+    pub fn open_with_attach(
+        ifname: &str,
+        backend: Backend,
+        attach: AttachMode,
+        port: u16,
+        cfg: LlcConfig,
+    ) -> Result<Self, TransportError> {
         let packet = AfPacketConfig {
             sap: cfg.sap,
             ..Default::default()
         };
         let xdp = AfXdpConfig {
             sap: cfg.sap,
+            attach,
             ..Default::default()
         };
         let (link, notes) = any::open(ifname, backend, packet, xdp)

@@ -24,6 +24,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
+use llc_stack::link::afxdp::AttachMode;
 use llc_stack::wire::MacAddr;
 
 use driver::{Link, Settings, Test, TransportResult};
@@ -67,6 +68,31 @@ struct ServerArgs {
     /// Base port: LLC port and tcp-uring's TCP port; tcp uses the next.
     #[arg(long, default_value_t = SERVER_PORT)]
     port: u16,
+    /// XDP attach mode of llc-xdp.
+    #[arg(long, value_enum, default_value_t = XdpAttach::Auto)]
+    xdp_attach: XdpAttach,
+}
+
+/// How llc-xdp attaches the XDP program.
+#[derive(clap::ValueEnum, Copy, Clone, Debug, PartialEq, Eq)]
+enum XdpAttach {
+    /// Native if the driver has it, else generic.
+    Auto,
+    /// Native (driver) XDP only.
+    Native,
+    /// Generic (skb) XDP only: on veth the faster mode, and the one that
+    /// leaves TCP its segmentation offloads on the same link.
+    Generic,
+}
+
+impl From<XdpAttach> for AttachMode {
+    fn from(a: XdpAttach) -> AttachMode {
+        match a {
+            XdpAttach::Auto => AttachMode::Auto,
+            XdpAttach::Native => AttachMode::Native,
+            XdpAttach::Generic => AttachMode::Generic,
+        }
+    }
 }
 
 #[derive(Args, Debug)]
@@ -134,6 +160,9 @@ struct ClientArgs {
     /// The link's MTU, for the report (not checked).
     #[arg(long)]
     mtu: Option<u32>,
+    /// XDP attach mode of llc-xdp.
+    #[arg(long, value_enum, default_value_t = XdpAttach::Auto)]
+    xdp_attach: XdpAttach,
     #[command(flatten)]
     measure: Measure,
     #[command(flatten)]
@@ -152,6 +181,11 @@ struct DemoArgs {
     /// Do not pin the measuring thread and the server threads to different CPUs.
     #[arg(long)]
     no_pin: bool,
+    /// XDP attach mode of llc-xdp. Generic by default: on the demo's veth
+    /// pair a native program is slower for LLC and takes segmentation
+    /// offloads away from TCP on the same link, which would handicap TCP.
+    #[arg(long, value_enum, default_value_t = XdpAttach::Generic)]
+    xdp_attach: XdpAttach,
     #[command(flatten)]
     measure: Measure,
     #[command(flatten)]
@@ -263,6 +297,7 @@ fn server(a: &ServerArgs) -> Result<()> {
                     server: true,
                     port: a.port,
                     uring_coop: true,
+                    xdp_attach: a.xdp_attach.into(),
                 },
             ),
         };
@@ -385,6 +420,7 @@ fn client(a: &ClientArgs) -> Result<()> {
             server: false,
             port: a.port,
             uring_coop: true,
+            xdp_attach: a.xdp_attach.into(),
         };
         links.push(connect_link(k, &o, &server, timeout)?);
         say(&a.out, &format!("{k}: connected to {server}"));
@@ -425,6 +461,7 @@ fn close(links: Vec<Link>) {
 /// One testbed at one MTU: servers in namespace B, clients in A.
 fn demo_phase(
     pin: bool,
+    xdp_attach: AttachMode,
     mtu: u32,
     kinds: &[Kind],
     s: &Settings,
@@ -454,6 +491,7 @@ fn demo_phase(
             server: true,
             port: SERVER_PORT,
             uring_coop: true,
+            xdp_attach,
         };
         match bed.b.ns.run(|| transports::open(k, &o)) {
             Ok(ep) => served.push((k, ep)),
@@ -492,6 +530,7 @@ fn demo_phase(
                 server: false,
                 port: SERVER_PORT,
                 uring_coop: true,
+                xdp_attach,
             };
             match bed
                 .a
@@ -593,6 +632,7 @@ fn demo(a: &DemoArgs) -> Result<()> {
     if !small.tests.is_empty() {
         report.results.extend(demo_phase(
             pin,
+            a.xdp_attach.into(),
             1500,
             &kinds,
             &small,
@@ -611,7 +651,7 @@ fn demo(a: &DemoArgs) -> Result<()> {
         }
         for (i, &mtu) in tried.iter().enumerate() {
             let mut un = Vec::new();
-            let r = demo_phase(pin, mtu, &kinds, &big, &a.out, &mut un);
+            let r = demo_phase(pin, a.xdp_attach.into(), mtu, &kinds, &big, &a.out, &mut un);
             let last = i + 1 == tried.len();
             // Fall back to 9000 when an LLC transport cannot run at the
             // larger MTU (e.g. no AF_XDP multi-buffer).

@@ -11,6 +11,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use anyhow::{anyhow, Result};
+use llc_stack::link::afxdp::AttachMode;
 use llc_stack::link::any::Backend;
 use llc_stack::wire::MacAddr;
 use msg_layer::addr::LlcAddr;
@@ -141,6 +142,8 @@ pub struct Open<'a> {
     /// Cooperative task running on the io_uring ring: right when one
     /// thread drives the endpoint, wrong with a progress thread.
     pub uring_coop: bool,
+    /// XDP attach mode (llc-xdp).
+    pub xdp_attach: AttachMode,
 }
 
 /// Open `kind`'s transport and an endpoint on it. Call it inside the
@@ -158,7 +161,7 @@ pub fn open(kind: Kind, o: &Open<'_>) -> Result<Ep> {
                 sap: kind.sap(),
                 ..LlcConfig::default()
             };
-            let t = LlcTransport::open(o.ifname, backend, port, cfg)
+            let t = LlcTransport::open_with_attach(o.ifname, backend, o.xdp_attach, port, cfg)
                 .map_err(|e| anyhow!("{kind} on {}: {e}", o.ifname))?;
             for n in t.notes() {
                 tracing::info!("{kind}: {n}");

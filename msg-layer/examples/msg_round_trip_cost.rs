@@ -5,9 +5,9 @@
 //! path can be judged on a loaded machine:
 //!
 //! ```sh
-//! cargo build --release -p msg-layer --example round_trip_cost
+//! cargo build --release -p msg-layer --example msg_round_trip_cost
 //! valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.out \
-//!     target/release/examples/round_trip_cost 100000
+//!     target/release/examples/msg_round_trip_cost 100000
 //! ```
 
 use std::time::{Duration, Instant};
