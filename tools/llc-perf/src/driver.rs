@@ -29,6 +29,9 @@ pub enum Test {
     Overhead,
     /// isend, compute, wait: with the progress thread off and on.
     Overlap,
+    /// N senders to one receiver through a bridge (demo only: it builds its
+    /// own testbed of N+1 hosts).
+    Incast,
 }
 
 /// What to measure and how long.
@@ -158,6 +161,9 @@ pub struct TransportResult {
     /// Overlap, progress thread off and on.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub overlap: Vec<OverlapPoint>,
+    /// N senders to one receiver through a bridge.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub incast: Vec<crate::incast::IncastPoint>,
     /// Why measuring stopped early over this transport (the run goes on
     /// with the others).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -252,6 +258,24 @@ impl Drop for Bar {
     }
 }
 
+/// A result of `kind` with nothing measured yet.
+pub fn empty_result(kind: Kind, mtu: Option<u32>) -> TransportResult {
+    TransportResult {
+        transport: kind,
+        detail: String::new(),
+        mtu,
+        latency: vec![],
+        bandwidth: vec![],
+        bibw: vec![],
+        msgrate: vec![],
+        overhead: vec![],
+        overlap: vec![],
+        incast: vec![],
+        error: None,
+        counters: Default::default(),
+    }
+}
+
 /// Run every test of `s` over `links`; `mtu` labels the results.
 pub fn run(
     links: &[Link],
@@ -262,17 +286,8 @@ pub fn run(
     let mut out: Vec<TransportResult> = links
         .iter()
         .map(|l| TransportResult {
-            transport: l.kind,
             detail: l.ep.transport_name(),
-            mtu,
-            latency: vec![],
-            bandwidth: vec![],
-            bibw: vec![],
-            msgrate: vec![],
-            overhead: vec![],
-            overlap: vec![],
-            error: None,
-            counters: Default::default(),
+            ..empty_result(l.kind, mtu)
         })
         .collect();
     let target = Duration::from_secs_f64(s.target_ms / 1e3);
@@ -323,6 +338,8 @@ pub fn run(
                     }
                 }
             }
+            // Measured on a testbed of its own, not over these links.
+            Test::Incast => {}
         }
     }
     for (r, l) in out.iter_mut().zip(links) {

@@ -10,6 +10,7 @@
 mod affinity;
 mod bench;
 mod driver;
+mod incast;
 mod plot;
 mod proto;
 mod report;
@@ -181,6 +182,10 @@ struct DemoArgs {
     /// Do not pin the measuring thread and the server threads to different CPUs.
     #[arg(long)]
     no_pin: bool,
+    /// Senders of the incast test (each in its own namespace on one bridge
+    /// with the receiver).
+    #[arg(long, default_value_t = 3)]
+    incast_senders: usize,
     /// XDP attach mode of llc-xdp. Generic by default: on the demo's veth
     /// pair a native program is slower for LLC and takes segmentation
     /// offloads away from TCP on the same link, which would handicap TCP.
@@ -385,6 +390,12 @@ fn local_ip_towards(peer: IpAddr) -> Result<IpAddr> {
 fn client(a: &ClientArgs) -> Result<()> {
     let peers = Peers::parse(&a.peer)?;
     let s = settings(&a.measure, &[Test::Latency, Test::Bandwidth])?;
+    if s.tests.contains(&Test::Incast) {
+        bail!(
+            "incast needs several senders at once: `llc-perf demo --tests incast` builds a \
+             bridge with --incast-senders hosts and measures it"
+        );
+    }
     let kinds: Vec<Kind> = if a.transport.is_empty() {
         Kind::ALL
             .into_iter()
@@ -589,8 +600,12 @@ fn demo(a: &DemoArgs) -> Result<()> {
             Test::Bandwidth,
             Test::Overhead,
             Test::Overlap,
+            Test::Incast,
         ],
     )?;
+    if !(1..=32).contains(&a.incast_senders) {
+        bail!("--incast-senders must be 1 to 32");
+    }
     let kinds = if a.transport.is_empty() {
         Kind::ALL.to_vec()
     } else {
@@ -610,7 +625,7 @@ fn demo(a: &DemoArgs) -> Result<()> {
             .tests
             .iter()
             .copied()
-            .filter(|t| *t != Test::Overlap || a.big_mtu == 0)
+            .filter(|t| (*t != Test::Overlap || a.big_mtu == 0) && *t != Test::Incast)
             .collect(),
         ..s.clone()
     };
@@ -678,8 +693,72 @@ fn demo(a: &DemoArgs) -> Result<()> {
             break;
         }
     }
+    if s.tests.contains(&Test::Incast) {
+        incast_phase(a, &s, &kinds, &mut report)?;
+    }
     unavailable.dedup();
     report.unavailable = unavailable;
     report.results.sort_by_key(|r| (r.mtu, r.transport));
     emit(&mut report, &a.out)
+}
+
+/// The incast test on a bridge of its own: host 0 receives, the others send
+/// 1 MiB messages (64 KiB with --quick) in windows of Q. Results go to the
+/// MTU 1500 entry of each transport.
+fn incast_phase(a: &DemoArgs, s: &Settings, kinds: &[Kind], report: &mut Report) -> Result<()> {
+    let n = a.incast_senders;
+    let bed = vm_tests::Bridged::new(n + 1, 1500).context("building the incast testbed")?;
+    say(
+        &a.out,
+        &format!(
+            "incast: {n} senders to one receiver through a bridge (namespaces {}..), MTU 1500",
+            bed.hosts[0].ns.name()
+        ),
+    );
+    report.notes.push(format!(
+        "incast: {n} senders, each in its own namespace, stream to one receiver through a \
+         Linux bridge at MTU 1500 at the same time; goodput at the receiver, Jain's fairness \
+         index of the bytes received from each sender when the first had finished"
+    ));
+    let shape = incast::Shape {
+        size: if s.quick { 64 << 10 } else { (1 << 20).min(s.max_size) },
+        messages: if s.quick { 16 } else { 64 },
+        window: s.window,
+    };
+    for &k in kinds {
+        let idx = match report
+            .results
+            .iter()
+            .position(|r| r.transport == k && r.mtu == Some(1500))
+        {
+            Some(i) => i,
+            None => {
+                report.results.push(driver::empty_result(k, Some(1500)));
+                report.results.len() - 1
+            }
+        };
+        for _ in 0..s.rounds {
+            match incast::measure(k, &bed, shape, a.xdp_attach.into()) {
+                Ok((p, detail)) => {
+                    if report.results[idx].detail.is_empty() {
+                        report.results[idx].detail = detail;
+                    }
+                    say(
+                        &a.out,
+                        &format!(
+                            "incast {k:<10} {:>7.2} Gbit/s, fairness {:.3} (shares {:.2}..{:.2}), {} retransmissions",
+                            p.gbit_s, p.jain_fairness, p.min_share, p.max_share, p.retransmits
+                        ),
+                    );
+                    report.results[idx].incast.push(p);
+                }
+                Err(e) => {
+                    say(&a.out, &format!("incast {k}: {e:#}"));
+                    report.results[idx].error.get_or_insert(format!("incast: {e:#}"));
+                    break;
+                }
+            }
+        }
+    }
+    Ok(())
 }

@@ -264,6 +264,7 @@ impl Report {
                 "msgrate",
                 "overhead",
                 "overlap",
+                "incast",
             ] {
                 let Some(points) = v[test].as_array() else {
                     continue;
@@ -431,6 +432,30 @@ impl Report {
                             p.transfer_us,
                             p.wait_us,
                             p.overlap_pct
+                        );
+                    }
+                }
+            }
+            if runs.iter().any(|r| !r.incast.is_empty()) {
+                let _ = writeln!(
+                    s,
+                    "\nincast: N senders to one receiver through a bridge (one line per round)\n  {:<11} {:>7} {:>9} {:>8} {:>8} {:>9} {:>12} {:>9}",
+                    "", "senders", "bytes", "window", "Gbit/s", "fairness", "shares", "retrans"
+                );
+                for r in &runs {
+                    for p in &r.incast {
+                        let _ = writeln!(
+                            s,
+                            "  {:<11} {:>7} {:>9} {:>8} {:>8.2} {:>9.3} {:>5.2}..{:<5.2} {:>9}",
+                            r.transport.name(),
+                            p.senders,
+                            p.bytes,
+                            p.window,
+                            p.gbit_s,
+                            p.jain_fairness,
+                            p.min_share,
+                            p.max_share,
+                            p.retransmits
                         );
                     }
                 }
