@@ -35,15 +35,16 @@ pub struct Stack<D: Device> {
 impl<D: Device> Stack<D> {
     /// Bind a new endpoint for `mac` to `dev`.
     ///
-    /// The credit window is kept within the device's receive queue (7/8 of
-    /// it, leaving room for control frames and other connections' bursts),
-    /// so a peer never sends more frames than this end can hold.
+    /// The credit windows are kept within the device's receive queue (7/8
+    /// of it, leaving room for control frames), shared equally by the
+    /// connections, so peers never send more frames than this end can hold.
     pub fn new(dev: D, mut cfg: Config, mac: MacAddr, rng: Rng) -> Self {
         let caps = dev.capabilities();
         if let Some(n) = caps.rx_queue_frames {
             let limit = (n * 7 / 8).max(1) as u32;
             cfg.max_window_frames = cfg.max_window_frames.min(limit);
             cfg.min_window_frames = cfg.min_window_frames.min(cfg.max_window_frames);
+            cfg.rx_budget_frames = Some(cfg.rx_budget_frames.map_or(limit, |b| b.min(limit)));
         }
         let ep = Endpoint::new(cfg, mac, caps.mtu, rng);
         Stack {

@@ -68,6 +68,12 @@ pub struct Config {
     pub max_half_open: usize,
     /// Most connections an endpoint holds.
     pub max_connections: usize,
+    /// Frames the device can hold for all connections together (set by
+    /// [`Stack::new`](crate::Stack::new) from the device's receive queue;
+    /// `None`: unbounded). Every connection's credit window is at most an
+    /// equal share of it, so that many peers sending at once (incast)
+    /// cannot overflow the queue either.
+    pub rx_budget_frames: Option<u32>,
     /// Per-job frame authentication key. With a key, every transport frame
     /// sent carries a keyed MAC and every transport frame received must carry
     /// a valid one (else it is dropped and counted); without one (the
@@ -101,6 +107,7 @@ impl Default for Config {
             handshake_timeout: Duration::from_secs(5),
             max_half_open: 256,
             max_connections: 4096,
+            rx_budget_frames: None,
             auth_key: None,
         }
     }

@@ -332,6 +332,9 @@ pub struct Connection {
     rcv_nxt: Seq,
     window_end: Seq,
     window_frames: u32,
+    /// The window this connection's configuration gives, before the
+    /// endpoint's sharing of the receive budget.
+    full_window_frames: u32,
     recv_meta: VecDeque<Option<RecvMeta>>,
     n_out_of_order: usize,
     assemblies: HashMap<u32, Assembly>,
@@ -467,6 +470,7 @@ impl Connection {
             rcv_nxt: Seq(0),
             window_end: Seq(0),
             window_frames,
+            full_window_frames: window_frames,
             recv_meta: VecDeque::new(),
             n_out_of_order: 0,
             assemblies: HashMap::new(),
@@ -615,6 +619,24 @@ impl Connection {
         if self.state == State::SynReceived {
             self.syn_ack_due = true;
         }
+    }
+
+    /// Limit the credit window to `share` frames of the endpoint's receive
+    /// budget (`None`: the configured window). A smaller window takes effect
+    /// as the peer's frames arrive (what was advertised is never taken
+    /// back), unless nothing was advertised yet.
+    pub(crate) fn set_window_share(&mut self, share: Option<u32>) {
+        self.window_frames = share.map_or(self.full_window_frames, |s| {
+            self.full_window_frames.min(s.max(1))
+        });
+        if self.state == State::SynReceived && self.stats.frames_sent == 0 {
+            self.window_end = self.rcv_nxt.add(self.window_frames);
+        }
+    }
+
+    /// The current credit window in frames.
+    pub fn window_frames(&self) -> u32 {
+        self.window_frames
     }
 
     /// The application took a delivered message of `len` bytes: give the

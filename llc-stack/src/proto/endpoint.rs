@@ -205,6 +205,10 @@ enum ControlFrame {
 const CONTROL_QUEUE_LIMIT: usize = 256;
 /// First ephemeral port.
 const EPHEMERAL_START: u16 = 49152;
+/// Smallest credit window a connection is given when many share the
+/// receive budget: below it a connection could hardly make progress (and
+/// the budget's 1/8 headroom absorbs what such floors overcommit).
+const MIN_WINDOW_SHARE: u32 = 4;
 
 #[derive(Debug)]
 struct Entry {
@@ -402,7 +406,20 @@ impl Endpoint {
                 peer,
             },
         );
+        self.share_receive_budget();
         Ok(h)
+    }
+
+    /// Give every connection an equal share of the receive budget
+    /// ([`Config::rx_budget_frames`]); called when connections come and go.
+    fn share_receive_budget(&mut self) {
+        let Some(budget) = self.cfg.rx_budget_frames else {
+            return;
+        };
+        let share = budget / (self.conns.len().max(1) as u32);
+        for e in self.conns.values_mut() {
+            e.conn.set_window_share(Some(share.max(MIN_WINDOW_SHARE)));
+        }
     }
 
     fn ephemeral_port(&mut self, peer: MacAddr, peer_port: u16) -> Result<u16, ConnectError> {
@@ -552,6 +569,7 @@ impl Endpoint {
             }
             self.by_key
                 .remove(&(e.peer, e.conn.peer_port(), e.conn.local_port()));
+            self.share_receive_budget();
         }
     }
 
@@ -745,6 +763,7 @@ impl Endpoint {
                 peer,
             },
         );
+        self.share_receive_budget();
     }
 
     fn queue_control(&mut self, f: ControlFrame) -> bool {
@@ -1154,6 +1173,59 @@ mod tests {
             assert_eq!(d.total(), 3);
             assert_eq!((b.stats().accepted, b.stats().resets_sent), (0, 0));
         }
+    }
+
+    #[test]
+    fn connections_share_the_receive_budget() {
+        let cfg = Config {
+            rx_budget_frames: Some(120),
+            ..Config::default()
+        };
+        let mut b = Endpoint::new(cfg, ME, 1500, Rng::new(9));
+        b.listen(7);
+        let t0 = Instant::ZERO;
+        let windows = |b: &Endpoint| -> Vec<u32> {
+            b.conns.values().map(|e| e.conn.window_frames()).collect()
+        };
+        let mut peers: Vec<(Endpoint, ConnHandle)> = Vec::new();
+        for i in 0..3u8 {
+            let mut a = keyed(MacAddr([2, 0, 0, 0, 1, i]), None, u64::from(i) + 1);
+            let c = a.connect(t0, ME, 7, None).unwrap();
+            shuttle(&mut a, &mut b, t0, &mut Vec::new());
+            assert_eq!(a.connection(c).unwrap().state(), State::Established);
+            // Each new connection shrinks everyone's share.
+            let n = i as u32 + 1;
+            assert!(
+                windows(&b).iter().all(|&w| w == 120 / n),
+                "{:?}",
+                windows(&b)
+            );
+            peers.push((a, c));
+        }
+        // A sender cannot put more than its share in flight: its peer window
+        // after the handshake is the share it was given.
+        let (a, c) = &mut peers[2];
+        a.send(*c, vec![1u8; 100 * 1400]).unwrap();
+        let mut sent = 0;
+        while transmit_at(a, t0).is_some() {
+            sent += 1;
+        }
+        assert!(sent <= 40, "{sent} frames in flight, share 40");
+        // One leaves: the others get more.
+        let (mut a0, c0) = peers.remove(0);
+        a0.close(c0);
+        let mut now = t0;
+        for _ in 0..500 {
+            shuttle(&mut a0, &mut b, now, &mut Vec::new());
+            if b.connection_count() == 2 {
+                break;
+            }
+            now = now + std::time::Duration::from_millis(10);
+            b.handle_timeout(now);
+            a0.handle_timeout(now);
+        }
+        assert_eq!(b.connection_count(), 2);
+        assert!(windows(&b).iter().all(|&w| w == 60), "{:?}", windows(&b));
     }
 
     #[test]

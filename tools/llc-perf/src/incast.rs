@@ -100,10 +100,9 @@ pub fn measure(
     let mut sending = Vec::new();
     for (i, h) in bed.hosts.iter().enumerate().skip(1) {
         let o = open(h, false, xdp_attach);
-        let ep = h
-            .ns
-            .run(|| transports::open(kind, &o))
-            .with_context(|| format!("{kind}: sender {i}"))?;
+        let ep =
+            h.ns.run(|| transports::open(kind, &o))
+                .with_context(|| format!("{kind}: sender {i}"))?;
         let addr = addr.clone();
         sending.push(h.ns.spawn(move || send(&ep, &addr, i, shape)));
     }
@@ -222,7 +221,13 @@ fn receive(ep: &Ep, senders: usize, shape: Shape) -> Result<(Duration, Vec<u64>)
 fn send(ep: &Ep, to: &msg_layer::Addr, index: usize, shape: Shape) -> Result<(u64, u64)> {
     let p = ep.connect(to).map_err(|e| anyhow!("connecting: {e}"))?;
     let go = ep.irecv(Source::Peer(p), Tag::Is(READY), 0, vec![0; 16]);
-    ep.send(p, CTRL, 0, (index as u64).to_le_bytes().to_vec(), Some(STEP))?;
+    ep.send(
+        p,
+        CTRL,
+        0,
+        (index as u64).to_le_bytes().to_vec(),
+        Some(STEP),
+    )?;
     ep.wait_timeout(go, Some(STEP))
         .context("waiting for the start")?;
     let done = ep.irecv(Source::Peer(p), Tag::Is(ACK), 0, vec![0; 1]);
@@ -241,10 +246,7 @@ fn send(ep: &Ep, to: &msg_layer::Addr, index: usize, shape: Shape) -> Result<(u6
     let c: std::collections::HashMap<String, u64> = ep.counters().into_iter().collect();
     let get = |k: &str| c.get(k).copied().unwrap_or(0);
     let _ = ep.close(Duration::from_secs(2));
-    Ok((
-        get("link.conn.retransmits"),
-        get("link.conn.timeouts"),
-    ))
+    Ok((get("link.conn.retransmits"), get("link.conn.timeouts")))
 }
 
 #[cfg(test)]

@@ -721,7 +721,11 @@ fn incast_phase(a: &DemoArgs, s: &Settings, kinds: &[Kind], report: &mut Report)
          index of the bytes received from each sender when the first had finished"
     ));
     let shape = incast::Shape {
-        size: if s.quick { 64 << 10 } else { (1 << 20).min(s.max_size) },
+        size: if s.quick {
+            64 << 10
+        } else {
+            (1 << 20).min(s.max_size)
+        },
         messages: if s.quick { 16 } else { 64 },
         window: s.window,
     };
@@ -754,7 +758,9 @@ fn incast_phase(a: &DemoArgs, s: &Settings, kinds: &[Kind], report: &mut Report)
                 }
                 Err(e) => {
                     say(&a.out, &format!("incast {k}: {e:#}"));
-                    report.results[idx].error.get_or_insert(format!("incast: {e:#}"));
+                    report.results[idx]
+                        .error
+                        .get_or_insert(format!("incast: {e:#}"));
                     break;
                 }
             }
