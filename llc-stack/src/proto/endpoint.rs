@@ -1220,7 +1220,7 @@ mod tests {
             if b.connection_count() == 2 {
                 break;
             }
-            now = now + std::time::Duration::from_millis(10);
+            now += std::time::Duration::from_millis(10);
             b.handle_timeout(now);
             a0.handle_timeout(now);
         }
