@@ -103,7 +103,6 @@ pub fn measure(
         let ep =
             h.ns.run(|| transports::open(kind, &o))
                 .with_context(|| format!("{kind}: sender {i}"))?;
-        let addr = addr.clone();
         sending.push(h.ns.spawn(move || send(&ep, &addr, i, shape)));
     }
     let mut retransmits = 0;
