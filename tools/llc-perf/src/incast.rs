@@ -22,7 +22,7 @@ use msg_layer::{PeerId, Request, Source, Tag};
 use serde::Serialize;
 use vm_tests::Bridged;
 
-use crate::proto::{ACK, CTRL, DATA, READY};
+use crate::proto::{pattern, pattern_byte, ACK, CTRL, DATA, READY};
 use crate::transports::{self, Ep, Kind, Open, SERVER_PORT};
 
 /// Longest wait for any one step (connecting, a window, the end).
@@ -64,6 +64,37 @@ pub struct Shape {
     pub messages: usize,
     /// Outstanding isends per sender.
     pub window: usize,
+    /// Check every payload: each message carries its sender and number in
+    /// its first 8 bytes and a pattern after them; the receiver checks the
+    /// pattern and that every message arrived exactly once.
+    pub verify: bool,
+}
+
+/// Message `i` of sender `index`: its number, then the pattern.
+fn tagged(index: usize, i: usize, size: usize) -> Vec<u8> {
+    let seq = ((index as u64) << 32) | i as u64;
+    let mut v = pattern(seq, size.max(8));
+    v[..8].copy_from_slice(&seq.to_le_bytes());
+    v.truncate(size.max(8));
+    v
+}
+
+/// Check a tagged message from sender `index`; returns its number.
+fn check_tagged(index: usize, data: &[u8], size: usize) -> Result<u64> {
+    if data.len() != size.max(8) {
+        bail!("{} bytes arrived, {size} expected", data.len());
+    }
+    let seq = u64::from_le_bytes(data[..8].try_into().expect("8 bytes"));
+    if (seq >> 32) as usize != index {
+        bail!(
+            "message {seq:#x} says sender {}, it came from sender {index}",
+            seq >> 32
+        );
+    }
+    if let Some(i) = (8..data.len()).find(|&i| data[i] != pattern_byte(seq, i)) {
+        bail!("message {seq:#x} of sender {index} differs at byte {i}");
+    }
+    Ok(seq & 0xffff_ffff)
 }
 
 /// Measure `kind` on `bed`: host 0 receives, the others send. Returns the
@@ -77,6 +108,9 @@ pub fn measure(
     let senders = bed.hosts.len() - 1;
     if senders == 0 || shape.window == 0 || shape.messages == 0 {
         bail!("incast needs at least one sender, one message and a window of one");
+    }
+    if shape.verify && shape.size < 8 {
+        bail!("incast --verify needs messages of at least 8 bytes");
     }
     let rx = &bed.hosts[0];
     fn open(h: &vm_tests::Host, server: bool, xdp_attach: AttachMode) -> Open<'_> {
@@ -162,12 +196,20 @@ pub fn fairness(x: &[u64]) -> (f64, f64, f64) {
 /// bytes received from each sender when the first one had finished.
 fn receive(ep: &Ep, senders: usize, shape: Shape) -> Result<(Duration, Vec<u64>)> {
     let mut peers: Vec<PeerId> = Vec::with_capacity(senders);
+    let mut index: Vec<usize> = Vec::with_capacity(senders);
     while peers.len() < senders {
         let c = ep
             .recv(Source::Any, Tag::Is(CTRL), 0, vec![0; 16], Some(STEP))
             .context("waiting for the senders to say hello")?;
+        let hello = c.data.unwrap_or_default();
+        let i = hello
+            .get(..8)
+            .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")) as usize)
+            .ok_or_else(|| anyhow!("a hello without the sender's index"))?;
         peers.push(c.status.source);
+        index.push(i);
     }
+    let mut seen: Vec<std::collections::HashSet<u64>> = vec![Default::default(); senders];
     let post = |buf: Vec<u8>| ep.irecv(Source::Any, Tag::Is(DATA), 0, buf);
     let expected = senders * shape.messages;
     let mut posted = expected.min(senders * shape.window);
@@ -190,6 +232,13 @@ fn receive(ep: &Ep, senders: usize, shape: Shape) -> Result<(Duration, Vec<u64>)
             .iter()
             .position(|&p| p == c.status.source)
             .ok_or_else(|| anyhow!("a message from an unknown peer"))?;
+        if shape.verify {
+            let data = c.data.as_deref().unwrap_or_default();
+            let n = check_tagged(index[who], data, shape.size)?;
+            if !seen[who].insert(n) {
+                bail!("message {n} of sender {} arrived twice", index[who]);
+            }
+        }
         bytes[who] += c.status.len as u64;
         count[who] += 1;
         received += 1;
@@ -208,10 +257,23 @@ fn receive(ep: &Ep, senders: usize, shape: Shape) -> Result<(Duration, Vec<u64>)
         }
     }
     let elapsed = start.elapsed();
+    if shape.verify {
+        if let Some(who) = seen.iter().position(|s| s.len() != shape.messages) {
+            bail!(
+                "sender {}: {} distinct messages of {}",
+                index[who],
+                seen[who].len(),
+                shape.messages
+            );
+        }
+    }
     ep.wait_all(&go, Some(STEP))?;
     for &p in &peers {
         ep.send(p, ACK, 0, vec![1u8], Some(STEP))?;
     }
+    // Stay until the senders have the ACKs: a sent message is only handed
+    // to the transport, which must be there to retransmit it.
+    ep.close(STEP).context("delivering the final ACKs")?;
     Ok((elapsed, snapshot.unwrap_or(bytes)))
 }
 
@@ -234,7 +296,17 @@ fn send(ep: &Ep, to: &msg_layer::Addr, index: usize, shape: Shape) -> Result<(u6
     let mut left = shape.messages;
     while left > 0 {
         let n = left.min(shape.window);
-        let reqs: Vec<Request> = (0..n).map(|_| ep.isend(p, DATA, 0, data.clone())).collect();
+        let first = shape.messages - left;
+        let reqs: Vec<Request> = (first..first + n)
+            .map(|i| {
+                let body = if shape.verify {
+                    Bytes::from(tagged(index, i, shape.size))
+                } else {
+                    data.clone()
+                };
+                ep.isend(p, DATA, 0, body)
+            })
+            .collect();
         for r in ep.wait_all(&reqs, Some(STEP))? {
             r?;
         }
@@ -251,6 +323,17 @@ fn send(ep: &Ep, to: &msg_layer::Addr, index: usize, shape: Shape) -> Result<(u6
 #[cfg(test)]
 mod tests {
     use super::fairness;
+
+    #[test]
+    fn tagged_messages_check_sender_and_content() {
+        let m = super::tagged(3, 17, 4096);
+        assert_eq!(super::check_tagged(3, &m, 4096).unwrap(), 17);
+        assert!(super::check_tagged(2, &m, 4096).is_err(), "wrong sender");
+        let mut bad = m.clone();
+        bad[1000] ^= 1;
+        assert!(super::check_tagged(3, &bad, 4096).is_err(), "corrupted");
+        assert!(super::check_tagged(3, &m[..4000], 4096).is_err(), "short");
+    }
 
     #[test]
     fn jain_index_of_equal_and_skewed_shares() {

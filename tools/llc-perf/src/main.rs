@@ -728,6 +728,7 @@ fn incast_phase(a: &DemoArgs, s: &Settings, kinds: &[Kind], report: &mut Report)
         },
         messages: if s.quick { 16 } else { 64 },
         window: s.window,
+        verify: s.verify,
     };
     for &k in kinds {
         let idx = match report

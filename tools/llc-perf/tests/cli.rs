@@ -155,7 +155,9 @@ fn quick_demo_json_holds_the_documented_keys() {
         "--big-mtu",
         "9000",
         "--tests",
-        "latency,bandwidth,overhead,overlap",
+        "latency,bandwidth,overhead,overlap,incast",
+        "--incast-senders",
+        "2",
         "--transport",
         "llc-packet,tcp",
         "--verify",
@@ -176,9 +178,14 @@ fn quick_demo_json_holds_the_documented_keys() {
         ("overhead", "or_us"),
         ("overlap", "wait_us"),
         ("overlap", "overlap_pct"),
+        ("incast", "gbit_s"),
+        ("incast", "jain_fairness"),
+        ("incast", "min_share"),
+        ("incast", "max_share"),
     ];
     let results = v["results"].as_array().unwrap();
-    // MTU 1500: latency, bandwidth, overhead; MTU 9000: bandwidth, overlap.
+    // MTU 1500: latency, bandwidth, overhead, incast (on a bridge of its
+    // own); MTU 9000: bandwidth, overlap.
     let small: Vec<_> = results
         .iter()
         .filter(|r| r["mtu"] == 1500)
@@ -203,9 +210,16 @@ fn quick_demo_json_holds_the_documented_keys() {
     }
     check_results(
         &serde_json::json!({ "results": small }),
-        &["latency", "bandwidth", "overhead"],
+        &["latency", "bandwidth", "overhead", "incast"],
         &keys,
     );
+    for r in &small {
+        for p in r["incast"].as_array().unwrap() {
+            assert_eq!(p["senders"], 2, "{p}");
+            let j = p["jain_fairness"].as_f64().unwrap();
+            assert!(j > 0.0 && j <= 1.0 + 1e-9, "{p}");
+        }
+    }
     check_results(
         &serde_json::json!({ "results": big }),
         &["bandwidth", "overlap"],
