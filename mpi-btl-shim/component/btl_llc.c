@@ -485,6 +485,11 @@ static int llc_sendi(struct mca_btl_base_module_t *btl, struct mca_btl_base_endp
     if (header_size + payload_size > btl->btl_eager_limit) {
         return OPAL_ERR_OUT_OF_RESOURCE;
     }
+    /* An inline send must not queue: refuse while the peer's queue waits
+     * for its connection or for the transport, and let ob1 retry later. */
+    if (!llc_shim_can_send(shim, endpoint->peer)) {
+        return OPAL_ERR_OUT_OF_RESOURCE;
+    }
     LlcShimBuf *buf = llc_shim_buf_alloc(header_size + payload_size);
     if (NULL == buf) {
         return OPAL_ERR_OUT_OF_RESOURCE;

@@ -245,6 +245,18 @@ enum LlcShimStatus llc_shim_set_failure_handler(const struct LlcShim *s,
                                                 void *ctx);
 
 /**
+ * True when a send to `peer` now would leave at once rather than wait in
+ * the shim's queue for the peer's connection or for the transport (a full
+ * send buffer). The inline send (`btl_sendi`) asks this first and refuses
+ * with "out of resource" when it is false, so ob1 falls back to its
+ * descriptor path instead of piling up queued messages.
+ *
+ * # Safety
+ * `s` is a live handle (or null: false).
+ */
+bool llc_shim_can_send(const struct LlcShim *s, uint32_t peer);
+
+/**
  * Send `head ++ body` to `peer` with `tag`. The bytes are copied: both
  * buffers may be reused when this returns, and the send counts as
  * complete (delivery is the transport's job; a failure is reported

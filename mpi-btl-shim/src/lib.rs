@@ -735,6 +735,23 @@ pub unsafe extern "C" fn llc_shim_set_failure_handler(
     LlcShimStatus::Ok
 }
 
+/// True when a send to `peer` now would leave at once rather than wait in
+/// the shim's queue for the peer's connection or for the transport (a full
+/// send buffer). The inline send (`btl_sendi`) asks this first and refuses
+/// with "out of resource" when it is false, so ob1 falls back to its
+/// descriptor path instead of piling up queued messages.
+///
+/// # Safety
+/// `s` is a live handle (or null: false).
+#[no_mangle]
+pub unsafe extern "C" fn llc_shim_can_send(s: *const LlcShim, peer: u32) -> bool {
+    // SAFETY: per the contract.
+    let Some(s) = (unsafe { shim(s) }) else {
+        return false;
+    };
+    s.ep.can_post(peer)
+}
+
 /// Send `head ++ body` to `peer` with `tag`. The bytes are copied: both
 /// buffers may be reused when this returns, and the send counts as
 /// complete (delivery is the transport's job; a failure is reported

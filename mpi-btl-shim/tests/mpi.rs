@@ -57,11 +57,18 @@ fn build() -> &'static Built {
             );
         }
         let profile = profile_dir();
-        // cargo builds the cdylib next to the rlib in deps/ and copies it up
-        // to the profile directory; either will do.
+        // cargo builds the cdylib next to the rlib in deps/ and `cargo build`
+        // copies it up to the profile directory: take the newer of the two
+        // (a copy left by an earlier `cargo build` may be stale).
+        let modified = |d: &PathBuf| {
+            std::fs::metadata(d.join("libmpi_btl_shim.so"))
+                .and_then(|m| m.modified())
+                .ok()
+        };
         let shim_dir = [profile.clone(), profile.join("deps")]
             .into_iter()
-            .find(|d| d.join("libmpi_btl_shim.so").exists())
+            .filter(|d| modified(d).is_some())
+            .max_by_key(|d| modified(d))
             .unwrap_or_else(|| {
                 panic!(
                     "libmpi_btl_shim.so missing in {}: cargo builds the cdylib with the tests",

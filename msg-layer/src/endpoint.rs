@@ -438,6 +438,19 @@ impl<T: Transport> Endpoint<T> {
         Ok(())
     }
 
+    /// True when a message posted to `peer` now would leave at once rather
+    /// than wait in its queue (the peer is connected, the transport takes
+    /// more, nothing is waiting for credit): what an inline send
+    /// (MPI's `btl_sendi`) needs to know before it commits.
+    pub fn can_post(&self, peer: PeerId) -> bool {
+        let mut e = self.shared.engine.lock();
+        if !e.sends_now(peer) {
+            // Progress may have drained the queue since.
+            let _ = e.progress();
+        }
+        e.sends_now(peer)
+    }
+
     /// Make `region` accessible to peers' `put` and `get` under the returned key.
     pub fn register(&self, region: Arc<dyn MemoryRegion>) -> RegionKey {
         self.shared.engine.lock().register(region)

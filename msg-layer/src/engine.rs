@@ -679,6 +679,15 @@ impl<T: Transport> Engine<T> {
         r
     }
 
+    /// True when a message to `p` would be handed to the transport at once
+    /// instead of waiting in the peer's queue (not yet connected, or the
+    /// transport pushing back, or earlier messages waiting for credit).
+    pub fn sends_now(&self, p: PeerId) -> bool {
+        self.peers
+            .get(p as usize)
+            .is_some_and(|peer| peer.state == PeerState::Ready && peer.queue.is_empty())
+    }
+
     /// An active message with no request to take: for callers (the MPI
     /// shim) that learn of failures from the failure callback and would
     /// otherwise have to collect one completion per message.

@@ -155,3 +155,48 @@ fn progress_thread_runs_the_suite_too() {
     let (a, b) = two(&cfg);
     suite::matching(&a, &b, cfg.eager_limit);
 }
+
+/// `can_post` (what MPI's inline send asks) is false exactly while a message
+/// would wait in the peer's queue: here, while the transport pushes back
+/// because the receiver does not make progress and the sender's LLC send
+/// buffer is full; true again once the receiver catches up.
+#[test]
+fn can_post_is_false_while_sends_would_wait() {
+    let sim = Sim::new(SimConfig::default());
+    let open = |i: u8| {
+        let cfg = LlcConfig {
+            send_buffer_bytes: 256 << 10,
+            ..LlcConfig::default()
+        };
+        let mac = MacAddr([2, 0, 0, 0, 0, i]);
+        let dev = FaultInjector::new(sim.port(), FaultConfig::default(), u64::from(i));
+        let t = LlcTransport::new(dev, mac, 7, cfg, Rng::new(u64::from(i)));
+        Endpoint::new(t, Config::default()).unwrap()
+    };
+    let (a, b) = (open(1), open(2));
+    let pb = a.connect(&b.local_addr()).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let both = || {
+        a.progress().unwrap();
+        b.progress().unwrap();
+        assert!(std::time::Instant::now() < deadline, "timed out");
+    };
+    while b.peer_count() == 0 || a.flush(Some(Duration::ZERO)).is_err() {
+        both();
+    }
+    assert!(a.can_post(pb));
+    // b stops making progress: a's frames are not acknowledged.
+    let mut posted = 0;
+    while a.can_post(pb) {
+        a.am_post(pb, 9, vec![0u8; 32 << 10]).unwrap();
+        posted += 1;
+        assert!(posted < 1000, "the transport never pushed back");
+    }
+    assert!(posted >= 4, "refused after {posted} messages");
+    // b catches up: everything is delivered and a may post again.
+    while b.unhandled_am() < posted {
+        both();
+    }
+    assert_eq!(b.unhandled_am(), posted);
+    assert!(a.can_post(pb));
+}
