@@ -7,8 +7,12 @@
  *   mpi_check kill R     rank R kills itself (SIGKILL) after a barrier while
  *                        the others exchange messages with it: they must
  *                        end with an error in bounded time, not hang
+ *   mpi_check threads T  MPI_THREAD_MULTIPLE: T threads per rank exchange
+ *                        messages of 0 B to 256 KiB with the partner rank's
+ *                        threads at once (tag = thread), data checked
  */
 #include <mpi.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -316,8 +320,81 @@ static int kill_test(int victim)
     }
 }
 
+#define MAX_THREADS 16
+#define THREAD_ITERS 300
+
+/* One thread of the THREAD_MULTIPLE check: Sendrecv with the same thread of
+ * the partner rank (tag = thread), sizes cycling from 0 B to 256 KiB (eager
+ * and rendezvous), both directions checked. */
+static void *thread_main(void *arg)
+{
+    int t = (int) (intptr_t) arg;
+    int partner = rank ^ 1;
+    static const size_t sizes[] = {0, 1, 8, 100, 4096, 32768, 65536, 262144};
+    const size_t n = sizeof(sizes) / sizeof(sizes[0]);
+    uint8_t *out = malloc(262144), *in = malloc(262144);
+    for (int i = 0; i < THREAD_ITERS; i++) {
+        size_t len = sizes[(i + t) % n];
+        fill(out, rank * MAX_THREADS + t, partner * MAX_THREADS + t, len);
+        MPI_Status st;
+        int rc = MPI_Sendrecv(out, (int) len, MPI_BYTE, partner, t, in, (int) len, MPI_BYTE,
+                              partner, t, MPI_COMM_WORLD, &st);
+        if (rc != MPI_SUCCESS) {
+            FAIL("thread %d: Sendrecv returned %d", t, rc);
+        }
+        int got;
+        MPI_Get_count(&st, MPI_BYTE, &got);
+        if ((size_t) got != len || st.MPI_TAG != t) {
+            FAIL("thread %d: got %d bytes with tag %d, expected %zu with tag %d", t, got,
+                 st.MPI_TAG, len, t);
+        }
+        check(in, partner * MAX_THREADS + t, rank * MAX_THREADS + t, len, "thread exchange");
+    }
+    free(out);
+    free(in);
+    return NULL;
+}
+
+static int threads_test(int nthreads)
+{
+    if (size % 2 != 0 || nthreads < 1 || nthreads > MAX_THREADS) {
+        fprintf(stderr, "mpi_check: threads needs an even number of ranks and 1..%d threads\n",
+                MAX_THREADS);
+        return 1;
+    }
+    double t0 = MPI_Wtime();
+    pthread_t th[MAX_THREADS];
+    for (int t = 0; t < nthreads; t++) {
+        pthread_create(&th[t], NULL, thread_main, (void *) (intptr_t) t);
+    }
+    for (int t = 0; t < nthreads; t++) {
+        pthread_join(th[t], NULL);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0) {
+        printf("mpi_check: OK threads=%d ranks=%d time=%.2fs\n", nthreads, size, MPI_Wtime() - t0);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc > 2 && 0 == strcmp(argv[1], "threads")) {
+        int provided;
+        MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+        MPI_Comm_size(MPI_COMM_WORLD, &size);
+        if (provided < MPI_THREAD_MULTIPLE) {
+            fprintf(stderr, "mpi_check: MPI_THREAD_MULTIPLE not provided (level %d)\n", provided);
+            MPI_Abort(MPI_COMM_WORLD, 4);
+        }
+        int rc = threads_test(atoi(argv[2]));
+        if (rc != 0) {
+            MPI_Abort(MPI_COMM_WORLD, rc);
+        }
+        MPI_Finalize();
+        return 0;
+    }
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);

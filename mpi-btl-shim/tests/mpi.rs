@@ -92,7 +92,7 @@ fn build() -> &'static Built {
             String::from_utf8_lossy(&out.stderr)
         );
         let out = Command::new("mpicc")
-            .args(["-O2", "-Wall", "-o"])
+            .args(["-O2", "-Wall", "-pthread", "-o"])
             .arg(dir.join("mpi_check"))
             .arg(crate_dir.join("mpi-tests/mpi_check.c"))
             .output()
@@ -248,6 +248,35 @@ fn mpi_check_4_ranks() {
 #[test]
 fn mpi_check_4_ranks_af_packet() {
     mpi_check(4, "packet");
+}
+
+/// MPI_THREAD_MULTIPLE: 4 threads per rank exchange at once over btl/llc,
+/// eager and rendezvous sizes, data checked.
+#[test]
+fn mpi_check_thread_multiple() {
+    require_root!();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let bed = MultiPort::new(2, 9000).expect("testbed");
+    let run = mpirun(
+        &bed,
+        2,
+        &[("btl", "self,llc"), ("btl_llc_print_stats", "1")],
+        &[
+            build().dir.join("mpi_check").to_str().unwrap(),
+            "threads",
+            "4",
+        ],
+        Duration::from_secs(240),
+    );
+    assert!(
+        run.ok && run.stdout.contains("mpi_check: OK threads=4 ranks=2"),
+        "mpi_check threads over 2 ranks failed ({:?})\nstdout:\n{}\nstderr:\n{}",
+        run.code,
+        run.stdout,
+        run.stderr
+    );
+    check_stats(&run, 2);
+    println!("{}", run.stdout);
 }
 
 /// With put/get offered to ob1, large messages move by get.
