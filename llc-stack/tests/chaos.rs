@@ -518,7 +518,7 @@ fn run<D: Device + 'static>(opener: Opener<D>, sc: Scenario) -> Outcome {
         tc: tc.as_ref().map(|t| t.counters()),
     };
     eprintln!(
-        "{}: {} bytes in {:.2?} ({:.2} Gbit/s), {} acked, {} link errors, retransmits {:?}, faults a {:?} b {:?}, tc {:?}, drops at B {:?}",
+        "{}: {} bytes in {:.2?} ({:.2} Gbit/s), {} acked, {} link errors, retransmits {:?} (tail probes {:?}, timeouts {:?}, loss episodes and delay cuts {:?}, srtt {:?} µs, min rtt {:?} µs), faults a {:?} b {:?}, tc {:?}, drops at B {:?}",
         sc.name,
         out.rx.conns.first().map_or(0, |c| c.bytes),
         out.sent.elapsed,
@@ -526,6 +526,11 @@ fn run<D: Device + 'static>(opener: Opener<D>, sc: Scenario) -> Outcome {
         out.sent.acked,
         out.sent.io_errors,
         out.sent.conn.as_ref().map(|c| c.retransmits),
+        out.sent.conn.as_ref().map(|c| c.tail_probes),
+        out.sent.conn.as_ref().map(|c| c.timeouts),
+        out.sent.conn.as_ref().map(|c| (c.loss_episodes, c.delay_cuts)),
+        out.sent.conn.as_ref().map(|c| c.srtt_ns / 1000),
+        out.sent.conn.as_ref().map(|c| c.min_rtt_ns / 1000),
         out.faults_a,
         out.faults_b,
         out.tc,

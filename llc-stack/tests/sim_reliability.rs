@@ -719,6 +719,50 @@ fn goodput_under_loss_in_virtual_time() {
     }
 }
 
+/// A sender faster than its path does not build a standing queue: over a
+/// 1 Gbit/s simulated link (the sender's port serialises, so excess frames
+/// wait there as in a switch buffer) with a 40 µs round trip, the window
+/// settles where the round trip stays near the path's minimum instead of
+/// filling the receiver's whole credit window (which would hold thousands of
+/// frames, about 10 ms of queue), and the link stays busy.
+#[test]
+fn a_fast_sender_keeps_the_queue_short() {
+    let link = SimConfig {
+        latency: Duration::from_micros(20),
+        rate_bps: 1_000_000_000,
+        ..SimConfig::default()
+    };
+    let mut p = Pair::new(7, link, FaultConfig::default(), Config::default());
+    p.b.endpoint_mut().listen(PORT);
+    let ca =
+        p.a.endpoint_mut()
+            .connect(p.now, MAC_B, PORT, None)
+            .unwrap();
+    for i in 0..8u8 {
+        p.a.endpoint_mut().send(ca, vec![i; 1 << 20]).unwrap();
+    }
+    let start = p.now;
+    assert!(p.run(Duration::from_secs(60), |p| {
+        p.events_a
+            .iter()
+            .filter(|e| matches!(e.1, Event::Acked { .. }))
+            .count()
+            == 8
+    }));
+    let took = p.now.saturating_duration_since(start);
+    let s = p.a.endpoint().connection_stats(ca).unwrap().clone();
+    // 8 MiB at 1 Gbit/s takes 67 ms of serialisation alone.
+    let rate = (8u64 << 20) as f64 * 8.0 / took.as_secs_f64() / 1e9;
+    assert!(rate > 0.85, "{rate:.3} Gbit/s in {took:?}: {s:?}");
+    assert!(s.delay_cuts > 0, "{s:?}");
+    assert!(
+        s.srtt_ns < 10 * s.min_rtt_ns.max(40_000),
+        "standing queue: srtt {} µs, min rtt {} µs",
+        s.srtt_ns / 1000,
+        s.min_rtt_ns / 1000
+    );
+}
+
 /// A sink collecting one placed message body.
 struct VecSink(std::sync::Mutex<Vec<u8>>);
 

@@ -119,8 +119,10 @@ pub struct ConnStats {
     pub messages_received: u64,
     /// Messages fully acknowledged by the peer.
     pub messages_acked: u64,
-    /// Loss episodes that halved the congestion window.
+    /// Loss episodes (the window halves only when a queue shows).
     pub loss_episodes: u64,
+    /// Round trips in which the window shrank for queueing delay.
+    pub delay_cuts: u64,
     /// Frames of every type sent.
     pub frames_sent: u64,
     /// Payload bytes received in accepted DATA frames (duplicates excluded).
@@ -138,7 +140,7 @@ pub struct ConnStats {
 impl ConnStats {
     /// Every counter with its name, in declaration order (for tools that
     /// print or serialise them).
-    pub fn counters(&self) -> [(&'static str, u64); 19] {
+    pub fn counters(&self) -> [(&'static str, u64); 20] {
         [
             ("data_frames_sent", self.data_frames_sent),
             ("retransmits", self.retransmits),
@@ -153,6 +155,7 @@ impl ConnStats {
             ("messages_received", self.messages_received),
             ("messages_acked", self.messages_acked),
             ("loss_episodes", self.loss_episodes),
+            ("delay_cuts", self.delay_cuts),
             ("frames_sent", self.frames_sent),
             ("payload_bytes_received", self.payload_bytes_received),
             ("rtt_samples", self.rtt_samples),
@@ -188,6 +191,9 @@ enum Timer {
     Tail = 4,
 }
 const TIMER_COUNT: usize = 5;
+/// Scheduling noise allowed on top of twice the smallest round trip before
+/// a round trip counts as queueing.
+const DELAY_SLACK_NS: u64 = 20_000;
 
 /// One of our messages, kept from `send` until the peer acknowledged its
 /// last fragment. Frames in flight refer to it by id and offset, so cutting
@@ -319,6 +325,9 @@ pub struct Connection {
     ssthresh: u32,
     cwnd_acc: u32,
     recovery_end: Option<Seq>,
+    /// When the window was last shrunk for queueing delay (at most once per
+    /// round trip).
+    last_delay_cut: Instant,
     rack_time: Instant,
     rtt: RttEstimator,
     backoff: u32,
@@ -459,6 +468,7 @@ impl Connection {
             ssthresh: cfg.max_window_frames,
             cwnd_acc: 0,
             recovery_end: None,
+            last_delay_cut: Instant::ZERO,
             rack_time: Instant::ZERO,
             rtt,
             backoff: 0,
@@ -1111,7 +1121,11 @@ impl Connection {
             self.detect_losses(now);
         }
         if newly_acked > 0 && self.recovery_end.is_none() {
-            self.grow_cwnd(newly_acked);
+            if self.queue_building() {
+                self.cut_for_delay(now);
+            } else {
+                self.grow_cwnd(newly_acked);
+            }
         }
         if self.window_blocked() {
             self.timers[Timer::Probe as usize] = Some(now + self.probe_interval());
@@ -1129,6 +1143,31 @@ impl Connection {
             }
         }
         self.cwnd = self.cwnd.min(self.cfg.max_window_frames);
+    }
+
+    /// The round trip shows a queue (see [`Self::queue_building`]): stop
+    /// growing, leave slow start, and shrink the window in proportion to the
+    /// excess delay, at most once per round trip and by at most half (as
+    /// delay-based datacenter transports do). A short queue keeps the
+    /// receiver busy; a long one only adds latency, and a lost frame's
+    /// repair would wait behind it.
+    fn cut_for_delay(&mut self, now: Instant) {
+        let srtt = self.rtt.srtt();
+        if now < self.last_delay_cut + srtt {
+            return;
+        }
+        self.last_delay_cut = now;
+        let rtt = self.rtt.latest().as_nanos() as u64;
+        let target = self.delay_target_ns();
+        if rtt <= target {
+            return;
+        }
+        let excess = ((rtt - target) as f64 / rtt as f64).min(1.0);
+        let factor = 1.0 - 0.5 * excess;
+        self.cwnd = ((self.cwnd as f64 * factor) as u32).max(self.cfg.min_cwnd);
+        self.ssthresh = self.cwnd;
+        self.cwnd_acc = 0;
+        self.stats.delay_cuts += 1;
     }
 
     /// Frames sent before a frame that was since acknowledged, by more than a
@@ -1175,7 +1214,13 @@ impl Connection {
     /// Without samples yet, assume a queue.
     fn queue_building(&self) -> bool {
         let min = self.stats.min_rtt_ns;
-        min == 0 || self.rtt.latest().as_nanos() as u64 > 2 * min + 20_000
+        min == 0 || self.rtt.latest().as_nanos() as u64 > self.delay_target_ns()
+    }
+
+    /// Round-trip time above which frames are taken to be queueing: twice
+    /// the smallest seen, plus scheduling noise.
+    fn delay_target_ns(&self) -> u64 {
+        2 * self.stats.min_rtt_ns + DELAY_SLACK_NS
     }
 
     /// Frames in flight that are neither acknowledged nor known lost.
