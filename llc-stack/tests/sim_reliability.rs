@@ -719,12 +719,13 @@ fn goodput_under_loss_in_virtual_time() {
     }
 }
 
-/// A sender faster than its path does not build a standing queue: over a
-/// 1 Gbit/s simulated link (the sender's port serialises, so excess frames
-/// wait there as in a switch buffer) with a 40 µs round trip, the window
-/// settles where the round trip stays near the path's minimum instead of
-/// filling the receiver's whole credit window (which would hold thousands of
-/// frames, about 10 ms of queue), and the link stays busy.
+/// With delay control on, a sender faster than its path does not build a
+/// standing queue: over a 1 Gbit/s simulated link (the sender's port
+/// serialises, so excess frames wait there as in a switch buffer) with a
+/// 40 µs round trip, the window settles where the round trip stays near the
+/// path's minimum instead of filling the receiver's whole credit window
+/// (thousands of frames, about 35 ms of queue without it), and the link
+/// stays busy.
 #[test]
 fn a_fast_sender_keeps_the_queue_short() {
     let link = SimConfig {
@@ -732,7 +733,11 @@ fn a_fast_sender_keeps_the_queue_short() {
         rate_bps: 1_000_000_000,
         ..SimConfig::default()
     };
-    let mut p = Pair::new(7, link, FaultConfig::default(), Config::default());
+    let cfg = Config {
+        delay_control: true,
+        ..Config::default()
+    };
+    let mut p = Pair::new(7, link, FaultConfig::default(), cfg);
     p.b.endpoint_mut().listen(PORT);
     let ca =
         p.a.endpoint_mut()

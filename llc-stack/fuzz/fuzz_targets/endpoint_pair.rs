@@ -92,6 +92,9 @@ fn config() -> Config {
         send_buffer_bytes: 256 << 10,
         max_half_open: 8,
         max_connections: 16,
+        // Cover the optional and shared-budget paths too.
+        delay_control: true,
+        rx_budget_frames: Some(48),
         ..Config::default()
     }
 }

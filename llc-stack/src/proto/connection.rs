@@ -1121,7 +1121,7 @@ impl Connection {
             self.detect_losses(now);
         }
         if newly_acked > 0 && self.recovery_end.is_none() {
-            if self.queue_building() {
+            if self.cfg.delay_control && self.queue_building() {
                 self.cut_for_delay(now);
             } else {
                 self.grow_cwnd(newly_acked);
