@@ -64,6 +64,30 @@ fn send_tests<D: Device>(
     }
 }
 
+/// `auto` attaches generic XDP on veth and says so; asking for native still
+/// gets native.
+#[test]
+fn auto_takes_generic_xdp_on_veth() {
+    vm_tests::require_root!();
+    let hosts = TwoHosts::new(1500).unwrap();
+    let ifname = hosts.a.ifname.clone();
+    let (backend, notes) = hosts.a.ns.run(|| {
+        let dev = AfXdp::open(&ifname, AfXdpConfig::default()).expect("AF_XDP auto");
+        (dev.capabilities().backend.clone(), dev.fallbacks().to_vec())
+    });
+    assert!(backend.ends_with("/generic"), "{backend}");
+    assert!(notes.iter().any(|n| n.contains("veth")), "{notes:?}");
+    let native = AfXdpConfig {
+        attach: AttachMode::Native,
+        ..Default::default()
+    };
+    let backend = hosts.a.ns.run(|| {
+        let dev = AfXdp::open(&ifname, native).expect("AF_XDP native");
+        dev.capabilities().backend.clone()
+    });
+    assert!(backend.ends_with("/native"), "{backend}");
+}
+
 #[test]
 fn ip_traffic_passes_and_only_our_frames_are_redirected() {
     vm_tests::require_root!();
@@ -269,7 +293,13 @@ fn one_socket_per_rx_queue() {
     ns.ip(&["link", "set", "q1", "up"]).unwrap();
     const PER_QUEUE: usize = 200;
     ns.run(|| {
-        let mut rx = AfXdp::open("q0", AfXdpConfig::default()).unwrap();
+        // Native XDP: veth's per-queue delivery is what is tested (in
+        // generic mode the frames' receive queue is not the sender's).
+        let native = AfXdpConfig {
+            attach: AttachMode::Native,
+            ..Default::default()
+        };
+        let mut rx = AfXdp::open("q0", native.clone()).unwrap();
         assert_eq!(rx.queues(), vec![0, 1, 2, 3]);
         // Senders on q1's queues 1..=3: copy-mode AF_XDP transmits on its
         // own queue, and veth delivers on the peer's queue of the same index.
@@ -277,7 +307,7 @@ fn one_socket_per_rx_queue() {
             "q1",
             AfXdpConfig {
                 queue: Some(1),
-                ..Default::default()
+                ..native.clone()
             },
         )
         .unwrap();
@@ -286,7 +316,7 @@ fn one_socket_per_rx_queue() {
         for q in 2..=3 {
             let cfg = AfXdpConfig {
                 queue: Some(q),
-                ..Default::default()
+                ..native.clone()
             };
             senders.push(AfXdp::open_with_program("q1", cfg, Arc::clone(&program)).unwrap());
         }
@@ -309,7 +339,7 @@ fn one_socket_per_rx_queue() {
         drop(rx);
         let cfg = AfXdpConfig {
             queue: Some(0),
-            ..Default::default()
+            ..native.clone()
         };
         let mut rx0 = AfXdp::open("q0", cfg).unwrap();
         for s in &mut senders {

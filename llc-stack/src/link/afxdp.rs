@@ -6,7 +6,8 @@
 //! 1. The XDP program, attached through a BPF link owned by this device (it
 //!    detaches when the device is dropped and when the process dies, even by
 //!    SIGKILL). Native XDP first, generic if the driver has none (or as
-//!    [`AfXdpConfig::attach`] says). The `xdp.frags` variant when frames can
+//!    [`AfXdpConfig::attach`] says); on veth `auto` takes generic XDP, the
+//!    faster mode there, which also leaves other traffic its offloads. The `xdp.frags` variant when frames can
 //!    span several buffers.
 //! 2. One AF_XDP socket per RX queue in use ([`AfXdpConfig::queue`]: one queue,
 //!    or all of the interface's RX queues), each with its own UMEM and rings,
@@ -246,15 +247,35 @@ impl AfXdp {
         }
         let mtu = sys::interface_mtu(ifname)?;
         let mac = sys::interface_mac(ifname)?;
+        // On veth, `auto` takes generic XDP: veth's "native" XDP is a
+        // software path too, slower for our frames (docs/BENCHMARKS.md), and
+        // while a native program is attached the kernel takes the veth's
+        // segmentation offloads away from all other traffic on it.
+        let veth = config.attach == AttachMode::Auto
+            && sys::interface_driver(ifname).as_deref() == Some("veth");
         let xcfg = xdp_prog::XdpConfig {
             sap: config.sap,
             mac: Some(mac),
-            attach: config.attach,
+            attach: if veth {
+                AttachMode::Generic
+            } else {
+                config.attach
+            },
             frags: needs_multi_buffer(mtu),
         };
         let program =
             LlcRedirect::attach(ifname, ifindex, &xcfg).map_err(|e| xdp_error(ifname, e))?;
-        Self::open_with_program(ifname, config, Arc::new(program))
+        let mut dev = Self::open_with_program(ifname, config, Arc::new(program))?;
+        if veth {
+            dev.fallbacks.insert(
+                0,
+                format!(
+                    "{ifname} is a veth: generic XDP rather than native (faster for LLC on \
+                     veth, and leaves TCP its segmentation offloads)"
+                ),
+            );
+        }
+        Ok(dev)
     }
 
     /// Open AF_XDP sockets on `ifname` that receive through an XDP program

@@ -229,6 +229,57 @@ pub(crate) fn interface_rx_queues(name: &str) -> Result<u32, LinkError> {
     }
 }
 
+/// The driver of interface `name` (`ETHTOOL_GDRVINFO`), e.g. `veth`,
+/// `virtio_net`; `None` when the driver does not say.
+pub(crate) fn interface_driver(name: &str) -> Option<String> {
+    /// `struct ethtool_drvinfo` (linux/ethtool.h).
+    #[repr(C)]
+    struct EthtoolDrvinfo {
+        cmd: u32,
+        driver: [u8; 32],
+        version: [u8; 32],
+        fw_version: [u8; 32],
+        bus_info: [u8; 32],
+        erom_version: [u8; 32],
+        reserved2: [u8; 12],
+        n_priv_flags: u32,
+        n_stats: u32,
+        testinfo_len: u32,
+        eedump_len: u32,
+        regdump_len: u32,
+    }
+    const ETHTOOL_GDRVINFO: u32 = 0x03;
+    let mut info = EthtoolDrvinfo {
+        cmd: ETHTOOL_GDRVINFO,
+        driver: [0; 32],
+        version: [0; 32],
+        fw_version: [0; 32],
+        bus_info: [0; 32],
+        erom_version: [0; 32],
+        reserved2: [0; 12],
+        n_priv_flags: 0,
+        n_stats: 0,
+        testinfo_len: 0,
+        eedump_len: 0,
+        regdump_len: 0,
+    };
+    let mut req = ifreq_for(name).ok()?;
+    req.ifr_ifru.ifru_data = (&mut info as *mut EthtoolDrvinfo).cast::<libc::c_char>();
+    let sock = control_socket().ok()?;
+    // SAFETY: `req` names the interface and points `ifru_data` at `info`, a
+    // writable ethtool_drvinfo that outlives the call; the kernel reads
+    // `cmd` and writes only inside that struct.
+    syscall!(ioctl(
+        sock.as_raw_fd(),
+        libc::SIOCETHTOOL as _,
+        &mut req as *mut libc::ifreq
+    ))
+    .ok()?;
+    let end = info.driver.iter().position(|&b| b == 0).unwrap_or(32);
+    let driver = String::from_utf8_lossy(&info.driver[..end]).into_owned();
+    (!driver.is_empty()).then_some(driver)
+}
+
 // ---------------------------------------------------------------------------
 // Packet sockets
 // ---------------------------------------------------------------------------
