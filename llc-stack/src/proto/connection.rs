@@ -1173,7 +1173,7 @@ impl Connection {
     /// Frames sent before a frame that was since acknowledged, by more than a
     /// reordering allowance, are lost.
     fn detect_losses(&mut self, now: Instant) {
-        let reo = (self.rtt.srtt() / 4).max(Duration::from_micros(50));
+        let reo = self.reorder_window();
         let mut found = false;
         for (i, f) in self.inflight.iter_mut().enumerate() {
             if f.sacked || f.lost {
@@ -1189,6 +1189,19 @@ impl Connection {
         if found && self.recovery_end.is_none() {
             self.enter_recovery(now);
         }
+    }
+
+    /// RACK's reordering allowance (RFC 8985): a quarter of the smallest
+    /// round trip, not of the smoothed one, which a queue inflates (with a
+    /// full receive ring, srtt/4 was half a millisecond on veth, and every
+    /// repair waited that long); at least 50 µs of scheduling noise.
+    fn reorder_window(&self) -> Duration {
+        let base = if self.stats.min_rtt_ns == 0 {
+            self.rtt.srtt()
+        } else {
+            Duration::from_nanos(self.stats.min_rtt_ns)
+        };
+        (base / 4).max(Duration::from_micros(50))
     }
 
     /// A loss episode. With a queue behind it (the latest round trip well
