@@ -671,6 +671,28 @@ fn rtt_estimate_stays_near_the_link_rtt_under_heavy_loss() {
     );
 }
 
+/// Connect A to B and send 8 messages of 1 MiB; returns the connection and
+/// the virtual time from the sends until A has all 8 acknowledged.
+fn stream_8_mib(p: &mut Pair) -> (ConnHandle, Duration) {
+    p.b.endpoint_mut().listen(PORT);
+    let ca =
+        p.a.endpoint_mut()
+            .connect(p.now, MAC_B, PORT, None)
+            .unwrap();
+    for i in 0..8u8 {
+        p.a.endpoint_mut().send(ca, vec![i; 1 << 20]).unwrap();
+    }
+    let start = p.now;
+    assert!(p.run(Duration::from_secs(60), |p| {
+        p.events_a
+            .iter()
+            .filter(|e| matches!(e.1, Event::Acked { .. }))
+            .count()
+            == 8
+    }));
+    (ca, p.now.saturating_duration_since(start))
+}
+
 /// Virtual time to move 8 MiB (8 messages of 1 MiB) over a 10 Gbit/s link
 /// with a 40 µs round trip, at 0%, 1% and 5% loss on both ends. A
 /// measurement, not an assertion (docs/BENCHMARKS.md, goodput under loss):
@@ -690,23 +712,7 @@ fn goodput_under_loss_in_virtual_time() {
                 ..Default::default()
             };
             let mut p = Pair::new(seed, link, faults, Config::default());
-            p.b.endpoint_mut().listen(PORT);
-            let ca =
-                p.a.endpoint_mut()
-                    .connect(p.now, MAC_B, PORT, None)
-                    .unwrap();
-            for i in 0..8u8 {
-                p.a.endpoint_mut().send(ca, vec![i; 1 << 20]).unwrap();
-            }
-            let start = p.now;
-            assert!(p.run(Duration::from_secs(60), |p| {
-                p.events_a
-                    .iter()
-                    .filter(|e| matches!(e.1, Event::Acked { .. }))
-                    .count()
-                    == 8
-            }));
-            times.push(p.now.saturating_duration_since(start));
+            times.push(stream_8_mib(&mut p).1);
         }
         times.sort();
         println!(
@@ -738,23 +744,7 @@ fn a_fast_sender_keeps_the_queue_short() {
         ..Config::default()
     };
     let mut p = Pair::new(7, link, FaultConfig::default(), cfg);
-    p.b.endpoint_mut().listen(PORT);
-    let ca =
-        p.a.endpoint_mut()
-            .connect(p.now, MAC_B, PORT, None)
-            .unwrap();
-    for i in 0..8u8 {
-        p.a.endpoint_mut().send(ca, vec![i; 1 << 20]).unwrap();
-    }
-    let start = p.now;
-    assert!(p.run(Duration::from_secs(60), |p| {
-        p.events_a
-            .iter()
-            .filter(|e| matches!(e.1, Event::Acked { .. }))
-            .count()
-            == 8
-    }));
-    let took = p.now.saturating_duration_since(start);
+    let (ca, took) = stream_8_mib(&mut p);
     let s = p.a.endpoint().connection_stats(ca).unwrap().clone();
     // 8 MiB at 1 Gbit/s takes 67 ms of serialisation alone.
     let rate = (8u64 << 20) as f64 * 8.0 / took.as_secs_f64() / 1e9;

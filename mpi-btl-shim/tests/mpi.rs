@@ -205,33 +205,38 @@ fn check_stats(run: &Run, np: usize) {
     }
 }
 
-fn mpi_check(np: usize, backend: &str) {
-    require_root!();
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+/// Run `mpi_check ARGS` over `np` ranks with `self,llc` and the extra MCA
+/// parameters; it must succeed, print `ok`, and every rank's btl/llc
+/// counters must show traffic.
+fn run_mpi_check(np: usize, mca: &[(&str, &str)], args: &[&str], ok: &str) -> Run {
     let bed = MultiPort::new(np, 9000).expect("testbed");
-    let run = mpirun(
-        &bed,
-        np,
-        &[
-            ("btl", "self,llc"),
-            ("btl_llc_backend", backend),
-            ("btl_llc_print_stats", "1"),
-        ],
-        &[build().dir.join("mpi_check").to_str().unwrap()],
-        Duration::from_secs(240),
-    );
+    let program = build().dir.join("mpi_check");
+    let mut cmd = vec![program.to_str().unwrap()];
+    cmd.extend_from_slice(args);
+    let mut all = vec![("btl", "self,llc"), ("btl_llc_print_stats", "1")];
+    all.extend_from_slice(mca);
+    let run = mpirun(&bed, np, &all, &cmd, Duration::from_secs(240));
     assert!(
-        run.ok,
-        "mpi_check over {np} ranks failed ({:?})\nstdout:\n{}\nstderr:\n{}",
-        run.code, run.stdout, run.stderr
-    );
-    assert!(
-        run.stdout.contains(&format!("mpi_check: OK ranks={np}")),
-        "{}",
-        run.stdout
+        run.ok && run.stdout.contains(ok),
+        "mpi_check {args:?} over {np} ranks failed ({:?})\nstdout:\n{}\nstderr:\n{}",
+        run.code,
+        run.stdout,
+        run.stderr
     );
     print!("{}", run.stdout);
     check_stats(&run, np);
+    run
+}
+
+fn mpi_check(np: usize, backend: &str) {
+    require_root!();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let run = run_mpi_check(
+        np,
+        &[("btl_llc_backend", backend)],
+        &[],
+        &format!("mpi_check: OK ranks={np}"),
+    );
     println!("{np} ranks, backend {backend}: {:.1?}", run.elapsed);
 }
 
@@ -256,27 +261,7 @@ fn mpi_check_4_ranks_af_packet() {
 fn mpi_check_thread_multiple() {
     require_root!();
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let bed = MultiPort::new(2, 9000).expect("testbed");
-    let run = mpirun(
-        &bed,
-        2,
-        &[("btl", "self,llc"), ("btl_llc_print_stats", "1")],
-        &[
-            build().dir.join("mpi_check").to_str().unwrap(),
-            "threads",
-            "4",
-        ],
-        Duration::from_secs(240),
-    );
-    assert!(
-        run.ok && run.stdout.contains("mpi_check: OK threads=4 ranks=2"),
-        "mpi_check threads over 2 ranks failed ({:?})\nstdout:\n{}\nstderr:\n{}",
-        run.code,
-        run.stdout,
-        run.stderr
-    );
-    check_stats(&run, 2);
-    println!("{}", run.stdout);
+    run_mpi_check(2, &[], &["threads", "4"], "mpi_check: OK threads=4 ranks=2");
 }
 
 /// With put/get offered to ob1, large messages move by get.
@@ -284,21 +269,7 @@ fn mpi_check_thread_multiple() {
 fn mpi_check_2_ranks_rdma() {
     require_root!();
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let bed = MultiPort::new(2, 9000).expect("testbed");
-    let run = mpirun(
-        &bed,
-        2,
-        &[
-            ("btl", "self,llc"),
-            ("btl_llc_rdma", "1"),
-            ("btl_llc_print_stats", "1"),
-        ],
-        &[build().dir.join("mpi_check").to_str().unwrap()],
-        Duration::from_secs(240),
-    );
-    assert!(run.ok, "stdout:\n{}\nstderr:\n{}", run.stdout, run.stderr);
-    assert!(run.stdout.contains("mpi_check: OK ranks=2"));
-    check_stats(&run, 2);
+    let run = run_mpi_check(2, &[("btl_llc_rdma", "1")], &[], "mpi_check: OK ranks=2");
     let gets: u64 = run
         .stderr
         .lines()
@@ -418,20 +389,6 @@ fn netpipe_sweep_over_llc() {
     );
 }
 
-/// Bytes the bridge received from port `i` of the testbed.
-fn hub_rx_bytes(bed: &MultiPort, port: usize) -> u64 {
-    let out = bed
-        .hub
-        .ip(&["-s", "-o", "link", "show", "dev", &format!("p{port}")])
-        .expect("link statistics");
-    out.split("RX:")
-        .nth(1)
-        .and_then(|rx| rx.split('\\').nth(1))
-        .and_then(|f| f.split_whitespace().next())
-        .and_then(|b| b.parse().ok())
-        .expect("RX bytes")
-}
-
 /// A NetPIPE output row: (bytes, Mbit/s, one-way µs).
 type Row = (u64, f64, f64);
 
@@ -502,7 +459,11 @@ fn netpipe_llc_vs_tcp() {
             let mut args = vec!["NPopenmpi"];
             args.extend(np_args.split_whitespace());
             args.extend(["-o", out.to_str().unwrap()]);
-            let crossed = || -> u64 { (0..2).map(|p| hub_rx_bytes(&bed, p)).sum() };
+            let crossed = || -> u64 {
+                (0..2)
+                    .map(|p| bed.bridge_rx_bytes(p).expect("link statistics"))
+                    .sum()
+            };
             let before = crossed();
             let run = mpirun(&bed, 2, &mca, &args, Duration::from_secs(900));
             let crossed = crossed() - before;

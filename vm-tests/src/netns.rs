@@ -708,6 +708,22 @@ impl MultiPort {
 }
 
 impl MultiPort {
+    /// Bytes the bridge has received from port `i` (what the namespace sent
+    /// out of it), from the hub-side veth end's counters.
+    pub fn bridge_rx_bytes(&self, i: usize) -> Result<u64, HarnessError> {
+        let dev = format!("p{i}");
+        let out = self.hub.ip(&["-s", "-o", "link", "show", "dev", &dev])?;
+        // "... RX: bytes packets ...\    <bytes> <packets> ..."
+        out.split("RX:")
+            .nth(1)
+            .and_then(|rx| rx.split('\\').nth(1))
+            .and_then(|f| f.split_whitespace().next())
+            .and_then(|b| b.parse().ok())
+            .ok_or_else(|| {
+                HarnessError::InvalidArgument(format!("no RX byte count for {dev} in {out:?}"))
+            })
+    }
+
     /// Makes IPv4 traffic between two ports of this namespace leave by the sender's port,
     /// cross the bridge and arrive on the receiver's port, as it would between two hosts,
     /// instead of taking the loopback shortcut the kernel uses for local addresses: so that

@@ -123,24 +123,15 @@ fn bridged_three_hosts_all_ping() {
     }
 }
 
-/// Bytes the hub received on `port` (what the namespace sent out of it).
-fn hub_rx_bytes(net: &MultiPort, port: usize) -> u64 {
-    let out = net
-        .hub
-        .ip(&["-s", "-o", "link", "show", "dev", &format!("p{port}")])
-        .unwrap();
-    // "... RX: bytes packets ...\    <bytes> <packets> ..."
-    let rx = out.split("RX:").nth(1).expect("RX statistics");
-    let stats = rx.split('\\').nth(1).expect("RX figures");
-    stats.split_whitespace().next().unwrap().parse().unwrap()
-}
-
 #[test]
 fn multiport_tcp_crosses_the_bridge() {
     vm_tests::require_root!();
     let net = MultiPort::new(2, 1500).expect("MultiPort::new");
     net.route_through_bridge().expect("policy routing");
-    let (before0, before1) = (hub_rx_bytes(&net, 0), hub_rx_bytes(&net, 1));
+    let (before0, before1) = (
+        net.bridge_rx_bytes(0).unwrap(),
+        net.bridge_rx_bytes(1).unwrap(),
+    );
     let (a, b) = (net.ipv4[0], net.ipv4[1]);
     const BYTES: usize = 4 << 20;
     let received = net.ns.run(move || {
@@ -175,8 +166,8 @@ fn multiport_tcp_crosses_the_bridge() {
     assert_eq!(received, 2 * BYTES);
     // The data left by llc0 (the hub received it on p0), the ACKs by llc1.
     let (sent0, sent1) = (
-        hub_rx_bytes(&net, 0) - before0,
-        hub_rx_bytes(&net, 1) - before1,
+        net.bridge_rx_bytes(0).unwrap() - before0,
+        net.bridge_rx_bytes(1).unwrap() - before1,
     );
     assert!(sent0 >= 2 * BYTES as u64, "p0 saw {sent0} bytes");
     assert!(sent1 > 0 && sent1 < sent0 / 4, "p1 saw {sent1} bytes");
