@@ -189,8 +189,12 @@ enum Timer {
     /// Tail-loss probe: the last frames of a burst went unanswered for a
     /// couple of round trips (no later frame can reveal their loss).
     Tail = 4,
+    /// RACK's reordering timer: a frame sent before one already delivered
+    /// becomes lost once it has been out for a round trip plus the
+    /// reordering allowance, without waiting for a later acknowledgement.
+    Reorder = 5,
 }
-const TIMER_COUNT: usize = 5;
+const TIMER_COUNT: usize = 6;
 /// Scheduling noise allowed on top of twice the smallest round trip before
 /// a round trip counts as queueing.
 const DELAY_SLACK_NS: u64 = 20_000;
@@ -328,7 +332,18 @@ pub struct Connection {
     /// When the window was last shrunk for queueing delay (at most once per
     /// round trip).
     last_delay_cut: Instant,
+    /// RACK (RFC 8985): send time and sequence number of the most recently
+    /// sent frame that was delivered, and its round trip.
     rack_time: Instant,
+    rack_seq: Seq,
+    rack_rtt: Duration,
+    /// A tail-loss probe may send one retransmission beyond the congestion
+    /// window (the frames that fill it may be lost too, and nothing would
+    /// drain it before the RTO).
+    probe_credit: bool,
+    /// A tail-loss probe went out and nothing was delivered since: the next
+    /// silence is the RTO's (one probe per silence).
+    probe_outstanding: bool,
     rtt: RttEstimator,
     backoff: u32,
     syn_attempts: u32,
@@ -470,6 +485,10 @@ impl Connection {
             recovery_end: None,
             last_delay_cut: Instant::ZERO,
             rack_time: Instant::ZERO,
+            rack_seq: isn,
+            rack_rtt: Duration::ZERO,
+            probe_credit: false,
+            probe_outstanding: false,
             rtt,
             backoff: 0,
             syn_attempts: 0,
@@ -1013,17 +1032,31 @@ impl Connection {
         }
         let mut newly_acked = 0u32;
         let mut cumulative = 0u32;
+        // The most recently sent frame this ACK delivers (RACK).
+        let mut rack: Option<(Instant, Seq)> = None;
+        let min_rtt = Duration::from_nanos(self.stats.min_rtt_ns);
+        let mut note = |f: &InFlight, seq: Seq| {
+            // A retransmitted frame acknowledged sooner than any round trip
+            // could be was delivered by its original transmission.
+            if f.retransmitted && now.saturating_duration_since(f.sent_at) < min_rtt {
+                return;
+            }
+            if rack.is_none_or(|(t, _)| f.sent_at >= t) {
+                rack = Some((f.sent_at, seq));
+            }
+        };
         while self.snd_una.lt(ack) {
             let Some(f) = self.inflight.pop_front() else {
                 break;
             };
+            let seq = self.snd_una;
             self.snd_una = self.snd_una.add(1);
             newly_acked += 1;
             cumulative += 1;
             if f.sacked {
                 self.n_sacked -= 1;
             } else {
-                self.rack_time = self.rack_time.max(f.sent_at);
+                note(&f, seq);
             }
             if f.lost {
                 self.n_lost -= 1;
@@ -1064,7 +1097,7 @@ impl Connection {
             if i0 >= i1 {
                 continue;
             }
-            for f in self.inflight.range_mut(i0..i1) {
+            for (i, f) in self.inflight.range_mut(i0..i1).enumerate() {
                 if !f.sacked {
                     f.sacked = true;
                     self.n_sacked += 1;
@@ -1073,9 +1106,19 @@ impl Connection {
                         self.n_lost -= 1;
                     }
                     newly_acked += 1;
-                    self.rack_time = self.rack_time.max(f.sent_at);
+                    note(f, self.snd_una.add((i0 + i) as u32));
                 }
             }
+        }
+        if let Some((t, seq)) = rack {
+            if t > self.rack_time || (t == self.rack_time && self.rack_seq.lt(seq)) {
+                self.rack_time = t;
+                self.rack_seq = seq;
+                self.rack_rtt = now.saturating_duration_since(t);
+            }
+        }
+        if newly_acked > 0 {
+            self.probe_outstanding = false;
         }
         let ecr = h.ts_ecr.get();
         if newly_acked > 0 {
@@ -1170,22 +1213,36 @@ impl Connection {
         self.stats.delay_cuts += 1;
     }
 
-    /// Frames sent before a frame that was since acknowledged, by more than a
-    /// reordering allowance, are lost.
+    /// RACK (RFC 8985): a frame sent before one that was since delivered is
+    /// lost once it has been out for that frame's round trip plus the
+    /// reordering allowance. Those not yet overdue arm the reordering timer,
+    /// so that a loss near the end of a burst, or while the window is full,
+    /// is found without a later acknowledgement.
     fn detect_losses(&mut self, now: Instant) {
-        let reo = self.reorder_window();
+        let wait = self.rack_rtt + self.reorder_window();
+        let (rack_time, rack_seq) = (self.rack_time, self.rack_seq);
         let mut found = false;
+        let mut next: Option<Instant> = None;
         for (i, f) in self.inflight.iter_mut().enumerate() {
             if f.sacked || f.lost {
                 continue;
             }
-            if f.sent_at + reo <= self.rack_time {
+            let seq = self.snd_una.add(i as u32);
+            let sent_before = f.sent_at < rack_time || (f.sent_at == rack_time && seq.lt(rack_seq));
+            if !sent_before {
+                continue;
+            }
+            let due = f.sent_at + wait;
+            if due <= now {
                 f.lost = true;
                 self.n_lost += 1;
-                self.lost_queue.push_back(self.snd_una.add(i as u32));
+                self.lost_queue.push_back(seq);
                 found = true;
+            } else {
+                next = Some(next.map_or(due, |n| n.min(due)));
             }
         }
+        self.timers[Timer::Reorder as usize] = next;
         if found && self.recovery_end.is_none() {
             self.enter_recovery(now);
         }
@@ -1255,6 +1312,7 @@ impl Connection {
             Timer::Ack,
             Timer::Probe,
             Timer::Tail,
+            Timer::Reorder,
         ] {
             if self.state == State::Closed {
                 return;
@@ -1327,6 +1385,11 @@ impl Connection {
                 }
             }
             Timer::Tail => self.tail_probe(),
+            Timer::Reorder => {
+                if matches!(self.state, State::Established | State::Closing) {
+                    self.detect_losses(now);
+                }
+            }
         }
     }
 
@@ -1337,21 +1400,25 @@ impl Connection {
         self.rtt.srtt() * 2 + Duration::from_micros(50)
     }
 
-    /// Nothing was acknowledged for a probe timeout: resend the newest
-    /// unacknowledged frame, so that its acknowledgement (with SACK) reveals
-    /// any loss before it, instead of waiting for the RTO (RACK-TLP's idea).
-    /// Not a congestion signal by itself.
+    /// Nothing was delivered for a probe timeout: send one frame beyond the
+    /// congestion window, so that its acknowledgement (with SACK) reveals
+    /// what was lost, instead of waiting for the RTO (RACK-TLP, RFC 8985).
+    /// The frame is the first repair already due, else the newest
+    /// unacknowledged frame. Once per silence; not a congestion signal.
     fn tail_probe(&mut self) {
-        if !matches!(self.state, State::Established | State::Closing) || !self.lost_queue.is_empty()
-        {
+        if !matches!(self.state, State::Established | State::Closing) || self.probe_outstanding {
             return;
         }
-        let Some(i) = self.inflight.iter().rposition(|f| !f.sacked && !f.lost) else {
-            return;
-        };
-        self.inflight[i].lost = true;
-        self.n_lost += 1;
-        self.lost_queue.push_back(self.snd_una.add(i as u32));
+        if self.n_lost == 0 {
+            let Some(i) = self.inflight.iter().rposition(|f| !f.sacked && !f.lost) else {
+                return;
+            };
+            self.inflight[i].lost = true;
+            self.n_lost += 1;
+            self.lost_queue.push_back(self.snd_una.add(i as u32));
+        }
+        self.probe_credit = true;
+        self.probe_outstanding = true;
         self.stats.tail_probes += 1;
     }
 
@@ -1447,10 +1514,12 @@ impl Connection {
                 self.lost_queue.pop_front();
                 continue;
             }
-            if !self.can_send() {
+            if !self.can_send() && !self.probe_credit {
                 return None;
             }
+            self.probe_credit = false;
             self.lost_queue.pop_front();
+            self.timers[Timer::Tail as usize] = Some(now + self.probe_timeout());
             let f = &mut self.inflight[idx as usize];
             f.lost = false;
             f.retransmitted = true;
