@@ -16,7 +16,8 @@
 //! and checking it cost a copy and a compare: the goodput figures measure the
 //! transport, not the test's checking.
 //!
-//! Goodput under loss (`goodput_under_loss`) prints the rate at 0%, 1% and 5%
+//! Goodput under loss (`goodput_under_loss`) prints the median rate of three
+//! rounds at 0%, 1% and 5%
 //! loss; docs/BENCHMARKS.md records a release run:
 //! `cargo test --release -p llc-stack --test chaos goodput -- --nocapture --test-threads 1`.
 
@@ -719,26 +720,38 @@ fn mtu_mismatch<D: Device + 'static>(opener: Opener<D>) {
 }
 
 fn goodput<D: Device + 'static>(opener: Opener<D>, backend: &str) {
-    let mut rates = Vec::new();
-    for p in [0.0, 0.01, 0.05] {
-        let sc = Scenario {
-            total: 16 << 20,
-            msg: 1 << 20,
-            faults: loss(p),
-            ..Scenario::new("goodput")
-        };
-        let total = sc.total;
-        let out = run(opener, sc);
-        out.assert_intact(total);
-        rates.push(out.goodput_gbps(total));
+    // Three rounds, the loss rates interleaved within each, and the median
+    // of each rate: one transfer takes tens of milliseconds, and a 2-core
+    // VM's scheduling moves single transfers by a third.
+    const LOSS: [f64; 3] = [0.0, 0.01, 0.05];
+    let mut rates = [[0.0f64; 3]; 3];
+    for round in rates.iter_mut() {
+        for (rate, p) in round.iter_mut().zip(LOSS) {
+            let sc = Scenario {
+                total: 32 << 20,
+                msg: 1 << 20,
+                faults: loss(p),
+                ..Scenario::new("goodput")
+            };
+            let total = sc.total;
+            let out = run(opener, sc);
+            out.assert_intact(total);
+            *rate = out.goodput_gbps(total);
+        }
     }
+    let median = |i: usize| {
+        let mut r: Vec<f64> = rates.iter().map(|round| round[i]).collect();
+        r.sort_by(f64::total_cmp);
+        r[1]
+    };
+    let m = [median(0), median(1), median(2)];
     println!(
-        "goodput {backend}: no loss {:.2} Gbit/s, 1% loss {:.2} ({:.0}%), 5% loss {:.2} ({:.0}%)",
-        rates[0],
-        rates[1],
-        100.0 * rates[1] / rates[0],
-        rates[2],
-        100.0 * rates[2] / rates[0]
+        "goodput {backend} (median of 3): no loss {:.2} Gbit/s, 1% loss {:.2} ({:.0}%), 5% loss {:.2} ({:.0}%)",
+        m[0],
+        m[1],
+        100.0 * m[1] / m[0],
+        m[2],
+        100.0 * m[2] / m[0]
     );
 }
 

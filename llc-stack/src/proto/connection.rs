@@ -341,9 +341,9 @@ pub struct Connection {
     /// window (the frames that fill it may be lost too, and nothing would
     /// drain it before the RTO).
     probe_credit: bool,
-    /// A tail-loss probe went out and nothing was delivered since: the next
-    /// silence is the RTO's (one probe per silence).
-    probe_outstanding: bool,
+    /// Tail-loss probes sent since the last delivery; each waits twice as
+    /// long as the one before.
+    probes_in_a_row: u32,
     rtt: RttEstimator,
     backoff: u32,
     syn_attempts: u32,
@@ -488,7 +488,7 @@ impl Connection {
             rack_seq: isn,
             rack_rtt: Duration::ZERO,
             probe_credit: false,
-            probe_outstanding: false,
+            probes_in_a_row: 0,
             rtt,
             backoff: 0,
             syn_attempts: 0,
@@ -1034,11 +1034,16 @@ impl Connection {
         let mut cumulative = 0u32;
         // The most recently sent frame this ACK delivers (RACK).
         let mut rack: Option<(Instant, Seq)> = None;
-        let min_rtt = Duration::from_nanos(self.stats.min_rtt_ns);
-        let mut note = |f: &InFlight, seq: Seq| {
-            // A retransmitted frame acknowledged sooner than any round trip
-            // could be was delivered by its original transmission.
-            if f.retransmitted && now.saturating_duration_since(f.sent_at) < min_rtt {
+        let ecr = h.ts_ecr.get();
+        // A retransmitted frame may have been delivered by its original
+        // transmission (a spurious repair): taking its new send time would
+        // declare everything sent before it lost, a cascade of spurious
+        // repairs behind a deep queue. It counts only when the ACK echoes
+        // the retransmission's timestamp (the receiver echoes the frame that
+        // moved its cumulative point), so SACKed retransmissions never do.
+        let echoes = |f: &InFlight| ecr != 0 && ecr.wrapping_sub(wire_ts(f.sent_at)) as i32 >= 0;
+        let mut note = |f: &InFlight, seq: Seq, echoed: bool| {
+            if f.retransmitted && !echoed {
                 return;
             }
             if rack.is_none_or(|(t, _)| f.sent_at >= t) {
@@ -1056,7 +1061,7 @@ impl Connection {
             if f.sacked {
                 self.n_sacked -= 1;
             } else {
-                note(&f, seq);
+                note(&f, seq, echoes(&f));
             }
             if f.lost {
                 self.n_lost -= 1;
@@ -1106,7 +1111,7 @@ impl Connection {
                         self.n_lost -= 1;
                     }
                     newly_acked += 1;
-                    note(f, self.snd_una.add((i0 + i) as u32));
+                    note(f, self.snd_una.add((i0 + i) as u32), false);
                 }
             }
         }
@@ -1118,9 +1123,8 @@ impl Connection {
             }
         }
         if newly_acked > 0 {
-            self.probe_outstanding = false;
+            self.probes_in_a_row = 0;
         }
-        let ecr = h.ts_ecr.get();
         if newly_acked > 0 {
             // Only an ACK that moves the cumulative point echoes the
             // timestamp of the frame that moved it. One that only SACKs
@@ -1400,13 +1404,24 @@ impl Connection {
         self.rtt.srtt() * 2 + Duration::from_micros(50)
     }
 
+    /// When the next tail-loss probe is due after a retransmission: the
+    /// probe timeout, doubled for every probe already sent without a
+    /// delivery since, and none once that reaches the RTO, which takes over
+    /// (its back-off and retry bound decide a dead peer's fate). The RTO
+    /// floor is fifty round trips on a LAN, so a lost probe (or its lost
+    /// answer) gets a second chance well before it.
+    fn next_probe(&self, now: Instant) -> Option<Instant> {
+        let wait = self.probe_timeout() * (1u32 << self.probes_in_a_row.min(16));
+        (wait < self.rtt.rto()).then_some(now + wait)
+    }
+
     /// Nothing was delivered for a probe timeout: send one frame beyond the
     /// congestion window, so that its acknowledgement (with SACK) reveals
     /// what was lost, instead of waiting for the RTO (RACK-TLP, RFC 8985).
     /// The frame is the first repair already due, else the newest
-    /// unacknowledged frame. Once per silence; not a congestion signal.
+    /// unacknowledged frame. Not a congestion signal.
     fn tail_probe(&mut self) {
-        if !matches!(self.state, State::Established | State::Closing) || self.probe_outstanding {
+        if !matches!(self.state, State::Established | State::Closing) {
             return;
         }
         if self.n_lost == 0 {
@@ -1418,7 +1433,7 @@ impl Connection {
             self.lost_queue.push_back(self.snd_una.add(i as u32));
         }
         self.probe_credit = true;
-        self.probe_outstanding = true;
+        self.probes_in_a_row += 1;
         self.stats.tail_probes += 1;
     }
 
@@ -1519,7 +1534,7 @@ impl Connection {
             }
             self.probe_credit = false;
             self.lost_queue.pop_front();
-            self.timers[Timer::Tail as usize] = Some(now + self.probe_timeout());
+            self.timers[Timer::Tail as usize] = self.next_probe(now);
             let f = &mut self.inflight[idx as usize];
             f.lost = false;
             f.retransmitted = true;
