@@ -102,7 +102,7 @@ impl<D: Device> Stack<D> {
     /// takes them), then flush. Returns the number of frames sent.
     pub fn poll_tx(&mut self, now: Instant) -> io::Result<usize> {
         let mut n = 0;
-        loop {
+        while self.ep.wants_transmit() {
             let Some(tok) = self.dev.transmit(now) else {
                 break;
             };

@@ -1503,7 +1503,7 @@ impl Connection {
             State::Established | State::Closing => {
                 self.ack_now
                     || self.probe_due
-                    || (!self.lost_queue.is_empty() && self.can_send())
+                    || (!self.lost_queue.is_empty() && (self.can_send() || self.probe_credit))
                     || ((self.has_unsent() || (self.close_requested && !self.close_queued))
                         && self.snd_nxt.lt(self.peer_window_end)
                         && self.can_send())

@@ -833,6 +833,12 @@ impl Endpoint {
             let Some((&h, _)) = next else { break };
             cursor = ConnHandle(h.0.wrapping_add(1));
             let e = self.conns.get_mut(&h).expect("listed");
+            if !e.conn.wants_transmit() {
+                // Nothing to send, and nothing changed: no events to collect,
+                // no timer to recompute (the busy-poll loop comes here on
+                // every pass).
+                continue;
+            }
             let sent = e.conn.poll_transmit(now, buf);
             self.collect(h);
             if let Some(n) = sent {
