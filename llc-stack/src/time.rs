@@ -5,10 +5,9 @@
 //! state machine runs deterministically in tests and at full speed on a link.
 
 use std::ops::{Add, AddAssign, Sub};
-use std::sync::OnceLock;
 use std::time::Duration;
 
-/// A point in time, in nanoseconds since an arbitrary epoch (process start for
+/// A point in time, in nanoseconds since an arbitrary epoch (boot for
 /// [`Instant::now`], zero in simulations).
 #[derive(Copy, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
 pub struct Instant {
@@ -48,12 +47,13 @@ impl Instant {
         self.nanos / 1_000
     }
 
-    /// The monotonic clock, relative to the first call in this process.
+    /// The monotonic clock (`CLOCK_MONOTONIC`, the clock of
+    /// `std::time::Instant`), in nanoseconds since boot. Read directly: a
+    /// busy-polling loop reads it on every pass, and the subtraction and
+    /// checks of `std::time::Instant::elapsed` cost as much as the read.
     pub fn now() -> Self {
-        static EPOCH: OnceLock<std::time::Instant> = OnceLock::new();
-        let epoch = *EPOCH.get_or_init(std::time::Instant::now);
         Instant {
-            nanos: epoch.elapsed().as_nanos() as u64,
+            nanos: crate::sys::monotonic_nanos(),
         }
     }
 
