@@ -361,6 +361,9 @@ pub struct Connection {
     full_window_frames: u32,
     recv_meta: VecDeque<Option<RecvMeta>>,
     n_out_of_order: usize,
+    /// The out-of-order frame that arrived last: its SACK block goes first
+    /// (RFC 2018), so a sender that lost an ACK still hears of it.
+    last_out_of_order: Seq,
     assemblies: HashMap<u32, Assembly>,
     undelivered_bytes: usize,
     ack_pending: u32,
@@ -502,6 +505,7 @@ impl Connection {
             full_window_frames: window_frames,
             recv_meta: VecDeque::new(),
             n_out_of_order: 0,
+            last_out_of_order: isn,
             assemblies: HashMap::new(),
             undelivered_bytes: 0,
             ack_pending: 0,
@@ -930,6 +934,7 @@ impl Connection {
             self.ts_recent = h.ts_val.get();
         } else {
             self.n_out_of_order += 1;
+            self.last_out_of_order = seq;
             self.ack_now = true;
         }
         self.advance_in_order(Some(seq));
@@ -1622,33 +1627,46 @@ impl Connection {
 
     fn sack_blocks(&self, room: usize) -> ([SackBlock; MAX_SACK_BLOCKS], usize) {
         let mut out = [SackBlock::default(); MAX_SACK_BLOCKS];
-        let mut n = 0;
-        if self.n_out_of_order == 0 {
+        let max = room.min(MAX_SACK_BLOCKS);
+        if self.n_out_of_order == 0 || max == 0 {
             return (out, 0);
         }
-        let max = room.min(MAX_SACK_BLOCKS);
-        let mut run: Option<usize> = None;
-        for (i, m) in self.recv_meta.iter().enumerate() {
-            match (m.is_some(), run) {
-                (true, None) => run = Some(i),
+        // Runs of frames held beyond `rcv_nxt`, as index ranges: the run
+        // holding the frame that arrived last, and the highest runs.
+        let recent = usize::try_from(self.last_out_of_order.diff(self.rcv_nxt)).ok();
+        let mut highest = [(0usize, 0usize); MAX_SACK_BLOCKS];
+        let (mut runs, mut recent_run, mut start) = (0usize, None, None);
+        let len = self.recv_meta.len();
+        for i in 0..=len {
+            let held = i < len && self.recv_meta[i].is_some();
+            match (held, start) {
+                (true, None) => start = Some(i),
                 (false, Some(s)) => {
-                    if n == max {
-                        break;
+                    highest[runs % MAX_SACK_BLOCKS] = (s, i);
+                    runs += 1;
+                    if recent.is_some_and(|r| s <= r && r < i) {
+                        recent_run = Some((s, i));
                     }
-                    out[n] =
-                        SackBlock::new(self.rcv_nxt.add(s as u32).0, self.rcv_nxt.add(i as u32).0);
-                    n += 1;
-                    run = None;
+                    start = None;
                 }
                 _ => {}
             }
         }
-        if let Some(s) = run {
-            if n < max {
-                out[n] = SackBlock::new(
-                    self.rcv_nxt.add(s as u32).0,
-                    self.rcv_nxt.add(self.recv_meta.len() as u32).0,
-                );
+        let block = |(s, e): (usize, usize)| {
+            SackBlock::new(self.rcv_nxt.add(s as u32).0, self.rcv_nxt.add(e as u32).0)
+        };
+        let mut n = 0;
+        if let Some(r) = recent_run {
+            out[0] = block(r);
+            n = 1;
+        }
+        for k in 1..=runs.min(MAX_SACK_BLOCKS) {
+            let r = highest[(runs - k) % MAX_SACK_BLOCKS];
+            if n == max {
+                break;
+            }
+            if Some(r) != recent_run {
+                out[n] = block(r);
                 n += 1;
             }
         }
