@@ -206,12 +206,33 @@ fn parse_transport(llc_span: &[u8]) -> Result<TransportFrame<'_>, WireError> {
 }
 
 /// CRC32C of an LLC+transport span, with the CRC field taken as zero.
+///
+/// The headers (the first 64 bytes, which hold the field at 55..59) go
+/// through a fixed-size copy with the field zeroed, so the CRC runs over
+/// whole words in two pieces instead of three that end mid-word (a short
+/// frame's CRC is a visible part of its cost).
 fn checksum(span: &[u8]) -> u32 {
     use crate::sys::crc;
-    let crc_at = llc::HEADER_LEN + transport::CRC_OFFSET;
-    let state = crc::update(crc::INIT, &span[..crc_at]);
+    const CRC_AT: usize = llc::HEADER_LEN + transport::CRC_OFFSET;
+    const HEAD: usize = 64;
+    const _: () = assert!(CRC_AT + 4 <= HEAD);
+    if let Some(head) = span.get(..HEAD) {
+        let mut head: [u8; HEAD] = head.try_into().expect("64 bytes");
+        head[CRC_AT..CRC_AT + 4].fill(0);
+        let state = crc::update(crc::INIT, &head);
+        return crc::finish(crc::update(state, &span[HEAD..]));
+    }
+    // Under 64 bytes from the LLC header on: under 5 bytes of payload and no
+    // SACK block.
+    let state = crc::update(crc::INIT, &span[..CRC_AT]);
     let state = crc::update(state, &[0; 4]);
-    crc::finish(crc::update(state, &span[crc_at + 4..]))
+    crc::finish(crc::update(state, &span[CRC_AT + 4..]))
+}
+
+/// [`checksum`] of a span whose CRC field is already zero (one piece).
+fn checksum_zeroed(span: &[u8]) -> u32 {
+    use crate::sys::crc;
+    crc::finish(crc::update(crc::INIT, span))
 }
 
 /// Write a whole transport frame: Ethernet (length or jumbo form), LLC UI
@@ -293,7 +314,8 @@ pub fn emit_transport_gather(
         Trailer::Key(key) => key.sign(buf, signed_len),
         Trailer::Raw(tag) => buf[at + payload_len..].copy_from_slice(tag),
     }
-    let crc = checksum(&buf[ethernet::HEADER_LEN..]);
+    // `h.crc` was written as zero above.
+    let crc = checksum_zeroed(&buf[ethernet::HEADER_LEN..]);
     let crc_at = ethernet::HEADER_LEN + llc::HEADER_LEN + transport::CRC_OFFSET;
     buf[crc_at..crc_at + 4].copy_from_slice(&crc.to_be_bytes());
     Ok(total)
