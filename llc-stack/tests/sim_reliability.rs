@@ -778,7 +778,7 @@ fn losses_are_repaired_without_waiting_for_the_rto() {
         );
         assert!(
             t < clean * 5 / 2,
-            "seed {seed} (replay: LLC_SEED={seed}): 8 MiB at 5% loss took {t:?} against {clean:?} without loss: {st:?}"
+            "seed {seed}: 8 MiB at 5% loss took {t:?} against {clean:?} without loss: {st:?}"
         );
     }
     assert!(

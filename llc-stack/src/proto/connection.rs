@@ -1129,8 +1129,6 @@ impl Connection {
         }
         if newly_acked > 0 {
             self.probes_in_a_row = 0;
-        }
-        if newly_acked > 0 {
             // Only an ACK that moves the cumulative point echoes the
             // timestamp of the frame that moved it. One that only SACKs
             // frames beyond a hole echoes the last in-order frame, sent
