@@ -218,17 +218,9 @@ pub(crate) fn interface_rx_queues(name: &str) -> Result<u32, LinkError> {
         cmd: ETHTOOL_GCHANNELS,
         ..Default::default()
     };
-    let mut req = ifreq_for(name)?;
-    req.ifr_ifru.ifru_data = (&mut channels as *mut EthtoolChannels).cast::<libc::c_char>();
-    let sock = control_socket()?;
-    // SAFETY: `req` names the interface and points `ifru_data` at
-    // `channels`, a writable ethtool_channels that outlives the call; the
-    // kernel reads `cmd` and writes only inside that struct.
-    match syscall!(ioctl(
-        sock.as_raw_fd(),
-        libc::SIOCETHTOOL as _,
-        &mut req as *mut libc::ifreq
-    )) {
+    // SAFETY: EthtoolChannels is the kernel's ethtool_channels, whose
+    // `cmd` asks for exactly this struct.
+    match unsafe { ethtool(name, &mut channels) }? {
         Ok(_) => Ok((channels.rx_count + channels.combined_count).max(1)),
         Err(e) if is_errno(&e, &[libc::EOPNOTSUPP, libc::EINVAL]) => Ok(1),
         Err(e) if is_errno(&e, &[libc::ENODEV, libc::ENXIO]) => {
@@ -239,6 +231,28 @@ pub(crate) fn interface_rx_queues(name: &str) -> Result<u32, LinkError> {
             e,
         )),
     }
+}
+
+/// One `SIOCETHTOOL` request on interface `name`: the kernel reads the
+/// command in the first word of `data` and fills the rest. The outer error
+/// is about the name or the control socket, the inner one the ioctl's.
+///
+/// # Safety
+/// `T` must be the `#[repr(C)]` struct the command in its first field
+/// expects, so that the kernel writes only inside it.
+unsafe fn ethtool<T>(name: &str, data: &mut T) -> Result<io::Result<()>, LinkError> {
+    let mut req = ifreq_for(name)?;
+    req.ifr_ifru.ifru_data = (data as *mut T).cast::<libc::c_char>();
+    let sock = control_socket()?;
+    // SAFETY: `req` names the interface and points `ifru_data` at `data`,
+    // writable and alive for the call; the caller vouches that the command
+    // makes the kernel write only inside it.
+    Ok(syscall!(ioctl(
+        sock.as_raw_fd(),
+        libc::SIOCETHTOOL as _,
+        &mut req as *mut libc::ifreq
+    ))
+    .map(drop))
 }
 
 /// The driver of interface `name` (`ETHTOOL_GDRVINFO`), e.g. `veth`,
@@ -275,18 +289,9 @@ pub(crate) fn interface_driver(name: &str) -> Option<String> {
         eedump_len: 0,
         regdump_len: 0,
     };
-    let mut req = ifreq_for(name).ok()?;
-    req.ifr_ifru.ifru_data = (&mut info as *mut EthtoolDrvinfo).cast::<libc::c_char>();
-    let sock = control_socket().ok()?;
-    // SAFETY: `req` names the interface and points `ifru_data` at `info`, a
-    // writable ethtool_drvinfo that outlives the call; the kernel reads
-    // `cmd` and writes only inside that struct.
-    syscall!(ioctl(
-        sock.as_raw_fd(),
-        libc::SIOCETHTOOL as _,
-        &mut req as *mut libc::ifreq
-    ))
-    .ok()?;
+    // SAFETY: EthtoolDrvinfo is the kernel's ethtool_drvinfo, whose `cmd`
+    // asks for exactly this struct.
+    unsafe { ethtool(name, &mut info) }.ok()?.ok()?;
     let end = info.driver.iter().position(|&b| b == 0).unwrap_or(32);
     let driver = String::from_utf8_lossy(&info.driver[..end]).into_owned();
     (!driver.is_empty()).then_some(driver)
