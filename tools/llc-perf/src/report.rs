@@ -393,73 +393,67 @@ impl Report {
                     s.push('\n');
                 }
             }
-            if runs.iter().any(|r| !r.overhead.is_empty()) {
-                let _ = writeln!(
-                    s,
+            point_table(
+                &mut s,
+                &runs,
+                |r| &r.overhead,
+                &format!(
                     "\noverhead at 8 B (gap minus compute): µs\n  {:<11} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
                     "", "gap_s", "C'_s", "Os", "gap_r", "C'_r", "Or"
-                );
-                for r in &runs {
-                    for p in &r.overhead {
-                        let _ = writeln!(
-                            s,
-                            "  {:<11} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2}",
-                            r.transport.name(),
-                            p.send_gap_us,
-                            p.send_compute_us,
-                            p.os_us,
-                            p.recv_gap_us,
-                            p.recv_compute_us,
-                            p.or_us
-                        );
-                    }
-                }
-            }
-            if runs.iter().any(|r| !r.overlap.is_empty()) {
-                let _ = writeln!(
-                    s,
+                ),
+                |p| {
+                    format!(
+                        "{:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.2}",
+                        p.send_gap_us,
+                        p.send_compute_us,
+                        p.os_us,
+                        p.recv_gap_us,
+                        p.recv_compute_us,
+                        p.or_us
+                    )
+                },
+            );
+            point_table(
+                &mut s,
+                &runs,
+                |r| &r.overlap,
+                &format!(
                     "\noverlap: isend, compute 2x the transfer, wait (medians)\n  {:<11} {:>9} {:>9} {:>12} {:>12} {:>9}",
                     "", "bytes", "progress", "transfer µs", "in wait µs", "overlap"
-                );
-                for r in &runs {
-                    for p in &r.overlap {
-                        let _ = writeln!(
-                            s,
-                            "  {:<11} {:>9} {:>9} {:>12.1} {:>12.1} {:>8.0}%",
-                            r.transport.name(),
-                            p.bytes,
-                            if p.progress_thread { "thread" } else { "off" },
-                            p.transfer_us,
-                            p.wait_us,
-                            p.overlap_pct
-                        );
-                    }
-                }
-            }
-            if runs.iter().any(|r| !r.incast.is_empty()) {
-                let _ = writeln!(
-                    s,
+                ),
+                |p| {
+                    format!(
+                        "{:>9} {:>9} {:>12.1} {:>12.1} {:>8.0}%",
+                        p.bytes,
+                        if p.progress_thread { "thread" } else { "off" },
+                        p.transfer_us,
+                        p.wait_us,
+                        p.overlap_pct
+                    )
+                },
+            );
+            point_table(
+                &mut s,
+                &runs,
+                |r| &r.incast,
+                &format!(
                     "\nincast: N senders to one receiver through a bridge (one line per round)\n  {:<11} {:>7} {:>9} {:>8} {:>8} {:>9} {:>12} {:>9}",
                     "", "senders", "bytes", "window", "Gbit/s", "fairness", "shares", "retrans"
-                );
-                for r in &runs {
-                    for p in &r.incast {
-                        let _ = writeln!(
-                            s,
-                            "  {:<11} {:>7} {:>9} {:>8} {:>8.2} {:>9.3} {:>5.2}..{:<5.2} {:>9}",
-                            r.transport.name(),
-                            p.senders,
-                            p.bytes,
-                            p.window,
-                            p.gbit_s,
-                            p.jain_fairness,
-                            p.min_share,
-                            p.max_share,
-                            p.retransmits
-                        );
-                    }
-                }
-            }
+                ),
+                |p| {
+                    format!(
+                        "{:>7} {:>9} {:>8} {:>8.2} {:>9.3} {:>5.2}..{:<5.2} {:>9}",
+                        p.senders,
+                        p.bytes,
+                        p.window,
+                        p.gbit_s,
+                        p.jain_fairness,
+                        p.min_share,
+                        p.max_share,
+                        p.retransmits
+                    )
+                },
+            );
         }
         if !self.comparison.is_empty() {
             let _ = writeln!(
@@ -519,6 +513,26 @@ impl Report {
             self.host.load_avg_start, self.host.load_avg_end, self.host.cpus, self.host.kernel
         );
         s
+    }
+}
+
+/// A table of one line per transport and point: `header` once when any run
+/// has points, then the transport's name and `line` of each point.
+fn point_table<P>(
+    s: &mut String,
+    runs: &[&TransportResult],
+    points: impl Fn(&TransportResult) -> &Vec<P>,
+    header: &str,
+    line: impl Fn(&P) -> String,
+) {
+    if runs.iter().all(|r| points(r).is_empty()) {
+        return;
+    }
+    let _ = writeln!(s, "{header}");
+    for r in runs {
+        for p in points(r) {
+            let _ = writeln!(s, "  {:<11} {}", r.transport.name(), line(p));
+        }
     }
 }
 
