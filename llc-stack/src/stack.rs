@@ -160,8 +160,9 @@ impl<D: Device> Stack<D> {
     }
 
     /// Make progress on the real clock until `f` returns `Some` or `deadline`
-    /// passes (then `None`). `f` runs after every receive half-round and may
-    /// take events and send. When `f` is satisfied this returns at once,
+    /// passes (then `None`). Frames the caller queued go out first; then `f`
+    /// runs after every receive half-round and may take events and send.
+    /// When `f` is satisfied this returns at once,
     /// without the transmit half: whatever the caller sends next then carries
     /// the pending acknowledgement, and the next poll transmits the rest.
     /// Busy-polls for the spin budget after the last activity, then sleeps.
@@ -170,9 +171,16 @@ impl<D: Device> Stack<D> {
         deadline: Instant,
         mut f: impl FnMut(&mut Endpoint) -> Option<T>,
     ) -> io::Result<Option<T>> {
-        let mut last_activity = Instant::now();
+        let mut now = Instant::now();
+        let mut last_activity = now;
+        // What the caller queued before this call (a request, or the reply
+        // carrying the pending acknowledgement) leaves before anything else:
+        // on a round trip's critical path nothing is worth a receive pass.
+        // A link error is reported by the loop's transmit half, after the
+        // receive half has run the timers (a link that stays down must still
+        // end in the retry bound).
+        let _ = self.poll_tx(now);
         loop {
-            let now = Instant::now();
             let rx = self.poll_rx(now);
             let done = f(&mut self.ep);
             if done.is_some() {
@@ -188,6 +196,7 @@ impl<D: Device> Stack<D> {
                 self.wait(now, Some(deadline))?;
                 last_activity = Instant::now();
             }
+            now = Instant::now();
         }
     }
 }
