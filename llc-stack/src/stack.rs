@@ -162,9 +162,9 @@ impl<D: Device> Stack<D> {
     /// Make progress on the real clock until `f` returns `Some` or `deadline`
     /// passes (then `None`). Frames the caller queued go out first; then `f`
     /// runs after every receive half-round and may take events and send.
-    /// When `f` is satisfied this returns at once,
-    /// without the transmit half: whatever the caller sends next then carries
-    /// the pending acknowledgement, and the next poll transmits the rest.
+    /// When `f` is satisfied this returns at once, without the transmit half:
+    /// whatever the caller sends next then carries the pending
+    /// acknowledgement, and the next call transmits it first.
     /// Busy-polls for the spin budget after the last activity, then sleeps.
     pub fn run_until<T>(
         &mut self,
