@@ -1,7 +1,7 @@
 //! The I/O edge: drives a sans-IO [`Endpoint`] over a link [`Device`].
 //!
-//! One round of progress is [`Stack::poll_rx`] (a burst of received frames,
-//! then due timers), the application's reaction to the endpoint's events,
+//! One round of progress is [`Stack::poll_rx`] (due timers, then a burst of
+//! received frames), the application's reaction to the endpoint's events,
 //! then [`Stack::poll_tx`] (frames written straight into the device's transmit
 //! buffers, one flush per burst). Taking events between the two halves lets a
 //! reply carry the acknowledgement of the request it answers.
@@ -80,9 +80,17 @@ impl<D: Device> Stack<D> {
         &mut self.dev
     }
 
-    /// Receive up to a burst of frames into the endpoint, then run due
-    /// timers. Returns the number of frames received.
+    /// Run due timers, then receive up to a burst of frames into the
+    /// endpoint. Returns the number of frames received.
+    ///
+    /// Timers are looked at before the frames: a received frame changes
+    /// them, and finding the next deadline again then falls on the next
+    /// pass (in a request-response exchange, an idle one) instead of
+    /// delaying the frame's delivery to the application.
     pub fn poll_rx(&mut self, now: Instant) -> usize {
+        if self.ep.poll_timeout().is_some_and(|t| t <= now) {
+            self.ep.handle_timeout(now);
+        }
         let mut n = 0;
         while n < self.burst {
             let Some(tok) = self.dev.receive(now) else {
@@ -92,8 +100,10 @@ impl<D: Device> Stack<D> {
             tok.consume(|frame| ep.handle_frame(now, frame));
             n += 1;
         }
-        if self.ep.poll_timeout().is_some_and(|t| t <= now) {
-            self.ep.handle_timeout(now);
+        if n == 0 {
+            // Idle: free what the last acknowledgements released, off the
+            // path of the frames that carried them.
+            self.ep.release_acked();
         }
         n
     }
@@ -198,5 +208,53 @@ impl<D: Device> Stack<D> {
             }
             now = Instant::now();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::link::sim::{Sim, SimConfig};
+    use std::time::Duration;
+
+    #[test]
+    fn an_idle_receive_pass_frees_acknowledged_buffers() {
+        let sim = Sim::new(SimConfig {
+            latency: Duration::ZERO,
+            ..Default::default()
+        });
+        let (ma, mb) = (MacAddr([2, 0, 0, 0, 0, 1]), MacAddr([2, 0, 0, 0, 0, 2]));
+        let mut a = Stack::new(sim.port(), Config::default(), ma, Rng::new(1));
+        let mut b = Stack::new(sim.port(), Config::default(), mb, Rng::new(2));
+        b.endpoint_mut().listen(7);
+        let mut now = Instant::ZERO;
+        let c = a.endpoint_mut().connect(now, mb, 7, None).unwrap();
+        let msg = bytes::Bytes::from(vec![7u8; 64]);
+        a.endpoint_mut().send(c, msg.clone()).unwrap();
+        let held = |a: &Stack<_>| a.endpoint().connection(c).unwrap().acked_held();
+        // Step both ends until the pass in which A takes the acknowledgement.
+        let mut acked_in_pass = None;
+        for _ in 0..100 {
+            now += Duration::from_micros(50);
+            a.poll_tx(now).unwrap();
+            b.poll_rx(now);
+            while b.endpoint_mut().poll_event().is_some() {}
+            b.poll_tx(now).unwrap();
+            let n = a.poll_rx(now);
+            if a.endpoint().connection_stats(c).unwrap().messages_acked == 1 {
+                acked_in_pass = Some(n);
+                break;
+            }
+        }
+        assert_eq!(
+            acked_in_pass,
+            Some(1),
+            "acknowledged in a pass with a frame"
+        );
+        assert_eq!(held(&a), 1, "kept off the acknowledgement's path");
+        assert!(!msg.is_unique());
+        assert_eq!(a.poll_rx(now), 0);
+        assert_eq!(held(&a), 0, "freed by the idle pass");
+        assert!(msg.is_unique());
     }
 }

@@ -46,6 +46,11 @@ pub struct Config {
     pub max_retransmits: u32,
     /// SYNs sent before `connect` fails.
     pub max_syn_retries: u32,
+    /// Report an [`Event::Acked`](super::Event::Acked) for every message the
+    /// peer acknowledged. Applications that learn of completion otherwise
+    /// (a reply, or not at all) turn it off and save an event per message
+    /// on the acknowledgement's path.
+    pub acked_events: bool,
     /// Acknowledge after this many in-order data frames at the latest.
     pub ack_every: u32,
     /// Longest delay of an acknowledgement when fewer frames arrived.
@@ -107,6 +112,7 @@ impl Default for Config {
             max_rto: Duration::from_millis(500),
             max_retransmits: 12,
             max_syn_retries: 12,
+            acked_events: true,
             ack_every: 8,
             ack_delay: Duration::from_micros(100),
             ack_soon_delay: Duration::from_micros(10),

@@ -198,6 +198,13 @@ const TIMER_COUNT: usize = 6;
 /// Scheduling noise allowed on top of twice the smallest round trip before
 /// a round trip counts as queueing.
 const DELAY_SLACK_NS: u64 = 20_000;
+/// Acknowledged messages up to this size keep their buffers until the
+/// driver's next idle moment ([`Connection::release_acked`]); larger ones
+/// are freed at once (their free is small beside their transfer).
+const RETIRE_MAX_BYTES: usize = 16 << 10;
+/// Most acknowledged buffers held for release; past it they are freed at
+/// once, so a driver that is never idle holds at most this many.
+pub(crate) const RETIRE_LIMIT: usize = 64;
 
 /// One of our messages, kept from `send` until the peer acknowledged its
 /// last fragment. Frames in flight refer to it by id and offset, so cutting
@@ -317,6 +324,9 @@ pub struct Connection {
     next_msg_id: u32,
     /// Messages not yet fully acknowledged, in id order.
     send_msgs: VecDeque<OutMsg>,
+    /// Buffers of small acknowledged messages, freed by `release_acked`:
+    /// freeing them in the ACK's path would delay the reply to it.
+    retired: Vec<OutMsg>,
     /// Index in `send_msgs` of the first message with fragments still unsent.
     next_unsent: usize,
     /// Bytes of messages queued or unacknowledged.
@@ -476,6 +486,7 @@ impl Connection {
             peer_window_end: isn,
             next_msg_id: 0,
             send_msgs: VecDeque::new(),
+            retired: Vec::new(),
             next_unsent: 0,
             send_bytes: 0,
             inflight: VecDeque::new(),
@@ -592,6 +603,20 @@ impl Connection {
     /// True when every message we sent was acknowledged.
     pub fn is_send_idle(&self) -> bool {
         self.send_msgs.is_empty()
+    }
+
+    /// Free the buffers of acknowledged messages held back from the
+    /// acknowledgement's path. Drivers call this when idle (the `Stack`
+    /// does on a receive pass that found no frame); without it at most
+    /// `RETIRE_LIMIT` small buffers wait.
+    pub fn release_acked(&mut self) {
+        self.retired.clear();
+    }
+
+    /// Acknowledged messages whose buffers wait for
+    /// [`Connection::release_acked`].
+    pub fn acked_held(&self) -> usize {
+        self.retired.len()
     }
 
     /// True when we owe the peer an acknowledgement (due now or delayed).
@@ -1084,7 +1109,12 @@ impl Connection {
                         self.next_unsent = self.next_unsent.saturating_sub(1);
                         self.send_bytes -= m.len();
                         self.stats.messages_acked += 1;
-                        self.events.push_back(Event::Acked { msg_id });
+                        if self.cfg.acked_events {
+                            self.events.push_back(Event::Acked { msg_id });
+                        }
+                        if m.len() <= RETIRE_MAX_BYTES && self.retired.len() < RETIRE_LIMIT {
+                            self.retired.push(m);
+                        }
                     }
                 }
                 Cargo::Close => {

@@ -247,6 +247,8 @@ pub struct Endpoint {
     /// on every busy-poll pass, and scanning connections each time is waste.
     next_timer: Cell<Option<Instant>>,
     timers_dirty: Cell<bool>,
+    /// Some connection holds acknowledged buffers for `release_acked`.
+    acked_held: bool,
     placement: Option<PlacementBox>,
 }
 
@@ -280,6 +282,7 @@ impl Endpoint {
             stats: EndpointStats::default(),
             next_timer: Cell::new(None),
             timers_dirty: Cell::new(true),
+            acked_held: false,
             placement: None,
         }
     }
@@ -507,6 +510,18 @@ impl Endpoint {
         Some(ev)
     }
 
+    /// Free the buffers of acknowledged messages that connections held
+    /// back from the acknowledgement's path (see
+    /// [`Connection::release_acked`]). Cheap when there are none; drivers
+    /// call it when idle.
+    pub fn release_acked(&mut self) {
+        if std::mem::take(&mut self.acked_held) {
+            for e in self.conns.values_mut() {
+                e.conn.release_acked();
+            }
+        }
+    }
+
     /// Earliest timer of any connection.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
@@ -670,6 +685,7 @@ impl Endpoint {
                     .as_mut()
                     .map(|p| &mut *p.0 as &mut dyn Placement);
                 e.conn.handle_frame_placed(now, &t, placement);
+                self.acked_held |= e.conn.acked_held() > 0;
                 let s = e.conn.stats();
                 let d = &mut self.stats.dropped;
                 d.beyond_window += s.beyond_window - before.0;
@@ -854,6 +870,7 @@ impl Endpoint {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proto::connection::RETIRE_LIMIT;
     use crate::wire::{llc, Frame};
 
     const ME: MacAddr = MacAddr([2, 0, 0, 0, 0, 1]);
@@ -1272,6 +1289,66 @@ mod tests {
         assert_eq!((a1.acks_sent, b1.acks_sent), (a0.acks_sent, b0.acks_sent));
         assert_eq!(a1.messages_acked - a0.messages_acked, 100);
         assert!(a1.rtt_samples > a0.rtt_samples);
+    }
+
+    #[test]
+    fn acknowledged_buffers_are_freed_when_idle_and_never_pile_up() {
+        let mut a = Endpoint::new(
+            Config {
+                acked_events: false,
+                ..Config::default()
+            },
+            PEER,
+            1500,
+            Rng::new(1),
+        );
+        let mut b = keyed(ME, None, 2);
+        b.listen(7);
+        let t0 = Instant::ZERO;
+        let c = a.connect(t0, ME, 7, None).unwrap();
+        shuttle(&mut a, &mut b, t0, &mut Vec::new());
+        while a.poll_event().is_some() {}
+        let held = |a: &Endpoint| a.connection(c).unwrap().acked_held();
+        // Deliver, then let B's delayed acknowledgement fall due.
+        let mut now = t0;
+        let mut settle = |a: &mut Endpoint, b: &mut Endpoint| {
+            shuttle(a, b, now, &mut Vec::new());
+            now += std::time::Duration::from_millis(1);
+            b.handle_timeout(now);
+            shuttle(a, b, now, &mut Vec::new());
+        };
+
+        // A small message's buffer outlives its acknowledgement until the
+        // driver is idle; no Acked event is reported when they are off.
+        let small = Bytes::from(vec![1u8; 64]);
+        a.send(c, small.clone()).unwrap();
+        settle(&mut a, &mut b);
+        assert_eq!(messages(&mut b), vec![vec![1u8; 64]]);
+        assert_eq!(a.connection_stats(c).unwrap().messages_acked, 1);
+        assert!(a.poll_event().is_none(), "acked_events off: no Acked event");
+        assert_eq!(held(&a), 1);
+        assert!(!small.is_unique(), "held until the idle moment");
+        a.release_acked();
+        assert_eq!(held(&a), 0);
+        assert!(small.is_unique(), "freed by release_acked");
+
+        // A large one is freed with its acknowledgement.
+        let large = Bytes::from(vec![2u8; 64 << 10]);
+        a.send(c, large.clone()).unwrap();
+        settle(&mut a, &mut b);
+        assert_eq!(messages(&mut b).len(), 1);
+        assert_eq!(held(&a), 0);
+        assert!(large.is_unique());
+
+        // A driver that is never idle holds a bounded number.
+        for i in 0..(RETIRE_LIMIT as u32 + 10) {
+            a.send(c, i.to_le_bytes().to_vec()).unwrap();
+            settle(&mut a, &mut b);
+        }
+        assert_eq!(held(&a), RETIRE_LIMIT);
+        assert_eq!(messages(&mut b).len(), RETIRE_LIMIT + 10);
+        a.release_acked();
+        assert_eq!(held(&a), 0);
     }
 
     #[test]
