@@ -75,8 +75,18 @@ impl LlcTransport<AnyLink> {
 
 impl<D: Device> LlcTransport<D> {
     /// An endpoint for interface address `mac` over `dev`, listening on `port`.
-    pub fn new(dev: D, mac: llc_stack::wire::MacAddr, port: u16, cfg: LlcConfig, rng: Rng) -> Self {
+    pub fn new(
+        dev: D,
+        mac: llc_stack::wire::MacAddr,
+        port: u16,
+        mut cfg: LlcConfig,
+        rng: Rng,
+    ) -> Self {
         let sap = cfg.sap;
+        // Sends complete when queued (the message layer's own protocol
+        // acknowledges what needs it): per-message `Acked` events would be
+        // taken only to be ignored.
+        cfg.acked_events = false;
         let mut stack = Stack::new(dev, cfg, mac, rng);
         stack.endpoint_mut().listen(port);
         LlcTransport {
@@ -111,7 +121,7 @@ impl<D: Device> LlcTransport<D> {
                     });
                 }
                 Event::Message { data, .. } => events.push(TransportEvent::Message(id, data)),
-                Event::Acked { .. } => {}
+                Event::Acked { .. } => {} // off (see `new`)
                 Event::Closed(reason) => events.push(TransportEvent::Closed(
                     id,
                     reason.map(|e| TransportError::Connection(e.to_string())),
