@@ -764,10 +764,51 @@ impl Connection {
         if h.frame_type().is_sequenced() && !self.seq_plausible(Seq(h.seq.get())) {
             return;
         }
+        let settled = matches!(self.state, State::Established | State::Closing)
+            && !matches!(h.frame_type(), FrameType::SynAck | FrameType::Syn);
+        if !settled && self.handle_handshake_frame(now, h) {
+            return;
+        }
+        self.last_rx = now;
+        self.stats.frames_received += 1;
+        self.rearm_idle(now);
+        match h.frame_type() {
+            FrameType::Data | FrameType::Close => self.receive_sequenced(now, frame, placement),
+            FrameType::Ping => self.ack_now = true,
+            FrameType::Reset => {
+                self.handle_reset();
+                return;
+            }
+            _ => {}
+        }
+        if self.state != State::Closed {
+            self.process_ack(now, h, frame.sacks);
+        }
+    }
+
+    /// A RESET for an established connection.
+    #[cold]
+    #[inline(never)]
+    fn handle_reset(&mut self) {
+        // A reset after our CLOSE was sent means the peer already
+        // took the close and forgot us: that is a clean end.
+        if self.close_queued {
+            self.finish();
+        } else {
+            self.fail(ConnectionError::Reset);
+        }
+    }
+
+    /// The handshake's frames, and any frame before the connection is
+    /// established (kept out of the data path's code). True when the frame
+    /// was consumed here.
+    #[cold]
+    #[inline(never)]
+    fn handle_handshake_frame(&mut self, now: Instant, h: &TransportHeader) -> bool {
         match (self.state, h.frame_type()) {
             (State::SynSent, FrameType::SynAck) => {
                 if h.dst_cookie.get() != self.local_cookie {
-                    return;
+                    return true;
                 }
                 self.peer_cookie = h.src_cookie.get();
                 self.set_peer_mtu(h.msg_len.get() as usize);
@@ -778,43 +819,25 @@ impl Connection {
                 self.ack_now = true;
                 self.last_rx = now;
                 self.stats.frames_received += 1;
-                return;
+                true
             }
             (State::SynSent, FrameType::Reset) => {
                 self.fail(ConnectionError::Refused(self.peer_port));
-                return;
+                true
             }
-            (State::SynSent, _) => return,
+            (State::SynSent, _) => true,
             (_, FrameType::SynAck) => {
                 // Our handshake ACK was lost: repeat it.
                 self.ack_now = true;
-                return;
+                true
             }
-            (_, FrameType::Syn) => return, // handled by the endpoint
-            (State::SynReceived, FrameType::Reset) => {}
-            (State::SynReceived, _) => self.establish(now),
-            _ => {}
-        }
-        self.last_rx = now;
-        self.stats.frames_received += 1;
-        self.rearm_idle(now);
-        match h.frame_type() {
-            FrameType::Reset => {
-                // A reset after our CLOSE was sent means the peer already
-                // took the close and forgot us: that is a clean end.
-                if self.close_queued {
-                    self.finish();
-                } else {
-                    self.fail(ConnectionError::Reset);
-                }
-                return;
+            (_, FrameType::Syn) => true, // handled by the endpoint
+            (State::SynReceived, FrameType::Reset) => false,
+            (State::SynReceived, _) => {
+                self.establish(now);
+                false
             }
-            FrameType::Ping => self.ack_now = true,
-            FrameType::Data | FrameType::Close => self.receive_sequenced(now, frame, placement),
-            _ => {}
-        }
-        if self.state != State::Closed {
-            self.process_ack(now, h, frame.sacks);
+            _ => false,
         }
     }
 
@@ -875,6 +898,33 @@ impl Connection {
         placement: Option<&mut dyn Placement>,
     ) {
         let h = frame.header;
+        // A whole message in one frame, in order: deliver it without the
+        // reassembly map (the common small-message case, whose code stays
+        // small; everything else takes the general path).
+        if Seq(h.seq.get()) == self.rcv_nxt && h.frame_type() == FrameType::Data {
+            let msg_len = h.msg_len.get() as usize;
+            if h.frag_off.get() == 0
+                && frame.payload.len() == msg_len
+                && h.has(flags::LAST_FRAGMENT)
+                && msg_len <= self.cfg.max_message_len
+            {
+                self.deliver_in_order_single(now, h, h.msg_id.get(), frame.payload);
+                return;
+            }
+        }
+        self.receive_sequenced_general(now, frame, placement);
+    }
+
+    /// [`Self::receive_sequenced`] for duplicates, frames out of order,
+    /// fragments and CLOSE.
+    #[inline(never)]
+    fn receive_sequenced_general(
+        &mut self,
+        now: Instant,
+        frame: &TransportFrame<'_>,
+        placement: Option<&mut dyn Placement>,
+    ) {
+        let h = frame.header;
         let seq = Seq(h.seq.get());
         if seq.lt(self.rcv_nxt) {
             self.stats.duplicates += 1;
@@ -913,12 +963,6 @@ impl Connection {
                 return;
             }
             let msg_id = h.msg_id.get();
-            if idx == 0 && off == 0 && len == msg_len && h.has(flags::LAST_FRAGMENT) {
-                // A whole message in one frame, in order: deliver it without
-                // the reassembly map (the common small-message case).
-                self.deliver_in_order_single(now, h, msg_id, frame.payload);
-                return;
-            }
             let asm = self.assemblies.entry(msg_id).or_insert_with(|| {
                 let placed = match placement {
                     Some(p) if off == 0 => p.place(msg_len, frame.payload),
@@ -1123,32 +1167,8 @@ impl Connection {
                 }
             }
         }
-        for b in sacks.iter().take(MAX_SACK_BLOCKS) {
-            let (start, end) = (Seq(b.start.get()), Seq(b.end.get()));
-            let start = start.max(self.snd_una);
-            if !start.lt(end) || self.snd_nxt.lt(end) {
-                continue;
-            }
-            let (i0, i1) = (
-                start.diff(self.snd_una) as usize,
-                end.diff(self.snd_una) as usize,
-            );
-            let i1 = i1.min(self.inflight.len());
-            if i0 >= i1 {
-                continue;
-            }
-            for (i, f) in self.inflight.range_mut(i0..i1).enumerate() {
-                if !f.sacked {
-                    f.sacked = true;
-                    self.n_sacked += 1;
-                    if f.lost {
-                        f.lost = false;
-                        self.n_lost -= 1;
-                    }
-                    newly_acked += 1;
-                    note(f, self.snd_una.add((i0 + i) as u32), false);
-                }
-            }
+        if !sacks.is_empty() {
+            newly_acked += self.apply_sacks(sacks, &mut rack);
         }
         if let Some((t, seq)) = rack {
             if t > self.rack_time || (t == self.rack_time && self.rack_seq.lt(seq)) {
@@ -1212,6 +1232,45 @@ impl Connection {
         }
     }
 
+    /// Mark the frames `sacks` report as held by the peer; returns how many
+    /// were new. SACKed frames count for RACK only when never
+    /// retransmitted (see `process_ack`). Out of line: loss-free exchanges
+    /// carry no blocks.
+    #[inline(never)]
+    fn apply_sacks(&mut self, sacks: &[SackBlock], rack: &mut Option<(Instant, Seq)>) -> u32 {
+        let mut newly = 0;
+        for b in sacks.iter().take(MAX_SACK_BLOCKS) {
+            let (start, end) = (Seq(b.start.get()), Seq(b.end.get()));
+            let start = start.max(self.snd_una);
+            if !start.lt(end) || self.snd_nxt.lt(end) {
+                continue;
+            }
+            let (i0, i1) = (
+                start.diff(self.snd_una) as usize,
+                end.diff(self.snd_una) as usize,
+            );
+            let i1 = i1.min(self.inflight.len());
+            if i0 >= i1 {
+                continue;
+            }
+            for (i, f) in self.inflight.range_mut(i0..i1).enumerate() {
+                if !f.sacked {
+                    f.sacked = true;
+                    self.n_sacked += 1;
+                    if f.lost {
+                        f.lost = false;
+                        self.n_lost -= 1;
+                    }
+                    newly += 1;
+                    if !f.retransmitted && rack.is_none_or(|(t, _)| f.sent_at >= t) {
+                        *rack = Some((f.sent_at, self.snd_una.add((i0 + i) as u32)));
+                    }
+                }
+            }
+        }
+        newly
+    }
+
     fn grow_cwnd(&mut self, acked: u32) {
         if self.cwnd < self.ssthresh {
             self.cwnd = (self.cwnd + acked).min(self.ssthresh);
@@ -1231,6 +1290,7 @@ impl Connection {
     /// delay-based datacenter transports do). A short queue keeps the
     /// receiver busy; a long one only adds latency, and a lost frame's
     /// repair would wait behind it.
+    #[inline(never)]
     fn cut_for_delay(&mut self, now: Instant) {
         let srtt = self.rtt.srtt();
         if now < self.last_delay_cut + srtt {
@@ -1255,6 +1315,7 @@ impl Connection {
     /// reordering allowance. Those not yet overdue arm the reordering timer,
     /// so that a loss near the end of a burst, or while the window is full,
     /// is found without a later acknowledgement.
+    #[inline(never)]
     fn detect_losses(&mut self, now: Instant) {
         let wait = self.rack_rtt + self.reorder_window();
         let (rack_time, rack_seq) = (self.rack_time, self.rack_seq);
@@ -1305,6 +1366,7 @@ impl Connection {
     /// slowing down, since on a LAN the window that fills the path is small
     /// and halving it on every random loss starves the link (Reno at 1% loss
     /// held about 12 frames against a 35-frame path).
+    #[inline(never)]
     fn enter_recovery(&mut self, _now: Instant) {
         self.stats.loss_episodes += 1;
         self.recovery_end = Some(self.snd_nxt);
@@ -1453,6 +1515,7 @@ impl Connection {
     /// what was lost, instead of waiting for the RTO (RACK-TLP, RFC 8985).
     /// The frame is the first repair already due, else the newest
     /// unacknowledged frame. Not a congestion signal.
+    #[inline(never)]
     fn tail_probe(&mut self) {
         if !matches!(self.state, State::Established | State::Closing) {
             return;
