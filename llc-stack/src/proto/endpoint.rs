@@ -247,8 +247,9 @@ pub struct Endpoint {
     /// on every busy-poll pass, and scanning connections each time is waste.
     next_timer: Cell<Option<Instant>>,
     timers_dirty: Cell<bool>,
-    /// Some connection holds acknowledged buffers for `release_acked`.
-    acked_held: bool,
+    /// Connections that hold acknowledged buffers for `release_acked`
+    /// (so that an idle pass does not visit every connection).
+    acked_holders: Vec<ConnHandle>,
     placement: Option<PlacementBox>,
 }
 
@@ -282,7 +283,7 @@ impl Endpoint {
             stats: EndpointStats::default(),
             next_timer: Cell::new(None),
             timers_dirty: Cell::new(true),
-            acked_held: false,
+            acked_holders: Vec::new(),
             placement: None,
         }
     }
@@ -515,8 +516,8 @@ impl Endpoint {
     /// [`Connection::release_acked`]). Cheap when there are none; drivers
     /// call it when idle.
     pub fn release_acked(&mut self) {
-        if std::mem::take(&mut self.acked_held) {
-            for e in self.conns.values_mut() {
+        for h in self.acked_holders.drain(..) {
+            if let Some(e) = self.conns.get_mut(&h) {
                 e.conn.release_acked();
             }
         }
@@ -684,8 +685,11 @@ impl Endpoint {
                     .placement
                     .as_mut()
                     .map(|p| &mut *p.0 as &mut dyn Placement);
+                let held_before = e.conn.acked_held();
                 e.conn.handle_frame_placed(now, &t, placement);
-                self.acked_held |= e.conn.acked_held() > 0;
+                if held_before == 0 && e.conn.acked_held() > 0 {
+                    self.acked_holders.push(handle);
+                }
                 let s = e.conn.stats();
                 let d = &mut self.stats.dropped;
                 d.beyond_window += s.beyond_window - before.0;
