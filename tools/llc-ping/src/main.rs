@@ -671,6 +671,8 @@ fn ping_reliable<D: Device>(
         let out = msg.clone();
         let sent_at = Instant::now();
         stack.endpoint_mut().send(conn, out)?;
+        // Out at once, stamped with the send time just read.
+        stack.poll_tx(sent_at)?;
         st.transmitted += 1;
         let expect = &msg;
         let reply = stack.run_until(sent_at + timeout, |ep| {
