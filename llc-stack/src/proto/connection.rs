@@ -389,6 +389,20 @@ pub struct Connection {
 }
 
 /// Microsecond timestamp for the wire; 0 means "none", so it is avoided.
+/// RACK: remember in `rack` the most recently sent frame an ACK delivers.
+/// A retransmitted frame may have been delivered by its original
+/// transmission, so it counts only when the ACK echoes the retransmission's
+/// timestamp (`echoed`; never for SACKed frames).
+#[inline]
+fn note_delivered(rack: &mut Option<(Instant, Seq)>, f: &InFlight, seq: Seq, echoed: bool) {
+    if f.retransmitted && !echoed {
+        return;
+    }
+    if rack.is_none_or(|(t, _)| f.sent_at >= t) {
+        *rack = Some((f.sent_at, seq));
+    }
+}
+
 fn wire_ts(now: Instant) -> u32 {
     (now.as_micros() as u32).max(1)
 }
@@ -1116,14 +1130,6 @@ impl Connection {
         // the retransmission's timestamp (the receiver echoes the frame that
         // moved its cumulative point), so SACKed retransmissions never do.
         let echoes = |f: &InFlight| ecr != 0 && ecr.wrapping_sub(wire_ts(f.sent_at)) as i32 >= 0;
-        let mut note = |f: &InFlight, seq: Seq, echoed: bool| {
-            if f.retransmitted && !echoed {
-                return;
-            }
-            if rack.is_none_or(|(t, _)| f.sent_at >= t) {
-                rack = Some((f.sent_at, seq));
-            }
-        };
         while self.snd_una.lt(ack) {
             let Some(f) = self.inflight.pop_front() else {
                 break;
@@ -1135,7 +1141,7 @@ impl Connection {
             if f.sacked {
                 self.n_sacked -= 1;
             } else {
-                note(&f, seq, echoes(&f));
+                note_delivered(&mut rack, &f, seq, echoes(&f));
             }
             if f.lost {
                 self.n_lost -= 1;
@@ -1233,9 +1239,7 @@ impl Connection {
     }
 
     /// Mark the frames `sacks` report as held by the peer; returns how many
-    /// were new. SACKed frames count for RACK only when never
-    /// retransmitted (see `process_ack`). Out of line: loss-free exchanges
-    /// carry no blocks.
+    /// were new. Out of line: loss-free exchanges carry no blocks.
     #[inline(never)]
     fn apply_sacks(&mut self, sacks: &[SackBlock], rack: &mut Option<(Instant, Seq)>) -> u32 {
         let mut newly = 0;
@@ -1262,9 +1266,7 @@ impl Connection {
                         self.n_lost -= 1;
                     }
                     newly += 1;
-                    if !f.retransmitted && rack.is_none_or(|(t, _)| f.sent_at >= t) {
-                        *rack = Some((f.sent_at, self.snd_una.add((i0 + i) as u32)));
-                    }
+                    note_delivered(rack, f, self.snd_una.add((i0 + i) as u32), false);
                 }
             }
         }
