@@ -13,11 +13,12 @@
 //! lets replies carry the acknowledgement instead of a separate ACK frame.
 
 use std::cell::Cell;
-use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::collections::{HashSet, VecDeque};
 
 use bytes::Bytes;
 
 use super::config::Config;
+use super::conn_table::ConnTable;
 use super::connection::{ConnStats, Connection, Event, SendError, State};
 use super::error::ConnectionError;
 use super::placement::Placement;
@@ -233,7 +234,7 @@ pub struct Endpoint {
     mac: MacAddr,
     mtu: usize,
     rng: Rng,
-    conns: BTreeMap<ConnHandle, Entry>,
+    conns: ConnTable<Entry>,
     by_key: KeyMap,
     listening: HashSet<u16>,
     next_handle: u32,
@@ -271,7 +272,7 @@ impl Endpoint {
             mac,
             mtu,
             rng,
-            conns: BTreeMap::new(),
+            conns: ConnTable::default(),
             by_key: KeyMap::default(),
             listening: HashSet::new(),
             next_handle: 1,
@@ -842,15 +843,13 @@ impl Endpoint {
             }
         }
         // Round robin over connections, starting after the last one served;
-        // walking the ordered map keeps this allocation-free and deterministic.
+        // walking the ordered table keeps this allocation-free and
+        // deterministic.
         let mut cursor = ConnHandle(self.rr_cursor);
         for _ in 0..self.conns.len() {
-            let next = self
-                .conns
-                .range(cursor..)
-                .next()
-                .or_else(|| self.conns.iter().next());
-            let Some((&h, _)) = next else { break };
+            let Some(h) = self.conns.next_from(cursor) else {
+                break;
+            };
             cursor = ConnHandle(h.0.wrapping_add(1));
             let e = self.conns.get_mut(&h).expect("listed");
             if !e.conn.wants_transmit() {

@@ -7,6 +7,7 @@
 //! same code runs under the deterministic simulator and on a real link.
 
 pub mod config;
+mod conn_table;
 pub mod connection;
 pub mod endpoint;
 pub mod error;

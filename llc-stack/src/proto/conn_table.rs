@@ -1,0 +1,156 @@
+//! The endpoint's connections, ordered by handle.
+//!
+//! A sorted vector instead of a `BTreeMap`: an endpoint has a handful of
+//! connections (one per peer process), and the busy-poll loop looks them up
+//! several times per frame (the frame's own connection, the transmit
+//! round robin, "anything to send?"). A binary search over a short
+//! contiguous array costs a few instructions and touches one cache line;
+//! a B-tree search walks node arrays and its iterators set up leaf ranges.
+//! Handles only grow, so inserting is an append; removing shifts the
+//! connections after it, which happens once per connection's life.
+//!
+//! The order is the handles' order, as the map's was, so the round robin and
+//! every seeded test replay exactly as before.
+
+use super::endpoint::ConnHandle;
+
+/// Values (connections) keyed by [`ConnHandle`], in handle order.
+#[derive(Debug)]
+pub(crate) struct ConnTable<V> {
+    entries: Vec<(ConnHandle, V)>,
+}
+
+impl<V> Default for ConnTable<V> {
+    fn default() -> Self {
+        ConnTable {
+            entries: Vec::new(),
+        }
+    }
+}
+
+impl<V> ConnTable<V> {
+    /// Index of `h`, or where it would go.
+    #[inline]
+    fn find(&self, h: ConnHandle) -> Result<usize, usize> {
+        // The common case, one connection, needs no search.
+        match self.entries.as_slice() {
+            [(only, _)] if *only == h => Ok(0),
+            _ => self.entries.binary_search_by_key(&h, |(k, _)| *k),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    #[inline]
+    pub fn get(&self, h: &ConnHandle) -> Option<&V> {
+        let i = self.find(*h).ok()?;
+        Some(&self.entries[i].1)
+    }
+
+    #[inline]
+    pub fn get_mut(&mut self, h: &ConnHandle) -> Option<&mut V> {
+        let i = self.find(*h).ok()?;
+        Some(&mut self.entries[i].1)
+    }
+
+    /// Add `v` under `h`, replacing (and returning) a value already there.
+    pub fn insert(&mut self, h: ConnHandle, v: V) -> Option<V> {
+        match self.find(h) {
+            Ok(i) => Some(std::mem::replace(&mut self.entries[i].1, v)),
+            Err(i) => {
+                self.entries.insert(i, (h, v));
+                None
+            }
+        }
+    }
+
+    pub fn remove(&mut self, h: &ConnHandle) -> Option<V> {
+        let i = self.find(*h).ok()?;
+        Some(self.entries.remove(i).1)
+    }
+
+    /// Handles and values in handle order.
+    pub fn iter(&self) -> impl Iterator<Item = (&ConnHandle, &V)> {
+        self.entries.iter().map(|(h, v)| (h, v))
+    }
+
+    /// Handles in order.
+    #[cfg(test)]
+    pub fn keys(&self) -> impl Iterator<Item = &ConnHandle> {
+        self.entries.iter().map(|(h, _)| h)
+    }
+
+    /// Values in handle order.
+    #[inline]
+    pub fn values(&self) -> impl Iterator<Item = &V> {
+        self.entries.iter().map(|(_, v)| v)
+    }
+
+    /// Values in handle order, mutably.
+    pub fn values_mut(&mut self) -> impl Iterator<Item = &mut V> {
+        self.entries.iter_mut().map(|(_, v)| v)
+    }
+
+    /// The first handle at or after `from` in handle order, wrapping around
+    /// to the first one; `None` when the table is empty.
+    #[inline]
+    pub fn next_from(&self, from: ConnHandle) -> Option<ConnHandle> {
+        let i = match self.find(from) {
+            Ok(i) | Err(i) => i,
+        };
+        self.entries
+            .get(i)
+            .or_else(|| self.entries.first())
+            .map(|(h, _)| *h)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    /// The table answers as a `BTreeMap` does, over a seeded mix of inserts
+    /// (mostly growing handles, some out of order), removals and lookups.
+    #[test]
+    fn behaves_as_an_ordered_map() {
+        let mut rng = crate::rng::Rng::new(7);
+        let mut table = ConnTable::default();
+        let mut map = BTreeMap::new();
+        let mut next = 1u32;
+        for step in 0..20_000u32 {
+            let h = ConnHandle(match rng.below(8) {
+                0 => rng.below(next.max(1) as u64) as u32,
+                _ => {
+                    next += rng.below(3) as u32;
+                    next
+                }
+            });
+            match rng.below(4) {
+                0 | 1 => assert_eq!(table.insert(h, step), map.insert(h, step)),
+                2 => assert_eq!(table.remove(&h), map.remove(&h)),
+                _ => {
+                    assert_eq!(table.get(&h), map.get(&h));
+                    if let (Some(a), Some(b)) = (table.get_mut(&h), map.get_mut(&h)) {
+                        *a += 1;
+                        *b += 1;
+                    }
+                }
+            }
+            assert_eq!(table.len(), map.len());
+            let expect = map
+                .range(h..)
+                .next()
+                .or_else(|| map.iter().next())
+                .map(|(k, _)| *k);
+            assert_eq!(table.next_from(h), expect, "step {step}");
+        }
+        assert!(table.iter().eq(map.iter()));
+        assert!(table.values().eq(map.values()));
+        for (a, b) in table.values_mut().zip(map.values_mut()) {
+            assert_eq!(a, b);
+        }
+    }
+}
