@@ -785,7 +785,12 @@ impl Connection {
         }
         self.last_rx = now;
         self.stats.frames_received += 1;
-        self.rearm_idle(now);
+        if !settled {
+            self.rearm_idle(now);
+        }
+        // Settled: the idle and keepalive deadlines follow `last_rx` lazily
+        // (see `on_timer`): pushing both back on every frame costs more than
+        // one early wake-up per interval.
         match h.frame_type() {
             FrameType::Data | FrameType::Close => self.receive_sequenced(now, frame, placement),
             FrameType::Ping => self.ack_now = true,
@@ -1095,7 +1100,9 @@ impl Connection {
             data: payload.to_vec(),
         });
         // Frames that arrived early may now be in order.
-        self.advance_in_order(None);
+        if !self.recv_meta.is_empty() {
+            self.advance_in_order(None);
+        }
         self.after_sequenced(now, h);
     }
 
@@ -1433,6 +1440,12 @@ impl Connection {
                     self.state = State::Closed;
                     self.timers = [None; TIMER_COUNT];
                 }
+                State::Established | State::Closing
+                    if now < self.last_rx + self.cfg.idle_timeout =>
+                {
+                    // Heard from the peer since the deadline was set.
+                    self.timers[Timer::Idle as usize] = Some(self.last_rx + self.cfg.idle_timeout);
+                }
                 _ => self.fail(ConnectionError::IdleTimeout(self.cfg.idle_timeout)),
             },
             Timer::Rto => {
@@ -1481,6 +1494,12 @@ impl Connection {
             }
             Timer::Probe => {
                 if matches!(self.state, State::Established | State::Closing) {
+                    let due = self.last_rx + self.probe_interval();
+                    if now < due {
+                        // Heard from the peer since the deadline was set.
+                        self.timers[Timer::Probe as usize] = Some(due);
+                        return;
+                    }
                     self.probe_due = true;
                     self.timers[Timer::Probe as usize] = Some(now + self.probe_interval());
                 }

@@ -1354,6 +1354,86 @@ mod tests {
         assert_eq!(held(&a), 0);
     }
 
+    /// Keepalive and idle deadlines count from the last frame heard, though
+    /// frames no longer push them back one by one: a peer that keeps
+    /// talking is neither probed nor timed out; once it falls silent, the
+    /// probe goes out one keepalive interval later and the connection fails
+    /// one idle timeout after the last frame, not after the first.
+    #[test]
+    fn keepalive_and_idle_deadlines_follow_the_last_frame_heard() {
+        use std::time::Duration;
+        let mut a = keyed(PEER, None, 1);
+        let mut b = keyed(ME, None, 2);
+        b.listen(7);
+        let t0 = Instant::ZERO;
+        let c = a.connect(t0, ME, 7, None).unwrap();
+        shuttle(&mut a, &mut b, t0, &mut Vec::new());
+        let hb = *b.conns.keys().next().unwrap();
+        let cfg = Config::default();
+        let step = Duration::from_millis(5);
+        let is_ping = |f: &[u8]| {
+            matches!(wire::parse(f, None), Ok(Frame { body: Body::Transport(t), .. })
+                if t.header.frame_type() == FrameType::Ping)
+        };
+        // B talks every 300 ms for 3 idle timeouts' worth of keepalive
+        // intervals; A answers (its ACKs reach B) but never needs a probe.
+        let mut now = t0;
+        let talk_until = t0 + cfg.keepalive_interval * 12;
+        let mut next_talk = t0;
+        let mut last_heard = t0;
+        while now < talk_until {
+            if now >= next_talk {
+                b.send(hb, vec![5u8; 10]).unwrap();
+                next_talk = now + Duration::from_millis(300);
+            }
+            if a.poll_timeout().is_some_and(|t| t <= now) {
+                a.handle_timeout(now);
+            }
+            if b.poll_timeout().is_some_and(|t| t <= now) {
+                b.handle_timeout(now);
+            }
+            while let Some(f) = transmit_at(&mut b, now) {
+                a.handle_frame(now, &f);
+                last_heard = now;
+            }
+            while let Some(f) = transmit_at(&mut a, now) {
+                assert!(!is_ping(&f), "A probed a peer it hears from ({now:?})");
+                b.handle_frame(now, &f);
+            }
+            now += step;
+        }
+        assert_eq!(messages(&mut a).len(), 40);
+        assert_eq!(a.connection(c).unwrap().state(), State::Established);
+        // B falls silent (and hears nothing more): A probes one keepalive
+        // interval after the last frame, then gives up one idle timeout
+        // after it.
+        let mut first_ping = None;
+        let failed_at = loop {
+            if a.poll_timeout().is_some_and(|t| t <= now) {
+                a.handle_timeout(now);
+            }
+            while let Some(f) = transmit_at(&mut a, now) {
+                if is_ping(&f) && first_ping.is_none() {
+                    first_ping = Some(now);
+                }
+            }
+            if let Some((_, Event::Closed(Some(e)))) = a.poll_event() {
+                assert!(matches!(e, ConnectionError::IdleTimeout(_)), "{e:?}");
+                break now;
+            }
+            assert!(now < last_heard + cfg.idle_timeout * 2, "A never timed out");
+            now += step;
+        };
+        let first_ping = first_ping.expect("a keepalive probe");
+        assert!(
+            first_ping >= last_heard + cfg.keepalive_interval,
+            "{first_ping:?}"
+        );
+        assert!(first_ping < last_heard + cfg.keepalive_interval + step * 2);
+        assert!(failed_at >= last_heard + cfg.idle_timeout, "{failed_at:?}");
+        assert!(failed_at < last_heard + cfg.idle_timeout + step * 2);
+    }
+
     #[test]
     fn sequence_numbers_far_outside_the_window_are_dropped_and_counted() {
         let mut a = keyed(PEER, None, 1);
