@@ -78,6 +78,15 @@ mod tests {
             // SAFETY: the CPU has SSE4.2 (checked just above).
             let plain = unsafe { update_sse42(INIT, &data) };
             assert_eq!(finish(plain), crc32c::crc32c(&data));
+            // Every tail shape (words, half word, byte) at odd alignments.
+            for start in 0..8 {
+                for len in 0..=100 {
+                    let span = &data[start..start + len];
+                    // SAFETY: as above.
+                    let plain = unsafe { update_sse42(INIT, span) };
+                    assert_eq!(finish(plain), crc32c::crc32c(span), "{start}+{len}");
+                }
+            }
         }
     }
 }
