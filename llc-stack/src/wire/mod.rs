@@ -306,33 +306,16 @@ pub fn emit_transport_gather(
     let sack_bytes = sacks.as_bytes();
     buf[at..at + sack_bytes.len()].copy_from_slice(sack_bytes);
     at += sack_bytes.len();
-    // `h.crc` was written as zero above. A long payload is copied and fed
-    // into the CRC in one pass (headers first, then each piece); a short
-    // frame is copied, then checked in one piece, which costs less.
-    use crate::sys::crc;
-    let fused = payload_len >= crc::COPY_UPDATE_FROM;
-    let mut state = crc::INIT;
-    let (head, body) = buf.split_at_mut(at);
-    let (first, rest) = body.split_at_mut(payload[0].len());
-    let second = &mut rest[..payload[1].len()];
-    if fused {
-        state = crc::update(state, &head[ethernet::HEADER_LEN..]);
-        state = crc::copy_update(state, first, payload[0]);
-        state = crc::copy_update(state, second, payload[1]);
-    } else {
-        first.copy_from_slice(payload[0]);
-        second.copy_from_slice(payload[1]);
-    }
+    let (first, rest) = buf[at..].split_at_mut(payload[0].len());
+    first.copy_from_slice(payload[0]);
+    rest[..payload[1].len()].copy_from_slice(payload[1]);
     match trailer {
         Trailer::None => {}
         Trailer::Key(key) => key.sign(buf, signed_len),
         Trailer::Raw(tag) => buf[at + payload_len..].copy_from_slice(tag),
     }
-    let crc = if fused {
-        crc::finish(crc::update(state, &buf[at + payload_len..total]))
-    } else {
-        checksum_zeroed(&buf[ethernet::HEADER_LEN..])
-    };
+    // `h.crc` was written as zero above.
+    let crc = checksum_zeroed(&buf[ethernet::HEADER_LEN..]);
     let crc_at = ethernet::HEADER_LEN + llc::HEADER_LEN + transport::CRC_OFFSET;
     buf[crc_at..crc_at + 4].copy_from_slice(&crc.to_be_bytes());
     Ok(total)

@@ -399,9 +399,9 @@ fn refresh_crc(frame: &mut [u8]) {
     frame[at..at + 4].copy_from_slice(&crc.to_be_bytes());
 }
 
-/// A payload in two pieces, long enough for the fused copy-and-CRC, with and
-/// without a trailer: the receiver's independent CRC and MAC accept it and
-/// the payload arrives whole.
+/// A long payload in two pieces (a message's fragment that straddles its
+/// buffers), with and without a trailer: the receiver's CRC and MAC accept
+/// it and the payload arrives whole.
 #[test]
 fn gathered_long_payloads_carry_a_valid_crc() {
     let key = AuthKey::derive(b"gather");
