@@ -6,8 +6,9 @@
 //! round robin, "anything to send?"). A binary search over a short
 //! contiguous array costs a few instructions and touches one cache line;
 //! a B-tree search walks node arrays and its iterators set up leaf ranges.
-//! Handles only grow, so inserting is an append; removing shifts the
-//! connections after it, which happens once per connection's life.
+//! Handles grow (until they wrap, after 2^32 connections), so inserting is
+//! an append; removing shifts the connections after it, which happens once
+//! per connection's life.
 //!
 //! The order is the handles' order, as the map's was, so the round robin and
 //! every seeded test replay exactly as before.
