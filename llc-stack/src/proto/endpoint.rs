@@ -1088,6 +1088,18 @@ mod tests {
         Endpoint::new(cfg, mac, 1500, Rng::new(seed))
     }
 
+    /// A (at PEER) connected to B's port 7 at `t0`: both endpoints, A's
+    /// handle and B's.
+    fn connected_pair(t0: Instant) -> (Endpoint, Endpoint, ConnHandle, ConnHandle) {
+        let mut a = keyed(PEER, None, 1);
+        let mut b = keyed(ME, None, 2);
+        b.listen(7);
+        let c = a.connect(t0, ME, 7, None).unwrap();
+        shuttle(&mut a, &mut b, t0, &mut Vec::new());
+        let hb = *b.conns.keys().next().unwrap();
+        (a, b, c, hb)
+    }
+
     fn messages(ep: &mut Endpoint) -> Vec<Vec<u8>> {
         let mut out = Vec::new();
         while let Some((_, ev)) = ep.poll_event() {
@@ -1256,13 +1268,8 @@ mod tests {
 
     #[test]
     fn a_reply_carries_the_acknowledgement_of_its_request() {
-        let mut a = keyed(PEER, None, 1);
-        let mut b = keyed(ME, None, 2);
-        b.listen(7);
         let t0 = Instant::ZERO;
-        let c = a.connect(t0, ME, 7, None).unwrap();
-        shuttle(&mut a, &mut b, t0, &mut Vec::new());
-        let hb = *b.conns.keys().next().unwrap();
+        let (mut a, mut b, c, hb) = connected_pair(t0);
         let (a0, b0) = (
             a.connection_stats(c).unwrap().clone(),
             b.connection_stats(hb).unwrap().clone(),
@@ -1362,13 +1369,8 @@ mod tests {
     #[test]
     fn keepalive_and_idle_deadlines_follow_the_last_frame_heard() {
         use std::time::Duration;
-        let mut a = keyed(PEER, None, 1);
-        let mut b = keyed(ME, None, 2);
-        b.listen(7);
         let t0 = Instant::ZERO;
-        let c = a.connect(t0, ME, 7, None).unwrap();
-        shuttle(&mut a, &mut b, t0, &mut Vec::new());
-        let hb = *b.conns.keys().next().unwrap();
+        let (mut a, mut b, c, hb) = connected_pair(t0);
         let cfg = Config::default();
         let step = Duration::from_millis(5);
         let is_ping = |f: &[u8]| {
