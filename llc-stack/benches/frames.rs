@@ -1,7 +1,7 @@
 //! Cost of building and of parsing one transport frame, by payload size: the
 //! per-frame work of the sending and of the receiving side, kernel excluded.
-//! Building copies the payload into the frame and computes the CRC (in one
-//! pass from 768 bytes on); parsing checks the CRC.
+//! Building copies the payload into the frame, then computes the CRC over
+//! the frame; parsing checks the CRC.
 //!
 //! ```text
 //! cargo bench -p llc-stack --bench frames
