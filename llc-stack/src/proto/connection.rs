@@ -880,6 +880,12 @@ impl Connection {
         }
     }
 
+    /// When the connection fails for silence: an idle timeout after the
+    /// last frame heard.
+    fn idle_deadline(&self) -> Instant {
+        self.last_rx + self.cfg.idle_timeout
+    }
+
     fn probe_interval(&self) -> Duration {
         if self.window_blocked() {
             self.rtt.rto_backed_off(self.backoff)
@@ -1440,11 +1446,9 @@ impl Connection {
                     self.state = State::Closed;
                     self.timers = [None; TIMER_COUNT];
                 }
-                State::Established | State::Closing
-                    if now < self.last_rx + self.cfg.idle_timeout =>
-                {
+                State::Established | State::Closing if now < self.idle_deadline() => {
                     // Heard from the peer since the deadline was set.
-                    self.timers[Timer::Idle as usize] = Some(self.last_rx + self.cfg.idle_timeout);
+                    self.timers[Timer::Idle as usize] = Some(self.idle_deadline());
                 }
                 _ => self.fail(ConnectionError::IdleTimeout(self.cfg.idle_timeout)),
             },

@@ -78,7 +78,8 @@ mod tests {
             // SAFETY: the CPU has SSE4.2 (checked just above).
             let plain = unsafe { update_sse42(INIT, &data) };
             assert_eq!(finish(plain), crc32c::crc32c(&data));
-            // Every tail shape (words, half word, byte) at odd alignments.
+            // Every tail length (0-7 bytes after the last word) at odd
+            // alignments.
             for start in 0..8 {
                 for len in 0..=100 {
                     let span = &data[start..start + len];

@@ -406,7 +406,7 @@ fn refresh_crc(frame: &mut [u8]) {
 fn gathered_long_payloads_carry_a_valid_crc() {
     let key = AuthKey::derive(b"gather");
     let data: Vec<u8> = (0..9000u32).map(|i| (i * 7 + i / 251) as u8).collect();
-    for len in [700, 767, 768, 769, 5000, 8900] {
+    for len in [1, 700, 5000, 8900] {
         for cut in [0, 1, len / 2, len] {
             for keyed in [false, true] {
                 let payload = &data[..len];
