@@ -1,0 +1,314 @@
+//! What the link itself delivers when nothing but the unavoidable per-frame
+//! work of a transport is done: the ceiling that `stream_goodput` (the
+//! reliable transport) is measured against, on the same kind of veth pair and
+//! through the same device code (needs root; creates and removes its hosts).
+//!
+//! ```text
+//! cargo run --release -p llc-stack --example link_ceiling -- [--mib N] [--mtu 1500,9000,65000] [--backend packet,xdp-generic] [--work none,copy,crc]
+//! ```
+//!
+//! A streams `--mib` MiB of payload in frames as long as the transport's
+//! data frames (LLC UI, a 56-byte transport header, `max_payload(mtu)` bytes
+//! of payload), with no protocol: no acknowledgements, no windows, no
+//! retransmission. B counts what arrives; the rate is B's payload bytes over
+//! the time from its first frame to its last. Frames the kernel drops (no
+//! flow control) are reported, not resent. Both hosts busy-poll.
+//!
+//! `--work` sets what each frame costs besides the kernel's path:
+//! - `none`: headers only; the payload bytes are whatever the buffer held,
+//!   and B only counts (the raw figures of PLATFORM-NOTES).
+//! - `copy`: A copies each payload out of a 1 MiB message, B copies it into
+//!   an 8 MiB reassembly area: the copies any message transport makes.
+//! - `crc`: as `copy`, with the transport's own frame writer and parser, so
+//!   that CRC32C is computed by A and checked by B: the work of a transport
+//!   that checks integrity, minus the protocol.
+
+use std::sync::mpsc;
+use std::time::Duration;
+
+use llc_stack::link::afpacket::{AfPacket, AfPacketConfig};
+use llc_stack::link::afxdp::{AfXdp, AfXdpConfig, AttachMode};
+use llc_stack::link::{RxToken, TxToken};
+use llc_stack::wire::transport::{self, TransportHeader};
+use llc_stack::wire::{self, ethernet, llc, Addresses, Body, MacAddr, Trailer};
+use llc_stack::{Device, Instant};
+use vm_tests::TwoHosts;
+
+const MSG: usize = 1 << 20;
+const REASSEMBLY: usize = 8 << 20;
+/// B gives up this long after the last frame (the rest were dropped).
+const QUIET: Duration = Duration::from_millis(300);
+const LIMIT: Duration = Duration::from_secs(120);
+
+#[derive(Clone, Copy, PartialEq)]
+enum Work {
+    None,
+    Copy,
+    Crc,
+}
+
+impl Work {
+    fn name(self) -> &'static str {
+        match self {
+            Work::None => "none",
+            Work::Copy => "copy",
+            Work::Crc => "copy+crc",
+        }
+    }
+}
+
+struct Args {
+    mib: usize,
+    mtus: Vec<u32>,
+    backends: Vec<String>,
+    work: Vec<Work>,
+}
+
+fn parse_args() -> Args {
+    let mut a = Args {
+        mib: 1024,
+        mtus: vec![1500, 9000, 65000],
+        backends: vec!["packet".into(), "xdp-generic".into()],
+        work: vec![Work::None, Work::Copy, Work::Crc],
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        let mut val = || it.next().unwrap_or_else(|| panic!("{arg} needs a value"));
+        match arg.as_str() {
+            "--mib" => a.mib = val().parse().expect("--mib N"),
+            "--mtu" => {
+                a.mtus = val()
+                    .split(',')
+                    .map(|m| m.parse().expect("--mtu 1500,9000"))
+                    .collect()
+            }
+            "--backend" => a.backends = val().split(',').map(String::from).collect(),
+            "--work" => {
+                a.work = val()
+                    .split(',')
+                    .map(|w| match w {
+                        "none" => Work::None,
+                        "copy" => Work::Copy,
+                        "crc" => Work::Crc,
+                        _ => panic!("--work none,copy,crc"),
+                    })
+                    .collect()
+            }
+            other => panic!("unknown argument {other}"),
+        }
+    }
+    a
+}
+
+/// Header bytes in front of the payload: Ethernet, LLC, transport header.
+const HEAD: usize = ethernet::HEADER_LEN + llc::HEADER_LEN + transport::HEADER_LEN;
+
+/// Send `frames` frames of `payload` bytes each; returns the frames written.
+fn send<D: Device>(mut dev: D, addr: Addresses, payload: usize, frames: u64, work: Work) -> u64 {
+    let burst = dev.capabilities().max_burst.max(1) as u64;
+    let msg = vec![0x5Au8; MSG];
+    let header = TransportHeader::default();
+    let mut off = 0usize;
+    let mut sent = 0u64;
+    let deadline = Instant::now() + LIMIT;
+    while sent < frames {
+        let now = Instant::now();
+        assert!(now < deadline, "sender stuck after {sent} frames");
+        let Some(tok) = dev.transmit(now) else {
+            dev.flush(now).expect("flush");
+            continue;
+        };
+        if off + payload > MSG {
+            off = 0;
+        }
+        let data = &msg[off..off + payload];
+        off += payload;
+        tok.consume(|buf| match work {
+            Work::None | Work::Copy => {
+                let llc_len = llc::HEADER_LEN + transport::HEADER_LEN + payload;
+                ethernet::emit_header(buf, addr.dst, addr.src, llc_len);
+                let at = ethernet::HEADER_LEN;
+                buf[at..at + 3].copy_from_slice(&[addr.dsap, addr.ssap, llc::CONTROL_UI]);
+                if work == Work::Copy {
+                    buf[HEAD..HEAD + payload].copy_from_slice(data);
+                }
+                HEAD + payload
+            }
+            Work::Crc => {
+                wire::emit_transport_gather(buf, &addr, &header, &[], [data, &[]], Trailer::None)
+                    .expect("frame fits")
+            }
+        });
+        sent += 1;
+        if sent.is_multiple_of(burst) {
+            dev.flush(now).expect("flush");
+        }
+    }
+    dev.flush(Instant::now()).expect("flush");
+    sent
+}
+
+/// Receive until `frames` arrived or the link stayed quiet for [`QUIET`];
+/// returns (payload bytes, frames, seconds from the first frame to the last).
+fn receive<D: Device>(
+    mut dev: D,
+    sap: u8,
+    payload: usize,
+    frames: u64,
+    work: Work,
+    ready: mpsc::Sender<()>,
+) -> (u64, u64, f64) {
+    let mut area = vec![0u8; REASSEMBLY];
+    let (mut got, mut bytes, mut at) = (0u64, 0u64, 0usize);
+    let (mut first, mut last) = (None, Instant::now());
+    ready.send(()).unwrap();
+    let deadline = Instant::now() + LIMIT;
+    let mut idle = 0u32;
+    while got < frames {
+        let now = Instant::now();
+        let Some(tok) = dev.receive(now) else {
+            idle += 1;
+            if idle.is_multiple_of(1024) {
+                let quiet = first.is_some() && now - last > QUIET;
+                if quiet || now > deadline {
+                    break;
+                }
+            }
+            continue;
+        };
+        idle = 0;
+        if at + payload > REASSEMBLY {
+            at = 0;
+        }
+        let dst = &mut area[at..at + payload];
+        let n = tok.consume(|f| match work {
+            Work::None => f.len().saturating_sub(HEAD),
+            Work::Copy => {
+                let p = f.get(HEAD..).unwrap_or(&[]);
+                let n = p.len().min(dst.len());
+                dst[..n].copy_from_slice(&p[..n]);
+                n
+            }
+            Work::Crc => match wire::parse(f, Some(sap)) {
+                Ok(wire::Frame {
+                    body: Body::Transport(t),
+                    ..
+                }) => {
+                    let n = t.payload.len().min(dst.len());
+                    dst[..n].copy_from_slice(&t.payload[..n]);
+                    n
+                }
+                _ => 0,
+            },
+        });
+        if n == 0 {
+            continue;
+        }
+        at += payload;
+        got += 1;
+        bytes += n as u64;
+        first.get_or_insert(now);
+        last = now;
+    }
+    std::hint::black_box(&area);
+    let secs = first.map_or(0.0, |f| (last - f).as_secs_f64());
+    (bytes, got, secs)
+}
+
+fn run<D: Device + 'static>(
+    open: fn(&str) -> (D, [u8; 6]),
+    mtu: u32,
+    total: usize,
+    work: Work,
+) -> (String, f64, f64) {
+    let hosts = TwoHosts::new(mtu).unwrap();
+    let (bif, aif) = (hosts.b.ifname.clone(), hosts.a.ifname.clone());
+    let payload = transport::max_payload(mtu as usize, 0);
+    let frames = total.div_ceil(payload) as u64;
+    let sap = llc::DEFAULT_SAP;
+    let addr = Addresses {
+        dst: MacAddr(hosts.b.mac),
+        src: MacAddr(hosts.a.mac),
+        dsap: sap,
+        ssap: sap,
+    };
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let receiver = hosts.b.ns.spawn(move || {
+        let (dev, _) = open(&bif);
+        receive(dev, sap, payload, frames, work, ready_tx)
+    });
+    ready_rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("receiver ready");
+    let backend = hosts.a.ns.run(|| {
+        let (dev, _) = open(&aif);
+        let backend = dev.capabilities().backend;
+        send(dev, addr, payload, frames, work);
+        backend
+    });
+    let (bytes, got, secs) = receiver.join().unwrap();
+    let lost = 100.0 * (frames - got) as f64 / frames as f64;
+    (backend, bytes as f64 * 8.0 / secs.max(1e-9) / 1e9, lost)
+}
+
+fn main() {
+    if let Err(why) = vm_tests::check_privileges() {
+        eprintln!("link_ceiling needs root (namespaces, raw sockets, XDP): {why}");
+        std::process::exit(2);
+    }
+    let args = parse_args();
+    let total = args.mib * MSG;
+    println!(
+        "link ceiling: {} MiB streamed in transport-sized frames, no protocol, veth between namespaces",
+        args.mib
+    );
+    println!("| backend | MTU | per-frame work | Gbit/s | dropped |");
+    println!("|---|---:|---|---:|---:|");
+    for &mtu in &args.mtus {
+        for b in &args.backends {
+            for &work in &args.work {
+                let (name, gbps, lost) = match b.as_str() {
+                    "packet" => run(
+                        |i| {
+                            let d = AfPacket::open(i, AfPacketConfig::default()).unwrap();
+                            let m = d.mac();
+                            (d, m)
+                        },
+                        mtu,
+                        total,
+                        work,
+                    ),
+                    "xdp" => run(
+                        |i| {
+                            let d = AfXdp::open(i, AfXdpConfig::default()).unwrap();
+                            let m = d.mac();
+                            (d, m)
+                        },
+                        mtu,
+                        total,
+                        work,
+                    ),
+                    "xdp-generic" => run(
+                        |i| {
+                            let cfg = AfXdpConfig {
+                                attach: AttachMode::Generic,
+                                ..Default::default()
+                            };
+                            let d = AfXdp::open(i, cfg).unwrap();
+                            let m = d.mac();
+                            (d, m)
+                        },
+                        mtu,
+                        total,
+                        work,
+                    ),
+                    other => panic!("unknown backend {other} (packet, xdp, xdp-generic)"),
+                };
+                println!(
+                    "| {name} | {mtu} | {} | {gbps:.2} | {lost:.1}% |",
+                    work.name()
+                );
+            }
+        }
+    }
+}
