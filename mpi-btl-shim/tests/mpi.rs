@@ -30,6 +30,8 @@ static SERIAL: Mutex<()> = Mutex::new(());
 struct Built {
     /// Directory of mca_btl_llc.so and mpi_check.
     dir: PathBuf,
+    /// Directory of the libmpi_btl_shim.so the component was linked with.
+    shim_dir: PathBuf,
 }
 
 /// The directory cargo put this build's libmpi_btl_shim.so in
@@ -102,7 +104,7 @@ fn build() -> &'static Built {
             "building mpi_check failed:\n{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        Built { dir }
+        Built { dir, shim_dir }
     })
 }
 
@@ -123,6 +125,14 @@ fn mpirun(
     timeout: Duration,
 ) -> Run {
     let built = build();
+    // Cargo's LD_LIBRARY_PATH names target/<profile> before its deps/, and
+    // an earlier `cargo build` may have left an older shim there, which
+    // would win over the component's RUNPATH: put the linked one first.
+    let inherited = std::env::var_os("LD_LIBRARY_PATH").unwrap_or_default();
+    let library_path = std::env::join_paths(
+        std::iter::once(built.shim_dir.clone()).chain(std::env::split_paths(&inherited)),
+    )
+    .expect("library path");
     let mut cmd = bed.ns.command("mpirun");
     cmd.args(["--allow-run-as-root", "--oversubscribe", "-np"])
         .arg(np.to_string())
@@ -136,6 +146,7 @@ fn mpirun(
             format!("{SYSTEM_COMPONENTS}:{}", built.dir.display()),
         )
         .env("OMPI_MCA_btl_llc_if", "llc%d")
+        .env("LD_LIBRARY_PATH", library_path)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -307,7 +318,9 @@ fn job_fails_without_llc() {
 /// then with --enable-recovery, where mpirun leaves the survivors running:
 /// they must learn of the death from btl/llc (the retransmission bound) and
 /// end through ob1's error handler (an MPI abort) in bounded time. (mpirun
-/// itself exits 0 in recovery mode, so the survivors' messages are checked.)
+/// itself exits 0 in recovery mode, so the survivors' messages are checked;
+/// the first survivor's abort ends the job, so the second's own detection
+/// is seen only when it comes first or close behind.)
 #[test]
 fn killed_rank_fails_the_others() {
     require_root!();
@@ -339,10 +352,13 @@ fn killed_rank_fails_the_others() {
         .lines()
         .filter(|l| l.contains("btl/llc: rank on") && l.contains("lost its peer"))
         .collect();
-    assert_eq!(
-        detected.len(),
-        2,
-        "both survivors must detect the death through btl/llc:\n{}",
+    // The first survivor to detect the death ends the job: ob1 treats a
+    // failed BTL endpoint as fatal and aborts, and mpirun then kills the
+    // other survivor, which may be a few retransmission timeouts short of
+    // its own detection (each connection backs off from its own RTO).
+    assert!(
+        (1..=2).contains(&detected.len()),
+        "a survivor must detect the death through btl/llc:\n{}",
         run.stderr
     );
     assert!(!run.stdout.contains("mpi_check: OK"), "{}", run.stdout);
