@@ -189,9 +189,17 @@ struct Inner {
     queue: Mutex<VecDeque<Delivery>>,
     rma: Mutex<Vec<RmaOp>>,
     counters: Counters,
-    /// Nanoseconds since `epoch` of the last caller progress.
-    last_progress: AtomicU64,
-    epoch: Instant,
+    /// Calls of `llc_shim_progress` so far: the background thread stays out
+    /// while it moves. Counted, not timed: a clock read on every idle turn
+    /// of `opal_progress` cost more than the rest of an idle call. Bumped
+    /// with a load and a store; an increment lost between two racing
+    /// callers still shows a change.
+    progress_calls: AtomicU64,
+    /// Set while `queue` may hold deliveries (written under its lock): an
+    /// idle progress call then takes no lock for it.
+    queued: AtomicBool,
+    /// Set while `rma` may hold operations (written under its lock).
+    rma_pending: AtomicBool,
 }
 
 thread_local! {
@@ -296,25 +304,37 @@ fn init_logging() {
 
 impl Inner {
     fn touch(&self) {
-        let ns = self.epoch.elapsed().as_nanos() as u64;
-        self.last_progress.store(ns, Ordering::Relaxed);
+        let n = self.progress_calls.load(Ordering::Relaxed);
+        self.progress_calls
+            .store(n.wrapping_add(1), Ordering::Relaxed);
+    }
+
+    /// Track a put or get until `complete_rma` sees it done.
+    fn add_rma(&self, op: RmaOp) {
+        let mut ops = self.rma.lock().expect("rma");
+        ops.push(op);
+        self.rma_pending.store(true, Ordering::Release);
+    }
+
+    /// Queue a delivery for the next `llc_shim_progress`.
+    fn enqueue(&self, d: Delivery) {
+        let mut q = self.queue.lock().expect("queue");
+        q.push_back(d);
+        self.queued.store(true, Ordering::Release);
     }
 
     /// A message arrived for `tag` (from inside the endpoint's delivery).
     fn on_message(&self, peer: PeerId, tag: u8, data: &[u8]) {
         let direct = IN_PROGRESS.with(Cell::get) && !DELIVERING.with(Cell::get);
-        if direct && self.queue.lock().expect("queue").is_empty() {
+        if direct && !self.queued.load(Ordering::Acquire) {
             self.call_recv(peer, tag, data);
         } else {
             self.counters.queued.fetch_add(1, Ordering::Relaxed);
-            self.queue
-                .lock()
-                .expect("queue")
-                .push_back(Delivery::Message {
-                    peer,
-                    tag,
-                    data: data.to_vec(),
-                });
+            self.enqueue(Delivery::Message {
+                peer,
+                tag,
+                data: data.to_vec(),
+            });
         }
     }
 
@@ -353,13 +373,20 @@ impl Inner {
 
     /// Deliver what was queued, in order, unless this thread is delivering.
     fn drain(&self) -> usize {
-        if DELIVERING.with(Cell::get) {
+        if !self.queued.load(Ordering::Acquire) || DELIVERING.with(Cell::get) {
             return 0;
         }
         DELIVERING.with(|d| d.set(true));
         let mut n = 0;
         loop {
-            let next = self.queue.lock().expect("queue").pop_front();
+            let next = {
+                let mut q = self.queue.lock().expect("queue");
+                let d = q.pop_front();
+                if q.is_empty() {
+                    self.queued.store(false, Ordering::Release);
+                }
+                d
+            };
             let Some(d) = next else { break };
             n += 1;
             match d {
@@ -413,8 +440,9 @@ impl LlcShim {
             queue: Mutex::new(VecDeque::new()),
             rma: Mutex::new(Vec::new()),
             counters: Counters::default(),
-            last_progress: AtomicU64::new(0),
-            epoch: Instant::now(),
+            progress_calls: AtomicU64::new(0),
+            queued: AtomicBool::new(false),
+            rma_pending: AtomicBool::new(false),
         });
         let i = inner.clone();
         ep.on_peer_failure(Box::new(move |peer, err| {
@@ -430,7 +458,7 @@ impl LlcShim {
             tracing::debug!(peer, orderly, %reason, "peer gone");
             // Failures always go through the queue, after the messages
             // that arrived before them.
-            i.queue.lock().expect("queue").push_back(Delivery::Failure {
+            i.enqueue(Delivery::Failure {
                 peer,
                 orderly,
                 reason,
@@ -476,9 +504,13 @@ impl LlcShim {
     }
 
     fn complete_rma(&self) -> usize {
+        if !self.inner.rma_pending.load(Ordering::Acquire) {
+            return 0;
+        }
         let reqs: Vec<Request> = {
             let ops = self.inner.rma.lock().expect("rma");
             if ops.is_empty() {
+                self.inner.rma_pending.store(false, Ordering::Release);
                 return 0;
             }
             ops.iter().map(|o| o.req).collect()
@@ -527,15 +559,13 @@ impl LlcShim {
 }
 
 fn background(ep: &Ep, inner: &Inner, stop: &AtomicBool, period: Duration) {
+    let mut seen = inner.progress_calls.load(Ordering::Relaxed);
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(period);
-        let idle_ns = inner
-            .epoch
-            .elapsed()
-            .as_nanos()
-            .saturating_sub(inner.last_progress.load(Ordering::Relaxed).into());
-        if idle_ns < period.as_nanos() {
-            continue; // the application is making progress itself
+        let calls = inner.progress_calls.load(Ordering::Relaxed);
+        if calls != seen {
+            seen = calls;
+            continue; // the application made progress itself this period
         }
         inner
             .counters
@@ -947,7 +977,7 @@ pub unsafe extern "C" fn llc_shim_put(
     };
     s.inner.counters.puts.fetch_add(1, Ordering::Relaxed);
     let req = s.ep.put(peer, RegionKey(key), offset, data);
-    s.inner.rma.lock().expect("rma").push(RmaOp {
+    s.inner.add_rma(RmaOp {
         req,
         cb,
         ctx: CPtr(ctx),
@@ -981,7 +1011,7 @@ pub unsafe extern "C" fn llc_shim_get(
     }
     s.inner.counters.gets.fetch_add(1, Ordering::Relaxed);
     let req = s.ep.get(peer, RegionKey(key), offset, len);
-    s.inner.rma.lock().expect("rma").push(RmaOp {
+    s.inner.add_rma(RmaOp {
         req,
         cb,
         ctx: CPtr(ctx),

@@ -288,8 +288,16 @@ impl<T: Transport> Endpoint<T> {
 
     /// One round of progress; true when anything moved.
     pub fn progress(&self) -> Result<bool, Error> {
-        let moved = self.shared.engine.lock().progress()?;
-        self.shared.deliver();
+        let (moved, callbacks) = {
+            let mut e = self.shared.engine.lock();
+            let moved = e.progress()?;
+            (moved, e.has_callbacks())
+        };
+        // An idle call (the common one while a caller busy-polls) takes no
+        // second lock for callbacks that are not there.
+        if callbacks {
+            self.shared.deliver();
+        }
         Ok(moved)
     }
 
@@ -534,7 +542,7 @@ impl<T: Transport> Shared<T> {
             }
             let moved = e.progress()?;
             let done = check(&mut e);
-            let callbacks = !e.am_deliveries.is_empty() || !e.failures.is_empty();
+            let callbacks = e.has_callbacks();
             if callbacks {
                 drop(e);
                 self.deliver();
@@ -634,7 +642,7 @@ fn progress_thread<T: Transport>(s: &Shared<T>) {
                 false
             }
         };
-        let callbacks = !e.am_deliveries.is_empty() || !e.failures.is_empty();
+        let callbacks = e.has_callbacks();
         let now = Instant::now();
         if moved || callbacks {
             // Let a waiting application thread in before the next round.

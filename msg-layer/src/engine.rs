@@ -860,6 +860,12 @@ impl<T: Transport> Engine<T> {
         Ok(moved)
     }
 
+    /// Active messages or peer failures wait for the application's
+    /// callbacks.
+    pub fn has_callbacks(&self) -> bool {
+        !self.am_deliveries.is_empty() || !self.failures.is_empty()
+    }
+
     /// True when nothing we sent waits in our queues or unacknowledged in
     /// the transport.
     pub fn flushed(&self) -> bool {
