@@ -100,6 +100,9 @@ pub struct ConnStats {
     pub retransmits: u64,
     /// Retransmissions caused by a timeout rather than by SACK evidence.
     pub timeouts: u64,
+    /// Of those timeouts, the ones found spurious (the peer had the frames;
+    /// its acknowledgements were late) and undone.
+    pub spurious_timeouts: u64,
     /// Tail-loss probes: the newest frame resent after a probe timeout.
     pub tail_probes: u64,
     /// Pure ACK frames sent.
@@ -140,12 +143,13 @@ pub struct ConnStats {
 impl ConnStats {
     /// Every counter with its name, in declaration order (for tools that
     /// print or serialise them).
-    pub fn counters(&self) -> [(&'static str, u64); 20] {
+    pub fn counters(&self) -> [(&'static str, u64); 21] {
         [
             ("data_frames_sent", self.data_frames_sent),
             ("retransmits", self.retransmits),
             ("tail_probes", self.tail_probes),
             ("timeouts", self.timeouts),
+            ("spurious_timeouts", self.spurious_timeouts),
             ("acks_sent", self.acks_sent),
             ("frames_received", self.frames_received),
             ("duplicates", self.duplicates),
@@ -260,6 +264,15 @@ struct InFlight {
     retransmitted: bool,
 }
 
+/// The congestion state before a run of retransmission timeouts, and when
+/// the first of them fired (wire timestamp).
+#[derive(Copy, Clone, Debug)]
+struct RtoUndo {
+    at_ts: u32,
+    cwnd: u32,
+    ssthresh: u32,
+}
+
 /// What the receiver remembers of a sequenced frame until it is in order.
 #[derive(Copy, Clone, Debug)]
 struct RecvMeta {
@@ -337,6 +350,9 @@ pub struct Connection {
     n_lost: usize,
     cwnd: u32,
     ssthresh: u32,
+    /// What a retransmission timeout took away, kept until the first
+    /// acknowledgement after it tells whether the timeout was spurious.
+    rto_undo: Option<RtoUndo>,
     cwnd_acc: u32,
     recovery_end: Option<Seq>,
     /// When the window was last shrunk for queueing delay (at most once per
@@ -509,6 +525,7 @@ impl Connection {
             n_lost: 0,
             cwnd: cfg.initial_cwnd.min(cfg.max_window_frames),
             ssthresh: cfg.max_window_frames,
+            rto_undo: None,
             cwnd_acc: 0,
             recovery_end: None,
             last_delay_cut: Instant::ZERO,
@@ -607,6 +624,11 @@ impl Connection {
     /// Payload bytes per DATA frame.
     pub fn fragment_len(&self) -> usize {
         self.frag_len
+    }
+
+    /// Congestion window in frames.
+    pub fn congestion_window(&self) -> u32 {
+        self.cwnd
     }
 
     /// Bytes of our messages queued or not yet acknowledged.
@@ -1203,6 +1225,9 @@ impl Connection {
             // frames beyond a hole echoes the last in-order frame, sent
             // before the hole: that sample would count the whole time the
             // hole stayed open and inflate the RTO under loss.
+            if self.rto_undo.is_some() && cumulative > 0 {
+                self.check_rto(ecr);
+            }
             if ecr != 0 && cumulative > 0 {
                 let rtt_us = wire_ts(now).wrapping_sub(ecr);
                 if rtt_us < 60_000_000 {
@@ -1284,6 +1309,34 @@ impl Connection {
             }
         }
         newly
+    }
+
+    /// The first acknowledgement of new data after a retransmission
+    /// timeout. When it echoes a frame sent before the timeout fired, the
+    /// original transmissions got through and only their acknowledgements
+    /// were late (a descheduled peer, a host hiccup): the timeout was
+    /// spurious (Eifel detection, RFC 3522). Then the window it collapsed
+    /// is given back (RFC 4015) and the frames it declared lost are not
+    /// resent. Without an echo there is no evidence either way: the
+    /// timeout stands.
+    #[inline(never)]
+    fn check_rto(&mut self, ecr: u32) {
+        let Some(u) = self.rto_undo.take() else {
+            return;
+        };
+        if ecr == 0 || u.at_ts.wrapping_sub(ecr) as i32 <= 0 {
+            return;
+        }
+        self.stats.spurious_timeouts += 1;
+        self.cwnd = self.cwnd.max(u.cwnd);
+        self.ssthresh = self.ssthresh.max(u.ssthresh);
+        self.cwnd_acc = 0;
+        self.recovery_end = None;
+        for f in self.inflight.iter_mut() {
+            f.lost = false;
+        }
+        self.n_lost = 0;
+        self.lost_queue.clear();
     }
 
     fn grow_cwnd(&mut self, acked: u32) {
@@ -1475,6 +1528,13 @@ impl Connection {
                     return;
                 }
                 self.stats.timeouts += 1;
+                if self.rto_undo.is_none() {
+                    self.rto_undo = Some(RtoUndo {
+                        at_ts: wire_ts(now),
+                        cwnd: self.cwnd,
+                        ssthresh: self.ssthresh,
+                    });
+                }
                 self.ssthresh = (self.flight() / 2).max(self.cfg.min_cwnd);
                 self.cwnd = self.cfg.min_cwnd;
                 self.cwnd_acc = 0;

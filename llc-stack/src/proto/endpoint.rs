@@ -1437,6 +1437,86 @@ mod tests {
     }
 
     #[test]
+    fn a_spurious_retransmission_timeout_is_undone_and_a_real_one_stands() {
+        use std::time::Duration;
+        let t0 = Instant::ZERO;
+        let (mut a, mut b, c, _) = connected_pair(t0);
+        let frag = a.connection(c).unwrap().fragment_len();
+        let window = a.connection(c).unwrap().congestion_window();
+        let min_cwnd = Config::default().min_cwnd;
+        assert!(window > min_cwnd);
+        // Longer than any timeout before back-off (no RTT sample yet: the
+        // initial one).
+        let rto = Config::default().initial_rto.max(Config::default().min_rto);
+        let stats = |a: &Endpoint| a.connection_stats(c).unwrap().clone();
+        // B receives a burst at once, but its acknowledgements reach A only
+        // after A's retransmission timeout fired (a descheduled peer).
+        let t1 = t0 + Duration::from_millis(1);
+        a.send(c, vec![1u8; 40 * frag]).unwrap();
+        while let Some(f) = transmit_at(&mut a, t1) {
+            b.handle_frame(t1, &f);
+        }
+        let mut late_acks = Vec::new();
+        while let Some(f) = transmit_at(&mut b, t1) {
+            late_acks.push(f);
+        }
+        assert!(!late_acks.is_empty());
+        let t2 = t1 + rto * 2;
+        a.handle_timeout(t2);
+        assert_eq!(stats(&a).timeouts, 1);
+        assert_eq!(a.connection(c).unwrap().congestion_window(), min_cwnd);
+        for f in &late_acks {
+            a.handle_frame(t2, f);
+        }
+        assert_eq!(stats(&a).spurious_timeouts, 1);
+        assert!(a.connection(c).unwrap().congestion_window() >= window);
+        let mut tap = Vec::new();
+        shuttle(&mut a, &mut b, t2, &mut tap);
+        assert_eq!(stats(&a).retransmits, 0, "frames the peer had were resent");
+        assert!(
+            messages(&mut b) == [vec![1u8; 40 * frag]],
+            "the burst was not delivered"
+        );
+        // A burst that is really lost: the acknowledgement after the timeout
+        // echoes a retransmission, and the timeout stands.
+        let t3 = t2 + Duration::from_millis(1);
+        a.send(c, vec![2u8; 8 * frag]).unwrap();
+        while transmit_at(&mut a, t3).is_some() {}
+        let mut now = loop {
+            let now = a.poll_timeout().expect("a timer");
+            a.handle_timeout(now);
+            if stats(&a).timeouts == 2 {
+                break now;
+            }
+            // Tail-loss probes before the timeout are lost too.
+            while transmit_at(&mut a, now).is_some() {}
+            assert!(now < t3 + Duration::from_secs(1), "no timeout");
+        };
+        // The repair, with time running for the delayed acknowledgements.
+        let mut got = Vec::new();
+        for _ in 0..1000 {
+            shuttle(&mut a, &mut b, now, &mut tap);
+            got.extend(messages(&mut b));
+            if !got.is_empty() {
+                break;
+            }
+            now += Duration::from_micros(50);
+            for ep in [&mut a, &mut b] {
+                if ep.poll_timeout().is_some_and(|t| t <= now) {
+                    ep.handle_timeout(now);
+                }
+            }
+        }
+        assert!(
+            got == [vec![2u8; 8 * frag]],
+            "the lost burst was not repaired"
+        );
+        assert_eq!(stats(&a).spurious_timeouts, 1);
+        assert!(stats(&a).retransmits >= 8);
+        assert!(a.connection(c).unwrap().congestion_window() < window);
+    }
+
+    #[test]
     fn sequence_numbers_far_outside_the_window_are_dropped_and_counted() {
         let mut a = keyed(PEER, None, 1);
         let mut b = keyed(ME, None, 2);
