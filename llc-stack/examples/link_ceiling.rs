@@ -23,11 +23,12 @@
 //!   that CRC32C is computed by A and checked by B: the work of a transport
 //!   that checks integrity, minus the protocol.
 
+#[path = "support/veth_link.rs"]
+mod veth_link;
+
 use std::sync::mpsc;
 use std::time::Duration;
 
-use llc_stack::link::afpacket::{AfPacket, AfPacketConfig};
-use llc_stack::link::afxdp::{AfXdp, AfXdpConfig, AttachMode};
 use llc_stack::link::{RxToken, TxToken};
 use llc_stack::wire::transport::{self, TransportHeader};
 use llc_stack::wire::{self, ethernet, llc, Addresses, Body, MacAddr, Trailer};
@@ -76,23 +77,15 @@ fn parse_args() -> Args {
         let mut val = || it.next().unwrap_or_else(|| panic!("{arg} needs a value"));
         match arg.as_str() {
             "--mib" => a.mib = val().parse().expect("--mib N"),
-            "--mtu" => {
-                a.mtus = val()
-                    .split(',')
-                    .map(|m| m.parse().expect("--mtu 1500,9000"))
-                    .collect()
-            }
-            "--backend" => a.backends = val().split(',').map(String::from).collect(),
+            "--mtu" => a.mtus = veth_link::list(&val(), |m| m.parse().expect("--mtu 1500,9000")),
+            "--backend" => a.backends = veth_link::list(&val(), |b| b.to_string()),
             "--work" => {
-                a.work = val()
-                    .split(',')
-                    .map(|w| match w {
-                        "none" => Work::None,
-                        "copy" => Work::Copy,
-                        "crc" => Work::Crc,
-                        _ => panic!("--work none,copy,crc"),
-                    })
-                    .collect()
+                a.work = veth_link::list(&val(), |w| match w {
+                    "none" => Work::None,
+                    "copy" => Work::Copy,
+                    "crc" => Work::Crc,
+                    _ => panic!("--work none,copy,crc"),
+                })
             }
             other => panic!("unknown argument {other}"),
         }
@@ -215,12 +208,7 @@ fn receive<D: Device>(
     (bytes, got, secs)
 }
 
-fn run<D: Device + 'static>(
-    open: fn(&str) -> (D, [u8; 6]),
-    mtu: u32,
-    total: usize,
-    work: Work,
-) -> (String, f64, f64) {
+fn run(backend: &str, mtu: u32, total: usize, work: Work) -> (String, f64, f64) {
     let hosts = TwoHosts::new(mtu).unwrap();
     let (bif, aif) = (hosts.b.ifname.clone(), hosts.a.ifname.clone());
     let payload = transport::max_payload(mtu as usize, 0);
@@ -233,22 +221,23 @@ fn run<D: Device + 'static>(
         ssap: sap,
     };
     let (ready_tx, ready_rx) = mpsc::channel();
+    let rx_backend = backend.to_string();
     let receiver = hosts.b.ns.spawn(move || {
-        let (dev, _) = open(&bif);
+        let dev = veth_link::open(&bif, &rx_backend);
         receive(dev, sap, payload, frames, work, ready_tx)
     });
     ready_rx
         .recv_timeout(Duration::from_secs(30))
         .expect("receiver ready");
-    let backend = hosts.a.ns.run(|| {
-        let (dev, _) = open(&aif);
-        let backend = dev.capabilities().backend;
+    let name = hosts.a.ns.run(|| {
+        let dev = veth_link::open(&aif, backend);
+        let name = dev.capabilities().backend;
         send(dev, addr, payload, frames, work);
-        backend
+        name
     });
     let (bytes, got, secs) = receiver.join().unwrap();
     let lost = 100.0 * (frames - got) as f64 / frames as f64;
-    (backend, bytes as f64 * 8.0 / secs.max(1e-9) / 1e9, lost)
+    (name, bytes as f64 * 8.0 / secs.max(1e-9) / 1e9, lost)
 }
 
 fn main() {
@@ -267,43 +256,7 @@ fn main() {
     for &mtu in &args.mtus {
         for b in &args.backends {
             for &work in &args.work {
-                let (name, gbps, lost) = match b.as_str() {
-                    "packet" => run(
-                        |i| {
-                            let d = AfPacket::open(i, AfPacketConfig::default()).unwrap();
-                            let m = d.mac();
-                            (d, m)
-                        },
-                        mtu,
-                        total,
-                        work,
-                    ),
-                    "xdp" => run(
-                        |i| {
-                            let d = AfXdp::open(i, AfXdpConfig::default()).unwrap();
-                            let m = d.mac();
-                            (d, m)
-                        },
-                        mtu,
-                        total,
-                        work,
-                    ),
-                    "xdp-generic" => run(
-                        |i| {
-                            let cfg = AfXdpConfig {
-                                attach: AttachMode::Generic,
-                                ..Default::default()
-                            };
-                            let d = AfXdp::open(i, cfg).unwrap();
-                            let m = d.mac();
-                            (d, m)
-                        },
-                        mtu,
-                        total,
-                        work,
-                    ),
-                    other => panic!("unknown backend {other} (packet, xdp, xdp-generic)"),
-                };
+                let (name, gbps, lost) = run(b, mtu, total, work);
                 println!(
                     "| {name} | {mtu} | {} | {gbps:.2} | {lost:.1}% |",
                     work.name()

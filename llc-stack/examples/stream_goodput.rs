@@ -15,10 +15,11 @@
 //! the payload bytes divided by the time from `connect` to the last
 //! message's acknowledgement. Both hosts busy-poll (one core each).
 
+#[path = "support/veth_link.rs"]
+mod veth_link;
+
 use std::time::Duration;
 
-use llc_stack::link::afpacket::{AfPacket, AfPacketConfig};
-use llc_stack::link::afxdp::{AfXdp, AfXdpConfig, AttachMode};
 use llc_stack::proto::{Config, Event};
 use llc_stack::rng::Rng;
 use llc_stack::wire::MacAddr;
@@ -48,22 +49,14 @@ fn parse_args() -> Args {
         let mut val = || it.next().unwrap_or_else(|| panic!("{arg} needs a value"));
         match arg.as_str() {
             "--mib" => a.mib = val().parse().expect("--mib N"),
-            "--mtu" => {
-                a.mtus = val()
-                    .split(',')
-                    .map(|m| m.parse().expect("--mtu 1500,9000"))
-                    .collect()
-            }
-            "--backend" => a.backends = val().split(',').map(String::from).collect(),
+            "--mtu" => a.mtus = veth_link::list(&val(), |m| m.parse().expect("--mtu 1500,9000")),
+            "--backend" => a.backends = veth_link::list(&val(), |b| b.to_string()),
             "--auth" => {
-                a.auth = val()
-                    .split(',')
-                    .map(|v| match v {
-                        "on" => true,
-                        "off" => false,
-                        _ => panic!("--auth off,on"),
-                    })
-                    .collect()
+                a.auth = veth_link::list(&val(), |v| match v {
+                    "on" => true,
+                    "off" => false,
+                    _ => panic!("--auth off,on"),
+                })
             }
             other => panic!("unknown argument {other}"),
         }
@@ -125,12 +118,7 @@ fn send<D: Device>(mut stack: Stack<D>, peer: MacAddr, total: usize) -> (f64, u6
     (secs, retrans)
 }
 
-fn run<D: Device + 'static>(
-    open: fn(&str) -> (D, [u8; 6]),
-    mtu: u32,
-    total: usize,
-    auth: bool,
-) -> (String, f64, u64) {
+fn run(backend: &str, mtu: u32, total: usize, auth: bool) -> (String, f64, u64) {
     let cfg = Config {
         auth_key: auth.then(|| llc_stack::wire::AuthKey::derive(b"stream_goodput job key")),
         ..Config::default()
@@ -138,16 +126,18 @@ fn run<D: Device + 'static>(
     let rcfg = cfg.clone();
     let hosts = TwoHosts::new(mtu).unwrap();
     let (bif, aif) = (hosts.b.ifname.clone(), hosts.a.ifname.clone());
+    let rx_backend = backend.to_string();
     let receiver = hosts.b.ns.spawn(move || {
-        let (dev, mac) = open(&bif);
-        receive(Stack::new(dev, rcfg, MacAddr(mac), Rng::new(2)), total)
+        let dev = veth_link::open(&bif, &rx_backend);
+        let mac = dev.mac();
+        receive(Stack::new(dev, rcfg, mac, Rng::new(2)), total)
     });
     let peer = MacAddr(hosts.b.mac);
     let (backend, secs, retrans) = hosts.a.ns.run(|| {
-        let (dev, mac) = open(&aif);
-        let backend = dev.capabilities().backend;
-        let (secs, retrans) = send(Stack::new(dev, cfg, MacAddr(mac), Rng::new(1)), peer, total);
-        (backend, secs, retrans)
+        let dev = veth_link::open(&aif, backend);
+        let (name, mac) = (dev.capabilities().backend, dev.mac());
+        let (secs, retrans) = send(Stack::new(dev, cfg, mac, Rng::new(1)), peer, total);
+        (name, secs, retrans)
     });
     assert_eq!(receiver.join().unwrap(), total);
     (backend, total as f64 * 8.0 / secs / 1e9, retrans)
@@ -166,43 +156,7 @@ fn main() {
     for &mtu in &args.mtus {
         for b in &args.backends {
             for &auth in &args.auth {
-                let (name, gbps, retrans) = match b.as_str() {
-                    "packet" => run(
-                        |i| {
-                            let d = AfPacket::open(i, AfPacketConfig::default()).unwrap();
-                            let m = d.mac();
-                            (d, m)
-                        },
-                        mtu,
-                        total,
-                        auth,
-                    ),
-                    "xdp" => run(
-                        |i| {
-                            let d = AfXdp::open(i, AfXdpConfig::default()).unwrap();
-                            let m = d.mac();
-                            (d, m)
-                        },
-                        mtu,
-                        total,
-                        auth,
-                    ),
-                    "xdp-generic" => run(
-                        |i| {
-                            let cfg = AfXdpConfig {
-                                attach: AttachMode::Generic,
-                                ..Default::default()
-                            };
-                            let d = AfXdp::open(i, cfg).unwrap();
-                            let m = d.mac();
-                            (d, m)
-                        },
-                        mtu,
-                        total,
-                        auth,
-                    ),
-                    other => panic!("unknown backend {other} (packet, xdp, xdp-generic)"),
-                };
+                let (name, gbps, retrans) = run(b, mtu, total, auth);
                 let auth = if auth { "on" } else { "off" };
                 println!("| {name} | {mtu} | {auth} | {gbps:.2} | {retrans} |");
             }
