@@ -7,8 +7,12 @@
 //! ```sh
 //! cargo build --release -p msg-layer --example msg_round_trip_cost
 //! valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.out \
-//!     target/release/examples/msg_round_trip_cost 100000
+//!     target/release/examples/msg_round_trip_cost 100000 [IDLE_PEERS]
 //! ```
+//!
+//! `IDLE_PEERS` (default 0) more peers are known to both ends and stay
+//! silent, as the other ranks of a large job do: the round trip should not
+//! cost more for them.
 
 use std::time::{Duration, Instant};
 
@@ -19,10 +23,9 @@ use msg_layer::transport::llc::{LlcConfig, LlcTransport};
 use msg_layer::{Config, Endpoint, Source, Tag};
 
 fn main() {
-    let n: u64 = std::env::args()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(200_000);
+    let mut args = std::env::args().skip(1);
+    let n: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(200_000);
+    let idle_peers: u16 = args.next().and_then(|s| s.parse().ok()).unwrap_or(0);
     // A wire with no delay and no line rate: what is left is CPU time.
     let sim = Sim::new(SimConfig {
         latency: Duration::ZERO,
@@ -45,6 +48,16 @@ fn main() {
     // on replies.
     let pb = a.add_peer(&b.local_addr()).expect("add peer");
     let pa = b.add_peer(&a.local_addr()).expect("add peer");
+    for i in 0..idle_peers {
+        // Addresses below a's and b's: of each pair the smaller connects,
+        // so these peers wait, silent, for connections that never come.
+        let [hi, lo] = i.to_be_bytes();
+        let addr: msg_layer::Addr = format!("llc://00:00:00:00:{hi:02x}:{lo:02x}/7")
+            .parse()
+            .expect("address");
+        a.add_peer(&addr).expect("add peer");
+        b.add_peer(&addr).expect("add peer");
+    }
     let msg = bytes::Bytes::from_static(&[0xa5; 8]);
     let mut served = b.irecv(Source::Peer(pa), Tag::Is(1), 0, vec![0; 8]);
     let mut abuf = vec![0u8; 8];

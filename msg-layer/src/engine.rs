@@ -151,6 +151,8 @@ struct Peer {
     /// Bytes of its unexpected messages we buffer, as credit counts them.
     unexpected: usize,
     queue: VecDeque<Out>,
+    /// On the engine's attention list.
+    marked: bool,
 }
 
 #[derive(Debug)]
@@ -210,6 +212,12 @@ pub(crate) struct Engine<T: Transport> {
     cfg: Config,
     local: Addr,
     peers: Vec<Peer>,
+    /// Peers `progress` must visit: packets wait in their queue (for credit
+    /// or transport room), or credit we owe them grew. The others need
+    /// nothing, so an idle call costs the same with 2 peers or 2,000.
+    attention: Vec<PeerId>,
+    /// The list being worked through (kept for its allocation).
+    attention_work: Vec<PeerId>,
     by_addr: FxHashMap<Addr, PeerId>,
     by_conn: FxHashMap<ConnId, ConnRole>,
     matcher: Matcher<u64, Unexpected>,
@@ -240,6 +248,8 @@ impl<T: Transport> Engine<T> {
             placements,
             cfg,
             peers: Vec::new(),
+            attention: Vec::new(),
+            attention_work: Vec::new(),
             by_addr: FxHashMap::default(),
             by_conn: FxHashMap::default(),
             matcher: Matcher::new(),
@@ -296,6 +306,7 @@ impl<T: Transport> Engine<T> {
             owed: 0,
             unexpected: 0,
             queue: VecDeque::new(),
+            marked: false,
         });
         if let Some(a) = addr {
             self.by_addr.insert(a, id);
@@ -646,6 +657,16 @@ impl<T: Transport> Engine<T> {
 
     fn return_credit(&mut self, p: PeerId, n: u64) {
         self.peers[p as usize].owed += n;
+        self.mark(p);
+    }
+
+    /// Put `p` on the attention list for the next `progress`.
+    fn mark(&mut self, p: PeerId) {
+        let peer = &mut self.peers[p as usize];
+        if !peer.marked {
+            peer.marked = true;
+            self.attention.push(p);
+        }
     }
 
     // ----- active messages and RMA -----
@@ -846,13 +867,19 @@ impl<T: Transport> Engine<T> {
                 self.handle_event(ev);
             }
             self.events = events;
-            for p in 0..self.peers.len() {
-                let p = p as PeerId;
+            let mut work = std::mem::take(&mut self.attention_work);
+            std::mem::swap(&mut work, &mut self.attention);
+            for &p in &work {
+                self.peers[p as usize].marked = false;
+            }
+            for &p in &work {
                 if !self.peers[p as usize].queue.is_empty() {
                     self.flush_peer(p);
                 }
                 self.maybe_return_credit(p);
             }
+            work.clear();
+            self.attention_work = work;
             if self.handed == handed_before {
                 break;
             }
@@ -892,7 +919,16 @@ impl<T: Transport> Engine<T> {
         }
     }
 
+    /// Send what the queue of `p` holds while credit and the transport
+    /// allow; what stays keeps `p` on the attention list.
     fn flush_peer(&mut self, p: PeerId) {
+        self.send_queued(p);
+        if !self.peers[p as usize].queue.is_empty() {
+            self.mark(p);
+        }
+    }
+
+    fn send_queued(&mut self, p: PeerId) {
         let peer = &mut self.peers[p as usize];
         let Some(conn) = peer.conn else {
             return;
@@ -930,7 +966,7 @@ impl<T: Transport> Engine<T> {
                     if let Some(r) = out.completes {
                         self.finish(r, Err(Error::TooLong { len, max }));
                     }
-                    return self.flush_peer(p);
+                    return self.send_queued(p);
                 }
             }
         }
