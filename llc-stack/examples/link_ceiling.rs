@@ -58,29 +58,13 @@ impl Work {
     }
 }
 
-struct Args {
-    mib: usize,
-    mtus: Vec<u32>,
-    backends: Vec<String>,
-    work: Vec<Work>,
-}
-
-fn parse_args() -> Args {
-    let mut a = Args {
-        mib: 1024,
-        mtus: vec![1500, 9000, 65000],
-        backends: vec!["packet".into(), "xdp-generic".into()],
-        work: vec![Work::None, Work::Copy, Work::Crc],
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(arg) = it.next() {
-        let mut val = || it.next().unwrap_or_else(|| panic!("{arg} needs a value"));
-        match arg.as_str() {
-            "--mib" => a.mib = val().parse().expect("--mib N"),
-            "--mtu" => a.mtus = veth_link::list(&val(), |m| m.parse().expect("--mtu 1500,9000")),
-            "--backend" => a.backends = veth_link::list(&val(), |b| b.to_string()),
+/// The sweep, and the levels of per-frame work to measure.
+fn parse_args() -> (veth_link::Sweep, Vec<Work>) {
+    let mut work = vec![Work::None, Work::Copy, Work::Crc];
+    let sweep =
+        veth_link::Sweep::from_args(1024, &["packet", "xdp-generic"], |name, val| match name {
             "--work" => {
-                a.work = veth_link::list(&val(), |w| match w {
+                work = veth_link::list(val, |w| match w {
                     "none" => Work::None,
                     "copy" => Work::Copy,
                     "crc" => Work::Crc,
@@ -88,9 +72,8 @@ fn parse_args() -> Args {
                 })
             }
             other => panic!("unknown argument {other}"),
-        }
-    }
-    a
+        });
+    (sweep, work)
 }
 
 /// Header bytes in front of the payload: Ethernet, LLC, transport header.
@@ -245,7 +228,7 @@ fn main() {
         eprintln!("link_ceiling needs root (namespaces, raw sockets, XDP): {why}");
         std::process::exit(2);
     }
-    let args = parse_args();
+    let (args, works) = parse_args();
     let total = args.mib * MSG;
     println!(
         "link ceiling: {} MiB streamed in transport-sized frames, no protocol, veth between namespaces",
@@ -255,7 +238,7 @@ fn main() {
     println!("|---|---:|---|---:|---:|");
     for &mtu in &args.mtus {
         for b in &args.backends {
-            for &work in &args.work {
+            for &work in &works {
                 let (name, gbps, lost) = run(b, mtu, total, work);
                 println!(
                     "| {name} | {mtu} | {} | {gbps:.2} | {lost:.1}% |",

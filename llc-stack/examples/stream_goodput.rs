@@ -30,38 +30,20 @@ const MSG: usize = 1 << 20;
 const PORT: u16 = 9;
 const LIMIT: Duration = Duration::from_secs(120);
 
-struct Args {
-    mib: usize,
-    mtus: Vec<u32>,
-    backends: Vec<String>,
-    auth: Vec<bool>,
-}
-
-fn parse_args() -> Args {
-    let mut a = Args {
-        mib: 512,
-        mtus: vec![1500, 9000, 65000],
-        backends: vec!["packet".into(), "xdp".into()],
-        auth: vec![false],
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(arg) = it.next() {
-        let mut val = || it.next().unwrap_or_else(|| panic!("{arg} needs a value"));
-        match arg.as_str() {
-            "--mib" => a.mib = val().parse().expect("--mib N"),
-            "--mtu" => a.mtus = veth_link::list(&val(), |m| m.parse().expect("--mtu 1500,9000")),
-            "--backend" => a.backends = veth_link::list(&val(), |b| b.to_string()),
-            "--auth" => {
-                a.auth = veth_link::list(&val(), |v| match v {
-                    "on" => true,
-                    "off" => false,
-                    _ => panic!("--auth off,on"),
-                })
-            }
-            other => panic!("unknown argument {other}"),
+/// The sweep, and whether to run it without and/or with authentication.
+fn parse_args() -> (veth_link::Sweep, Vec<bool>) {
+    let mut auth = vec![false];
+    let sweep = veth_link::Sweep::from_args(512, &["packet", "xdp"], |name, val| match name {
+        "--auth" => {
+            auth = veth_link::list(val, |v| match v {
+                "on" => true,
+                "off" => false,
+                _ => panic!("--auth off,on"),
+            })
         }
-    }
-    a
+        other => panic!("unknown argument {other}"),
+    });
+    (sweep, auth)
 }
 
 fn receive<D: Device>(mut stack: Stack<D>, total: usize) -> usize {
@@ -148,14 +130,14 @@ fn main() {
         eprintln!("stream_goodput needs root (namespaces, raw sockets, XDP): {why}");
         std::process::exit(2);
     }
-    let args = parse_args();
+    let (args, auths) = parse_args();
     let total = args.mib * MSG;
     println!("reliable transport goodput, {} MiB in 1 MiB messages, one connection, veth between namespaces", args.mib);
     println!("| backend | MTU | auth | Gbit/s | retransmits |");
     println!("|---|---:|---|---:|---:|");
     for &mtu in &args.mtus {
         for b in &args.backends {
-            for &auth in &args.auth {
+            for &auth in &auths {
                 let (name, gbps, retrans) = run(b, mtu, total, auth);
                 let auth = if auth { "on" } else { "off" };
                 println!("| {name} | {mtu} | {auth} | {gbps:.2} | {retrans} |");
