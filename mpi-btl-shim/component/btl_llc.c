@@ -7,6 +7,9 @@
  * pattern with %d replaced by the local rank). BTL tags are the shim's
  * active-message ids; descriptors carry shim-owned send buffers, handed to
  * the transport without a copy; put/get go to the message layer's RMA.
+ * Large fragments of contiguous data are not packed at all: the descriptor
+ * points into the application's buffer, which the shim lends to the
+ * transport until the peer has acknowledged it (btl_llc_lend_min).
  *
  * Threads: receive, RMA-completion and failure callbacks run from
  * mca_btl_llc_component_progress (Open MPI's progress loop) only. The
@@ -51,8 +54,12 @@ struct mca_btl_base_registration_handle_t {
 
 typedef struct llc_frag {
     mca_btl_base_descriptor_t base;
-    mca_btl_base_segment_t segment;
-    LlcShimBuf *buf; /* NULL once sent */
+    /* [0]: the whole message in `buf`, or only ob1's header when lent;
+     * [1]: when lent, the application's data. */
+    mca_btl_base_segment_t segments[2];
+    LlcShimBuf *buf; /* NULL once sent (unless lent: then the header) */
+    int lent;        /* segments[1] points into the application's buffer */
+    mca_btl_llc_endpoint_t *endpoint; /* of a lent send, for its completion */
     struct llc_frag *next;
 } llc_frag_t;
 
@@ -76,6 +83,7 @@ static struct {
     int progress_interval_us;
     int idle_timeout_ms;
     bool rdma;
+    int lend_min;
     int print_stats;
     int verbose;
 } params;
@@ -162,6 +170,11 @@ static int llc_register(void)
             &params.idle_timeout_ms, 0);
     reg_bool("rdma", "Offer put/get (emulated by the peer's progress) to ob1", &params.rdma,
              false);
+    reg_int("lend_min",
+            "Send fragments of contiguous data of at least this many bytes straight from the"
+            " application's buffer, without packing them, and complete them when the peer"
+            " acknowledged them (0: always pack)",
+            &params.lend_min, 64 * 1024);
     reg_int("print_stats", "Print the component's counters at finalize (1: yes)",
             &params.print_stats, 0);
     reg_int("verbose", "Verbosity of btl/llc (opal_output level)", &params.verbose, 0);
@@ -355,9 +368,9 @@ static llc_frag_t *frag_new(size_t size, uint32_t flags)
         free_frags = f;
         return NULL;
     }
-    f->segment.seg_addr.pval = f->buf->data;
-    f->segment.seg_len = size;
-    f->base.des_segments = &f->segment;
+    f->segments[0].seg_addr.pval = f->buf->data;
+    f->segments[0].seg_len = size;
+    f->base.des_segments = f->segments;
     f->base.des_segment_count = 1;
     f->base.des_flags = flags;
     f->base.order = MCA_BTL_NO_ORDER;
@@ -403,6 +416,32 @@ static int pack(struct opal_convertor_t *convertor, void *dst, size_t *size)
     return OPAL_SUCCESS;
 }
 
+/* A descriptor whose data stays where the application has it: segment 0 is
+ * ob1's header (reserve bytes), segment 1 the contiguous data, located by
+ * the convertor without copying (a NULL iov_base asks for the pointer). */
+static mca_btl_base_descriptor_t *prepare_lent(struct mca_btl_base_module_t *btl,
+                                               struct opal_convertor_t *convertor, size_t reserve,
+                                               size_t *size, uint32_t flags)
+{
+    llc_frag_t *f = frag_new(reserve, flags);
+    if (NULL == f) {
+        return NULL;
+    }
+    struct iovec iov = {.iov_base = NULL, .iov_len = *size};
+    uint32_t iov_count = 1;
+    size_t max_data = *size;
+    if (opal_convertor_pack(convertor, &iov, &iov_count, &max_data) < 0 || NULL == iov.iov_base) {
+        llc_free(btl, &f->base);
+        return NULL;
+    }
+    f->segments[1].seg_addr.pval = iov.iov_base;
+    f->segments[1].seg_len = max_data;
+    f->base.des_segment_count = 2;
+    f->lent = 1;
+    *size = max_data;
+    return &f->base;
+}
+
 static mca_btl_base_descriptor_t *llc_prepare_src(struct mca_btl_base_module_t *btl,
                                                   struct mca_btl_base_endpoint_t *endpoint,
                                                   struct opal_convertor_t *convertor,
@@ -417,6 +456,11 @@ static mca_btl_base_descriptor_t *llc_prepare_src(struct mca_btl_base_module_t *
     if (*size > btl->btl_max_send_size - reserve) {
         *size = btl->btl_max_send_size - reserve;
     }
+    if (params.lend_min > 0 && *size >= (size_t) params.lend_min
+        && 0 == opal_convertor_need_buffers(convertor)
+        && (convertor->flags & CONVERTOR_NO_OP)) {
+        return prepare_lent(btl, convertor, reserve, size, flags);
+    }
     llc_frag_t *f = frag_new(reserve + *size, flags);
     if (NULL == f) {
         return NULL;
@@ -425,7 +469,7 @@ static mca_btl_base_descriptor_t *llc_prepare_src(struct mca_btl_base_module_t *
         llc_free(btl, &f->base);
         return NULL;
     }
-    f->segment.seg_len = reserve + *size;
+    f->segments[0].seg_len = reserve + *size;
     return &f->base;
 }
 
@@ -445,6 +489,22 @@ static int status_to_opal(LlcShimStatus st)
     }
 }
 
+/* The transport let go of a lent fragment (acknowledged, or its peer
+ * failed, which the failure callback reports): the application's buffer is
+ * ob1's again. Runs inside llc_progress. */
+static void lent_done(void *ctx)
+{
+    llc_frag_t *f = ctx;
+    mca_btl_base_descriptor_t *des = &f->base;
+    int own = des->des_flags & MCA_BTL_DES_FLAGS_BTL_OWNERSHIP;
+    if (des->des_cbfunc) {
+        des->des_cbfunc(&llc_module, f->endpoint, des, OPAL_SUCCESS);
+    }
+    if (own) {
+        llc_free(&llc_module, des);
+    }
+}
+
 static int llc_send(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoint_t *endpoint,
                     struct mca_btl_base_descriptor_t *des, mca_btl_base_tag_t tag)
 {
@@ -452,9 +512,17 @@ static int llc_send(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpo
     if (endpoint->failed) {
         return OPAL_ERR_UNREACH;
     }
+    if (f->lent) {
+        f->endpoint = endpoint;
+        LlcShimStatus st = llc_shim_send_lent(
+            shim, endpoint->peer, tag, f->buf->data, f->segments[0].seg_len,
+            f->segments[1].seg_addr.pval, f->segments[1].seg_len, lent_done, f);
+        /* On success the completion comes from lent_done, later. */
+        return LlcShimStatus_Ok == st ? OPAL_SUCCESS : status_to_opal(st);
+    }
     LlcShimBuf *buf = f->buf;
     f->buf = NULL; /* the shim owns it now, whatever happens */
-    LlcShimStatus st = llc_shim_send_buf(shim, endpoint->peer, tag, buf, f->segment.seg_len);
+    LlcShimStatus st = llc_shim_send_buf(shim, endpoint->peer, tag, buf, f->segments[0].seg_len);
     if (LlcShimStatus_Ok != st) {
         return status_to_opal(st);
     }
@@ -621,14 +689,15 @@ static int llc_finalize(struct mca_btl_base_module_t *btl)
                 "btl/llc stats: rank %s local %d if %s transport %s: sent %llu msgs %llu B,"
                 " received %llu msgs %llu B, queued %llu, puts %llu, gets %llu,"
                 " peers failed %llu, background rounds %llu, retransmits %llu (timeouts %llu),"
-                " frames dropped %llu\n",
+                " frames dropped %llu, lent %llu\n",
                 OPAL_NAME_PRINT(OPAL_PROC_MY_NAME), local_rank, ifname, transport_name,
                 (unsigned long long) s.sent, (unsigned long long) s.sent_bytes,
                 (unsigned long long) s.received, (unsigned long long) s.received_bytes,
                 (unsigned long long) s.queued, (unsigned long long) s.puts,
                 (unsigned long long) s.gets, (unsigned long long) s.peers_failed,
                 (unsigned long long) s.background_rounds, (unsigned long long) s.retransmits,
-                (unsigned long long) s.timeouts, (unsigned long long) s.frames_dropped);
+                (unsigned long long) s.timeouts, (unsigned long long) s.frames_dropped,
+                (unsigned long long) s.sent_lent);
     }
     llc_shim_close(shim, 2000);
     shim = NULL;

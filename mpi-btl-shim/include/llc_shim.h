@@ -88,6 +88,12 @@ typedef void (*LlcShimRecvFn)(void *ctx, uint32_t peer, uint8_t tag, const uint8
 typedef void (*LlcShimFailFn)(void *ctx, uint32_t peer, bool orderly, const char *reason);
 
 /**
+ * Completion of a lent send: `(ctx)`, once the transport no longer needs
+ * the lent body (its peer acknowledged it, or the peer failed).
+ */
+typedef void (*LlcShimSentFn)(void *ctx);
+
+/**
  * A send buffer the shim owns, which `llc_shim_send_buf` hands to the
  * transport without copying.
  */
@@ -164,6 +170,11 @@ typedef struct LlcShimStats {
    * Frames the LLC endpoint dropped (malformed, beyond the window, ...).
    */
   uint64_t frames_dropped;
+  /**
+   * Of `sent`, messages whose body was lent (`llc_shim_send_lent`): sent
+   * from the caller's memory without a copy.
+   */
+  uint64_t sent_lent;
 } LlcShimStats;
 
 #ifdef __cplusplus
@@ -273,6 +284,33 @@ enum LlcShimStatus llc_shim_send(const struct LlcShim *s,
                                  size_t head_len,
                                  const uint8_t *body,
                                  size_t body_len);
+
+/**
+ * Send `head ++ body` to `peer` with `tag`, copying `head` and lending
+ * `body`: the transport sends it from the caller's memory, without a copy,
+ * and keeps it until the peer has acknowledged it. `done(ctx)` then runs
+ * from `llc_shim_progress` (also when the peer failed instead: the failure
+ * callback says so); from then on the memory is the caller's again. When
+ * this returns anything but `Ok`, nothing was sent and `done` never runs.
+ *
+ * For large bodies, where the copy costs more than the wait: until `done`
+ * the sender's buffer is pinned to an acknowledgement, not to the call.
+ *
+ * # Safety
+ * `s` is a live handle; `head` is valid for `head_len` bytes (or null with
+ * 0); `body` is valid for `body_len` bytes (or null with 0) and stays valid
+ * and unchanged until `done(ctx)` runs or the handle is closed; `done`
+ * accepts `ctx`.
+ */
+enum LlcShimStatus llc_shim_send_lent(const struct LlcShim *s,
+                                      uint32_t peer,
+                                      uint8_t tag,
+                                      const uint8_t *head,
+                                      size_t head_len,
+                                      const uint8_t *body,
+                                      size_t body_len,
+                                      LlcShimSentFn done,
+                                      void *ctx);
 
 /**
  * A send buffer of `capacity` bytes (for a BTL descriptor); free it with

@@ -110,6 +110,9 @@ pub struct LlcShimStats {
     pub timeouts: u64,
     /// Frames the LLC endpoint dropped (malformed, beyond the window, ...).
     pub frames_dropped: u64,
+    /// Of `sent`, messages whose body was lent (`llc_shim_send_lent`): sent
+    /// from the caller's memory without a copy.
+    pub sent_lent: u64,
 }
 
 /// Receive callback: `(ctx, peer, tag, data, len)`. `data` is valid only
@@ -122,6 +125,10 @@ pub type LlcShimRecvFn =
 /// reason text is valid only during the call.
 pub type LlcShimFailFn =
     Option<unsafe extern "C" fn(ctx: *mut c_void, peer: u32, orderly: bool, reason: *const c_char)>;
+
+/// Completion of a lent send: `(ctx)`, once the transport no longer needs
+/// the lent body (its peer acknowledged it, or the peer failed).
+pub type LlcShimSentFn = Option<unsafe extern "C" fn(ctx: *mut c_void)>;
 
 /// Put/get completion: `(ctx, status)`.
 pub type LlcShimRmaFn = Option<unsafe extern "C" fn(ctx: *mut c_void, status: LlcShimStatus)>;
@@ -170,6 +177,7 @@ struct Counters {
     gets: AtomicU64,
     peers_failed: AtomicU64,
     background_rounds: AtomicU64,
+    sent_lent: AtomicU64,
 }
 
 /// A receive callback and its context.
@@ -200,6 +208,47 @@ struct Inner {
     queued: AtomicBool,
     /// Set while `rma` may hold operations (written under its lock).
     rma_pending: AtomicBool,
+    /// Lent sends the transport has let go of, for their completion
+    /// callbacks in the next `llc_shim_progress`.
+    sent: Mutex<Vec<(unsafe extern "C" fn(*mut c_void), CPtr)>>,
+    /// Set while `sent` may hold completions (written under its lock).
+    sent_pending: AtomicBool,
+}
+
+/// A body lent by the C caller (`llc_shim_send_lent`): the transport holds
+/// it, without a copy, until the peer acknowledged it; dropping the last
+/// reference queues the caller's completion.
+struct Lent {
+    ptr: *const u8,
+    len: usize,
+    done: Option<(unsafe extern "C" fn(*mut c_void), CPtr)>,
+    inner: std::sync::Weak<Inner>,
+}
+
+// SAFETY: the bytes at `ptr` are only read, and the caller keeps them valid
+// and unchanged until the completion queued by `drop` runs (the contract of
+// `llc_shim_send_lent`), whichever thread drops the last reference.
+unsafe impl Send for Lent {}
+
+impl AsRef<[u8]> for Lent {
+    fn as_ref(&self) -> &[u8] {
+        if self.len == 0 {
+            return &[];
+        }
+        // SAFETY: `ptr` is valid for `len` bytes until the completion runs,
+        // which is after this owner is dropped (see `Send` above).
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl Drop for Lent {
+    fn drop(&mut self) {
+        if let (Some(done), Some(inner)) = (self.done.take(), self.inner.upgrade()) {
+            let mut q = inner.sent.lock().expect("sent");
+            q.push(done);
+            inner.sent_pending.store(true, Ordering::Release);
+        }
+    }
 }
 
 thread_local! {
@@ -443,6 +492,8 @@ impl LlcShim {
             progress_calls: AtomicU64::new(0),
             queued: AtomicBool::new(false),
             rma_pending: AtomicBool::new(false),
+            sent: Mutex::new(Vec::new()),
+            sent_pending: AtomicBool::new(false),
         });
         let i = inner.clone();
         ep.on_peer_failure(Box::new(move |peer, err| {
@@ -496,11 +547,31 @@ impl LlcShim {
         let mut n = self.inner.drain();
         let res = self.ep.progress();
         n += self.inner.drain();
+        n += self.complete_sends();
         n += self.complete_rma();
         if outer {
             IN_PROGRESS.with(|p| p.set(false));
         }
         res.map(|moved| n + usize::from(moved))
+    }
+
+    /// Run the completions of lent sends the transport let go of.
+    fn complete_sends(&self) -> usize {
+        if !self.inner.sent_pending.load(Ordering::Acquire) {
+            return 0;
+        }
+        let done = {
+            let mut q = self.inner.sent.lock().expect("sent");
+            self.inner.sent_pending.store(false, Ordering::Release);
+            std::mem::take(&mut *q)
+        };
+        let n = done.len();
+        for (cb, ctx) in done {
+            // SAFETY: the caller of llc_shim_send_lent promised `cb`
+            // accepts `ctx`; no shim lock is held (it may send again).
+            unsafe { cb(ctx.0) }
+        }
+        n
     }
 
     fn complete_rma(&self) -> usize {
@@ -817,6 +888,74 @@ pub unsafe extern "C" fn llc_shim_send(
     send_owned(s, peer, tag, v)
 }
 
+/// Send `head ++ body` to `peer` with `tag`, copying `head` and lending
+/// `body`: the transport sends it from the caller's memory, without a copy,
+/// and keeps it until the peer has acknowledged it. `done(ctx)` then runs
+/// from `llc_shim_progress` (also when the peer failed instead: the failure
+/// callback says so); from then on the memory is the caller's again. When
+/// this returns anything but `Ok`, nothing was sent and `done` never runs.
+///
+/// For large bodies, where the copy costs more than the wait: until `done`
+/// the sender's buffer is pinned to an acknowledgement, not to the call.
+///
+/// # Safety
+/// `s` is a live handle; `head` is valid for `head_len` bytes (or null with
+/// 0); `body` is valid for `body_len` bytes (or null with 0) and stays valid
+/// and unchanged until `done(ctx)` runs or the handle is closed; `done`
+/// accepts `ctx`.
+#[no_mangle]
+pub unsafe extern "C" fn llc_shim_send_lent(
+    s: *const LlcShim,
+    peer: u32,
+    tag: u8,
+    head: *const u8,
+    head_len: usize,
+    body: *const u8,
+    body_len: usize,
+    done: LlcShimSentFn,
+    ctx: *mut c_void,
+) -> LlcShimStatus {
+    // SAFETY: per the contract.
+    let Some(s) = (unsafe { shim(s) }) else {
+        return LlcShimStatus::Invalid;
+    };
+    let Some(done) = done else {
+        return LlcShimStatus::Invalid;
+    };
+    if (head.is_null() && head_len > 0) || (body.is_null() && body_len > 0) {
+        return LlcShimStatus::Invalid;
+    }
+    let prefix: &[u8] = if head_len == 0 {
+        &[]
+    } else {
+        // SAFETY: non-null and valid for `head_len` bytes per the contract.
+        unsafe { std::slice::from_raw_parts(head, head_len) }
+    };
+    let lent = Bytes::from_owner(Lent {
+        ptr: body,
+        len: body_len,
+        done: Some((done, CPtr(ctx))),
+        inner: Arc::downgrade(&s.inner),
+    });
+    match s.ep.am_post_parts(peer, tag.into(), prefix, lent) {
+        Ok(()) => {
+            let c = &s.inner.counters;
+            c.sent.fetch_add(1, Ordering::Relaxed);
+            c.sent_lent.fetch_add(1, Ordering::Relaxed);
+            c.sent_bytes
+                .fetch_add((head_len + body_len) as u64, Ordering::Relaxed);
+            LlcShimStatus::Ok
+        }
+        Err(e) => {
+            // Refused before anything was queued: the body was dropped
+            // already and queued its completion, which must not run.
+            let mut q = s.inner.sent.lock().expect("sent");
+            q.retain(|(_, c)| c.0 != ctx);
+            status_of(&e)
+        }
+    }
+}
+
 fn send_owned(s: &LlcShim, peer: u32, tag: u8, v: Vec<u8>) -> LlcShimStatus {
     let n = v.len() as u64;
     match s.ep.am_post(peer, tag.into(), Bytes::from(v)) {
@@ -1055,7 +1194,10 @@ pub unsafe extern "C" fn llc_shim_flush(s: *const LlcShim, timeout_ms: u32) -> L
     let deadline = Instant::now() + Duration::from_millis(timeout_ms.into());
     loop {
         let _ = s.progress();
-        if s.ep.flush(Some(Duration::ZERO)).is_ok() && s.inner.rma.lock().expect("rma").is_empty() {
+        if s.ep.flush(Some(Duration::ZERO)).is_ok()
+            && s.inner.rma.lock().expect("rma").is_empty()
+            && !s.inner.sent_pending.load(Ordering::Acquire)
+        {
             return LlcShimStatus::Ok;
         }
         if Instant::now() >= deadline {
@@ -1093,6 +1235,7 @@ pub unsafe extern "C" fn llc_shim_stats(
         gets: get(&c.gets),
         peers_failed: get(&c.peers_failed),
         background_rounds: get(&c.background_rounds),
+        sent_lent: get(&c.sent_lent),
         ..LlcShimStats::default()
     };
     let mut st = st;

@@ -239,31 +239,58 @@ fn run_mpi_check(np: usize, mca: &[(&str, &str)], args: &[&str], ok: &str) -> Ru
     run
 }
 
-fn mpi_check(np: usize, backend: &str) {
-    require_root!();
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let run = run_mpi_check(
-        np,
-        &[("btl_llc_backend", backend)],
-        &[],
-        &format!("mpi_check: OK ranks={np}"),
-    );
-    println!("{np} ranks, backend {backend}: {:.1?}", run.elapsed);
+/// A counter of the `btl/llc stats:` lines, summed over the ranks.
+fn stat_sum(run: &Run, key: &str) -> u64 {
+    run.stderr
+        .lines()
+        .filter(|l| l.starts_with("btl/llc stats:"))
+        .map(|l| {
+            let rest = l
+                .split(key)
+                .nth(1)
+                .unwrap_or_else(|| panic!("{key:?} in {l}"));
+            let n = rest.trim_start().split([',', ' ']).next().unwrap_or("");
+            n.parse::<u64>()
+                .unwrap_or_else(|e| panic!("{key:?} in {l}: {e}"))
+        })
+        .sum()
 }
 
+fn mpi_check(np: usize, mca: &[(&str, &str)]) -> Run {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let run = run_mpi_check(np, mca, &[], &format!("mpi_check: OK ranks={np}"));
+    println!("{np} ranks, {mca:?}: {:.1?}", run.elapsed);
+    run
+}
+
+/// Large contiguous messages leave from the application's buffers, lent
+/// to the transport (`btl_llc_lend_min`, on by default): data checked.
 #[test]
 fn mpi_check_2_ranks() {
-    mpi_check(2, "auto");
+    require_root!();
+    let run = mpi_check(2, &[("btl_llc_backend", "auto")]);
+    assert!(
+        stat_sum(&run, " lent ") > 0,
+        "no fragment was lent:\n{}",
+        run.stderr
+    );
 }
 
 #[test]
 fn mpi_check_4_ranks() {
-    mpi_check(4, "auto");
+    require_root!();
+    mpi_check(4, &[("btl_llc_backend", "auto")]);
 }
 
+/// AF_PACKET, and every fragment packed into a shim buffer (lending off).
 #[test]
 fn mpi_check_4_ranks_af_packet() {
-    mpi_check(4, "packet");
+    require_root!();
+    let run = mpi_check(
+        4,
+        &[("btl_llc_backend", "packet"), ("btl_llc_lend_min", "0")],
+    );
+    assert_eq!(stat_sum(&run, " lent "), 0, "lent with lending off");
 }
 
 /// MPI_THREAD_MULTIPLE: 4 threads per rank exchange at once over btl/llc,
@@ -281,12 +308,7 @@ fn mpi_check_2_ranks_rdma() {
     require_root!();
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let run = run_mpi_check(2, &[("btl_llc_rdma", "1")], &[], "mpi_check: OK ranks=2");
-    let gets: u64 = run
-        .stderr
-        .lines()
-        .filter_map(|l| l.split("gets ").nth(1))
-        .map(|r| r.split(',').next().unwrap().trim().parse::<u64>().unwrap())
-        .sum();
+    let gets = stat_sum(&run, " gets ");
     assert!(gets > 0, "no get was used:\n{}", run.stderr);
 }
 

@@ -446,6 +446,23 @@ impl<T: Transport> Endpoint<T> {
         Ok(())
     }
 
+    /// [`Endpoint::am_post`] of the message `prefix ++ body`, sending `body`
+    /// without copying it: the transport keeps a reference until the peer
+    /// has acknowledged it, so memory lent through [`Bytes::from_owner`] is
+    /// released (its owner dropped) only then. `prefix` is copied.
+    pub fn am_post_parts(
+        &self,
+        peer: PeerId,
+        id: u16,
+        prefix: &[u8],
+        body: Bytes,
+    ) -> Result<(), Error> {
+        let mut e = self.shared.engine.lock();
+        e.am_post_parts(peer, id, Bytes::copy_from_slice(prefix), body)?;
+        let _ = e.progress();
+        Ok(())
+    }
+
     /// True when a message posted to `peer` now would leave at once rather
     /// than wait in its queue (the peer is connected, the transport takes
     /// more, nothing is waiting for credit): what an inline send

@@ -132,6 +132,10 @@ enum PeerState {
 struct Out {
     hdr: Header,
     body: Bytes,
+    /// Bytes sent between the header and `body` (usually none): a layer
+    /// above's own header, so that a body it lends is sent without being
+    /// copied behind it first.
+    prefix: Bytes,
     /// Eager credit this packet uses.
     cost: u32,
     /// Request complete once the packet is handed to the transport.
@@ -320,6 +324,7 @@ impl<T: Transport> Engine<T> {
         Out {
             hdr,
             body: Bytes::from(self.local.to_string()),
+            prefix: Bytes::new(),
             cost: 0,
             completes: None,
         }
@@ -495,6 +500,7 @@ impl<T: Transport> Engine<T> {
                 Out {
                     hdr,
                     body: data,
+                    prefix: Bytes::new(),
                     cost,
                     completes: Some(r),
                 },
@@ -516,6 +522,7 @@ impl<T: Transport> Engine<T> {
                 Out {
                     hdr,
                     body: Bytes::new(),
+                    prefix: Bytes::new(),
                     cost: HEADER_LEN as u32,
                     completes: None,
                 },
@@ -647,6 +654,7 @@ impl<T: Transport> Engine<T> {
                     Out {
                         hdr,
                         body: Bytes::new(),
+                        prefix: Bytes::new(),
                         cost: 0,
                         completes: None,
                     },
@@ -693,6 +701,7 @@ impl<T: Transport> Engine<T> {
             Out {
                 hdr,
                 body: data,
+                prefix: Bytes::new(),
                 cost: 0,
                 completes: Some(r),
             },
@@ -723,6 +732,34 @@ impl<T: Transport> Engine<T> {
             Out {
                 hdr,
                 body: data,
+                prefix: Bytes::new(),
+                cost: 0,
+                completes: None,
+            },
+        );
+        Ok(())
+    }
+
+    /// [`Engine::am_post`] of the message `prefix ++ body`, with `body`
+    /// handed to the transport as it is (not copied behind the prefix).
+    pub fn am_post_parts(
+        &mut self,
+        p: PeerId,
+        handler: u16,
+        prefix: Bytes,
+        body: Bytes,
+    ) -> Result<(), Error> {
+        if let Some(e) = self.peer_error(p) {
+            return Err(e);
+        }
+        let mut hdr = Header::new(Kind::Am);
+        hdr.am = handler;
+        self.push(
+            p,
+            Out {
+                hdr,
+                body,
+                prefix,
                 cost: 0,
                 completes: None,
             },
@@ -784,6 +821,7 @@ impl<T: Transport> Engine<T> {
             queue.push_back(Out {
                 hdr: piece(off as u64, n, last),
                 body: data.slice(off..off + n),
+                prefix: Bytes::new(),
                 cost: 0,
                 completes: None,
             });
@@ -821,6 +859,7 @@ impl<T: Transport> Engine<T> {
             Out {
                 hdr,
                 body: Bytes::new(),
+                prefix: Bytes::new(),
                 cost: 0,
                 completes: None,
             },
@@ -912,6 +951,7 @@ impl<T: Transport> Engine<T> {
                 Out {
                     hdr: Header::new(Kind::Credit),
                     body: Bytes::new(),
+                    prefix: Bytes::new(),
                     cost: 0,
                     completes: None,
                 },
@@ -943,7 +983,15 @@ impl<T: Transport> Engine<T> {
             }
             let give = peer.owed.min(u32::MAX as u64);
             out.hdr.credit = give as u32;
-            match self.t.send(conn, &out.hdr.encode(), out.body.clone()) {
+            let sent = if out.prefix.is_empty() {
+                self.t.send(conn, &out.hdr.encode(), out.body.clone())
+            } else {
+                let mut head = Vec::with_capacity(HEADER_LEN + out.prefix.len());
+                head.extend_from_slice(&out.hdr.encode());
+                head.extend_from_slice(&out.prefix);
+                self.t.send(conn, &head, out.body.clone())
+            };
+            match sent {
                 Ok(()) => {
                     self.handed += 1;
                     peer.credit -= out.cost as u64;
@@ -1104,6 +1152,7 @@ impl<T: Transport> Engine<T> {
                         Out {
                             hdr: done,
                             body: Bytes::new(),
+                            prefix: Bytes::new(),
                             cost: 0,
                             completes: None,
                         },
@@ -1146,6 +1195,7 @@ impl<T: Transport> Engine<T> {
                         Out {
                             hdr: ack,
                             body,
+                            prefix: Bytes::new(),
                             cost: 0,
                             completes: None,
                         },
@@ -1265,6 +1315,7 @@ impl<T: Transport> Engine<T> {
                     Out {
                         hdr: reply,
                         body: Bytes::from(why),
+                        prefix: Bytes::new(),
                         cost: 0,
                         completes: None,
                     },

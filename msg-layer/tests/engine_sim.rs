@@ -200,3 +200,76 @@ fn can_post_is_false_while_sends_would_wait() {
     assert_eq!(b.unhandled_am(), posted);
     assert!(a.can_post(pb));
 }
+
+/// Memory lent to `am_post_parts` (`Bytes::from_owner`): arrives behind its
+/// prefix, and is let go of (its owner dropped) only once the peer has
+/// acknowledged it, also when frames are lost on the way. The MPI shim
+/// completes a send from the application's buffer at that drop.
+#[test]
+fn a_lent_body_arrives_behind_its_prefix_and_is_released_after_the_ack() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    struct Owner(Vec<u8>, Arc<AtomicBool>);
+    impl AsRef<[u8]> for Owner {
+        fn as_ref(&self) -> &[u8] {
+            &self.0
+        }
+    }
+    impl Drop for Owner {
+        fn drop(&mut self) {
+            self.1.store(true, Ordering::SeqCst);
+        }
+    }
+
+    for seed in 1..=8 {
+        let faults = FaultConfig {
+            loss: 0.05,
+            ..FaultConfig::default()
+        };
+        let mut v = endpoints(2, &Config::default(), faults, seed);
+        let (b, a) = (v.pop().unwrap(), v.pop().unwrap());
+        let got: Arc<Mutex<Vec<Vec<u8>>>> = Arc::default();
+        let sink = got.clone();
+        b.set_am_handler(
+            5,
+            Box::new(move |_, data| sink.lock().unwrap().push(data.to_vec())),
+        );
+        let pb = a.connect(&b.local_addr()).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let both = || {
+            a.progress().unwrap();
+            b.progress().unwrap();
+            assert!(
+                std::time::Instant::now() < deadline,
+                "seed {seed}: timed out"
+            );
+        };
+        while b.peer_count() == 0 || a.flush(Some(Duration::ZERO)).is_err() {
+            both();
+        }
+
+        let body: Vec<u8> = (0..300_000u32)
+            .map(|i| (i * 31 + seed as u32) as u8)
+            .collect();
+        let released = Arc::new(AtomicBool::new(false));
+        let lent = bytes::Bytes::from_owner(Owner(body.clone(), released.clone()));
+        a.am_post_parts(pb, 5, b"ob1 header", lent).unwrap();
+        // Sent, but b has not acknowledged anything: a still holds it.
+        for _ in 0..100 {
+            a.progress().unwrap();
+        }
+        assert!(
+            !released.load(Ordering::SeqCst),
+            "seed {seed}: released before the ack"
+        );
+
+        while !released.load(Ordering::SeqCst) {
+            both();
+        }
+        let got = got.lock().unwrap();
+        assert_eq!(got.len(), 1, "seed {seed}");
+        assert_eq!(&got[0][..10], b"ob1 header", "seed {seed}");
+        assert!(got[0][10..] == body[..], "seed {seed}: body differs");
+    }
+}
