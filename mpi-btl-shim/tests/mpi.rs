@@ -452,8 +452,106 @@ fn at(rows: &[Row], bytes: u64) -> Row {
         .expect("rows")
 }
 
+/// The link's own latency between ports 0 and 1 of `bed`: median one-way
+/// time (half the round trip) of `rounds` LLC TEST commands with an 8-byte
+/// information field, answered at link level (no transport, no MPI), both
+/// ends busy-polling on their own thread, over `backend` ("auto", "xdp",
+/// "packet"). Nothing sent over that backend between those ports can take
+/// less: the floor under btl/llc's 8 B NetPIPE time.
+fn link_floor(bed: &MultiPort, backend: &str, rounds: usize) -> f64 {
+    use llc_stack::link::any::{self, Backend};
+    use llc_stack::link::{Device, RxToken, TxToken};
+    use llc_stack::wire::llc::{Command, DEFAULT_SAP};
+    use llc_stack::wire::{self, Addresses, Body, MacAddr};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{mpsc, Arc};
+
+    const STALL: Duration = Duration::from_secs(10);
+    let kind: Backend = backend.parse().expect("backend name");
+    let open = move |ifname: &str| {
+        any::open(ifname, kind, Default::default(), Default::default())
+            .unwrap_or_else(|e| panic!("opening {kind} on {ifname}: {e}"))
+            .0
+    };
+    let addr = |from: usize, to: usize| Addresses {
+        dst: MacAddr(bed.macs[to]),
+        src: MacAddr(bed.macs[from]),
+        dsap: DEFAULT_SAP,
+        ssap: DEFAULT_SAP,
+    };
+    /// The 8-byte information field of a TEST frame of `want` (command or
+    /// response), if `frame` is one.
+    fn test_info(frame: &[u8], want_response: bool) -> Option<[u8; 8]> {
+        match wire::parse(frame, Some(DEFAULT_SAP)) {
+            Ok(wire::Frame {
+                body: Body::Test { response, info, .. },
+                ..
+            }) if response == want_response => info.try_into().ok(),
+            _ => None,
+        }
+    }
+    fn send(dev: &mut impl Device, to: &Addresses, response: bool, info: &[u8; 8]) {
+        let now = llc_stack::Instant::now();
+        let tx = dev.transmit(now).expect("a TX slot");
+        tx.consume(|buf| {
+            wire::emit_llc_control(buf, to, response, Command::Test { pf: false }, info)
+                .expect("TEST frame fits")
+        });
+        dev.flush(now).expect("sending");
+    }
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let (ready_tx, ready_rx) = mpsc::channel();
+    let (reply_to, responder_stop) = (addr(1, 0), stop.clone());
+    let ifname1 = bed.ports[1].clone();
+    let responder = bed.ns.spawn(move || {
+        let mut dev = open(&ifname1);
+        ready_tx.send(()).expect("ready");
+        while !responder_stop.load(Ordering::Relaxed) {
+            let Some(rx) = dev.receive(llc_stack::Instant::now()) else {
+                continue;
+            };
+            if let Some(info) = rx.consume(|f| test_info(f, false)) {
+                send(&mut dev, &reply_to, true, &info);
+            }
+        }
+    });
+    ready_rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("responder ready");
+    let (to, ifname0) = (addr(0, 1), bed.ports[0].clone());
+    let pinger = bed.ns.spawn(move || {
+        let mut dev = open(&ifname0);
+        let warmup = rounds / 10;
+        let mut rtts = Vec::with_capacity(rounds);
+        for seq in 0..(warmup + rounds) as u64 {
+            let start = Instant::now();
+            send(&mut dev, &to, false, &seq.to_be_bytes());
+            loop {
+                if let Some(rx) = dev.receive(llc_stack::Instant::now()) {
+                    if rx.consume(|f| test_info(f, true)) == Some(seq.to_be_bytes()) {
+                        break;
+                    }
+                }
+                assert!(start.elapsed() < STALL, "no TEST response for {STALL:?}");
+            }
+            if seq >= warmup as u64 {
+                rtts.push(start.elapsed().as_secs_f64() * 1e6);
+            }
+        }
+        rtts
+    });
+    let rtts = pinger.join();
+    stop.store(true, Ordering::Relaxed);
+    let _ = responder.join();
+    let mut rtts = rtts.expect("pinger");
+    rtts.sort_by(f64::total_cmp);
+    rtts[rtts.len() / 2] / 2.0
+}
+
 /// The benchmark: NPopenmpi over btl/llc and over btl/tcp, alternating, on
-/// the same two ports. Prints the table for docs/BENCHMARKS.md.
+/// the same two ports, each llc run after its backend's link floor
+/// ([`link_floor`]). Prints the table for docs/BENCHMARKS.md.
 #[test]
 #[ignore = "benchmark: run with --release --ignored --nocapture"]
 fn netpipe_llc_vs_tcp() {
@@ -484,8 +582,14 @@ fn netpipe_llc_vs_tcp() {
         .collect();
     let np_args = std::env::var("LLC_BENCH_NP_ARGS").unwrap_or_else(|_| "-u 8388608".into());
     let mut results: Vec<(String, Vec<Row>)> = Vec::new();
+    let mut floors: Vec<(String, f64)> = Vec::new();
     for round in 0..rounds {
         for which in &configs {
+            if let Some(backend) = which.strip_prefix("llc/") {
+                let floor = link_floor(&bed, backend, 20_000);
+                println!("round {round} link floor {backend}: {floor:.2} µs one-way");
+                floors.push((which.clone(), floor));
+            }
             let out = std::env::temp_dir().join(format!("np-bench-{}.out", std::process::id()));
             let mca: Vec<(&str, &str)> = match which.strip_prefix("llc/") {
                 Some(backend) => [("btl", "self,llc"), ("btl_llc_backend", backend)]
@@ -539,13 +643,19 @@ fn netpipe_llc_vs_tcp() {
             peak
         );
     }
-    for round in results.chunks(configs.len()) {
+    let llc_per_round = configs.len() - 1;
+    for (round, floors) in results
+        .chunks(configs.len())
+        .zip(floors.chunks(llc_per_round))
+    {
         let tcp = &round.last().expect("tcp").1;
-        for (which, rows) in &round[..round.len() - 1] {
+        for ((which, rows), (_, floor)) in round[..llc_per_round].iter().zip(floors) {
             println!(
-                "ratio {which}/tcp: latency at 8 B {:.2}x, bandwidth at 1 MiB {:.2}x",
+                "ratio {which}/tcp: latency at 8 B {:.2}x, bandwidth at 1 MiB {:.2}x; \
+                 link floor at 8 B {:.2}x tcp",
                 at(rows, 8).2 / at(tcp, 8).2,
-                at(rows, 1 << 20).1 / at(tcp, 1 << 20).1
+                at(rows, 1 << 20).1 / at(tcp, 1 << 20).1,
+                floor / at(tcp, 8).2
             );
         }
     }
