@@ -626,6 +626,7 @@ impl<T: Transport> Shared<T> {
             if ams.is_empty() && failures.is_empty() {
                 return;
             }
+            let mut spent = Vec::new();
             for d in ams {
                 match cb.am.get_mut(&d.handler) {
                     Some(h) => h(d.peer, &d.packet[HEADER_LEN..]),
@@ -633,6 +634,17 @@ impl<T: Transport> Shared<T> {
                         cb.unhandled_am += 1;
                         tracing::debug!(handler = d.handler, "active message for no handler");
                     }
+                }
+                if d.packet.capacity() >= RECYCLE_FROM {
+                    spent.push(d.packet);
+                }
+            }
+            if !spent.is_empty() {
+                // Large buffers go back to the transport for the next large
+                // messages (fresh ones cost page faults and clearing).
+                let mut e = self.engine.lock();
+                for buf in spent {
+                    e.recycle(buf);
                 }
             }
             for f in failures {
@@ -643,6 +655,10 @@ impl<T: Transport> Shared<T> {
         }
     }
 }
+
+/// Delivered packets at least this large are given back to the transport
+/// ([`Transport::recycle`]); smaller ones are simply freed.
+const RECYCLE_FROM: usize = 64 << 10;
 
 /// The progress thread: progress while anything moves and for the spin
 /// budget after, then sleep in poll(2) until the transport has work (or

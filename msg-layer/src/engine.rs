@@ -928,6 +928,11 @@ impl<T: Transport> Engine<T> {
 
     /// Active messages or peer failures wait for the application's
     /// callbacks.
+    /// Give a delivered packet's buffer back to the transport.
+    pub fn recycle(&mut self, buf: Vec<u8>) {
+        self.t.recycle(buf);
+    }
+
     pub fn has_callbacks(&self) -> bool {
         !self.am_deliveries.is_empty() || !self.failures.is_empty()
     }

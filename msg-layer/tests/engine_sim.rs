@@ -204,7 +204,8 @@ fn can_post_is_false_while_sends_would_wait() {
 /// Memory lent to `am_post_parts` (`Bytes::from_owner`): arrives behind its
 /// prefix, and is let go of (its owner dropped) only once the peer has
 /// acknowledged it, also when frames are lost on the way. The MPI shim
-/// completes a send from the application's buffer at that drop.
+/// completes a send from the application's buffer at that drop. The
+/// receiver's buffer goes back to its transport after the handler ran.
 #[test]
 fn a_lent_body_arrives_behind_its_prefix_and_is_released_after_the_ack() {
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -271,5 +272,8 @@ fn a_lent_body_arrives_behind_its_prefix_and_is_released_after_the_ack() {
         assert_eq!(got.len(), 1, "seed {seed}");
         assert_eq!(&got[0][..10], b"ob1 header", "seed {seed}");
         assert!(got[0][10..] == body[..], "seed {seed}: body differs");
+        // The delivered packet's buffer went back to b's transport.
+        let kept = b.with_transport(|t| t.stack().endpoint().buf_pool().len());
+        assert_eq!(kept, 1, "seed {seed}: the buffer was not recycled");
     }
 }

@@ -28,6 +28,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use super::buf_pool::BufPool;
 use super::config::Config;
 use super::error::ConnectionError;
 use super::placement::{Placement, Sink};
@@ -782,16 +783,18 @@ impl Connection {
     /// Process a frame addressed to this connection (ports and cookies already
     /// matched by the endpoint, CRC verified by the parser).
     pub fn handle_frame(&mut self, now: Instant, frame: &TransportFrame<'_>) {
-        self.handle_frame_placed(now, frame, None);
+        self.handle_frame_placed(now, frame, None, &mut BufPool::default());
     }
 
     /// [`Connection::handle_frame`], asking `placement` where new
-    /// multi-fragment messages go.
+    /// multi-fragment messages go, and reassembling large messages into
+    /// buffers from `pool`.
     pub fn handle_frame_placed(
         &mut self,
         now: Instant,
         frame: &TransportFrame<'_>,
         placement: Option<&mut dyn Placement>,
+        pool: &mut BufPool,
     ) {
         let h = frame.header;
         if self.state == State::Closed {
@@ -814,7 +817,9 @@ impl Connection {
         // (see `on_timer`): pushing both back on every frame costs more than
         // one early wake-up per interval.
         match h.frame_type() {
-            FrameType::Data | FrameType::Close => self.receive_sequenced(now, frame, placement),
+            FrameType::Data | FrameType::Close => {
+                self.receive_sequenced(now, frame, placement, pool)
+            }
             FrameType::Ping => self.ack_now = true,
             FrameType::Reset => {
                 self.handle_reset();
@@ -943,6 +948,7 @@ impl Connection {
         now: Instant,
         frame: &TransportFrame<'_>,
         placement: Option<&mut dyn Placement>,
+        pool: &mut BufPool,
     ) {
         let h = frame.header;
         // A whole message in one frame, in order: deliver it without the
@@ -955,11 +961,11 @@ impl Connection {
                 && h.has(flags::LAST_FRAGMENT)
                 && msg_len <= self.cfg.max_message_len
             {
-                self.deliver_in_order_single(now, h, h.msg_id.get(), frame.payload);
+                self.deliver_in_order_single(now, h, h.msg_id.get(), frame.payload, pool);
                 return;
             }
         }
-        self.receive_sequenced_general(now, frame, placement);
+        self.receive_sequenced_general(now, frame, placement, pool);
     }
 
     /// [`Self::receive_sequenced`] for duplicates, frames out of order,
@@ -970,6 +976,7 @@ impl Connection {
         now: Instant,
         frame: &TransportFrame<'_>,
         placement: Option<&mut dyn Placement>,
+        pool: &mut BufPool,
     ) {
         let h = frame.header;
         let seq = Seq(h.seq.get());
@@ -1023,7 +1030,7 @@ impl Connection {
                         sink: Some(sink),
                     },
                     _ => Assembly {
-                        data: vec![0u8; msg_len],
+                        data: pool.zeroed(msg_len),
                         len: msg_len,
                         keep: msg_len,
                         sink: None,
@@ -1116,6 +1123,7 @@ impl Connection {
         h: &TransportHeader,
         msg_id: u32,
         payload: &[u8],
+        pool: &mut BufPool,
     ) {
         self.ts_recent = h.ts_val.get();
         self.rcv_nxt = self.rcv_nxt.add(1);
@@ -1125,7 +1133,7 @@ impl Connection {
         self.stats.messages_received += 1;
         self.events.push_back(Event::Message {
             msg_id,
-            data: payload.to_vec(),
+            data: pool.copy_of(payload),
         });
         // Frames that arrived early may now be in order.
         if !self.recv_meta.is_empty() {

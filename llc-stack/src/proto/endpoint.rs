@@ -17,6 +17,7 @@ use std::collections::{HashSet, VecDeque};
 
 use bytes::Bytes;
 
+use super::buf_pool::BufPool;
 use super::config::Config;
 use super::conn_table::ConnTable;
 use super::connection::{ConnStats, Connection, Event, SendError, State};
@@ -252,6 +253,9 @@ pub struct Endpoint {
     /// (so that an idle pass does not visit every connection).
     acked_holders: Vec<ConnHandle>,
     placement: Option<PlacementBox>,
+    /// Delivered buffers given back ([`Endpoint::recycle`]) for the next
+    /// large messages.
+    pool: BufPool,
 }
 
 /// The layer above's [`Placement`], shown by name only.
@@ -285,6 +289,7 @@ impl Endpoint {
             next_timer: Cell::new(None),
             timers_dirty: Cell::new(true),
             acked_holders: Vec::new(),
+            pool: BufPool::default(),
             placement: None,
         }
     }
@@ -473,6 +478,19 @@ impl Endpoint {
     /// (see [`super::placement`]); `None` reassembles everything here.
     pub fn set_placement(&mut self, placement: Option<Box<dyn Placement>>) {
         self.placement = placement.map(PlacementBox);
+    }
+
+    /// Give back the buffer of a delivered [`Event::Message`] once its
+    /// contents are no longer needed: a later large message is reassembled
+    /// into it instead of into fresh memory (see [`super::buf_pool`]).
+    /// Optional; small buffers and those beyond the pool's bound are freed.
+    pub fn recycle(&mut self, buf: Vec<u8>) {
+        self.pool.put(buf);
+    }
+
+    /// The buffers kept for reuse.
+    pub fn buf_pool(&self) -> &BufPool {
+        &self.pool
     }
 
     /// True when every message sent on every connection was acknowledged
@@ -687,7 +705,8 @@ impl Endpoint {
                     .as_mut()
                     .map(|p| &mut *p.0 as &mut dyn Placement);
                 let held_before = e.conn.acked_held();
-                e.conn.handle_frame_placed(now, &t, placement);
+                e.conn
+                    .handle_frame_placed(now, &t, placement, &mut self.pool);
                 if held_before == 0 && e.conn.acked_held() > 0 {
                     self.acked_holders.push(handle);
                 }
@@ -1434,6 +1453,46 @@ mod tests {
         assert!(first_ping < last_heard + cfg.keepalive_interval + step * 2);
         assert!(failed_at >= last_heard + cfg.idle_timeout, "{failed_at:?}");
         assert!(failed_at < last_heard + cfg.idle_timeout + step * 2);
+    }
+
+    /// A recycled buffer receives the next large message (zeroed first, so
+    /// nothing of the old one shows through), single-frame and reassembled
+    /// alike; small buffers are not kept.
+    #[test]
+    fn recycled_buffers_receive_the_next_large_messages() {
+        let t0 = Instant::ZERO;
+        let (mut a, mut b, c, _) = connected_pair(t0);
+        let frag = a.connection(c).unwrap().fragment_len();
+        let mut tap = Vec::new();
+        let mut deliver = |a: &mut Endpoint, b: &mut Endpoint, msg: Vec<u8>| {
+            a.send(c, msg).unwrap();
+            shuttle(a, b, t0, &mut tap);
+            let mut got = messages(b);
+            assert_eq!(got.len(), 1);
+            got.pop().unwrap()
+        };
+        let first: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        let got = deliver(&mut a, &mut b, first.clone());
+        assert!(got == first);
+        let ptr = got.as_ptr();
+        b.recycle(got);
+        assert_eq!(b.buf_pool().len(), 1);
+        // Shorter, and with holes where the old message had bytes.
+        let second = vec![9u8; 200_000];
+        let got = deliver(&mut a, &mut b, second.clone());
+        assert_eq!(got.as_ptr(), ptr, "reassembled into the recycled buffer");
+        assert!(got == second);
+        assert!(b.buf_pool().is_empty());
+        b.recycle(got);
+        if frag >= crate::proto::buf_pool::MIN_CAPACITY {
+            let single = vec![3u8; frag];
+            let got = deliver(&mut a, &mut b, single.clone());
+            assert_eq!(got.as_ptr(), ptr, "copied into the recycled buffer");
+            assert!(got == single);
+            b.recycle(got);
+        }
+        b.recycle(vec![0u8; 100]);
+        assert_eq!(b.buf_pool().len(), 1, "a small buffer was kept");
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! congestion-controlled connection. Neither reads a clock nor does I/O, so the
 //! same code runs under the deterministic simulator and on a real link.
 
+pub mod buf_pool;
 pub mod config;
 mod conn_table;
 pub mod connection;
@@ -15,6 +16,7 @@ pub mod placement;
 pub mod rtt;
 pub mod seq;
 
+pub use buf_pool::BufPool;
 pub use config::Config;
 pub use connection::{ConnStats, Connection, Event, SendError, State};
 pub use endpoint::{ConnHandle, ConnectError, DropStats, Endpoint, EndpointStats};

@@ -181,6 +181,10 @@ impl<D: Device + Send + 'static> Transport for LlcTransport<D> {
         }
     }
 
+    fn recycle(&mut self, buf: Vec<u8>) {
+        self.stack.endpoint_mut().recycle(buf);
+    }
+
     fn close(&mut self, conn: ConnId) {
         self.stack.endpoint_mut().close(ConnHandle(conn));
     }

@@ -127,6 +127,13 @@ pub trait Transport: Send + 'static {
     /// Close `conn` once everything queued on it is delivered.
     fn close(&mut self, conn: ConnId);
 
+    /// Take back the buffer of a delivered [`TransportEvent::Message`] the
+    /// caller is done with, to receive a later message into (optional: the
+    /// default frees it).
+    fn recycle(&mut self, buf: Vec<u8>) {
+        drop(buf);
+    }
+
     /// Receive, run timers and transmit, appending what happened to `events`.
     /// Never blocks. Returns true when anything moved (frames, bytes or
     /// events), which callers use to decide when to stop busy-polling.
@@ -183,6 +190,9 @@ impl Transport for Box<dyn Transport> {
     }
     fn close(&mut self, conn: ConnId) {
         (**self).close(conn)
+    }
+    fn recycle(&mut self, buf: Vec<u8>) {
+        (**self).recycle(buf)
     }
     fn progress(&mut self, events: &mut Vec<TransportEvent>) -> Result<bool, TransportError> {
         (**self).progress(events)
