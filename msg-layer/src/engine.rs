@@ -722,22 +722,7 @@ impl<T: Transport> Engine<T> {
     /// shim) that learn of failures from the failure callback and would
     /// otherwise have to collect one completion per message.
     pub fn am_post(&mut self, p: PeerId, handler: u16, data: Bytes) -> Result<(), Error> {
-        if let Some(e) = self.peer_error(p) {
-            return Err(e);
-        }
-        let mut hdr = Header::new(Kind::Am);
-        hdr.am = handler;
-        self.push(
-            p,
-            Out {
-                hdr,
-                body: data,
-                prefix: Bytes::new(),
-                cost: 0,
-                completes: None,
-            },
-        );
-        Ok(())
+        self.am_post_parts(p, handler, Bytes::new(), data)
     }
 
     /// [`Engine::am_post`] of the message `prefix ++ body`, with `body`
