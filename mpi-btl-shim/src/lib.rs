@@ -180,6 +180,14 @@ struct Counters {
     sent_lent: AtomicU64,
 }
 
+impl Counters {
+    /// One message of `bytes` handed to the transport.
+    fn count_sent(&self, bytes: usize) {
+        self.sent.fetch_add(1, Ordering::Relaxed);
+        self.sent_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+}
+
 /// A receive callback and its context.
 type RecvHandler = (
     unsafe extern "C" fn(*mut c_void, u32, u8, *const u8, usize),
@@ -232,12 +240,10 @@ unsafe impl Send for Lent {}
 
 impl AsRef<[u8]> for Lent {
     fn as_ref(&self) -> &[u8] {
-        if self.len == 0 {
-            return &[];
-        }
         // SAFETY: `ptr` is valid for `len` bytes until the completion runs,
-        // which is after this owner is dropped (see `Send` above).
-        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+        // which is after this owner is dropped (see `Send` above), and
+        // non-null unless `len` is 0 (checked by `llc_shim_send_lent`).
+        unsafe { c_bytes(self.ptr, self.len) }.unwrap_or_default()
     }
 }
 
@@ -656,6 +662,22 @@ fn status_of(e: &Error) -> LlcShimStatus {
     }
 }
 
+/// The `n` bytes at `p` from C: empty when `n` is 0 (`p` may then be
+/// null), `None` for a null `p` with bytes to read.
+///
+/// # Safety
+/// A non-null `p` is valid for reads of `n` bytes for `'a`.
+unsafe fn c_bytes<'a>(p: *const u8, n: usize) -> Option<&'a [u8]> {
+    if n == 0 {
+        Some(&[])
+    } else if p.is_null() {
+        None
+    } else {
+        // SAFETY: non-null, and valid for `n` bytes (this function's contract).
+        Some(unsafe { std::slice::from_raw_parts(p, n) })
+    }
+}
+
 /// Borrow the shim behind a C handle.
 ///
 /// # Safety
@@ -875,17 +897,13 @@ pub unsafe extern "C" fn llc_shim_send(
     let Some(s) = (unsafe { shim(s) }) else {
         return LlcShimStatus::Invalid;
     };
-    let mut v = Vec::with_capacity(head_len + body_len);
-    for (p, n) in [(head, head_len), (body, body_len)] {
-        if n > 0 {
-            if p.is_null() {
-                return LlcShimStatus::Invalid;
-            }
-            // SAFETY: non-null and valid for `n` bytes per the contract.
-            v.extend_from_slice(unsafe { std::slice::from_raw_parts(p, n) });
-        }
-    }
-    send_owned(s, peer, tag, v)
+    // SAFETY: valid for their lengths per the contract.
+    let (Some(head), Some(body)) = (unsafe { c_bytes(head, head_len) }, unsafe {
+        c_bytes(body, body_len)
+    }) else {
+        return LlcShimStatus::Invalid;
+    };
+    send_owned(s, peer, tag, [head, body].concat())
 }
 
 /// Send `head ++ body` to `peer` with `tag`, copying `head` and lending
@@ -922,15 +940,13 @@ pub unsafe extern "C" fn llc_shim_send_lent(
     let Some(done) = done else {
         return LlcShimStatus::Invalid;
     };
-    if (head.is_null() && head_len > 0) || (body.is_null() && body_len > 0) {
+    // SAFETY: `head` is valid for `head_len` bytes per the contract.
+    let Some(prefix) = (unsafe { c_bytes(head, head_len) }) else {
+        return LlcShimStatus::Invalid;
+    };
+    if body.is_null() && body_len > 0 {
         return LlcShimStatus::Invalid;
     }
-    let prefix: &[u8] = if head_len == 0 {
-        &[]
-    } else {
-        // SAFETY: non-null and valid for `head_len` bytes per the contract.
-        unsafe { std::slice::from_raw_parts(head, head_len) }
-    };
     let lent = Bytes::from_owner(Lent {
         ptr: body,
         len: body_len,
@@ -939,11 +955,8 @@ pub unsafe extern "C" fn llc_shim_send_lent(
     });
     match s.ep.am_post_parts(peer, tag.into(), prefix, lent) {
         Ok(()) => {
-            let c = &s.inner.counters;
-            c.sent.fetch_add(1, Ordering::Relaxed);
-            c.sent_lent.fetch_add(1, Ordering::Relaxed);
-            c.sent_bytes
-                .fetch_add((head_len + body_len) as u64, Ordering::Relaxed);
+            s.inner.counters.count_sent(head_len + body_len);
+            s.inner.counters.sent_lent.fetch_add(1, Ordering::Relaxed);
             LlcShimStatus::Ok
         }
         Err(e) => {
@@ -957,11 +970,10 @@ pub unsafe extern "C" fn llc_shim_send_lent(
 }
 
 fn send_owned(s: &LlcShim, peer: u32, tag: u8, v: Vec<u8>) -> LlcShimStatus {
-    let n = v.len() as u64;
+    let n = v.len();
     match s.ep.am_post(peer, tag.into(), Bytes::from(v)) {
         Ok(()) => {
-            s.inner.counters.sent.fetch_add(1, Ordering::Relaxed);
-            s.inner.counters.sent_bytes.fetch_add(n, Ordering::Relaxed);
+            s.inner.counters.count_sent(n);
             LlcShimStatus::Ok
         }
         Err(e) => status_of(&e),
@@ -1105,15 +1117,11 @@ pub unsafe extern "C" fn llc_shim_put(
     let Some(s) = (unsafe { shim(s) }) else {
         return LlcShimStatus::Invalid;
     };
-    if local.is_null() && len > 0 {
+    // SAFETY: valid for `len` bytes per the contract.
+    let Some(data) = (unsafe { c_bytes(local.cast::<u8>(), len) }) else {
         return LlcShimStatus::Invalid;
-    }
-    let data = if len == 0 {
-        Bytes::new()
-    } else {
-        // SAFETY: valid for `len` bytes per the contract.
-        Bytes::copy_from_slice(unsafe { std::slice::from_raw_parts(local.cast::<u8>(), len) })
     };
+    let data = Bytes::copy_from_slice(data);
     s.inner.counters.puts.fetch_add(1, Ordering::Relaxed);
     let req = s.ep.put(peer, RegionKey(key), offset, data);
     s.inner.add_rma(RmaOp {
