@@ -38,34 +38,38 @@ impl BufPool {
         self.bufs.push(buf);
     }
 
-    /// A buffer of `len` zero bytes: a kept one that fits (at most four
-    /// times larger, so small messages do not hold large buffers), else a
-    /// new one.
+    /// A buffer of `len` zero bytes: a kept one that fits, else a new one.
     pub fn zeroed(&mut self, len: usize) -> Vec<u8> {
-        if len >= MIN_CAPACITY {
-            let fits = |b: &Vec<u8>| b.capacity() >= len && b.capacity() / 4 <= len;
-            if let Some(i) = self.bufs.iter().position(fits) {
-                let mut buf = self.bufs.swap_remove(i);
-                self.bytes -= buf.capacity();
+        match self.take(len) {
+            Some(mut buf) => {
                 buf.resize(len, 0);
-                return buf;
+                buf
             }
+            None => vec![0u8; len],
         }
-        vec![0u8; len]
     }
 
     /// A copy of `data` in a kept buffer if one fits, else in a new one.
     pub fn copy_of(&mut self, data: &[u8]) -> Vec<u8> {
-        if data.len() >= MIN_CAPACITY {
-            let fits = |b: &Vec<u8>| b.capacity() >= data.len() && b.capacity() / 4 <= data.len();
-            if let Some(i) = self.bufs.iter().position(fits) {
-                let mut buf = self.bufs.swap_remove(i);
-                self.bytes -= buf.capacity();
+        match self.take(data.len()) {
+            Some(mut buf) => {
                 buf.extend_from_slice(data);
-                return buf;
+                buf
             }
+            None => data.to_vec(),
         }
-        data.to_vec()
+    }
+
+    /// An empty kept buffer with room for `len` bytes, at most four times
+    /// that (so small messages do not hold large buffers).
+    fn take(&mut self, len: usize) -> Option<Vec<u8>> {
+        if len < MIN_CAPACITY {
+            return None;
+        }
+        let fits = |b: &Vec<u8>| b.capacity() >= len && b.capacity() / 4 <= len;
+        let buf = self.bufs.swap_remove(self.bufs.iter().position(fits)?);
+        self.bytes -= buf.capacity();
+        Some(buf)
     }
 
     /// Buffers kept.
