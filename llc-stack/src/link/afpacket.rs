@@ -29,16 +29,26 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
+use crate::link::local::{LocalPort, LocalStats, CONTROL_OFFSET, DST_PORT_OFFSET};
 use crate::link::{Capabilities, Device, LinkError, RxToken, TxToken};
 use crate::sys::{self, align_up, RingGeometry, RX_MAC_OFFSET};
 use crate::time::Instant;
 use crate::wire::ethernet::{ETHERTYPE_JUMBO_LLC, HEADER_LEN, MAX_LENGTH_FIELD};
+use crate::wire::llc::CONTROL_UI;
 
 /// How to open an [`AfPacket`] device.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AfPacketConfig {
     /// Our LLC SAP: only frames whose DSAP equals it are received.
     pub sap: u8,
+    /// Which transport port is ours. `None`: every port of the SAP, for a
+    /// process that has the interface's SAP to itself (a tool, a test).
+    /// `Some(p)`: claim port `p` (0: any free port) on the interface, shared
+    /// with other endpoints of the host; the kernel then hands this socket
+    /// only the frames for that port (and TEST/XID while this endpoint holds
+    /// the link role), and frames to our own MAC take the same-host path
+    /// (see [`crate::link::local`]).
+    pub port: Option<u16>,
     /// RX ring slots (rounded up to fill whole ring blocks). Each slot holds
     /// one frame of MTU + 14 bytes plus about 80 bytes of kernel header, so
     /// the default costs about 1.6 MiB at MTU 1500 and 64 MiB at MTU 65000.
@@ -53,6 +63,7 @@ impl Default for AfPacketConfig {
     fn default() -> Self {
         AfPacketConfig {
             sap: 0x7C,
+            port: None,
             rx_ring_frames: 1024,
             tx_batch: 64,
         }
@@ -157,6 +168,44 @@ const fn insn(code: u16, jt: u8, jf: u8, k: u32) -> libc::sock_filter {
     libc::sock_filter { code, jt, jf, k }
 }
 
+/// The filter of an endpoint that shares the interface: [`llc_filter`]'s
+/// checks, then only UI frames whose transport `dst_port` is `port`, plus
+/// the other LLC commands (TEST, XID) when `link_role` says this endpoint
+/// answers them.
+///
+/// ```text
+/// 0-8: as llc_filter, up to the DSAP check
+/// 9:  ldb [16]            ; LLC control
+/// 10: jeq #0x03    -> 11 else (link_role ? 13 : 14)
+/// 11: ldh [23]            ; transport dst_port
+/// 12: jeq #port    -> 13 else 14
+/// 13: ret #-1
+/// 14: ret #0
+/// ```
+pub(crate) fn endpoint_filter(sap: u8, port: u16, link_role: bool) -> [libc::sock_filter; 15] {
+    const ACCEPT: u8 = 13;
+    const REJECT: u8 = 14;
+    let to = |from: u8, target: u8| target - from - 1;
+    let not_ui = if link_role { ACCEPT } else { REJECT };
+    [
+        insn(BPF_LD_W_ABS, 0, 0, ANC_PKTTYPE),
+        insn(BPF_JGT_K, to(1, REJECT), 0, PKTTYPE_MAX_ACCEPTED),
+        insn(BPF_LD_W_ABS, 0, 0, ANC_VLAN_PRESENT),
+        insn(BPF_JEQ_K, 0, to(3, REJECT), 0),
+        insn(BPF_LD_H_ABS, 0, 0, LENGTH_TYPE_OFFSET),
+        insn(BPF_JGT_K, 0, 1, MAX_LENGTH_FIELD as u32),
+        insn(BPF_JEQ_K, 0, to(6, REJECT), ETHERTYPE_JUMBO_LLC as u32),
+        insn(BPF_LD_B_ABS, 0, 0, DSAP_OFFSET),
+        insn(BPF_JEQ_K, 0, to(8, REJECT), sap as u32),
+        insn(BPF_LD_B_ABS, 0, 0, CONTROL_OFFSET as u32),
+        insn(BPF_JEQ_K, 0, to(10, not_ui), CONTROL_UI as u32),
+        insn(BPF_LD_H_ABS, 0, 0, DST_PORT_OFFSET as u32),
+        insn(BPF_JEQ_K, 0, to(12, REJECT), port as u32),
+        insn(BPF_RET_K, 0, 0, u32::MAX),
+        insn(BPF_RET_K, 0, 0, 0),
+    ]
+}
+
 /// The socket filter: accept whole frames that are ours, reject the rest.
 ///
 /// ```text
@@ -234,6 +283,9 @@ pub struct AfPacket {
     kernel_drops: Cell<u64>,
     /// A send error met inside `transmit`, reported by the next `flush`.
     pending_error: Option<io::Error>,
+    /// The claimed port and the same-host path, when the interface is
+    /// shared with other endpoints (`config.port` is `Some`).
+    local: Option<LocalPort>,
 }
 
 impl AfPacket {
@@ -267,8 +319,19 @@ impl AfPacket {
                 source: e,
             },
         })?;
-        sys::attach_filter(fd.as_fd(), &llc_filter(config.sap))
-            .map_err(io_err("attaching the LLC socket filter"))?;
+        let max_frame = mtu + HEADER_LEN;
+        let local = match config.port {
+            Some(port) => Some(LocalPort::claim(ifname, config.sap, port, mac, max_frame)?),
+            None => None,
+        };
+        match &local {
+            Some(l) => sys::attach_filter(
+                fd.as_fd(),
+                &endpoint_filter(config.sap, l.port(), l.has_link_role()),
+            ),
+            None => sys::attach_filter(fd.as_fd(), &llc_filter(config.sap)),
+        }
+        .map_err(io_err("attaching the LLC socket filter"))?;
 
         let geometry = rx_geometry(mtu, config.rx_ring_frames, sys::page_size());
         let rx = sys::RxRing::new(fd.as_fd(), geometry).map_err(io_err(&format!(
@@ -281,7 +344,6 @@ impl AfPacket {
             .map_err(io_err("setting PACKET_QDISC_BYPASS"))?;
         // Frames the driver has not completed count against the send buffer:
         // room for a few batches. Not fatal: a smaller buffer means retries.
-        let max_frame = mtu + HEADER_LEN;
         if let Err(e) = sys::set_send_buffer(fd.as_fd(), 4 * config.tx_batch * (max_frame + 1024)) {
             tracing::debug!(%ifname, error = %e, "could not enlarge the send buffer");
         }
@@ -301,8 +363,47 @@ impl AfPacket {
             counters: AfPacketStats::default(),
             kernel_drops: Cell::new(0),
             pending_error: None,
+            local,
             config,
         })
+    }
+
+    /// The transport port this device receives, when it shares the
+    /// interface (`AfPacketConfig::port`); the claimed one when 0 was asked.
+    pub fn port(&self) -> Option<u16> {
+        self.local.as_ref().map(LocalPort::port)
+    }
+
+    /// Whether this device answers link-level TEST and XID for the
+    /// interface and SAP (always, when it has the SAP to itself).
+    pub fn link_role(&self) -> bool {
+        self.local.as_ref().is_none_or(LocalPort::has_link_role)
+    }
+
+    /// Counters of the same-host path (zero when the interface is not shared).
+    pub fn local_stats(&self) -> LocalStats {
+        self.local
+            .as_ref()
+            .map(LocalPort::stats)
+            .unwrap_or_default()
+    }
+
+    /// No ring frame is waiting: look at the same-host socket, and take the
+    /// link role over when its holder left.
+    fn receive_local(&mut self, force: bool) -> Option<AfPacketRxToken<'_>> {
+        let local = self.local.as_mut()?;
+        match local.poll(force) {
+            Some(len) => Some(AfPacketRxToken(RxFrom::Local(local.frame(len)))),
+            None => {
+                if local.take_role_change() {
+                    let filter = endpoint_filter(self.config.sap, local.port(), true);
+                    if let Err(e) = sys::attach_filter(self.fd.as_fd(), &filter) {
+                        tracing::warn!(ifname = %self.ifname, error = %e, "could not widen the filter for the link role");
+                    }
+                }
+                None
+            }
+        }
     }
 
     /// The interface's MAC address.
@@ -384,16 +485,25 @@ fn is_try_again(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::ENOBUFS))
 }
 
-/// A received frame lent in place from the RX ring; the slot goes back to the
-/// kernel when the token is consumed or dropped.
-pub struct AfPacketRxToken<'a> {
-    slot: sys::RxSlot<'a>,
+/// A received frame lent in place: from the RX ring (the slot goes back to
+/// the kernel when the token is consumed or dropped), or from the same-host
+/// path.
+pub struct AfPacketRxToken<'a>(RxFrom<'a>);
+
+enum RxFrom<'a> {
+    /// A slot of the RX ring.
+    Ring(sys::RxSlot<'a>),
+    /// A frame from another endpoint of this host.
+    Local(&'a [u8]),
 }
 
 impl RxToken for AfPacketRxToken<'_> {
     #[inline]
     fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
-        f(self.slot.frame())
+        match self.0 {
+            RxFrom::Ring(slot) => f(slot.frame()),
+            RxFrom::Local(frame) => f(frame),
+        }
     }
 }
 
@@ -402,6 +512,7 @@ impl RxToken for AfPacketRxToken<'_> {
 pub struct AfPacketTxToken<'a> {
     batch: &'a mut sys::FrameBatch,
     counters: &'a mut AfPacketStats,
+    local: Option<&'a mut LocalPort>,
 }
 
 impl TxToken for AfPacketTxToken<'_> {
@@ -421,6 +532,13 @@ impl TxToken for AfPacketTxToken<'_> {
             self.counters.tx_errors += 1;
             return 0;
         }
+        if let Some(local) = self.local {
+            if local.is_local(&buf[..len]) {
+                // To an endpoint of this host: the slot stays free.
+                local.send(&buf[..len]);
+                return len;
+            }
+        }
         self.batch.commit(len);
         self.counters.tx_frames += 1;
         self.counters.tx_bytes += len as u64;
@@ -434,6 +552,9 @@ impl Device for AfPacket {
 
     #[inline]
     fn receive(&mut self, _now: Instant) -> Option<AfPacketRxToken<'_>> {
+        if self.local.is_some() && !self.rx.ready() {
+            return self.receive_local(false);
+        }
         let (slot, skipped) = self.rx.next();
         if skipped > 0 {
             self.counters.rx_truncated += u64::from(skipped);
@@ -441,7 +562,7 @@ impl Device for AfPacket {
         let slot = slot?;
         self.counters.rx_frames += 1;
         self.counters.rx_bytes += slot.frame().len() as u64;
-        Some(AfPacketRxToken { slot })
+        Some(AfPacketRxToken(RxFrom::Ring(slot)))
     }
 
     #[inline]
@@ -457,6 +578,7 @@ impl Device for AfPacket {
         Some(AfPacketTxToken {
             batch: &mut self.tx,
             counters: &mut self.counters,
+            local: self.local.as_mut(),
         })
     }
 
@@ -486,7 +608,16 @@ impl Device for AfPacket {
         if self.rx.ready() {
             return Ok(());
         }
-        match sys::poll_in(self.fd.as_fd(), timeout)? {
+        let readiness = match &mut self.local {
+            None => sys::poll_in(self.fd.as_fd(), timeout)?,
+            Some(local) => {
+                local.woke();
+                let mut fds = vec![self.fd.as_raw_fd()];
+                local.push_fds(&mut fds);
+                sys::poll_first_of(&fds, timeout)?
+            }
+        };
+        match readiness {
             sys::Readiness::Readable | sys::Readiness::Nothing => Ok(()),
             // A pending socket error makes every poll return at once until
             // it is read, so read it here. The kernel records the link going
@@ -505,6 +636,10 @@ impl Device for AfPacket {
             return Some(Duration::ZERO);
         }
         fds.push(self.fd.as_raw_fd());
+        if let Some(local) = &mut self.local {
+            local.woke();
+            local.push_fds(fds);
+        }
         None
     }
 

@@ -79,6 +79,11 @@ pub enum XdpMode {
 pub struct AfXdpConfig {
     /// Our LLC SAP: frames whose DSAP equals it are redirected to us.
     pub sap: u8,
+    /// Which transport port is ours: `None`, every port of the SAP (the
+    /// interface's SAP to ourselves); `Some(p)`, port `p` (0: any free one)
+    /// on an interface shared with other endpoints of the host, as
+    /// [`crate::link::afpacket::AfPacketConfig::port`].
+    pub port: Option<u16>,
     /// Zero-copy or copy.
     pub mode: XdpMode,
     /// Native or generic XDP.
@@ -105,6 +110,7 @@ impl Default for AfXdpConfig {
     fn default() -> Self {
         AfXdpConfig {
             sap: crate::wire::llc::DEFAULT_SAP,
+            port: None,
             mode: XdpMode::Auto,
             attach: AttachMode::Auto,
             queue: None,
@@ -241,6 +247,12 @@ impl AfXdp {
     /// the requested mode, no zero-copy, MTU too large) and [`LinkError::Io`].
     pub fn open(ifname: &str, config: AfXdpConfig) -> Result<AfXdp, LinkError> {
         config.validate()?;
+        if config.port.is_some() {
+            return Err(LinkError::Unsupported(format!(
+                "AF_XDP for an endpoint that shares {ifname} with other endpoints needs the \
+                 shared XDP program, not built yet"
+            )));
+        }
         let ifindex = sys::interface_index(ifname)?;
         if !sys::interface_is_up(ifname)? {
             return Err(LinkError::InterfaceDown(ifname.to_owned()));

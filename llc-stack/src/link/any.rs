@@ -117,6 +117,16 @@ impl AnyLink {
         })
     }
 
+    /// The transport port the link receives when it shares its interface
+    /// with other endpoints (the configs' `port`); the claimed one when 0
+    /// was asked. `None`: every port of the SAP.
+    pub fn port(&self) -> Option<u16> {
+        match self {
+            AnyLink::Packet(d) => d.port(),
+            AnyLink::Xdp(_) => None,
+        }
+    }
+
     /// The interface's MTU.
     pub fn mtu(&self) -> usize {
         match self {

@@ -27,6 +27,8 @@ pub mod afxdp;
 #[cfg(target_os = "linux")]
 pub mod any;
 pub mod fault;
+#[cfg(target_os = "linux")]
+pub mod local;
 pub mod pcap;
 pub mod sim;
 

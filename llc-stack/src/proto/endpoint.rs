@@ -238,6 +238,9 @@ pub struct Endpoint {
     conns: ConnTable<Entry>,
     by_key: KeyMap,
     listening: HashSet<u16>,
+    /// The one port of an endpoint that shares its interface with others
+    /// ([`Endpoint::bind`]): its connections all leave from it.
+    bound: Option<u16>,
     next_handle: u32,
     next_ephemeral: u16,
     rr_cursor: u32,
@@ -279,6 +282,7 @@ impl Endpoint {
             conns: ConnTable::default(),
             by_key: KeyMap::default(),
             listening: HashSet::new(),
+            bound: None,
             next_handle: 1,
             next_ephemeral: EPHEMERAL_START,
             rr_cursor: 0,
@@ -317,6 +321,22 @@ impl Endpoint {
     /// Accept connections to `port`.
     pub fn listen(&mut self, port: u16) {
         self.listening.insert(port);
+    }
+
+    /// Make `port` this endpoint's only port: accept connections to it and
+    /// open every connection from it. An endpoint that shares its interface
+    /// with other endpoints of the host receives only its own port's frames
+    /// (the link filters by port), so it cannot use ephemeral ports; the
+    /// message layer opens at most one connection per peer, so (peer, peer
+    /// port, this port) stays a unique key.
+    pub fn bind(&mut self, port: u16) {
+        self.listen(port);
+        self.bound = Some(port);
+    }
+
+    /// The port given to [`Endpoint::bind`], if any.
+    pub fn bound_port(&self) -> Option<u16> {
+        self.bound
     }
 
     /// Stop accepting connections to `port` (existing ones stay).
@@ -365,7 +385,8 @@ impl Endpoint {
     }
 
     /// Open a connection to `peer_port` at `peer`, from `local_port` or, when
-    /// `None`, from a free ephemeral port. `Connected` follows when the peer
+    /// `None`, from the bound port ([`Endpoint::bind`]) or a free ephemeral
+    /// port. `Connected` follows when the peer
     /// answers; `Closed(Some(ConnectTimeout))` when it never does.
     pub fn connect(
         &mut self,
@@ -380,9 +401,9 @@ impl Endpoint {
         if self.conns.len() >= self.cfg.max_connections {
             return Err(ConnectError::TooManyConnections(self.cfg.max_connections));
         }
-        let local = match local_port {
-            Some(p) => p,
-            None => self.ephemeral_port(peer, peer_port)?,
+        let local = match (local_port, self.bound) {
+            (Some(p), _) | (None, Some(p)) => p,
+            (None, None) => self.ephemeral_port(peer, peer_port)?,
         };
         let key = (peer, peer_port, local);
         if self.by_key.contains_key(&key) {
@@ -979,6 +1000,33 @@ mod tests {
         assert!(transmit(&mut ep).is_none());
         assert_eq!(ep.stats().dropped.unsolicited_response, 1);
         assert_eq!((ep.stats().test_answered, ep.stats().xid_answered), (2, 1));
+    }
+
+    #[test]
+    fn a_bound_endpoint_opens_every_connection_from_its_port() {
+        let mut ep = endpoint();
+        ep.bind(5000);
+        assert_eq!(ep.bound_port(), Some(5000));
+        let peer = MacAddr([2, 9, 9, 9, 9, 9]);
+        ep.connect(Instant::ZERO, peer, 7, None).unwrap();
+        ep.connect(Instant::ZERO, peer, 8, None).unwrap();
+        let mut src_ports = Vec::new();
+        while let Some(out) = transmit(&mut ep) {
+            let h = wire::transport_header(&out).expect("a SYN");
+            assert_eq!(h.frame_type(), FrameType::Syn);
+            src_ports.push((h.src_port.get(), h.dst_port.get()));
+        }
+        src_ports.sort();
+        assert_eq!(src_ports, [(5000, 7), (5000, 8)]);
+        // (peer, 7, 5000) exists: a second connection cannot have that key.
+        assert!(matches!(
+            ep.connect(Instant::ZERO, peer, 7, None),
+            Err(ConnectError::InUse {
+                local: 5000,
+                remote: 7,
+                ..
+            })
+        ));
     }
 
     #[test]

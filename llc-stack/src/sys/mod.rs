@@ -20,7 +20,7 @@ pub(crate) mod crc;
 use std::ffi::CString;
 use std::io;
 use std::mem;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -355,6 +355,19 @@ pub(crate) fn set_send_buffer(fd: BorrowedFd<'_>, bytes: usize) -> io::Result<()
     }
 }
 
+/// Set the receive buffer size: `SO_RCVBUFFORCE` (needs CAP_NET_ADMIN, may
+/// exceed `rmem_max`) and, if that is refused, `SO_RCVBUF`.
+pub(crate) fn set_receive_buffer(fd: BorrowedFd<'_>, bytes: usize) -> io::Result<()> {
+    let value = libc::c_int::try_from(bytes / 2).unwrap_or(libc::c_int::MAX / 2);
+    match setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &value) {
+        Ok(()) => Ok(()),
+        Err(e) if is_errno(&e, &[libc::EPERM]) => {
+            setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, &value)
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// Attach a classic BPF socket filter (`SO_ATTACH_FILTER`).
 pub(crate) fn attach_filter(fd: BorrowedFd<'_>, program: &[libc::sock_filter]) -> io::Result<()> {
     let len = u16::try_from(program.len())
@@ -419,6 +432,14 @@ pub(crate) enum Readiness {
 /// Wait until `fd` is readable or has an error pending, or `timeout` passes
 /// (`None`: forever; rounded up to whole milliseconds).
 pub(crate) fn poll_in(fd: BorrowedFd<'_>, timeout: Option<Duration>) -> io::Result<Readiness> {
+    poll_first_of(&[fd.as_raw_fd()], timeout)
+}
+
+/// Wait until one of `fds` is readable (or the first has an error) or
+/// `timeout` passes. `Error` reports a pending error on the first
+/// descriptor only: the others are plain sockets whose errors their
+/// readers meet.
+pub(crate) fn poll_first_of(fds: &[RawFd], timeout: Option<Duration>) -> io::Result<Readiness> {
     let timeout_ms = match timeout {
         None => -1,
         Some(t) => {
@@ -427,15 +448,20 @@ pub(crate) fn poll_in(fd: BorrowedFd<'_>, timeout: Option<Duration>) -> io::Resu
             libc::c_int::try_from(ms).unwrap_or(libc::c_int::MAX)
         }
     };
-    let mut pfd = libc::pollfd {
-        fd: fd.as_raw_fd(),
+    let mut pfds = [libc::pollfd {
+        fd: -1,
         events: libc::POLLIN,
         revents: 0,
-    };
-    // SAFETY: `pfd` is one valid, writable pollfd for the duration of the call.
-    match syscall!(poll(&mut pfd, 1, timeout_ms)) {
+    }; 4];
+    let n = fds.len().min(pfds.len());
+    for (p, &fd) in pfds.iter_mut().zip(&fds[..n]) {
+        p.fd = fd;
+    }
+    // SAFETY: `pfds` is a valid, writable array of at least `n` pollfds for
+    // the duration of the call.
+    match syscall!(poll(pfds.as_mut_ptr(), n as libc::nfds_t, timeout_ms)) {
         Ok(0) => Ok(Readiness::Nothing),
-        Ok(_) if pfd.revents & libc::POLLERR != 0 => Ok(Readiness::Error),
+        Ok(_) if pfds[0].revents & libc::POLLERR != 0 => Ok(Readiness::Error),
         Ok(_) => Ok(Readiness::Readable),
         Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(Readiness::Nothing),
         Err(e) => Err(e),

@@ -33,8 +33,13 @@ pub struct LlcTransport<D: Device> {
 }
 
 impl LlcTransport<AnyLink> {
-    /// Open `backend` on interface `ifname` and listen on `port`. The notes
-    /// (see [`LlcTransport::notes`]) say what `auto` fell back from and why.
+    /// Open `backend` on interface `ifname` as the endpoint of `port` (0: any
+    /// free port; [`Transport::local_addr`] then names the one taken). The
+    /// interface may be shared with other endpoints of the host: each claims
+    /// its port, the kernel hands it only that port's frames, and frames to
+    /// endpoints of the same host take the same-host path
+    /// (`llc_stack::link::local`). The notes (see [`LlcTransport::notes`])
+    /// say what `auto` fell back from and why.
     pub fn open(
         ifname: &str,
         backend: Backend,
@@ -57,16 +62,19 @@ impl LlcTransport<AnyLink> {
     ) -> Result<Self, TransportError> {
         let packet = AfPacketConfig {
             sap: cfg.sap,
+            port: Some(port),
             ..Default::default()
         };
         let xdp = AfXdpConfig {
             sap: cfg.sap,
+            port: Some(port),
             attach,
             ..Default::default()
         };
         let (link, notes) = any::open(ifname, backend, packet, xdp)
             .map_err(|e| TransportError::Setup(e.to_string()))?;
         let mac = link.mac();
+        let port = link.port().unwrap_or(port);
         let mut t = LlcTransport::new(link, mac, port, cfg, Rng::from_entropy());
         t.notes = notes;
         Ok(t)
@@ -74,7 +82,8 @@ impl LlcTransport<AnyLink> {
 }
 
 impl<D: Device> LlcTransport<D> {
-    /// An endpoint for interface address `mac` over `dev`, listening on `port`.
+    /// An endpoint for interface address `mac` over `dev` with port `port`:
+    /// it accepts connections there and opens its own from there.
     pub fn new(
         dev: D,
         mac: llc_stack::wire::MacAddr,
@@ -88,7 +97,7 @@ impl<D: Device> LlcTransport<D> {
         // taken only to be ignored.
         cfg.acked_events = false;
         let mut stack = Stack::new(dev, cfg, mac, rng);
-        stack.endpoint_mut().listen(port);
+        stack.endpoint_mut().bind(port);
         LlcTransport {
             stack,
             addr: LlcAddr { mac, sap, port },
