@@ -2,9 +2,15 @@
  * btl/llc: an Open MPI 4.1 BTL (interface 3.1.0) over the project's LLC
  * stack, through the Rust shim (libmpi_btl_shim.so, include/llc_shim.h).
  *
- * One module per process, on one interface: each local rank takes its own
- * (MCA parameter btl_llc_if: a comma list indexed by local rank, or a
- * pattern with %d replaced by the local rank). BTL tags are the shim's
+ * One module per process, on one interface. By default every local rank
+ * shares the host's interfaces that can carry LLC (up, Ethernet, not
+ * loopback), round-robin by local rank, each rank with its own port on the
+ * interface; btl_llc_if_include / btl_llc_if_exclude narrow the list as
+ * btl_tcp's do, and btl_llc_if (a comma list indexed by local rank, or a
+ * pattern with %d replaced by the local rank) names each rank's interface
+ * outright. Peers on the same host are reached through the stack's
+ * same-host path (ob1 prefers btl/vader for them when it is loaded). BTL
+ * tags are the shim's
  * active-message ids; descriptors carry shim-owned send buffers, handed to
  * the transport without a copy; put/get go to the message layer's RMA.
  * Large fragments of contiguous data are not packed at all: the descriptor
@@ -76,6 +82,8 @@ typedef struct llc_rma {
 
 static struct {
     char *if_spec;
+    char *if_include;
+    char *if_exclude;
     char *backend;
     int sap;
     int port;
@@ -151,14 +159,22 @@ static int llc_register(void)
 {
     (void) mca_base_var_group_component_register(&mca_btl_llc_component.btl_version,
                                                   "BTL over raw Ethernet with IEEE 802.2 LLC");
+    reg_string("if_include",
+               "Comma list of interfaces to use (default: every up Ethernet interface but"
+               " loopback and bridge/bond ports); local ranks share them round-robin",
+               &params.if_include, NULL);
+    reg_string("if_exclude", "Comma list of interfaces not to use", &params.if_exclude, NULL);
     reg_string("if",
-               "Interface of each local rank: a comma list indexed by local rank (llc0,llc1,...)"
-               " or a pattern where %d is the local rank (llc%d). Each rank needs its own"
-               " interface (or its own SAP).",
+               "Interface of each local rank, overriding if_include/if_exclude: a comma list"
+               " indexed by local rank (llc0,llc1,...) or a pattern where %d is the local rank"
+               " (llc%d)",
                &params.if_spec, NULL);
     reg_string("backend", "Link backend: auto, xdp or packet", &params.backend, "auto");
     reg_int("sap", "LLC SAP (0: the stack's default, 0x7c)", &params.sap, 0);
-    reg_int("port", "LLC transport port of the endpoint", &params.port, 7);
+    reg_int("port",
+            "LLC transport port of the endpoint (0: any free port; each process on an"
+            " interface needs its own)",
+            &params.port, 0);
     reg_bool("progress_thread",
              "Run a background thread that keeps connections alive (acknowledgements,"
              " keepalives) while the application computes without calling MPI; without it a"
@@ -769,11 +785,21 @@ static mca_btl_base_module_t **llc_init(int *num_btls, bool progress_threads, bo
 
     const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
     local_rank = lr ? atoi(lr) : opal_process_info.my_local_rank;
-    if (0 != pick_interface(params.if_spec, local_rank, ifname, sizeof(ifname))) {
-        opal_output(0, "btl/llc: no interface for local rank %d: set btl_llc_if (e.g. "
-                       "--mca btl_llc_if llc%%d, or a comma list indexed by local rank)",
-                    local_rank);
-        return NULL;
+    if (NULL != params.if_spec && '\0' != params.if_spec[0]) {
+        if (0 != pick_interface(params.if_spec, local_rank, ifname, sizeof(ifname))) {
+            opal_output(0, "btl/llc: btl_llc_if=%s names no interface for local rank %d (use a"
+                           " comma list indexed by local rank, or a pattern like llc%%d)",
+                        params.if_spec, local_rank);
+            return NULL;
+        }
+    } else {
+        char err[512] = "";
+        if (LlcShimStatus_Ok != llc_shim_select_interface(params.if_include, params.if_exclude,
+                                                          (uint32_t) local_rank, ifname,
+                                                          sizeof(ifname), err, sizeof(err))) {
+            opal_output(0, "btl/llc: %s (btl_llc_if_include / btl_llc_if_exclude)", err);
+            return NULL;
+        }
     }
     if (params.sap < 0 || params.sap > 255 || params.port < 0 || params.port > 65535) {
         opal_output(0, "btl/llc: btl_llc_sap must be 0..255 and btl_llc_port 0..65535");

@@ -56,7 +56,9 @@ typedef struct LlcShimConfig {
    */
   uint8_t sap;
   /**
-   * Port the endpoint listens on.
+   * The endpoint's port on the interface (0: any free port). Every
+   * process on an interface has its own; the kernel hands each only the
+   * frames for its port.
    */
   uint16_t port;
   /**
@@ -193,6 +195,27 @@ enum LlcShimStatus llc_shim_open(const struct LlcShimConfig *cfg,
                                  struct LlcShim **out,
                                  char *err,
                                  size_t err_len);
+
+/**
+ * Choose the interface of the `index`th local process (MPI: the local
+ * rank) when none was named: the interfaces that can carry LLC
+ * (`include`, a comma list, or when null or empty every up Ethernet
+ * interface but loopback and bridge/bond ports; minus the comma list
+ * `exclude`), shared round-robin by the local processes. Writes the name
+ * to `out` (NUL-terminated, at most `out_len` bytes); on failure writes
+ * the reason, naming the problem and the fix, to `err`.
+ *
+ * # Safety
+ * `include` and `exclude` are null or NUL-terminated; `out` has `out_len`
+ * writable bytes; `err` is null or has `err_len` writable bytes.
+ */
+enum LlcShimStatus llc_shim_select_interface(const char *include,
+                                             const char *exclude,
+                                             uint32_t index,
+                                             char *out,
+                                             size_t out_len,
+                                             char *err,
+                                             size_t err_len);
 
 /**
  * The endpoint's address (`llc://MAC/PORT[?sap=0xNN]`), NUL-terminated,

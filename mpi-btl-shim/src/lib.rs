@@ -68,7 +68,9 @@ pub struct LlcShimConfig {
     pub backend: *const c_char,
     /// LLC SAP (0: the stack's default).
     pub sap: u8,
-    /// Port the endpoint listens on.
+    /// The endpoint's port on the interface (0: any free port). Every
+    /// process on an interface has its own; the kernel hands each only the
+    /// frames for its port.
     pub port: u16,
     /// A peer silent this long is declared failed (0: the stack's default,
     /// 10 s). Keepalives are sent after a quarter of it.
@@ -331,6 +333,17 @@ fn write_err(buf: *mut c_char, len: usize, msg: &str) {
         std::ptr::copy_nonoverlapping(msg.as_ptr(), buf.cast::<u8>(), n);
         *buf.add(n) = 0;
     }
+}
+
+/// The non-empty items of a comma list (none when absent).
+fn comma_list(s: Option<&str>) -> Vec<&str> {
+    s.map(|s| {
+        s.split(',')
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .collect()
+    })
+    .unwrap_or_default()
 }
 
 /// A NUL-terminated C string argument as UTF-8 (None when null or invalid).
@@ -714,6 +727,47 @@ pub unsafe extern "C" fn llc_shim_open(
         }
         Err(e) => {
             write_err(err, err_len, &e);
+            LlcShimStatus::Error
+        }
+    }
+}
+
+/// Choose the interface of the `index`th local process (MPI: the local
+/// rank) when none was named: the interfaces that can carry LLC
+/// (`include`, a comma list, or when null or empty every up Ethernet
+/// interface but loopback and bridge/bond ports; minus the comma list
+/// `exclude`), shared round-robin by the local processes. Writes the name
+/// to `out` (NUL-terminated, at most `out_len` bytes); on failure writes
+/// the reason, naming the problem and the fix, to `err`.
+///
+/// # Safety
+/// `include` and `exclude` are null or NUL-terminated; `out` has `out_len`
+/// writable bytes; `err` is null or has `err_len` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn llc_shim_select_interface(
+    include: *const c_char,
+    exclude: *const c_char,
+    index: u32,
+    out: *mut c_char,
+    out_len: usize,
+    err: *mut c_char,
+    err_len: usize,
+) -> LlcShimStatus {
+    // SAFETY: per the contract: null or NUL-terminated, alive for the call
+    // (the borrowed names are not kept beyond it).
+    let (include, exclude) = unsafe { (comma_list(cstr(include)), comma_list(cstr(exclude))) };
+    match msg_layer::transport::llc::select_interfaces(&include, &exclude) {
+        Ok(names) => {
+            let name = &names[index as usize % names.len()];
+            if out.is_null() || name.len() >= out_len {
+                write_err(err, err_len, "interface name buffer too small");
+                return LlcShimStatus::Invalid;
+            }
+            write_err(out, out_len, name);
+            LlcShimStatus::Ok
+        }
+        Err(e) => {
+            write_err(err, err_len, &e.to_string());
             LlcShimStatus::Error
         }
     }

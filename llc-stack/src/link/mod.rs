@@ -28,6 +28,8 @@ pub mod afxdp;
 pub mod any;
 pub mod fault;
 #[cfg(target_os = "linux")]
+pub mod interfaces;
+#[cfg(target_os = "linux")]
 pub mod local;
 pub mod pcap;
 pub mod sim;

@@ -196,6 +196,43 @@ pub(crate) fn interface_is_up(name: &str) -> Result<bool, LinkError> {
     Ok(libc::c_int::from(flags) & libc::IFF_UP != 0)
 }
 
+/// Names of the interfaces of the calling thread's network namespace.
+pub(crate) fn interface_names() -> io::Result<Vec<String>> {
+    // SAFETY: if_nameindex takes no arguments; a null result is an error.
+    let list = unsafe { libc::if_nameindex() };
+    if list.is_null() {
+        return Err(io::Error::last_os_error());
+    }
+    let mut names = Vec::new();
+    let mut entry = list;
+    // SAFETY: the array ends with an entry whose index is 0 and name null;
+    // every entry before it has a NUL-terminated name. It is freed once,
+    // after the last read.
+    unsafe {
+        while (*entry).if_index != 0 && !(*entry).if_name.is_null() {
+            let name = std::ffi::CStr::from_ptr((*entry).if_name);
+            names.push(name.to_string_lossy().into_owned());
+            entry = entry.add(1);
+        }
+        libc::if_freenameindex(list);
+    }
+    Ok(names)
+}
+
+/// Interface flags (`IFF_*`) of interface `name`.
+pub(crate) fn interface_flags(name: &str) -> Result<libc::c_int, LinkError> {
+    let req = ifreq_get(name, libc::SIOCGIFFLAGS, "flags")?;
+    // SAFETY: SIOCGIFFLAGS succeeded, so the kernel filled `ifru_flags`.
+    Ok(libc::c_int::from(unsafe { req.ifr_ifru.ifru_flags }))
+}
+
+/// Hardware type (`ARPHRD_*`) of interface `name`.
+pub(crate) fn interface_hw_type(name: &str) -> Result<u16, LinkError> {
+    let req = ifreq_get(name, libc::SIOCGIFHWADDR, "hardware address")?;
+    // SAFETY: SIOCGIFHWADDR succeeded, so the kernel filled `ifru_hwaddr`.
+    Ok(unsafe { req.ifr_ifru.ifru_hwaddr }.sa_family)
+}
+
 /// Number of RX queues of interface `name` (`ETHTOOL_GCHANNELS`: RX-only plus
 /// combined channels). Drivers without the ethtool call count as one queue.
 pub(crate) fn interface_rx_queues(name: &str) -> Result<u32, LinkError> {

@@ -24,6 +24,70 @@ pub use llc_stack::proto::Config as LlcConfig;
 /// Port an endpoint listens on unless told otherwise.
 pub const DEFAULT_PORT: u16 = 7;
 
+/// The interfaces an LLC endpoint may use on this host, in the kernel's
+/// order: those named in `include` (each must exist and carry LLC), or, when
+/// `include` is empty, every up Ethernet interface that is not loopback and
+/// not a bridge or bond port; minus those named in `exclude`. The error
+/// names what is wrong and what to do, for a user who set nothing.
+pub fn select_interfaces(
+    include: &[&str],
+    exclude: &[&str],
+) -> Result<Vec<String>, TransportError> {
+    let all = llc_stack::link::interfaces::interfaces()
+        .map_err(|e| TransportError::Setup(e.to_string()))?;
+    let listing = || {
+        all.iter()
+            .map(|i| match i.unusable_because() {
+                Some(why) => format!("{} ({why})", i.name),
+                None => i.name.clone(),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    for name in include.iter().chain(exclude) {
+        if !all.iter().any(|i| i.name == *name) {
+            return Err(TransportError::Setup(format!(
+                "interface {name:?} does not exist on this host (interfaces here: {}); \
+                 name one of those",
+                listing()
+            )));
+        }
+    }
+    let mut chosen = Vec::new();
+    for i in &all {
+        let named = include.contains(&i.name.as_str());
+        if !include.is_empty() && !named {
+            continue;
+        }
+        if named {
+            if let Some(why) = i.unusable_because() {
+                return Err(TransportError::Setup(format!(
+                    "interface {} cannot carry LLC: {why}{}",
+                    i.name,
+                    if why == "down" {
+                        format!(" (bring it up with `ip link set {} up`)", i.name)
+                    } else {
+                        String::new()
+                    }
+                )));
+            }
+        } else if !i.carries_llc() {
+            continue;
+        }
+        if !exclude.contains(&i.name.as_str()) {
+            chosen.push(i.name.clone());
+        }
+    }
+    if chosen.is_empty() {
+        return Err(TransportError::Setup(format!(
+            "no interface here can carry LLC (an up Ethernet interface that is not loopback \
+             and not excluded; interfaces here: {}); bring one up or name one to include",
+            listing()
+        )));
+    }
+    Ok(chosen)
+}
+
 /// The LLC stack over link `D`.
 #[derive(Debug)]
 pub struct LlcTransport<D: Device> {
