@@ -30,7 +30,7 @@ const NETNS_DIR: &str = "/var/run/netns";
 
 /// Upper bound for any `ip` invocation; namespace creation can be slow while the kernel
 /// is still tearing down namespaces of earlier tests.
-const IP_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const IP_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Interface name of each host's port (inside its own namespace).
 pub const HOST_IFNAME: &str = "llc0";
@@ -86,14 +86,14 @@ pub enum HarnessError {
 }
 
 /// Writes a warning without ever panicking (used from Drop, possibly during unwinding).
-fn warn(msg: &str) {
+pub(crate) fn warn(msg: &str) {
     tracing::warn!("{msg}");
     let _ = writeln!(io::stderr(), "vm-tests: {msg}");
 }
 
 /// Path of the `ip` binary: PATH first, then the usual sbin directories (cargo test may run
 /// with a PATH that lacks /usr/sbin).
-fn ip_path() -> Option<&'static Path> {
+pub(crate) fn ip_path() -> Option<&'static Path> {
     static IP: OnceLock<Option<PathBuf>> = OnceLock::new();
     IP.get_or_init(|| {
         let from_path = std::env::var_os("PATH")
@@ -114,7 +114,7 @@ fn ip_command() -> Command {
 }
 
 /// The command line of `cmd` as text, for error messages.
-fn describe(cmd: &Command) -> String {
+pub(crate) fn describe(cmd: &Command) -> String {
     let mut s = cmd.get_program().to_string_lossy().into_owned();
     for arg in cmd.get_args() {
         s.push(' ');
@@ -474,14 +474,14 @@ pub struct Host {
 /// Per-run addressing: a 10.x.y.0/24 subnet and a MAC stem, from the pid and a counter.
 /// Namespaces are isolated, so collisions between processes would be harmless anyway.
 #[derive(Debug, Clone, Copy)]
-struct Plan {
+pub(crate) struct Plan {
     x: u8,
     y: u8,
     pid: u32,
 }
 
 impl Plan {
-    fn next() -> Plan {
+    pub(crate) fn next() -> Plan {
         static COUNTER: AtomicU32 = AtomicU32::new(0);
         let pid = std::process::id();
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
@@ -493,7 +493,7 @@ impl Plan {
     }
 
     /// Address `.host` (1..=254) of the subnet.
-    fn ipv4(&self, host: u8) -> Ipv4Addr {
+    pub(crate) fn ipv4(&self, host: u8) -> Ipv4Addr {
         Ipv4Addr::new(10, self.x, self.y, host)
     }
 
@@ -515,7 +515,7 @@ const ROLE_HOST: u8 = 0x00;
 const ROLE_HUB: u8 = 0x01;
 
 /// MTUs veth accepts (68..=65535 without XDP).
-fn check_mtu(mtu: u32) -> Result<(), HarnessError> {
+pub(crate) fn check_mtu(mtu: u32) -> Result<(), HarnessError> {
     if (68..=65535).contains(&mtu) {
         Ok(())
     } else {
@@ -527,7 +527,7 @@ fn check_mtu(mtu: u32) -> Result<(), HarnessError> {
 
 /// Creates a veth pair from inside `ns` (end `name`) to `peer_ns` (end `peer`), both with the
 /// given MACs and MTU; nothing passes through the root namespace.
-fn add_veth(
+pub(crate) fn add_veth(
     ns: &Netns,
     name: &str,
     mac: &[u8; 6],
@@ -782,7 +782,7 @@ impl MultiPort {
 /// Bridged IPv4 frames are not run through iptables in the hub (a switch does not
 /// filter; `br_netfilter`, when loaded, would add its cost to every frame of every
 /// transport). Best effort: without `br_netfilter` the settings do not exist.
-fn bridge_without_netfilter(hub: &Netns) {
+pub(crate) fn bridge_without_netfilter(hub: &Netns) {
     let mut cmd = hub.command("sysctl");
     cmd.args([
         "-qw",

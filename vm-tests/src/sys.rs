@@ -128,3 +128,19 @@ pub(crate) fn child_dies_with_parent(cmd: &mut std::process::Command, netns: Opt
         });
     }
 }
+
+/// Sends `signal` to every process of the process group `pgid` (`kill(-pgid, signal)`).
+/// Refuses pgid 0 and 1: `kill(0)` would hit our own group and `kill(-1)` every process.
+pub(crate) fn kill_process_group(pgid: u32, signal: libc::c_int) -> io::Result<()> {
+    let pgid = libc::pid_t::try_from(pgid)
+        .ok()
+        .filter(|&p| p > 1)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "process group id <= 1"))?;
+    // SAFETY: kill takes plain integers; a negative pid names a process group.
+    let rc = unsafe { libc::kill(-pgid, signal) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
