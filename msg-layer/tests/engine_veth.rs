@@ -159,6 +159,66 @@ fn vanishing_peer<T: Transport>(mk: impl Maker<T>) {
     suite::vanishing_peer(&a, gone, &other, cfg.eager_limit, Duration::from_secs(10));
 }
 
+/// Several endpoints of one host on one interface, as MPI ranks of a
+/// cluster node: each opens with port 0 (any free port), messages flow
+/// between every pair (also between the two of the same host, through the
+/// same-host path), and no endpoint sees, let alone drops or resets,
+/// another's frames.
+fn shared_interface(backend: Backend) {
+    require_root!();
+    // Endpoints not in the pair under test still answer connection
+    // requests, as MPI ranks do (btl/llc's background thread).
+    let cfg = Config {
+        progress_thread: true,
+        ..Config::default()
+    };
+    let bed = TwoHosts::new(1500).expect("testbed");
+    let any_port = move |h: &Host, _quick: bool| {
+        LlcTransport::open(&h.ifname, backend, 0, LlcConfig::default())
+    };
+    let eps = endpoints(&[&bed.a, &bed.b, &bed.b, &bed.b], &cfg, false, &any_port);
+    let addrs: Vec<String> = eps.iter().map(|e| e.local_addr().to_string()).collect();
+    for i in 1..addrs.len() {
+        assert_ne!(addrs[i], addrs[i - 1], "every endpoint has its own address");
+    }
+    let sizes = [0, 1, 1000, 1441, 1442, 100_000, 1 << 20];
+    for (i, j) in [(0, 1), (0, 2), (0, 3), (1, 2), (2, 3), (1, 3)] {
+        suite::sizes_both_ways(&eps[i], &eps[j], &sizes);
+    }
+    for e in &eps {
+        let counters = e.counters();
+        let get = |name: &str| {
+            counters
+                .iter()
+                .find(|(k, _)| k == name)
+                .unwrap_or_else(|| panic!("no counter {name} in {counters:?}"))
+                .1
+        };
+        let dropped: u64 = counters
+            .iter()
+            .filter(|(k, _)| k.starts_with("link.dropped."))
+            .map(|(_, v)| v)
+            .sum();
+        assert_eq!(dropped, 0, "{}: {counters:?}", e.local_addr());
+        assert_eq!(
+            get("link.resets_sent"),
+            0,
+            "{}: {counters:?}",
+            e.local_addr()
+        );
+        assert!(
+            get("link.rx_frames") > 0,
+            "{}: {counters:?}",
+            e.local_addr()
+        );
+    }
+}
+
+#[test]
+fn shared_interface_packet() {
+    shared_interface(Backend::Packet);
+}
+
 /// The suite, once per transport.
 macro_rules! suite_on {
     ($name:ident, $maker:expr) => {
