@@ -15,6 +15,22 @@
 //! Everything is deleted when the [`Cluster`] is dropped (also while a panic unwinds), and
 //! commands run with [`run_bounded`] are killed, with every process they started, when
 //! their time is up.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use vm_tests::{forward_env, run_bounded, Cluster};
+//!
+//! vm_tests::require_root!(Ok(())); // prints SKIPPED and returns when not root
+//! let cluster = Cluster::new(2, 1500)?; // h0 and h1, 1500 B MTU
+//! let mut cmd = cluster.mpirun(2); // 2 ranks on each host: ranks 0,1 on h0, 2,3 on h1
+//! cmd.args(["--mca", "pml", "ob1", "--mca", "btl", "self,vader,tcp"])
+//!     .args(["--mca", "btl_tcp_if_include", &cluster.subnet()]);
+//! forward_env(&mut cmd, "MY_SETTING", "1"); // env + `-x MY_SETTING`
+//! cmd.arg("/path/to/mpi_program");
+//! let out = run_bounded(&mut cmd, Duration::from_secs(60))?;
+//! assert!(out.success(), "{out}"); // Display: status, stdout and stderr
+//! # Ok::<(), vm_tests::HarnessError>(())
+//! ```
 
 use std::ffi::OsStr;
 use std::fmt;
