@@ -27,8 +27,14 @@ use std::sync::Once;
 
 use libbpf_rs::{ErrorKind, MapCore, MapFlags, MapHandle, ObjectBuilder};
 
+pub mod shared;
 #[allow(unsafe_code)]
 mod sys;
+
+pub use shared::{
+    ShareError, SharedProgram, SteerCounters, DEFAULT_JOIN_TIMEOUT, STEER_MAX_QUEUES,
+    STEER_MAX_SLOTS, STEER_PORTS,
+};
 
 /// The compiled BPF object (ELF), built from `bpf/llc_redirect.bpf.c`.
 pub const OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/llc_redirect.bpf.o"));
@@ -166,7 +172,7 @@ pub struct LlcRedirect {
 
 /// Route libbpf's messages (verifier logs, probe failures) into `tracing`
 /// instead of stderr; errors reach the caller as [`XdpError`]s.
-fn quiet_libbpf() {
+pub(crate) fn quiet_libbpf() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         libbpf_rs::set_print(Some((
@@ -181,7 +187,7 @@ fn quiet_libbpf() {
     });
 }
 
-fn permission(iface: &str, what: &'static str) -> XdpError {
+pub(crate) fn permission(iface: &str, what: &'static str) -> XdpError {
     XdpError::PermissionDenied {
         iface: iface.to_owned(),
         what,
@@ -334,18 +340,57 @@ impl LlcRedirect {
     }
 }
 
-/// The entry point for single-buffer or multi-buffer frames.
-fn program_name(frags: bool) -> &'static str {
-    if frags {
-        "llc_redirect_frags"
-    } else {
-        "llc_redirect"
+/// The two programs of the object, each with a single-buffer and a
+/// multi-buffer (`xdp.frags`) entry point and its own maps (the counters and
+/// `.rodata` are common).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// `llc_redirect`: one owner of the SAP, a socket per RX queue.
+    Redirect,
+    /// `llc_steer`: endpoints share the interface, steered by transport port.
+    Steer,
+}
+
+impl Kind {
+    /// The entry point for single-buffer or multi-buffer frames.
+    pub(crate) fn program_name(self, frags: bool) -> &'static str {
+        match (self, frags) {
+            (Kind::Redirect, false) => "llc_redirect",
+            (Kind::Redirect, true) => "llc_redirect_frags",
+            (Kind::Steer, false) => "llc_steer",
+            (Kind::Steer, true) => "llc_steer_frags",
+        }
+    }
+
+    /// Whether map `name` of the object belongs to this program.
+    fn uses_map(self, name: &str) -> bool {
+        let steer = name.starts_with("steer_");
+        match self {
+            Kind::Redirect => !steer,
+            Kind::Steer => steer || name != "xsks",
+        }
     }
 }
 
+/// The entry point of `llc_redirect` for single-buffer or multi-buffer frames.
+fn program_name(frags: bool) -> &'static str {
+    Kind::Redirect.program_name(frags)
+}
+
 /// Open the embedded object, bake the SAP and MAC into `.rodata`, and load
-/// the one program `cfg.frags` selects (not attached).
+/// `llc_redirect`'s entry point that `cfg.frags` selects (not attached).
 fn load(iface: &str, cfg: &XdpConfig) -> Result<libbpf_rs::Object, XdpError> {
+    load_kind(iface, cfg, Kind::Redirect)
+}
+
+/// Open the embedded object, bake the SAP and MAC into `.rodata`, and load
+/// the entry point of `kind` that `cfg.frags` selects, creating only the
+/// maps that program uses (not attached).
+pub(crate) fn load_kind(
+    iface: &str,
+    cfg: &XdpConfig,
+    kind: Kind,
+) -> Result<libbpf_rs::Object, XdpError> {
     let other = |context: &str| {
         let context = format!("{context} (XDP program for {iface})");
         move |e: libbpf_rs::Error| XdpError::Other {
@@ -356,14 +401,17 @@ fn load(iface: &str, cfg: &XdpConfig) -> Result<libbpf_rs::Object, XdpError> {
     let mut open = ObjectBuilder::default()
         .open_memory(OBJECT)
         .map_err(other("opening the embedded BPF object"))?;
-    let wanted = program_name(cfg.frags);
+    let wanted = kind.program_name(cfg.frags);
     for mut prog in open.progs_mut() {
         let keep = prog.name() == wanted;
         prog.set_autoload(keep);
     }
     let mut rodata_set = false;
     for mut map in open.maps_mut() {
-        if !map.name().to_string_lossy().ends_with(".rodata") {
+        let name = map.name().to_string_lossy().into_owned();
+        if !name.ends_with(".rodata") {
+            map.set_autocreate(kind.uses_map(&name))
+                .map_err(other("choosing the BPF maps to create"))?;
             continue;
         }
         let data = map.initial_value_mut().ok_or_else(|| XdpError::Other {
@@ -400,7 +448,7 @@ fn load(iface: &str, cfg: &XdpConfig) -> Result<libbpf_rs::Object, XdpError> {
 const RODATA_SAP: usize = 0;
 const RODATA_MAC: usize = 1;
 
-fn attach_error(iface: &str, mode: Attached, frags: bool, e: io::Error) -> XdpError {
+pub(crate) fn attach_error(iface: &str, mode: Attached, frags: bool, e: io::Error) -> XdpError {
     let iface_s = iface.to_owned();
     let mode_s = mode.name();
     match e.raw_os_error() {
