@@ -1468,3 +1468,423 @@ mod steering_tests {
         });
     }
 }
+
+/// Sharing between real processes on a veth pair in a fresh network
+/// namespace. The processes are this test binary, started again to run
+/// [`process_tests::helper_member`] (ignored in normal runs) with its
+/// parameters in the environment.
+#[cfg(test)]
+mod process_tests {
+    use super::*;
+    use std::path::Path;
+    use std::process::Command;
+    use vm_tests::{Background, Netns};
+
+    const IFACE: &str = "llc0";
+    const START: Duration = Duration::from_secs(30);
+    const SETTLE: Duration = Duration::from_secs(10);
+
+    /// One network namespace with a veth pair `llc0`-`llc1`, both up;
+    /// deleted on drop (also when a test panics).
+    fn veth_namespace(prefix: &str) -> Netns {
+        let ns = Netns::new(prefix).unwrap();
+        ns.ip(&["link", "add", IFACE, "type", "veth", "peer", "name", "llc1"])
+            .unwrap();
+        ns.ip(&["link", "set", "dev", IFACE, "up"]).unwrap();
+        ns.ip(&["link", "set", "dev", "llc1", "up"]).unwrap();
+        ns
+    }
+
+    /// What a helper reported.
+    #[derive(Debug)]
+    struct Joined {
+        attached_here: bool,
+        program: u32,
+        slot: u32,
+    }
+
+    fn helper_command(ns: &Netns, port: u16, extra: &[(&str, &str)]) -> Command {
+        let exe = std::env::current_exe().unwrap();
+        let mut cmd = ns.command(exe);
+        cmd.args([
+            "--exact",
+            "shared::process_tests::helper_member",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("XDP_PROG_HELPER_IFACE", IFACE)
+        .env("XDP_PROG_HELPER_PORT", port.to_string());
+        for (k, v) in extra {
+            cmd.env(k, v);
+        }
+        cmd
+    }
+
+    fn parse(output: &str) -> Result<Joined, String> {
+        let line = output
+            .lines()
+            .find_map(|l| Some(&l[l.find("RESULT ")? + "RESULT ".len()..]))
+            .ok_or_else(|| format!("no RESULT line in:\n{output}"))?;
+        let Some(fields) = line.strip_prefix("ok ") else {
+            return Err(line.to_owned());
+        };
+        let get = |key: &str| -> String {
+            fields
+                .split_whitespace()
+                .find_map(|f| f.strip_prefix(key)?.strip_prefix('='))
+                .unwrap_or_else(|| panic!("no {key} in {line}"))
+                .to_owned()
+        };
+        Ok(Joined {
+            attached_here: get("attached_here") == "true",
+            program: get("program").parse().unwrap(),
+            slot: get("slot").parse().unwrap(),
+        })
+    }
+
+    /// Start a member process and wait until it has joined.
+    fn start_member(ns: &Netns, port: u16) -> (Background, Joined) {
+        let bg = Background::spawn(&mut helper_command(ns, port, &[]), "RESULT", START)
+            .unwrap_or_else(|e| panic!("member did not start: {e}"));
+        let joined = parse(&bg.output()).unwrap_or_else(|e| panic!("member failed: {e}"));
+        (bg, joined)
+    }
+
+    /// The XDP program id `ip -d link show` reports on the interface.
+    fn attached_program(ns: &Netns) -> Option<u32> {
+        let out = ns.ip(&["-d", "link", "show", "dev", IFACE]).unwrap();
+        let at = out.find("prog/xdp id ")?;
+        out[at + "prog/xdp id ".len()..]
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    }
+
+    /// Poll `cond` until it holds or `limit` passes.
+    fn wait_for(limit: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+        let deadline = Instant::now() + limit;
+        let mut pause = Duration::from_millis(1);
+        while !cond() {
+            assert!(
+                Instant::now() < deadline,
+                "timed out after {limit:?} waiting for {what}"
+            );
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(50));
+        }
+    }
+
+    fn member_pids(ns: &Netns) -> Vec<i32> {
+        ns.run(|| {
+            let ifindex = sys::if_nametoindex(IFACE).unwrap();
+            list_members(ifindex)
+                .unwrap()
+                .into_iter()
+                .map(|m| m.pid)
+                .collect()
+        })
+    }
+
+    /// Kill `bg` with SIGKILL (and reap it), then wait until its member
+    /// name is gone, i.e. its descriptors are closed.
+    fn kill(ns: &Netns, bg: Background) {
+        let pid = bg.id() as i32;
+        drop(bg);
+        wait_for(SETTLE, "the killed member's name to go", || {
+            !member_pids(ns).contains(&pid)
+        });
+    }
+
+    /// Not a test: the member process the lifetime tests start. Joins the
+    /// shared program of `XDP_PROG_HELPER_IFACE`, registers an AF_XDP socket
+    /// on queue 0 for `XDP_PROG_HELPER_PORT`, prints one `RESULT` line and
+    /// lives until killed (at most two minutes).
+    #[test]
+    #[ignore = "a helper process that the process tests start"]
+    fn helper_member() {
+        let Ok(iface) = std::env::var("XDP_PROG_HELPER_IFACE") else {
+            return;
+        };
+        let env = |k: &str| std::env::var(k).ok();
+        if let Some(go) = env("XDP_PROG_HELPER_GO") {
+            println!("WAITING");
+            let deadline = Instant::now() + START;
+            while !Path::new(&go).exists() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        let cfg = XdpConfig {
+            sap: env("XDP_PROG_HELPER_SAP").map_or(0x7C, |s| s.parse().unwrap()),
+            mac: None,
+            attach: match env("XDP_PROG_HELPER_ATTACH").as_deref() {
+                Some("native") => AttachMode::Native,
+                Some("generic") => AttachMode::Generic,
+                _ => AttachMode::Auto,
+            },
+            frags: false,
+        };
+        let port: u16 = env("XDP_PROG_HELPER_PORT").unwrap().parse().unwrap();
+        match SharedProgram::join(&iface, &cfg) {
+            Ok(p) => {
+                let xsk = sys::xdp_socket().unwrap();
+                p.register(port, 0, xsk.as_fd()).unwrap();
+                println!(
+                    "RESULT ok pid={} attached_here={} program={} slot={} mode={}",
+                    std::process::id(),
+                    p.attached_here(),
+                    p.program_id(),
+                    p.slot(),
+                    p.attached().name()
+                );
+                std::thread::sleep(Duration::from_secs(120));
+            }
+            Err(e) => println!("RESULT err {e}"),
+        }
+    }
+
+    /// A attaches, B joins (no second program); killing A with SIGKILL
+    /// leaves the program to B; a later C joins from B; when the last member
+    /// is killed the program is gone, and the next process attaches afresh.
+    #[test]
+    fn program_lives_while_any_member_does() {
+        vm_tests::require_root!();
+        let ns = veth_namespace("share");
+        assert_eq!(attached_program(&ns), None);
+
+        let (a, ja) = start_member(&ns, 7000);
+        assert!(ja.attached_here, "{ja:?}");
+        assert_eq!(attached_program(&ns), Some(ja.program));
+
+        let (b, jb) = start_member(&ns, 7001);
+        assert!(!jb.attached_here, "B joins A's program: {jb:?}");
+        assert_eq!(jb.program, ja.program);
+        assert_ne!(jb.slot, ja.slot);
+        assert_eq!(member_pids(&ns).len(), 2);
+
+        kill(&ns, a);
+        assert_eq!(
+            attached_program(&ns),
+            Some(ja.program),
+            "B holds the program after A was killed"
+        );
+
+        let (c, jc) = start_member(&ns, 7000);
+        assert!(!jc.attached_here, "C joins the program B holds: {jc:?}");
+        assert_eq!(jc.program, ja.program);
+
+        kill(&ns, b);
+        assert_eq!(attached_program(&ns), Some(ja.program), "C holds it");
+        kill(&ns, c);
+        wait_for(SETTLE, "the program to be detached", || {
+            attached_program(&ns).is_none()
+        });
+
+        // The next job starts cleanly: no EBUSY, a new program.
+        let (d, jd) = start_member(&ns, 7000);
+        assert!(jd.attached_here, "{jd:?}");
+        assert_ne!(jd.program, ja.program);
+        assert_eq!(attached_program(&ns), Some(jd.program));
+        kill(&ns, d);
+        wait_for(SETTLE, "the program to be detached", || {
+            attached_program(&ns).is_none()
+        });
+    }
+
+    /// Four processes starting at once: one attaches, the others join it.
+    #[test]
+    fn simultaneous_starts_attach_once() {
+        vm_tests::require_root!();
+        let ns = veth_namespace("race");
+        let go = std::env::temp_dir().join(format!("xdp-prog-go-{}", std::process::id()));
+        let _ = std::fs::remove_file(&go);
+        struct RemoveOnDrop<'a>(&'a Path);
+        impl Drop for RemoveOnDrop<'_> {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_file(self.0);
+            }
+        }
+        let _cleanup = RemoveOnDrop(&go);
+        let go_s = go.to_str().unwrap();
+        let members: Vec<Background> = (0..4)
+            .map(|i| {
+                let mut cmd = helper_command(&ns, 8000 + i, &[("XDP_PROG_HELPER_GO", go_s)]);
+                Background::spawn(&mut cmd, "WAITING", START).unwrap()
+            })
+            .collect();
+        std::fs::write(&go, b"go").unwrap();
+        let mut results = Vec::new();
+        for m in &members {
+            wait_for(START, "a member's RESULT", || m.output().contains("RESULT"));
+            results.push(parse(&m.output()).unwrap_or_else(|e| panic!("member failed: {e}")));
+        }
+        let attachers = results.iter().filter(|j| j.attached_here).count();
+        assert_eq!(attachers, 1, "{results:?}");
+        assert!(
+            results.iter().all(|j| j.program == results[0].program),
+            "{results:?}"
+        );
+        let mut slots: Vec<u32> = results.iter().map(|j| j.slot).collect();
+        slots.sort_unstable();
+        slots.dedup();
+        assert_eq!(slots.len(), 4, "{results:?}");
+        assert_eq!(attached_program(&ns), Some(results[0].program));
+        assert_eq!(member_pids(&ns).len(), 4);
+        for m in members {
+            kill(&ns, m);
+        }
+        wait_for(SETTLE, "the program to be detached", || {
+            attached_program(&ns).is_none()
+        });
+    }
+
+    /// A joiner whose settings differ from the attached program's gets a
+    /// clear error, and the members are unaffected.
+    #[test]
+    fn config_mismatch_is_refused() {
+        vm_tests::require_root!();
+        let ns = veth_namespace("mismatch");
+        let (a, ja) = start_member(&ns, 7000);
+        let mode = ns.run(|| {
+            let p = SharedProgram::join(IFACE, &XdpConfig::default()).unwrap();
+            assert!(!p.attached_here());
+            assert_eq!(p.program_id(), ja.program);
+            p.attached()
+        });
+        let other_mode = match mode {
+            Attached::Native => AttachMode::Generic,
+            Attached::Generic => AttachMode::Native,
+        };
+        let bad = [
+            XdpConfig {
+                sap: 0x42,
+                ..XdpConfig::default()
+            },
+            XdpConfig {
+                mac: Some([2, 0, 0, 0, 0, 1]),
+                ..XdpConfig::default()
+            },
+            XdpConfig {
+                attach: other_mode,
+                ..XdpConfig::default()
+            },
+            XdpConfig {
+                frags: true,
+                ..XdpConfig::default()
+            },
+        ];
+        for cfg in bad {
+            let err = ns.run(|| SharedProgram::join(IFACE, &cfg).unwrap_err());
+            assert!(
+                matches!(err, ShareError::ConfigMismatch { .. }),
+                "{cfg:?}: {err:?}"
+            );
+            let msg = err.to_string();
+            assert!(msg.contains("must agree"), "{msg}");
+            // As an XdpError it keeps the message.
+            let x = XdpError::from(err);
+            assert!(x.to_string().contains("must agree"), "{x}");
+        }
+        assert_eq!(attached_program(&ns), Some(ja.program));
+        kill(&ns, a);
+        wait_for(SETTLE, "the program to be detached", || {
+            attached_program(&ns).is_none()
+        });
+    }
+
+    /// Ports and the responder role are exclusive among live endpoints;
+    /// a released one can be taken; stale and bogus member names are
+    /// skipped.
+    #[test]
+    fn claims_are_exclusive_and_released() {
+        vm_tests::require_root!();
+        let ns = veth_namespace("claims");
+        ns.run(|| {
+            let ifindex = sys::if_nametoindex(IFACE).unwrap();
+            // Bogus members: a dead process, and a live one (us) whose
+            // descriptors are no BPF objects.
+            let mut dead = Command::new("true").spawn().unwrap();
+            dead.wait().unwrap();
+            let devnull = std::fs::File::open("/dev/null").unwrap();
+            let junk = [devnull.as_raw_fd(); 6];
+            let _fake_dead = bind_abstract(&Member::name(ifindex, dead.id(), &[3; 6])).unwrap();
+            let _fake_live =
+                bind_abstract(&Member::name(ifindex, std::process::id(), &junk)).unwrap();
+
+            let cfg = XdpConfig::default();
+            let p1 = SharedProgram::join(IFACE, &cfg).unwrap();
+            assert!(p1.attached_here());
+            let p2 = SharedProgram::join(IFACE, &cfg).unwrap();
+            assert!(!p2.attached_here());
+            assert_eq!(p1.program_id(), p2.program_id());
+            assert_ne!(p1.slot(), p2.slot());
+
+            let xsk = sys::xdp_socket().unwrap();
+            p1.register(7000, 0, xsk.as_fd()).unwrap();
+            p1.register_port(7000).unwrap(); // again: harmless
+            let err = p2.register(7000, 0, xsk.as_fd()).unwrap_err();
+            assert!(
+                matches!(err, ShareError::PortTaken { port: 7000, .. }),
+                "{err:?}"
+            );
+            assert!(p1.unregister(7000));
+            assert!(!p1.unregister(7000));
+            p2.register_port(7000).unwrap();
+            assert_eq!(p2.ports(), vec![7000]);
+            assert!(p1.ports().is_empty());
+
+            let err = p1
+                .register_socket(STEER_MAX_QUEUES, xsk.as_fd())
+                .unwrap_err();
+            assert!(matches!(err, ShareError::QueueOutOfRange { .. }), "{err:?}");
+            assert!(p1.unregister_socket(0));
+            assert!(!p1.unregister_socket(0));
+
+            assert!(p1.set_link_responder(true).unwrap());
+            assert!(p1.set_link_responder(true).unwrap(), "again: still ours");
+            assert!(!p2.set_link_responder(true).unwrap());
+            drop(p1);
+            assert!(
+                p2.set_link_responder(true).unwrap(),
+                "free once its holder left"
+            );
+            assert!(p2.is_link_responder());
+            assert!(!p2.set_link_responder(false).unwrap());
+            assert!(!p2.is_link_responder());
+
+            drop((_fake_dead, _fake_live));
+            assert_eq!(p2.members(), vec![std::process::id()]);
+            let _ = p2.counters();
+        });
+        // The last member left with p2: the program is gone.
+        wait_for(SETTLE, "the program to be detached", || {
+            attached_program(&ns).is_none()
+        });
+    }
+
+    /// A program that no member offers (here one attached through netlink,
+    /// as `ip` does) keeps the interface busy: a clear error after the wait.
+    #[test]
+    fn foreign_program_is_busy() {
+        vm_tests::require_root!();
+        let ns = veth_namespace("foreign");
+        let obj = std::env::temp_dir().join(format!("xdp-prog-foreign-{}.o", std::process::id()));
+        std::fs::write(&obj, crate::OBJECT).unwrap();
+        #[rustfmt::skip]
+        let attached = ns.ip(&[
+            "link", "set", "dev", IFACE, "xdpgeneric", "obj", obj.to_str().unwrap(), "sec", "xdp",
+        ]);
+        let _ = std::fs::remove_file(&obj);
+        attached.unwrap();
+        let err = ns.run(|| {
+            SharedProgram::join_timeout(IFACE, &XdpConfig::default(), Duration::from_millis(200))
+                .unwrap_err()
+        });
+        assert!(
+            matches!(err, ShareError::Xdp(XdpError::Busy { .. })),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("no live endpoint"), "{err}");
+    }
+}
