@@ -19,7 +19,7 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use vm_tests::netns::MultiPort;
-use vm_tests::require_root;
+use vm_tests::{forward_env, require_root, run_bounded, Cluster};
 
 /// Where Debian's Open MPI keeps its components.
 const SYSTEM_COMPONENTS: &str = "/usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3";
@@ -310,6 +310,175 @@ fn mpi_check_2_ranks_rdma() {
     let run = run_mpi_check(2, &[("btl_llc_rdma", "1")], &[], "mpi_check: OK ranks=2");
     let gets = stat_sum(&run, " gets ");
     assert!(gets > 0, "no get was used:\n{}", run.stderr);
+}
+
+/// `mpirun` on the simulated cluster: `ranks_per_host` ranks on each host,
+/// with the component of this build and the given MCA parameters, and
+/// nothing else: no btl_llc parameter unless the caller passes one.
+fn cluster_mpirun(
+    cluster: &Cluster,
+    ranks_per_host: usize,
+    mca: &[(&str, &str)],
+    args: &[&str],
+    timeout: Duration,
+) -> Run {
+    let built = build();
+    let inherited = std::env::var_os("LD_LIBRARY_PATH").unwrap_or_default();
+    let library_path = std::env::join_paths(
+        std::iter::once(built.shim_dir.clone()).chain(std::env::split_paths(&inherited)),
+    )
+    .expect("library path");
+    let mut cmd = cluster.mpirun(ranks_per_host);
+    cmd.args(["--mca", "pml", "ob1"]);
+    for (k, v) in mca {
+        cmd.args(["--mca", k, v]);
+    }
+    forward_env(
+        &mut cmd,
+        "OMPI_MCA_mca_component_path",
+        format!("{SYSTEM_COMPONENTS}:{}", built.dir.display()),
+    );
+    forward_env(&mut cmd, "LD_LIBRARY_PATH", library_path);
+    // What a user who set nothing has: no interface named for btl/llc.
+    cmd.env_remove("OMPI_MCA_btl_llc_if");
+    cmd.args(args);
+    let out = run_bounded(&mut cmd, timeout).expect("starting mpirun");
+    assert!(!out.timed_out(), "mpirun did not end in time:\n{out}");
+    Run {
+        ok: out.success(),
+        code: out.status.and_then(|s| s.code()),
+        stdout: out.stdout,
+        stderr: out.stderr,
+        elapsed: out.elapsed,
+    }
+}
+
+/// `mpi_check` on `hosts` simulated hosts with one `eth0` each and
+/// `ranks_per_host` ranks on each, `--mca btl self,vader,llc` and no
+/// btl_llc parameter but the backend (and the counters at finalize): the
+/// ranks of a host share its interface, btl/vader carries what stays on a
+/// host, so btl/llc's traffic is the traffic between hosts, and every
+/// rank's counters must show some.
+fn cluster_mpi_check(hosts: usize, ranks_per_host: usize, backend: &str) -> Run {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let cluster = Cluster::new(hosts, 9000).expect("cluster bed");
+    let np = hosts * ranks_per_host;
+    let program = build().dir.join("mpi_check");
+    let run = cluster_mpirun(
+        &cluster,
+        ranks_per_host,
+        &[
+            ("btl", "self,vader,llc"),
+            ("btl_llc_backend", backend),
+            ("btl_llc_print_stats", "1"),
+        ],
+        &[program.to_str().unwrap()],
+        Duration::from_secs(240),
+    );
+    let ok = format!("mpi_check: OK ranks={np}");
+    assert!(
+        run.ok && run.stdout.contains(&ok),
+        "mpi_check over {hosts} hosts x {ranks_per_host} ranks ({backend}) failed ({:?})\nstdout:\n{}\nstderr:\n{}",
+        run.code,
+        run.stdout,
+        run.stderr
+    );
+    check_stats(&run, np);
+    for l in run
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("btl/llc stats:"))
+    {
+        assert!(
+            l.contains(" if eth0 "),
+            "every rank uses the host's eth0: {l}"
+        );
+    }
+    println!(
+        "{hosts} hosts x {ranks_per_host} ranks, {backend}: {:.1?}",
+        run.elapsed
+    );
+    run
+}
+
+#[test]
+fn cluster_2_hosts_x_2_ranks_af_packet() {
+    require_root!();
+    let run = cluster_mpi_check(2, 2, "packet");
+    assert!(
+        run.stderr.contains("transport llc/af_packet"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn cluster_2_hosts_x_4_ranks_af_packet() {
+    require_root!();
+    cluster_mpi_check(2, 4, "packet");
+}
+
+/// `--mca btl self,llc` (no shared memory): the ranks of one host reach
+/// each other through the stack's same-host path, so the job works.
+#[test]
+fn cluster_without_vader_uses_the_same_host_path() {
+    require_root!();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let cluster = Cluster::new(2, 1500).expect("cluster bed");
+    let program = build().dir.join("mpi_check");
+    let run = cluster_mpirun(
+        &cluster,
+        2,
+        &[("btl", "self,llc"), ("btl_llc_print_stats", "1")],
+        &[program.to_str().unwrap()],
+        Duration::from_secs(240),
+    );
+    assert!(
+        run.ok && run.stdout.contains("mpi_check: OK ranks=4"),
+        "self,llc on 2 hosts x 2 ranks failed ({:?})\nstdout:\n{}\nstderr:\n{}",
+        run.code,
+        run.stdout,
+        run.stderr
+    );
+    check_stats(&run, 4);
+}
+
+/// A bad interface list ends the job at once with one line that names the
+/// problem and the fix.
+#[test]
+fn cluster_bad_interface_list_fails_clearly() {
+    require_root!();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let cluster = Cluster::new(2, 1500).expect("cluster bed");
+    let program = build().dir.join("mpi_check");
+    for (param, value, says) in [
+        ("btl_llc_if_include", "eth7", "\"eth7\" does not exist"),
+        (
+            "btl_llc_if_exclude",
+            "eth0",
+            "no interface here can carry LLC",
+        ),
+    ] {
+        let run = cluster_mpirun(
+            &cluster,
+            1,
+            &[("btl", "self,vader,llc"), (param, value)],
+            &[program.to_str().unwrap()],
+            Duration::from_secs(60),
+        );
+        assert!(!run.ok, "{param}={value}: the job ran without btl/llc");
+        let line = run
+            .stderr
+            .lines()
+            .find(|l| l.contains("btl/llc:") && l.contains(says))
+            .unwrap_or_else(|| panic!("{param}={value}: no line saying {says:?}:\n{}", run.stderr));
+        assert!(
+            line.contains("eth0"),
+            "the line lists the interfaces there: {line}"
+        );
+        println!("{param}={value}: {line} ({:.1?})", run.elapsed);
+        assert!(run.elapsed < Duration::from_secs(30), "{:.1?}", run.elapsed);
+    }
 }
 
 /// `--mca btl self,llc` with an interface that does not exist: btl/llc
