@@ -18,6 +18,12 @@
 //! `xdp.frags` variant of the program is used when frames may span several
 //! buffers (MTU above what one AF_XDP chunk holds), which native XDP on veth
 //! requires at jumbo MTUs.
+//!
+//! When many endpoint processes share one interface (one transport port
+//! each), [`SharedProgram::join`] attaches the object's second program,
+//! `llc_steer`, once per interface, and every later endpoint joins it: UI
+//! frames go to the socket of the endpoint owning their `dst_port`, TEST and
+//! XID to the link responder. See the [`shared`] module and the README.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 

@@ -1166,6 +1166,12 @@ mod tests {
     }
 
     #[test]
+    fn shared_program_is_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<SharedProgram>();
+    }
+
+    #[test]
     fn references_and_generations() {
         assert_eq!(reference(7, 1), 0x107);
         // The generation wraps within 24 bits and never becomes 0.
