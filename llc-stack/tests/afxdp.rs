@@ -122,7 +122,7 @@ fn ip_traffic_passes_and_only_our_frames_are_redirected() {
             xdp.wait(Some(Duration::from_millis(1))).unwrap();
         }
         let backend = xdp.capabilities().backend;
-        let counters = xdp.program().counters();
+        let counters = xdp.program().unwrap().counters();
         let stats = xdp.stats();
         (n_xdp, n_ours, n_other, backend, counters, stats)
     });
@@ -177,7 +177,8 @@ fn queue_already_bound_is_reported() {
             bind_retry: Duration::ZERO,
             ..Default::default()
         };
-        let err = AfXdp::open_with_program(&ifname, cfg, Arc::clone(first.program())).unwrap_err();
+        let err = AfXdp::open_with_program(&ifname, cfg, Arc::clone(first.program().unwrap()))
+            .unwrap_err();
         let msg = err.to_string();
         assert!(matches!(err, LinkError::Busy { .. }), "{err:?}");
         assert!(
@@ -189,7 +190,8 @@ fn queue_already_bound_is_reported() {
             queue: Some(7),
             ..Default::default()
         };
-        let err = AfXdp::open_with_program(&ifname, cfg, Arc::clone(first.program())).unwrap_err();
+        let err = AfXdp::open_with_program(&ifname, cfg, Arc::clone(first.program().unwrap()))
+            .unwrap_err();
         assert!(err.to_string().contains("queue 7"), "{err}");
     });
 }
@@ -311,7 +313,7 @@ fn one_socket_per_rx_queue() {
             },
         )
         .unwrap();
-        let program = Arc::clone(first.program());
+        let program = Arc::clone(first.program().unwrap());
         let mut senders = vec![first];
         for q in 2..=3 {
             let cfg = AfXdpConfig {
@@ -332,7 +334,7 @@ fn one_socket_per_rx_queue() {
             rx.wait(Some(Duration::from_millis(10))).unwrap();
         }
         assert_eq!(got, want, "{:?}", rx.stats());
-        assert_eq!(rx.program().counters().redirected, want as u64);
+        assert_eq!(rx.program().unwrap().counters().redirected, want as u64);
 
         // The frames really came in on queues 1..=3: a device serving only
         // queue 0 gets none of them (they find no socket and are passed).
@@ -346,10 +348,11 @@ fn one_socket_per_rx_queue() {
             send_tests(s, src, dst, SAP, 100, PER_QUEUE);
         }
         let deadline = Instant::now() + Duration::from_secs(10);
-        while rx0.program().counters().no_socket < want as u64 && Instant::now() < deadline {
+        while rx0.program().unwrap().counters().no_socket < want as u64 && Instant::now() < deadline
+        {
             std::thread::sleep(Duration::from_millis(5));
         }
         assert_eq!(drain(&mut rx0), 0);
-        assert_eq!(rx0.program().counters().no_socket, want as u64);
+        assert_eq!(rx0.program().unwrap().counters().no_socket, want as u64);
     });
 }

@@ -164,8 +164,8 @@ fn vanishing_peer<T: Transport>(mk: impl Maker<T>) {
 /// between every pair (also between the two of the same host, through the
 /// same-host path), and no endpoint sees, let alone drops or resets,
 /// another's frames.
-fn shared_interface(backend: Backend) {
-    require_root!();
+fn shared_interface(backend: Backend) -> Vec<String> {
+    require_root!(Vec::new());
     // Endpoints not in the pair under test still answer connection
     // requests, as MPI ranks do (btl/llc's background thread).
     let cfg = Config {
@@ -212,11 +212,27 @@ fn shared_interface(backend: Backend) {
             e.local_addr()
         );
     }
+    eps.iter().map(|e| e.transport_name()).collect()
 }
 
 #[test]
 fn shared_interface_packet() {
     shared_interface(Backend::Packet);
+}
+
+/// With `auto`, the first endpoint of a host takes AF_XDP (the veth has one
+/// RX queue) and joins the interface's XDP program; the others find the
+/// queue taken and open on AF_PACKET: the program hands the AF_XDP
+/// endpoint only its own port's frames and passes the others' on.
+#[test]
+fn shared_interface_auto_mixes_af_xdp_and_af_packet() {
+    require_root!();
+    let names = shared_interface(Backend::Auto);
+    assert!(names[1].contains("af_xdp"), "{names:?}");
+    assert!(
+        names[2].contains("af_packet") && names[3].contains("af_packet"),
+        "{names:?}"
+    );
 }
 
 /// The suite, once per transport.

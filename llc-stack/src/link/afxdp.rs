@@ -39,14 +39,31 @@
 //! # Waiting
 //! [`Device::wait`] spins on the RX rings for [`AfXdpConfig::busy_poll`],
 //! then sleeps in `poll(2)` on the sockets.
+//!
+//! # An interface shared with other endpoints
+//! With [`AfXdpConfig::port`] set, the device is one endpoint of several on
+//! the interface (MPI ranks of a node): it claims its port
+//! ([`crate::link::local`]), joins the interface's shared XDP program
+//! (`xdp_prog::shared`: attached by the first endpoint, taken over by the
+//! others, detached by the kernel when the last one exits or is killed) and
+//! registers its sockets for its port, so the program hands it only its own
+//! frames and passes the rest to the kernel, where endpoints on AF_PACKET
+//! find theirs. Each endpoint has its own UMEM and binds its own sockets, so
+//! one endpoint per RX queue can use AF_XDP: a queue already bound by
+//! another endpoint is reported busy, and `auto` then opens that endpoint on
+//! AF_PACKET (several sockets on one queue need `XDP_SHARED_UMEM`, with the
+//! fill and completion rings shared between processes: not built yet, see
+//! xdp-prog/README.md).
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use xdp_prog::shared::{ShareError, SharedProgram};
 pub use xdp_prog::{AttachMode, Attached, Counters as ProgramCounters, LlcRedirect, XdpError};
 
+use crate::link::local::{LocalPort, LocalStats};
 use crate::link::{Capabilities, Device, LinkError, RxToken, TxToken};
 use crate::sys::{self, xsk};
 use crate::time::Instant;
@@ -182,7 +199,10 @@ struct Queue {
 pub struct AfXdp {
     // Sockets are closed before the program is detached.
     queues: Vec<Queue>,
-    program: Arc<LlcRedirect>,
+    program: Program,
+    /// The claimed port and the same-host path, when the interface is
+    /// shared with other endpoints (`config.port` is `Some`).
+    local: Option<LocalPort>,
     ifname: String,
     ifindex: u32,
     mac: [u8; 6],
@@ -205,6 +225,41 @@ impl std::fmt::Debug for AfXdp {
                 &self.queues.iter().map(|q| q.id).collect::<Vec<_>>(),
             )
             .finish_non_exhaustive()
+    }
+}
+
+/// The XDP program a device receives through.
+enum Program {
+    /// A program of this process (attached by the device, or shared with
+    /// other devices of the process through [`AfXdp::open_with_program`]).
+    Own(Arc<LlcRedirect>),
+    /// The interface's program, shared with other endpoint processes.
+    Shared(Box<SharedProgram>),
+}
+
+impl Program {
+    fn attached(&self) -> Attached {
+        match self {
+            Program::Own(p) => p.attached(),
+            Program::Shared(p) => p.attached(),
+        }
+    }
+}
+
+fn share_error(iface: &str, e: ShareError) -> LinkError {
+    match e {
+        ShareError::Xdp(e) => xdp_error(iface, e),
+        ShareError::NoAccess { .. } => LinkError::PermissionDenied {
+            iface: iface.to_owned(),
+            what: "the interface's shared XDP program",
+            needs: "PTRACE_MODE_ATTACH over the endpoint process holding it (the same user; \
+                    CAP_SYS_PTRACE under Yama ptrace_scope >= 1)",
+        },
+        e @ (ShareError::NoSlot { .. } | ShareError::PortTaken { .. }) => LinkError::Busy {
+            iface: iface.to_owned(),
+            what: e.to_string(),
+        },
+        e => LinkError::Unsupported(e.to_string()),
     }
 }
 
@@ -247,12 +302,6 @@ impl AfXdp {
     /// the requested mode, no zero-copy, MTU too large) and [`LinkError::Io`].
     pub fn open(ifname: &str, config: AfXdpConfig) -> Result<AfXdp, LinkError> {
         config.validate()?;
-        if config.port.is_some() {
-            return Err(LinkError::Unsupported(format!(
-                "AF_XDP for an endpoint that shares {ifname} with other endpoints needs the \
-                 shared XDP program, not built yet"
-            )));
-        }
         let ifindex = sys::interface_index(ifname)?;
         if !sys::interface_is_up(ifname)? {
             return Err(LinkError::InterfaceDown(ifname.to_owned()));
@@ -275,9 +324,14 @@ impl AfXdp {
             },
             frags: needs_multi_buffer(mtu),
         };
-        let program =
-            LlcRedirect::attach(ifname, ifindex, &xcfg).map_err(|e| xdp_error(ifname, e))?;
-        let mut dev = Self::open_with_program(ifname, config, Arc::new(program))?;
+        let mut dev = match config.port {
+            None => {
+                let program = LlcRedirect::attach(ifname, ifindex, &xcfg)
+                    .map_err(|e| xdp_error(ifname, e))?;
+                Self::open_with_program(ifname, config, Arc::new(program))?
+            }
+            Some(port) => Self::open_shared(ifname, config, &xcfg, port)?,
+        };
         if veth {
             dev.fallbacks.insert(
                 0,
@@ -313,15 +367,86 @@ impl AfXdp {
                 ),
             });
         }
+        if needs_multi_buffer(sys::interface_mtu(ifname)?) && !program.frags() {
+            return Err(LinkError::Unsupported(format!(
+                "MTU {} on {ifname} needs the multi-buffer (xdp.frags) XDP program",
+                sys::interface_mtu(ifname)?
+            )));
+        }
+        let dev = Self::bind_sockets(ifname, ifindex, config, Program::Own(program), None)?;
+        for q in &dev.queues {
+            if let Program::Own(p) = &dev.program {
+                p.register(q.id, q.xsk.fd())
+                    .map_err(|e| xdp_error(ifname, e))?;
+            }
+        }
+        Ok(dev)
+    }
+
+    /// Open the endpoint of `port` (0: any free port) on an interface shared
+    /// with other endpoints of the host: claim the port, join the shared
+    /// program, bind our sockets and register them for the port.
+    fn open_shared(
+        ifname: &str,
+        mut config: AfXdpConfig,
+        xcfg: &xdp_prog::XdpConfig,
+        port: u16,
+    ) -> Result<AfXdp, LinkError> {
+        let ifindex = sys::interface_index(ifname)?;
+        let mtu = sys::interface_mtu(ifname)?;
+        let mac = sys::interface_mac(ifname)?;
+        let local = LocalPort::claim(ifname, config.sap, port, mac, mtu + HEADER_LEN)?;
+        let program = SharedProgram::join(ifname, xcfg).map_err(|e| share_error(ifname, e))?;
+        // A queue bound by another live endpoint stays bound: do not wait
+        // the whole retry for it (the retry is for sockets that just closed).
+        config.bind_retry = config.bind_retry.min(Duration::from_millis(300));
+        let dev = Self::bind_sockets(
+            ifname,
+            ifindex,
+            config,
+            Program::Shared(Box::new(program)),
+            Some(local),
+        )
+        .map_err(|e| match e {
+            LinkError::Busy { iface, what } => LinkError::Busy {
+                what: format!(
+                    "{what}; each endpoint sharing {iface} over AF_XDP needs an RX queue \
+                         of its own (several endpoints on one queue need XDP_SHARED_UMEM, not \
+                         built yet): use AF_PACKET for this endpoint (backend auto does), or \
+                         give the interface more queues"
+                ),
+                iface,
+            },
+            e => e,
+        })?;
+        let (Program::Shared(p), Some(l)) = (&dev.program, &dev.local) else {
+            unreachable!("opened as shared");
+        };
+        for q in &dev.queues {
+            p.register_socket(q.id, q.xsk.fd())
+                .map_err(|e| share_error(ifname, e))?;
+        }
+        p.register_port(l.port())
+            .map_err(|e| share_error(ifname, e))?;
+        if l.has_link_role() {
+            p.set_link_responder(true)
+                .map_err(|e| share_error(ifname, e))?;
+        }
+        Ok(dev)
+    }
+
+    /// Bind one socket per RX queue in use, each with its own UMEM.
+    fn bind_sockets(
+        ifname: &str,
+        ifindex: u32,
+        config: AfXdpConfig,
+        program: Program,
+        local: Option<LocalPort>,
+    ) -> Result<AfXdp, LinkError> {
         let mtu = sys::interface_mtu(ifname)?;
         let mac = sys::interface_mac(ifname)?;
         let max_frame = mtu + HEADER_LEN;
         let sg = needs_multi_buffer(mtu);
-        if sg && !program.frags() {
-            return Err(LinkError::Unsupported(format!(
-                "MTU {mtu} on {ifname} needs the multi-buffer (xdp.frags) XDP program"
-            )));
-        }
         let slot_chunks = max_frame.div_ceil(CHUNK_SIZE);
         if slot_chunks > MAX_TX_DESCS {
             return Err(LinkError::Unsupported(format!(
@@ -344,9 +469,6 @@ impl AfXdp {
         let mut queues = Vec::with_capacity(queue_ids.len());
         for &id in &queue_ids {
             let xsk = bind_queue(ifname, ifindex, id, params, sg, &config, &mut fallbacks)?;
-            program
-                .register(id, xsk.fd())
-                .map_err(|e| xdp_error(ifname, e))?;
             queues.push(Queue { xsk, id });
         }
         let zc = queues.iter().all(|q| q.xsk.zero_copy());
@@ -359,6 +481,7 @@ impl AfXdp {
         Ok(AfXdp {
             queues,
             program,
+            local,
             ifname: ifname.to_owned(),
             ifindex,
             mac,
@@ -370,6 +493,54 @@ impl AfXdp {
             counters: AfXdpStats::default(),
             pending_error: None,
         })
+    }
+
+    /// The transport port this device receives when it shares its
+    /// interface (`AfXdpConfig::port`); the claimed one when 0 was asked.
+    pub fn port(&self) -> Option<u16> {
+        self.local.as_ref().map(LocalPort::port)
+    }
+
+    /// Whether this device answers link-level TEST and XID for the
+    /// interface and SAP (always, when it has the SAP to itself).
+    pub fn link_role(&self) -> bool {
+        self.local.as_ref().is_none_or(LocalPort::has_link_role)
+    }
+
+    /// Counters of the same-host path (zero when the interface is not shared).
+    pub fn local_stats(&self) -> LocalStats {
+        self.local
+            .as_ref()
+            .map(LocalPort::stats)
+            .unwrap_or_default()
+    }
+
+    /// The interface's shared XDP program, when this device shares its
+    /// interface with other endpoints.
+    pub fn shared_program(&self) -> Option<&SharedProgram> {
+        match &self.program {
+            Program::Shared(p) => Some(p),
+            Program::Own(_) => None,
+        }
+    }
+
+    /// No RX ring has a frame: look at the same-host socket, and take the
+    /// link role over when its holder left.
+    fn receive_local(&mut self, force: bool) -> Option<AfXdpRxToken<'_>> {
+        let local = self.local.as_mut()?;
+        match local.poll(force) {
+            Some(len) => Some(AfXdpRxToken(XdpRxFrom::Local(local.frame(len)))),
+            None => {
+                if local.take_role_change() {
+                    if let Program::Shared(p) = &self.program {
+                        if let Err(e) = p.set_link_responder(true) {
+                            tracing::warn!(ifname = %self.ifname, error = %e, "could not take the link responder role");
+                        }
+                    }
+                }
+                None
+            }
+        }
     }
 
     /// The interface's MAC address.
@@ -402,9 +573,14 @@ impl AfXdp {
         self.queues.iter().map(|q| q.id).collect()
     }
 
-    /// The XDP program (shareable with [`AfXdp::open_with_program`]).
-    pub fn program(&self) -> &Arc<LlcRedirect> {
-        &self.program
+    /// The XDP program of this process (shareable with
+    /// [`AfXdp::open_with_program`]); `None` when the device uses the
+    /// interface's shared program ([`AfXdp::shared_program`]).
+    pub fn program(&self) -> Option<&Arc<LlcRedirect>> {
+        match &self.program {
+            Program::Own(p) => Some(p),
+            Program::Shared(_) => None,
+        }
     }
 
     /// Why the preferred modes were not obtained (e.g. "zero-copy refused on
@@ -560,15 +736,22 @@ fn bind_queue(
     unreachable!("the last mode returns")
 }
 
-/// A received frame lent from a UMEM chunk (or the reassembly buffer).
-pub struct AfXdpRxToken<'a> {
-    frame: xsk::RxFrame<'a>,
+/// A received frame lent from a UMEM chunk (or the reassembly buffer), or
+/// from the same-host path.
+pub struct AfXdpRxToken<'a>(XdpRxFrom<'a>);
+
+enum XdpRxFrom<'a> {
+    Umem(xsk::RxFrame<'a>),
+    Local(&'a [u8]),
 }
 
 impl RxToken for AfXdpRxToken<'_> {
     #[inline]
     fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
-        f(self.frame.frame())
+        match self.0 {
+            XdpRxFrom::Umem(frame) => f(frame.frame()),
+            XdpRxFrom::Local(frame) => f(frame),
+        }
     }
 }
 
@@ -577,6 +760,7 @@ impl RxToken for AfXdpRxToken<'_> {
 pub struct AfXdpTxToken<'a> {
     slot: xsk::TxSlot<'a>,
     counters: &'a mut AfXdpStats,
+    local: Option<&'a mut LocalPort>,
 }
 
 impl TxToken for AfXdpTxToken<'_> {
@@ -594,6 +778,13 @@ impl TxToken for AfXdpTxToken<'_> {
             self.counters.tx_errors += 1;
             return 0;
         }
+        if let Some(local) = self.local {
+            if local.is_local(&buf[..len]) {
+                // To an endpoint of this host: the slot is not sent.
+                local.send(&buf[..len]);
+                return len;
+            }
+        }
         slot.send(len);
         self.counters.tx_frames += 1;
         self.counters.tx_bytes += len as u64;
@@ -607,6 +798,9 @@ impl Device for AfXdp {
 
     #[inline]
     fn receive(&mut self, _now: Instant) -> Option<AfXdpRxToken<'_>> {
+        if self.local.is_some() && !self.any_rx_ready() {
+            return self.receive_local(false);
+        }
         let n = self.queues.len();
         let index = if n == 1 {
             0
@@ -626,7 +820,7 @@ impl Device for AfXdp {
         if len + RX_HEADROOM > CHUNK_SIZE {
             self.counters.rx_multi_buffer += 1;
         }
-        Some(AfXdpRxToken { frame })
+        Some(AfXdpRxToken(XdpRxFrom::Umem(frame)))
     }
 
     #[inline]
@@ -643,6 +837,7 @@ impl Device for AfXdp {
         Some(AfXdpTxToken {
             slot,
             counters: &mut self.counters,
+            local: self.local.as_mut(),
         })
     }
 
@@ -682,6 +877,12 @@ impl Device for AfXdp {
         for q in &self.queues {
             q.xsk.wake_rx_if_needed();
         }
+        if let Some(local) = &mut self.local {
+            local.woke();
+            let mut fds: Vec<RawFd> = self.queues.iter().map(|q| q.xsk.fd().as_raw_fd()).collect();
+            local.push_fds(&mut fds);
+            return sys::poll_first_of(&fds, timeout).map(drop);
+        }
         let fds: Vec<BorrowedFd<'_>> = self.queues.iter().map(|q| q.xsk.fd()).collect();
         xsk::poll_any(&fds, timeout)
     }
@@ -693,6 +894,10 @@ impl Device for AfXdp {
         for q in &self.queues {
             q.xsk.wake_rx_if_needed();
             fds.push(q.xsk.fd().as_raw_fd());
+        }
+        if let Some(local) = &mut self.local {
+            local.woke();
+            local.push_fds(fds);
         }
         None
     }
@@ -713,8 +918,10 @@ impl Device for AfXdp {
 
 impl Drop for AfXdp {
     fn drop(&mut self) {
-        for q in &self.queues {
-            self.program.unregister(q.id);
+        if let Program::Own(p) = &self.program {
+            for q in &self.queues {
+                p.unregister(q.id);
+            }
         }
     }
 }

@@ -123,7 +123,7 @@ impl AnyLink {
     pub fn port(&self) -> Option<u16> {
         match self {
             AnyLink::Packet(d) => d.port(),
-            AnyLink::Xdp(_) => None,
+            AnyLink::Xdp(d) => d.port(),
         }
     }
 

@@ -485,18 +485,24 @@ pub(crate) fn poll_first_of(fds: &[RawFd], timeout: Option<Duration>) -> io::Res
             libc::c_int::try_from(ms).unwrap_or(libc::c_int::MAX)
         }
     };
-    let mut pfds = [libc::pollfd {
-        fd: -1,
-        events: libc::POLLIN,
-        revents: 0,
-    }; 4];
-    let n = fds.len().min(pfds.len());
-    for (p, &fd) in pfds.iter_mut().zip(&fds[..n]) {
-        p.fd = fd;
+    let mut pfds: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    if pfds.is_empty() {
+        return Ok(Readiness::Nothing);
     }
-    // SAFETY: `pfds` is a valid, writable array of at least `n` pollfds for
-    // the duration of the call.
-    match syscall!(poll(pfds.as_mut_ptr(), n as libc::nfds_t, timeout_ms)) {
+    // SAFETY: `pfds` is a valid, writable array of `len` pollfds for the
+    // duration of the call.
+    match syscall!(poll(
+        pfds.as_mut_ptr(),
+        pfds.len() as libc::nfds_t,
+        timeout_ms
+    )) {
         Ok(0) => Ok(Readiness::Nothing),
         Ok(_) if pfds[0].revents & libc::POLLERR != 0 => Ok(Readiness::Error),
         Ok(_) => Ok(Readiness::Readable),
