@@ -87,6 +87,33 @@ impl Background {
     pub fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
     }
+
+    /// Wait at most `timeout` for the process to exit; its status, or
+    /// `None` if it still runs. Its output is complete once this returns
+    /// `Some` (the reader threads are given a moment to finish).
+    pub fn wait_timeout(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                // The pipes close with the process; the readers follow.
+                let settle = std::time::Instant::now() + Duration::from_millis(500);
+                while Arc::strong_count(&self.output) > 1 && std::time::Instant::now() < settle {
+                    thread::sleep(Duration::from_millis(5));
+                }
+                return Some(status);
+            }
+            if std::time::Instant::now() >= deadline {
+                return None;
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Kill the process with SIGKILL and reap it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 impl Drop for Background {

@@ -7,6 +7,12 @@
 //! llc-xfer -I eth0 --bytes 16777216 02:4c:4c:00:00:02
 //! ```
 //! Both ends print `llc-xfer: <sent|received> N bytes in M messages, sha256 HEX`.
+//!
+//! By default an end has the interface's SAP to itself (AF_PACKET, every
+//! port). With `--shared` it is one endpoint of several on the interface, as
+//! MPI ranks of a node are: it claims its port (the receiver `--port`, the
+//! sender any free one), receives only that port's frames, and `--backend`
+//! picks AF_XDP (joining the interface's shared XDP program) or AF_PACKET.
 //! Exit status 0 on success, 2 on any error (timeout, failed connection, byte count).
 #![deny(unsafe_code)]
 
@@ -15,7 +21,9 @@ use std::time::Duration;
 
 use anyhow::{bail, ensure, Context, Result};
 use clap::Parser;
-use llc_stack::link::afpacket::{AfPacket, AfPacketConfig};
+use llc_stack::link::afpacket::AfPacketConfig;
+use llc_stack::link::afxdp::AfXdpConfig;
+use llc_stack::link::any::{self, Backend};
 use llc_stack::proto::{Config, ConnHandle, Event, SendError};
 use llc_stack::rng::Rng;
 use llc_stack::wire::MacAddr;
@@ -58,6 +66,14 @@ struct Args {
     /// Seconds before giving up.
     #[arg(long, default_value_t = 300.0)]
     timeout: f64,
+    /// Share the interface with other endpoints of this host: claim a port
+    /// (the receiver's `--port`, any free one for the sender) and receive
+    /// only its frames.
+    #[arg(long)]
+    shared: bool,
+    /// Link backend (with `--shared`): auto, xdp or packet.
+    #[arg(long, default_value = "packet", requires = "shared")]
+    backend: Backend,
 }
 
 fn main() {
@@ -73,9 +89,32 @@ fn main() {
 
 fn run(args: &Args) -> Result<()> {
     ensure!(args.message > 0, "--message must be at least 1");
-    let dev = AfPacket::open(&args.interface, AfPacketConfig::default())
-        .with_context(|| format!("opening {} (AF_PACKET, needs CAP_NET_RAW)", args.interface))?;
-    let mac = MacAddr(dev.mac());
+    let port = args
+        .shared
+        .then_some(if args.receive { args.port } else { 0 });
+    let (backend, packet, xdp) = (
+        if args.shared {
+            args.backend
+        } else {
+            Backend::Packet
+        },
+        AfPacketConfig {
+            port,
+            ..AfPacketConfig::default()
+        },
+        AfXdpConfig {
+            port,
+            ..AfXdpConfig::default()
+        },
+    );
+    let (dev, notes) = any::open(&args.interface, backend, packet, xdp)
+        .with_context(|| format!("opening {} ({backend})", args.interface))?;
+    for n in notes {
+        eprintln!("llc-xfer: {n}");
+    }
+    let mac = dev.mac();
+    let claimed = dev.port();
+    let link = dev.capabilities().backend;
     // LLC_AUTH_KEY: per-job key material, as llc-ping reads it (docs/SECURITY.md).
     let auth_key = match std::env::var_os("LLC_AUTH_KEY") {
         None => None,
@@ -90,10 +129,14 @@ fn run(args: &Args) -> Result<()> {
         ..Config::default()
     };
     let mut stack = Stack::new(dev, cfg, mac, Rng::from_entropy());
+    if let Some(p) = claimed {
+        // Sharing the interface: every connection leaves from our port.
+        stack.endpoint_mut().bind(p);
+    }
     let deadline = Instant::now() + Duration::from_secs_f64(args.timeout);
     let (verb, messages, digest, conn) = match args.peer {
         None => {
-            let (m, d) = receive(&mut stack, mac, args, deadline)?;
+            let (m, d) = receive(&mut stack, mac, &link, args, deadline)?;
             ("received", m, d, None)
         }
         Some(peer) => {
@@ -132,12 +175,13 @@ fn fill(rng: &mut Rng, len: usize) -> Vec<u8> {
 fn receive<D: Device>(
     stack: &mut Stack<D>,
     mac: MacAddr,
+    link: &str,
     args: &Args,
     deadline: Instant,
 ) -> Result<(usize, Vec<u8>)> {
     stack.endpoint_mut().listen(args.port);
     println!(
-        "llc-xfer: receiving on {} ({mac}), port {}",
+        "llc-xfer: receiving on {} ({mac}), port {}, {link}",
         args.interface, args.port
     );
     let mut hasher = Sha256::new();
@@ -185,6 +229,15 @@ fn send<D: Device>(
     let conn = stack
         .endpoint_mut()
         .connect(Instant::now(), peer, args.port, None)?;
+    println!(
+        "llc-xfer: sending to {peer} port {} from port {}",
+        args.port,
+        stack
+            .endpoint()
+            .connection(conn)
+            .map_or(0, |c| c.local_port())
+    );
+    std::io::stdout().flush()?;
     let mut rng = Rng::new(args.seed);
     let mut hasher = Sha256::new();
     let n = args.bytes.div_ceil(args.message);
