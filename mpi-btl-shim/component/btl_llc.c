@@ -88,6 +88,7 @@ static struct {
     int sap;
     int port;
     bool progress_thread;
+    bool exclusive;
     int progress_interval_us;
     int idle_timeout_ms;
     bool rdma;
@@ -175,6 +176,10 @@ static int llc_register(void)
             "LLC transport port of the endpoint (0: any free port; each process on an"
             " interface needs its own)",
             &params.port, 0);
+    reg_bool("exclusive",
+             "This rank has the interface's SAP to itself (one rank per NIC): no per-port"
+             " filter and no same-host path; other ranks on the interface would see its frames",
+             &params.exclusive, false);
     reg_bool("progress_thread",
              "Run a background thread that keeps connections alive (acknowledgements,"
              " keepalives) while the application computes without calling MPI; without it a"
@@ -812,6 +817,7 @@ static mca_btl_base_module_t **llc_init(int *num_btls, bool progress_threads, bo
         .port = (uint16_t) params.port,
         .idle_timeout_ms = (uint32_t) (params.idle_timeout_ms > 0 ? params.idle_timeout_ms : 0),
         .progress_thread = params.progress_thread,
+        .exclusive = params.exclusive,
         .progress_interval_us = (uint32_t) (params.progress_interval_us > 0
                                                 ? params.progress_interval_us
                                                 : 0),

@@ -34,6 +34,7 @@ fn main() {
         port: 7,
         idle_timeout_ms: 0,
         progress_thread: true,
+        exclusive: false,
         progress_interval_us: 0,
     };
     let mut shim = std::ptr::null_mut();

@@ -71,6 +71,12 @@ typedef struct LlcShimConfig {
    */
   bool progress_thread;
   /**
+   * Have the interface's SAP to this endpoint alone (one rank per NIC):
+   * no port filter, no same-host path. Off: the interface is shared with
+   * the other ranks of the host.
+   */
+  bool exclusive;
+  /**
    * Its period in microseconds (0: 10 ms).
    */
   uint32_t progress_interval_us;

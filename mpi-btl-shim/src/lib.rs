@@ -37,6 +37,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use llc_stack::link::afxdp::AttachMode;
 use llc_stack::link::any::{AnyLink, Backend};
 use msg_layer::rma::{MemoryRegion, RegionKey};
 use msg_layer::transport::llc::{LlcConfig, LlcTransport};
@@ -77,6 +78,10 @@ pub struct LlcShimConfig {
     pub idle_timeout_ms: u32,
     /// Run the background keep-alive progress thread.
     pub progress_thread: bool,
+    /// Have the interface's SAP to this endpoint alone (one rank per NIC):
+    /// no port filter, no same-host path. Off: the interface is shared with
+    /// the other ranks of the host.
+    pub exclusive: bool,
     /// Its period in microseconds (0: 10 ms).
     pub progress_interval_us: u32,
 }
@@ -492,7 +497,12 @@ impl LlcShim {
                 .min(llc.idle_timeout / 4)
                 .max(Duration::from_millis(10));
         }
-        let t = LlcTransport::open(ifname, backend, cfg.port, llc)
+        let open = if cfg.exclusive {
+            LlcTransport::open_exclusive
+        } else {
+            LlcTransport::open_with_attach
+        };
+        let t = open(ifname, backend, AttachMode::Auto, cfg.port, llc)
             .map_err(|e| format!("opening {backend} on {ifname}: {e}"))?;
         for n in t.notes() {
             tracing::info!(ifname, "{n}");

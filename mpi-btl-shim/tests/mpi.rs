@@ -668,6 +668,23 @@ fn at(rows: &[Row], bytes: u64) -> Row {
 /// "packet"). Nothing sent over that backend between those ports can take
 /// less: the floor under btl/llc's 8 B NetPIPE time.
 fn link_floor(bed: &MultiPort, backend: &str, rounds: usize) -> f64 {
+    link_floor_between(
+        [
+            (&bed.ns, &bed.ports[0], bed.macs[0]),
+            (&bed.ns, &bed.ports[1], bed.macs[1]),
+        ],
+        backend,
+        rounds,
+    )
+}
+
+/// [`link_floor`] between two interfaces, each in its namespace: (namespace,
+/// interface, MAC) of the pinging end and of the answering end.
+fn link_floor_between(
+    ends: [(&vm_tests::Netns, &String, [u8; 6]); 2],
+    backend: &str,
+    rounds: usize,
+) -> f64 {
     use llc_stack::link::any::{self, Backend};
     use llc_stack::link::{Device, RxToken, TxToken};
     use llc_stack::wire::llc::{Command, DEFAULT_SAP};
@@ -682,9 +699,10 @@ fn link_floor(bed: &MultiPort, backend: &str, rounds: usize) -> f64 {
             .unwrap_or_else(|e| panic!("opening {kind} on {ifname}: {e}"))
             .0
     };
+    let macs = [ends[0].2, ends[1].2];
     let addr = |from: usize, to: usize| Addresses {
-        dst: MacAddr(bed.macs[to]),
-        src: MacAddr(bed.macs[from]),
+        dst: MacAddr(macs[to]),
+        src: MacAddr(macs[from]),
         dsap: DEFAULT_SAP,
         ssap: DEFAULT_SAP,
     };
@@ -712,8 +730,8 @@ fn link_floor(bed: &MultiPort, backend: &str, rounds: usize) -> f64 {
     let stop = Arc::new(AtomicBool::new(false));
     let (ready_tx, ready_rx) = mpsc::channel();
     let (reply_to, responder_stop) = (addr(1, 0), stop.clone());
-    let ifname1 = bed.ports[1].clone();
-    let responder = bed.ns.spawn(move || {
+    let ifname1 = ends[1].1.clone();
+    let responder = ends[1].0.spawn(move || {
         let mut dev = open(&ifname1);
         ready_tx.send(()).expect("ready");
         while !responder_stop.load(Ordering::Relaxed) {
@@ -728,8 +746,8 @@ fn link_floor(bed: &MultiPort, backend: &str, rounds: usize) -> f64 {
     ready_rx
         .recv_timeout(Duration::from_secs(30))
         .expect("responder ready");
-    let (to, ifname0) = (addr(0, 1), bed.ports[0].clone());
-    let pinger = bed.ns.spawn(move || {
+    let (to, ifname0) = (addr(0, 1), ends[0].1.clone());
+    let pinger = ends[0].0.spawn(move || {
         let mut dev = open(&ifname0);
         let warmup = rounds / 10;
         let mut rtts = Vec::with_capacity(rounds);
@@ -877,6 +895,126 @@ fn netpipe_llc_vs_tcp() {
                 );
             }
             println!("{line}");
+        }
+    }
+}
+
+/// The benchmark of the cluster issue: NPopenmpi with 1 rank on each of 2
+/// simulated hosts (one `eth0` each, on one bridge), alternating in one
+/// run: btl/llc with the interface shared (the default: per-port filter or
+/// steering, port claim, same-host path), btl/llc with the interface to
+/// itself (`btl_llc_exclusive`, how one rank per interface ran before),
+/// each over AF_XDP and AF_PACKET, and btl/tcp (`self,vader,tcp`) between
+/// the hosts' addresses, the same bridge path. Each llc run follows its
+/// backend's link floor between the same two interfaces. Prints the table
+/// and ratios for docs/BENCHMARKS.md.
+#[test]
+#[ignore = "benchmark: run with --release --ignored --nocapture"]
+fn netpipe_cluster_shared_vs_exclusive_vs_tcp() {
+    require_root!();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let env = |k: &str, d: &str| std::env::var(k).unwrap_or_else(|_| d.to_owned());
+    let mtu: u32 = env("LLC_BENCH_MTU", "9000").parse().expect("LLC_BENCH_MTU");
+    let rounds: usize = env("LLC_BENCH_ROUNDS", "2")
+        .parse()
+        .expect("LLC_BENCH_ROUNDS");
+    let np_args = env("LLC_BENCH_NP_ARGS", "-u 4194304");
+    let backends = env("LLC_BENCH_BACKENDS", "xdp,packet");
+    let cluster = Cluster::new(2, mtu).expect("cluster bed");
+    let hosts = cluster.hosts();
+    let ifname = vm_tests::CLUSTER_IFNAME.to_owned();
+    let ends = [
+        (&hosts[0].ns, &ifname, hosts[0].mac),
+        (&hosts[1].ns, &ifname, hosts[1].mac),
+    ];
+    let mut configs: Vec<(String, Vec<(&str, String)>)> = Vec::new();
+    for b in backends.split(',') {
+        for (mode, exclusive) in [("shared", "0"), ("exclusive", "1")] {
+            configs.push((
+                format!("llc/{b}/{mode}"),
+                vec![
+                    ("btl", "self,vader,llc".into()),
+                    ("btl_llc_backend", b.into()),
+                    ("btl_llc_exclusive", exclusive.into()),
+                ],
+            ));
+        }
+    }
+    configs.push((
+        "tcp".into(),
+        vec![
+            ("btl", "self,vader,tcp".into()),
+            ("btl_tcp_if_include", cluster.subnet()),
+        ],
+    ));
+    let mut results: Vec<(String, Vec<Row>, Option<f64>)> = Vec::new();
+    for round in 0..rounds {
+        for (which, mca) in &configs {
+            let floor = which.strip_prefix("llc/").map(|rest| {
+                let backend = rest.split('/').next().expect("backend");
+                let f = link_floor_between(ends, backend, 20_000);
+                println!("round {round} link floor {backend}: {f:.2} µs one-way");
+                f
+            });
+            let out = std::env::temp_dir().join(format!("np-cluster-{}.out", std::process::id()));
+            let mut args = vec!["NPopenmpi"];
+            args.extend(np_args.split_whitespace());
+            args.extend(["-o", out.to_str().unwrap()]);
+            let mca: Vec<(&str, &str)> = mca.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            let mut attempt = 0;
+            let run = loop {
+                attempt += 1;
+                let run = cluster_mpirun(&cluster, 1, &mca, &args, Duration::from_secs(900));
+                let flaky_tcp = which == "tcp"
+                    && !run.ok
+                    && run.stderr.contains("failed to TCP connect to a peer");
+                if !flaky_tcp || attempt == 3 {
+                    break run;
+                }
+                println!("round {round} tcp: btl/tcp connect failure, retrying");
+            };
+            assert!(
+                run.ok,
+                "NPopenmpi over {which}:\n{}\n{}",
+                run.stdout, run.stderr
+            );
+            let rows = parse_netpipe(&std::fs::read_to_string(&out).unwrap_or_default());
+            let _ = std::fs::remove_file(&out);
+            println!(
+                "round {round} {which}: {} rows in {:.1?}",
+                rows.len(),
+                run.elapsed
+            );
+            results.push((which.clone(), rows, floor));
+        }
+    }
+    println!("\n| round | BTL | link floor µs | 8 B one-way µs | 1 KiB µs | 64 KiB Mbit/s | 1 MiB Mbit/s | peak Mbit/s |");
+    println!("|---|---|---|---|---|---|---|---|");
+    for (i, (which, rows, floor)) in results.iter().enumerate() {
+        let peak = rows.iter().map(|r| r.1).fold(0.0, f64::max);
+        println!(
+            "| {} | {which} | {} | {:.2} | {:.2} | {:.0} | {:.0} | {:.0} |",
+            i / configs.len(),
+            floor.map_or("-".into(), |f| format!("{f:.2}")),
+            at(rows, 8).2,
+            at(rows, 1024).2,
+            at(rows, 65536).1,
+            at(rows, 1 << 20).1,
+            peak
+        );
+    }
+    for round in results.chunks(configs.len()) {
+        let tcp = &round.last().expect("tcp").1;
+        for pair in round[..round.len() - 1].chunks(2) {
+            let (shared, exclusive) = (&pair[0], &pair[1]);
+            println!(
+                "ratio {}: 8 B {:.3}x exclusive, {:.2}x tcp; 1 MiB {:.3}x exclusive, {:.2}x tcp",
+                shared.0,
+                at(&shared.1, 8).2 / at(&exclusive.1, 8).2,
+                at(&shared.1, 8).2 / at(tcp, 8).2,
+                at(&shared.1, 1 << 20).1 / at(&exclusive.1, 1 << 20).1,
+                at(&shared.1, 1 << 20).1 / at(tcp, 1 << 20).1,
+            );
         }
     }
 }

@@ -124,14 +124,42 @@ impl LlcTransport<AnyLink> {
         port: u16,
         cfg: LlcConfig,
     ) -> Result<Self, TransportError> {
+        Self::open_link(ifname, backend, attach, Some(port), port, cfg)
+    }
+
+    /// Open an endpoint that has the interface's SAP to itself (one
+    /// endpoint per interface, as before interfaces were shared): its
+    /// device receives every port's frames and answers TEST/XID, with no
+    /// port filter and no same-host path. Another endpoint on the same
+    /// interface and SAP would see its frames: use it only where the
+    /// endpoint is alone (one MPI rank per NIC), as a baseline for what
+    /// sharing costs.
+    pub fn open_exclusive(
+        ifname: &str,
+        backend: Backend,
+        attach: AttachMode,
+        port: u16,
+        cfg: LlcConfig,
+    ) -> Result<Self, TransportError> {
+        Self::open_link(ifname, backend, attach, None, port, cfg)
+    }
+
+    fn open_link(
+        ifname: &str,
+        backend: Backend,
+        attach: AttachMode,
+        claim: Option<u16>,
+        port: u16,
+        cfg: LlcConfig,
+    ) -> Result<Self, TransportError> {
         let packet = AfPacketConfig {
             sap: cfg.sap,
-            port: Some(port),
+            port: claim,
             ..Default::default()
         };
         let xdp = AfXdpConfig {
             sap: cfg.sap,
-            port: Some(port),
+            port: claim,
             attach,
             ..Default::default()
         };
