@@ -981,9 +981,11 @@ fn netpipe_cluster_shared_vs_exclusive_vs_tcp() {
             let rows = parse_netpipe(&std::fs::read_to_string(&out).unwrap_or_default());
             let _ = std::fs::remove_file(&out);
             println!(
-                "round {round} {which}: {} rows in {:.1?}",
+                "round {round} {which}: {} rows in {:.1?}: 8 B {:.2} µs, 1 MiB {:.0} Mbit/s",
                 rows.len(),
-                run.elapsed
+                run.elapsed,
+                at(&rows, 8).2,
+                at(&rows, 1 << 20).1
             );
             results.push((which.clone(), rows, floor));
         }
