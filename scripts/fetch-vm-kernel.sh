@@ -8,7 +8,11 @@
 #   vmlinux    the uncompressed kernel (an ELF with a PVH note: QEMU boots it directly)
 #   vmlinuz    the compressed bzImage (fallback)
 #   modules/   the virtio-net, failover and fw_cfg modules the guests load
+#              (listed in load order in modules/order), and the 9p modules of
+#              guests that mount host directories (modules/hostfs-order)
 #   version    "<package> <version>"
+#   complete   the layout version (LAYOUT below); a directory of an older layout is
+#              fetched again
 #
 # Environment: LLC_VM_CACHE (cache root, default ${XDG_CACHE_HOME:-~/.cache}/llc-vm);
 # LLC_VM_KERNEL_DEB (use this already downloaded .deb of the pinned package).
@@ -28,10 +32,16 @@ MODULES=(
     drivers/virtio/virtio_pci_legacy_dev drivers/virtio/virtio_pci net/core/failover
     drivers/net/net_failover drivers/net/virtio_net drivers/firmware/qemu_fw_cfg
 )
+# virtio-9p and its dependencies (modinfo's depends=), in load order: loaded only by
+# guests that mount host directories (vm_tests::qemu::Cluster::host_root).
+HOSTFS_MODULES=(fs/netfs/netfs fs/fscache/fscache net/9p/9pnet net/9p/9pnet_virtio fs/9p/9p)
+# Bumped whenever the directory's contents change, so older caches are refreshed.
+LAYOUT=2
 
 CACHE=${LLC_VM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/llc-vm}
 DIR="$CACHE/${PKG}_${VERSION}"
-if [ -f "$DIR/complete" ]; then
+current() { [ -f "$DIR/complete" ] && [ "$(cat "$DIR/complete")" = "$LAYOUT" ]; }
+if current; then
     echo "$DIR"
     exit 0
 fi
@@ -39,7 +49,7 @@ fi
 mkdir -p "$CACHE"
 exec 9>"$CACHE/.lock"
 flock 9
-if [ -f "$DIR/complete" ]; then
+if current; then
     echo "$DIR"
     exit 0
 fi
@@ -80,15 +90,16 @@ echo "$SHA256  $deb" | sha256sum -c --quiet - >&2 || die "$FILE does not match t
 say "unpacking into $DIR"
 mkdir -p "$WORK/x" "$WORK/out/modules"
 members=("./boot/vmlinuz-$KREL")
-for m in "${MODULES[@]}"; do
+for m in "${MODULES[@]}" "${HOSTFS_MODULES[@]}"; do
     members+=("./lib/modules/$KREL/kernel/$m.ko")
 done
 dpkg-deb --fsys-tarfile "$deb" | tar -x -C "$WORK/x" "${members[@]}"
 cp "$WORK/x/boot/vmlinuz-$KREL" "$WORK/out/vmlinuz"
-for m in "${MODULES[@]}"; do
+for m in "${MODULES[@]}" "${HOSTFS_MODULES[@]}"; do
     cp "$WORK/x/lib/modules/$KREL/kernel/$m.ko" "$WORK/out/modules/"
 done
 printf '%s\n' "${MODULES[@]##*/}" > "$WORK/out/modules/order"
+printf '%s\n' "${HOSTFS_MODULES[@]##*/}" > "$WORK/out/modules/hostfs-order"
 
 # The bzImage carries the kernel as an xz stream; the uncompressed ELF boots
 # about twice as fast under TCG (PVH entry, no decompression in the guest).
@@ -103,7 +114,7 @@ else
     rm -f "$WORK/out/vmlinux"
 fi
 echo "$PKG $VERSION" > "$WORK/out/version"
-touch "$WORK/out/complete"
+echo "$LAYOUT" > "$WORK/out/complete"
 rm -rf "$DIR"
 mv "$WORK/out" "$DIR"
 echo "$DIR"

@@ -1,5 +1,6 @@
-//! The guests' initramfs: busybox-static, the kernel's virtio-net modules, the project's
-//! binaries (stripped) with the shared libraries `ldd` names, and `/init`.
+//! The guests' initramfs: busybox-static, the kernel's virtio-net modules (and the 9p
+//! modules of guests that mount host directories), the project's binaries (stripped) with
+//! the shared libraries `ldd` names, and `/init`.
 //!
 //! The archive is written into the cache next to the kernel, named by a hash of its
 //! contents, so equal inputs reuse one file and parallel processes never clash; archives
@@ -79,6 +80,15 @@ impl GuestImage {
             order.push('\n');
         }
         a.file("lib/modules/order", 0o644, order.as_bytes());
+        // Loaded only when the guest mounts host directories (about 0.8 MB).
+        let mut hostfs_order = String::new();
+        for m in &kernel.hostfs_modules {
+            let name = m.file_name().unwrap_or_default().to_string_lossy();
+            a.file(&format!("lib/modules/{name}"), 0o644, &read(m)?);
+            hostfs_order.push_str(name.trim_end_matches(".ko"));
+            hostfs_order.push('\n');
+        }
+        a.file("lib/modules/hostfs-order", 0o644, hostfs_order.as_bytes());
 
         let mut names = Vec::new();
         let mut libs = BTreeSet::new();

@@ -27,6 +27,11 @@ pub struct Kernel {
     pub version: String,
     /// Module files in the order `/init` loads them.
     pub modules: Vec<PathBuf>,
+    /// The 9p modules (virtio transport and their dependencies) in load order: `/init`
+    /// loads them only in guests that mount host directories ([`Cluster::host_root`]).
+    ///
+    /// [`Cluster::host_root`]: super::Cluster::host_root
+    pub hostfs_modules: Vec<PathBuf>,
 }
 
 impl Kernel {
@@ -70,15 +75,18 @@ impl Kernel {
                     "vmlinux/vmlinuz missing",
                 )
             })?;
-        let modules = read("modules/order")?
-            .split_whitespace()
-            .map(|m| dir.join("modules").join(format!("{m}.ko")))
-            .collect();
+        let list = |name: &str| -> Result<Vec<PathBuf>, VmError> {
+            Ok(read(name)?
+                .split_whitespace()
+                .map(|m| dir.join("modules").join(format!("{m}.ko")))
+                .collect())
+        };
         Ok(Kernel {
             dir: dir.to_owned(),
             image,
             version: read("version")?.trim().to_owned(),
-            modules,
+            modules: list("modules/order")?,
+            hostfs_modules: list("modules/hostfs-order")?,
         })
     }
 }

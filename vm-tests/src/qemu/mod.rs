@@ -13,6 +13,35 @@
 //! * a *task* guest waits until every VM is up and every service printed its ready marker,
 //!   then runs its script; its exit status is the test's verdict.
 //!
+//! Every guest's hostname is its name (`vm0`, `vm1`, ... unless [`Guest::name`] says
+//! otherwise) and its `/etc/hosts` names every guest with its IPv4 address.
+//!
+//! ## Host programs in the guests: a read-only root of host directories
+//!
+//! Programs with a few files go into the initramfs with their `ldd` libraries. Open MPI does
+//! not fit that mould: mpirun and orted, libmpi and libopen-pal/rte, PMIx with its plugins,
+//! about a hundred MCA components loaded with dlopen, hwloc, libevent, help files in
+//! `/usr/share/openmpi`, `/etc/openmpi`: copying them means chasing every dlopen and data
+//! file, and an initramfs of that size is unpacked into each guest's RAM at every boot.
+//! [`Cluster::host_root`] instead shares the host's own files read-only over virtio-9p
+//! (`-virtfs local,...,security_model=none,readonly=on`; the kernel cache carries the 9p
+//! modules, loaded only then): `/init` builds a root on a tmpfs from the host's `/usr`,
+//! `/etc`, top-level `/bin`, `/lib`... symlinks and the directories the test names (the
+//! build's target directory), gives it private `/proc`, `/sys`, `/dev`, `/dev/shm`, `/tmp`,
+//! `/run`, `/root` and the guests' `/etc/hosts`, and runs the script chrooted there. Files
+//! are read on demand and cached by the guest, nothing is copied, the guest runs exactly
+//! the host's build, and it can change no host file. Only `/usr`, `/etc` and the named
+//! directories are shared, not `/` (home directories, `/var`, the host's `/tmp` stay out of
+//! the guests). Paths under `/tmp`, `/run`, `/dev`, `/proc` and `/sys` cannot be shared:
+//! the guests have their own there.
+//!
+//! Open MPI starts its daemons with an "rsh agent", called like ssh (`AGENT HOST
+//! COMMAND...`); the guests have no ssh, so `llc-vm-agent` (a binary of this crate,
+//! `src/bin/llc-vm-agent.rs`) stands in for it: `llc-vm-agent serve ADDR:PORT` in one guest
+//! runs the commands the other guest's `llc-vm-agent HOST COMMAND...` sends it with
+//! `sh -c`, relaying stdout, stderr and the exit status. It has no authentication and
+//! listens only on the guests' private link.
+//!
 //! Results travel over two channels: a `LLC-VM-RESULT rc` line on the serial console and
 //! QEMU's exit status (the guest writes rc to an `isa-debug-exit` port, QEMU exits with
 //! `rc*2+1`, of which an exit status keeps 8 bits); the harness accepts a result only when
@@ -127,8 +156,8 @@ pub fn qemu_binary() -> Result<PathBuf, VmError> {
     })
 }
 
-/// A program from PATH, else from /usr/sbin, /sbin, /usr/bin, /bin.
-pub(crate) fn find_program(name: &str) -> Option<PathBuf> {
+/// A program from PATH, else from /usr/sbin, /sbin, /usr/bin, /bin (on the host).
+pub fn find_program(name: &str) -> Option<PathBuf> {
     let from_path = std::env::var_os("PATH")
         .into_iter()
         .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>());

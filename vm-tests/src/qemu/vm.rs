@@ -35,6 +35,13 @@ const DEFAULT_MEMORY_MIB: u32 = 128;
 const SUBNET: [u8; 3] = [10, 77, 0];
 /// SIGTERM's exit status through a shell.
 const RC_TERM: i32 = 128 + libc::SIGTERM;
+/// Directories a [`Cluster::host_root`] may share besides the host's system directories.
+const MAX_SHARED_DIRS: usize = 8;
+/// Host paths a guest with a host root replaces with its own, so sharing them shows nothing.
+const GUEST_PRIVATE: [&str; 5] = ["/proc", "/sys", "/dev", "/tmp", "/run"];
+/// The host's top-level directories the root needs besides `/usr` and `/etc` (symlinks into
+/// `/usr` on a merged-/usr host).
+const ROOT_TOP_LEVEL: [&str; 6] = ["bin", "sbin", "lib", "lib32", "lib64", "libx32"];
 
 /// How the VMs' NICs are joined. The rootless kinds need no privileges at all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -172,6 +179,7 @@ pub struct Cluster<'a> {
     cpus: u16,
     mtu: Option<u32>,
     accel: Option<Accel>,
+    host_root: Option<Vec<PathBuf>>,
     guests: Vec<Guest>,
 }
 
@@ -186,6 +194,7 @@ impl<'a> Cluster<'a> {
             cpus: 1,
             mtu: None,
             accel: None,
+            host_root: None,
             guests: Vec::new(),
         }
     }
@@ -223,6 +232,28 @@ impl<'a> Cluster<'a> {
     /// Uses this accelerator instead of [`accelerator`]'s choice (the KVM probe does).
     pub(crate) fn accel(mut self, accel: Accel) -> Self {
         self.accel = Some(accel);
+        self
+    }
+
+    /// Runs every guest's script in a root made of the host's own files instead of the
+    /// initramfs, so host programs with many files (Open MPI: mpirun, its libraries,
+    /// plugins and help files) run in the guest unchanged and uncopied.
+    ///
+    /// The root is a tmpfs holding the host's `/usr` and `/etc`, the host's top-level
+    /// `/bin`, `/sbin`, `/lib*` (symlinks as on a merged-/usr host, else shared too) and
+    /// each of `dirs` at its host path, all shared **read-only** over virtio-9p
+    /// (`-virtfs ...,readonly=on`); and, private to the guest: `/proc`, `/sys`, `/dev` with
+    /// `/dev/pts` and a tmpfs `/dev/shm`, tmpfs `/tmp`, `/run`, `/root` (HOME) and `/var/tmp`,
+    /// `/etc/hosts` naming every guest, and the guest's own hostname. Nothing else of the
+    /// host is visible (not its home directories, `/var` or `/tmp`), and nothing the guest
+    /// does can change a host file. The script then runs chrooted there, with the host's
+    /// `sh`; the initramfs's project binaries are not in that root (run them from `dirs`).
+    ///
+    /// `dirs` must be absolute paths of existing directories, without whitespace or commas,
+    /// and not under `/proc`, `/sys`, `/dev`, `/tmp` or `/run`, which the guest replaces
+    /// with its own (so a `CARGO_TARGET_DIR` under `/tmp` cannot be shared). At most 8.
+    pub fn host_root<P: Into<PathBuf>>(mut self, dirs: impl IntoIterator<Item = P>) -> Self {
+        self.host_root = Some(dirs.into_iter().map(Into::into).collect());
         self
     }
 
@@ -290,7 +321,27 @@ impl<'a> Cluster<'a> {
                 }
             }
         }
+        if let Some(dirs) = &self.host_root {
+            if dirs.len() > MAX_SHARED_DIRS {
+                return bad(format!(
+                    "{} shared directories: at most {MAX_SHARED_DIRS}",
+                    dirs.len()
+                ));
+            }
+            for d in dirs {
+                check_shared_dir(d).map_err(VmError::InvalidArgument)?;
+            }
+        }
         Ok(())
+    }
+
+    /// The guests' `/etc/hosts`: every guest's name and address.
+    fn hosts_file(&self) -> String {
+        let mut s = String::from("127.0.0.1\tlocalhost\n");
+        for i in 0..self.guests.len() {
+            s.push_str(&format!("{}\t{}\n", self.ipv4(i), self.name(i)));
+        }
+        s
     }
 
     fn name(&self, i: usize) -> String {
@@ -542,13 +593,36 @@ impl Running {
         };
         let mcast_port =
             20000 + (std::process::id() % 20000) as u16 + (run_counter() % 1000) as u16;
+        let dir = run.dir.0.clone();
+        let write = |name: &str, text: &str| -> Result<PathBuf, VmError> {
+            let path = dir.join(name);
+            std::fs::write(&path, text)
+                .map_err(|e| VmError::setup(format!("writing {}", path.display()), e))?;
+            Ok(path)
+        };
+        let hosts = write("hosts", &c.hosts_file())?;
+        let host_root = match &c.host_root {
+            Some(dirs) => {
+                let plan = HostRoot::plan(dirs)?;
+                let file = write("hostroot", &plan.file())?;
+                Some((plan, file))
+            }
+            None => None,
+        };
         for i in 0..n {
-            let script = run.dir.0.join(format!("{}.sh", c.name(i)));
-            let text = format!("{}{}", c.prelude(i), c.guests[i].script);
-            std::fs::write(&script, text)
-                .map_err(|e| VmError::setup(format!("writing {}", script.display()), e))?;
+            let script = write(
+                &format!("{}.sh", c.name(i)),
+                &format!("{}{}", c.prelude(i), c.guests[i].script),
+            )?;
+            let files = GuestFiles {
+                script: &script,
+                hosts: &hosts,
+                host_root: host_root
+                    .as_ref()
+                    .map(|(plan, file)| (plan, file.as_path())),
+            };
             let netdev = netdev_arg(c.link, i, &run.dir.0, mcast_port);
-            let mut cmd = qemu_command(&qemu, c, i, accel, &script, &netdev);
+            let mut cmd = qemu_command(&qemu, c, i, accel, &files, &netdev);
             let netns = match &run.bridge {
                 Some(ns) => Some(open_netns(ns)?),
                 None => None,
@@ -912,13 +986,125 @@ fn netdev_arg(link: Link, i: usize, dir: &Path, mcast_port: u16) -> String {
     }
 }
 
+/// Why `dir` cannot be shared into a host root, if it cannot.
+fn check_shared_dir(dir: &Path) -> Result<(), String> {
+    let s = dir
+        .to_str()
+        .ok_or_else(|| format!("shared directory {}: not UTF-8", dir.display()))?;
+    if !dir.is_absolute() || dir.parent().is_none() {
+        return Err(format!(
+            "shared directory {s:?}: an absolute path below / expected"
+        ));
+    }
+    if s.chars()
+        .any(|c| c.is_whitespace() || c.is_control() || c == ',')
+    {
+        return Err(format!(
+            "shared directory {s:?}: whitespace, control characters and commas are not allowed"
+        ));
+    }
+    if let Some(p) = GUEST_PRIVATE.iter().find(|p| dir.starts_with(p)) {
+        return Err(format!(
+            "shared directory {s} is under {p}, which every guest replaces with its own"
+        ));
+    }
+    if !dir.is_dir() {
+        return Err(format!("shared directory {s} is not a directory"));
+    }
+    Ok(())
+}
+
+/// The host directories a [`Cluster::host_root`] shares and the symlinks it recreates.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct HostRoot {
+    /// 9p mount tag and host path (the guest mounts it at the same path).
+    shares: Vec<(String, PathBuf)>,
+    /// Top-level symlinks: name and target (`bin` -> `usr/bin`).
+    links: Vec<(String, String)>,
+}
+
+impl HostRoot {
+    /// `/usr`, `/etc`, the top-level `/bin`, `/sbin`, `/lib*` as the host has them, `dirs`.
+    fn plan(dirs: &[PathBuf]) -> Result<HostRoot, VmError> {
+        let mut root = HostRoot {
+            shares: vec![
+                ("llc-usr".into(), "/usr".into()),
+                ("llc-etc".into(), "/etc".into()),
+            ],
+            links: Vec::new(),
+        };
+        for name in ROOT_TOP_LEVEL {
+            let path = Path::new("/").join(name);
+            let Ok(meta) = std::fs::symlink_metadata(&path) else {
+                continue;
+            };
+            if meta.file_type().is_symlink() {
+                let target = std::fs::read_link(&path)
+                    .map_err(|e| VmError::setup(format!("reading {}", path.display()), e))?;
+                let target = target.to_string_lossy().into_owned();
+                if target.is_empty() || target.contains(char::is_whitespace) {
+                    return Err(VmError::setup(
+                        "building the guests' host root",
+                        format!("{} points to {target:?}", path.display()),
+                    ));
+                }
+                root.links.push((name.into(), target));
+            } else if meta.is_dir() {
+                root.shares.push((format!("llc-{name}"), path));
+            }
+        }
+        for (i, d) in dirs.iter().enumerate() {
+            check_shared_dir(d).map_err(VmError::InvalidArgument)?;
+            root.shares.push((format!("llc-d{i}"), d.clone()));
+        }
+        Ok(root)
+    }
+
+    /// The `/init`'s instructions (fw_cfg `opt/llc/hostroot`): `share TAG PATH` and
+    /// `link NAME TARGET` lines, mounted and created in this order.
+    fn file(&self) -> String {
+        let mut s = String::new();
+        for (tag, path) in &self.shares {
+            s.push_str(&format!("share {tag} {}\n", path.display()));
+        }
+        for (name, target) in &self.links {
+            s.push_str(&format!("link {name} {target}\n"));
+        }
+        s
+    }
+
+    /// QEMU's `-virtfs` arguments: every share read-only, files as the host has them.
+    fn virtfs_args(&self) -> Vec<String> {
+        self.shares
+            .iter()
+            .map(|(tag, path)| {
+                format!(
+                    "local,path={},mount_tag={tag},security_model=none,readonly=on,\
+                     multidevs=remap",
+                    path.display()
+                )
+            })
+            .collect()
+    }
+}
+
+/// The files a guest's QEMU hands in through fw_cfg.
+struct GuestFiles<'a> {
+    /// `opt/llc/script`: the prelude and the guest's script.
+    script: &'a Path,
+    /// `opt/llc/hosts`: the guests' `/etc/hosts`.
+    hosts: &'a Path,
+    /// The host root's plan and `opt/llc/hostroot` (see [`Cluster::host_root`]).
+    host_root: Option<(&'a HostRoot, &'a Path)>,
+}
+
 /// The QEMU command line of guest `i`.
 fn qemu_command(
     qemu: &Path,
     c: &Cluster<'_>,
     i: usize,
     accel: Accel,
-    script: &Path,
+    files: &GuestFiles<'_>,
     netdev: &str,
 ) -> Command {
     let g = &c.guests[i];
@@ -957,9 +1143,21 @@ fn qemu_command(
         .args(["-append", &append])
         .args(["-device", "isa-debug-exit,iobase=0xf4,iosize=0x04"])
         .arg("-fw_cfg")
-        .arg(format!("name=opt/llc/script,file={}", script.display()))
+        .arg(format!(
+            "name=opt/llc/script,file={}",
+            files.script.display()
+        ))
+        .arg("-fw_cfg")
+        .arg(format!("name=opt/llc/hosts,file={}", files.hosts.display()))
         .args(["-netdev", netdev])
         .args(["-device", &nic]);
+    if let Some((plan, file)) = files.host_root {
+        cmd.arg("-fw_cfg")
+            .arg(format!("name=opt/llc/hostroot,file={}", file.display()));
+        for v in plan.virtfs_args() {
+            cmd.args(["-virtfs", &v]);
+        }
+    }
     cmd
 }
 
@@ -1028,6 +1226,7 @@ mod tests {
             image: "/k/vmlinux".into(),
             version: "test".into(),
             modules: Vec::new(),
+            hostfs_modules: Vec::new(),
         });
         GuestImage {
             kernel,
@@ -1055,15 +1254,19 @@ mod tests {
         let netdevs: Vec<String> = (0..3).map(|i| netdev_arg(c.link, i, dir, 4242)).collect();
         assert!(netdevs.iter().all(|n| n == &netdevs[0]), "{netdevs:?}");
         assert!(netdevs[0].contains("mcast=239.255.76.76:4242"));
-        let cmd = qemu_command(
-            Path::new("qemu"),
-            &c,
-            2,
-            Accel::Tcg,
-            Path::new("/s"),
-            &netdevs[2],
-        );
+        let files = GuestFiles {
+            script: Path::new("/s"),
+            hosts: Path::new("/h"),
+            host_root: None,
+        };
+        let cmd = qemu_command(Path::new("qemu"), &c, 2, Accel::Tcg, &files, &netdevs[2]);
         let a = args(&cmd).join(" ");
+        assert!(a.contains("-fw_cfg name=opt/llc/hosts,file=/h"), "{a}");
+        assert!(!a.contains("-virtfs"), "{a}");
+        assert_eq!(
+            c.hosts_file(),
+            "127.0.0.1\tlocalhost\n10.77.0.1\tvm0\n10.77.0.2\tvm1\n10.77.0.3\tvm2\n"
+        );
         assert!(a.contains("mac=02:00:00:00:00:09,romfile="), "{a}");
         assert!(
             a.contains("llc.name=vm2 llc.role=service llc.ip=10.77.0.3/24"),
@@ -1077,6 +1280,76 @@ mod tests {
             prelude.contains("PEER_MAC=02:4c:4c:00:00:01\nPEER_IP=10.77.0.1\n"),
             "{prelude}"
         );
+    }
+
+    #[test]
+    fn host_root_shares_system_dirs_read_only() {
+        let target = Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf();
+        let plan = HostRoot::plan(std::slice::from_ref(&target)).unwrap();
+        let file = plan.file();
+        assert!(
+            file.starts_with("share llc-usr /usr\nshare llc-etc /etc\n"),
+            "{file}"
+        );
+        assert!(
+            file.contains(&format!("share llc-d0 {}\n", target.display())),
+            "{file}"
+        );
+        // /bin is either a symlink (merged /usr) or shared itself.
+        assert!(
+            file.contains("link bin ") || file.contains("share llc-bin /bin\n"),
+            "{file}"
+        );
+        let virtfs = plan.virtfs_args();
+        assert_eq!(virtfs.len(), plan.shares.len());
+        assert!(
+            virtfs.iter().all(|v| v.contains(",readonly=on,")),
+            "{virtfs:?}"
+        );
+        assert!(virtfs[0].starts_with("local,path=/usr,mount_tag=llc-usr,"));
+
+        let image = image();
+        let c = Cluster::new(&image)
+            .link(Link::Isolated)
+            .host_root([target])
+            .guest(Guest::task("true"));
+        c.check().unwrap();
+        let files = GuestFiles {
+            script: Path::new("/s"),
+            hosts: Path::new("/h"),
+            host_root: Some((&plan, Path::new("/r"))),
+        };
+        let a = args(&qemu_command(
+            Path::new("qemu"),
+            &c,
+            0,
+            Accel::Tcg,
+            &files,
+            "x",
+        ))
+        .join(" ");
+        assert!(a.contains("-fw_cfg name=opt/llc/hostroot,file=/r"), "{a}");
+        assert!(
+            a.contains("-virtfs local,path=/etc,mount_tag=llc-etc,"),
+            "{a}"
+        );
+
+        for bad in [
+            "relative",
+            "/",
+            "/tmp/x",
+            "/run/user",
+            "/proc",
+            "/a b",
+            "/x,y",
+            "/nonexistent-llc",
+        ] {
+            let c = Cluster::new(&image)
+                .link(Link::Isolated)
+                .host_root([bad])
+                .guest(Guest::task("true"));
+            assert!(c.check().is_err(), "{bad} accepted");
+        }
     }
 
     #[test]
