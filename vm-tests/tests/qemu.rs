@@ -5,12 +5,14 @@
 //! is missing, unless `LLC_VM_REQUIRE=1` (CI), where that is a failure. The VMs usually run
 //! under TCG: nothing here measures performance, and the tests print no timings.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use vm_tests::qemu::{
-    cargo_release_binary, max_vms, print_skipped, Cluster, Guest, GuestImage, Link, Report, VmError,
+    cargo_release_binary, cargo_release_lib, max_vms, print_skipped, Cluster, Guest, GuestImage,
+    Link, Report, VmError,
 };
 use vm_tests::vm_or_skip;
 
@@ -35,6 +37,25 @@ fn image() -> Result<&'static GuestImage, VmError> {
             GuestImage::build(&[llc_ping, llc_xfer])
         };
         build().map_err(|e| match e {
+            VmError::Unavailable(why) => format!("unavailable: {why}"),
+            e => e.to_string(),
+        })
+    });
+    match built {
+        Ok(image) => Ok(image),
+        Err(e) => match e.strip_prefix("unavailable: ") {
+            Some(why) => Err(VmError::Unavailable(why.to_owned())),
+            None => panic!("building the guest image: {e}"),
+        },
+    }
+}
+
+/// One image per test process without project binaries, for guests that run host
+/// programs through [`Cluster::host_root`] (busybox, the modules and `/init` only).
+fn bare_image() -> Result<&'static GuestImage, VmError> {
+    static IMAGE: OnceLock<Result<GuestImage, String>> = OnceLock::new();
+    let built = IMAGE.get_or_init(|| {
+        GuestImage::build(&[]).map_err(|e| match e {
             VmError::Unavailable(why) => format!("unavailable: {why}"),
             e => e.to_string(),
         })
@@ -382,6 +403,257 @@ fn llc_ping_over_af_xdp_native_on_virtio_net() {
         assert!(
             line.contains("/native\""),
             "XDP not attached in native mode on virtio-net: {line}"
+        );
+    }
+}
+
+/// Where Debian's Open MPI keeps its components.
+const OPENMPI_COMPONENTS: &str = "/usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3";
+
+/// btl/llc built for the VM tests: the release `libmpi_btl_shim.so`, and the component and
+/// mpi_check built from it as mpi-btl-shim/tests/mpi.rs builds them.
+struct MpiBuild {
+    /// `target/release`, holding `libmpi_btl_shim.so` (the component's RUNPATH).
+    shim_dir: PathBuf,
+    /// `target/release/vm-mpi`, holding `mca_btl_llc.so` and `mpi_check`.
+    dir: PathBuf,
+}
+
+/// Builds btl/llc and mpi_check (once per process). Missing Open MPI or build tools is a
+/// failure that says to run scripts/install-deps.sh.
+fn mpi_build() -> &'static MpiBuild {
+    static BUILT: OnceLock<MpiBuild> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        for tool in ["mpirun", "mpicc", "make", "cc"] {
+            assert!(
+                vm_tests::qemu::find_program(tool).is_some(),
+                "{tool} not found: run scripts/install-deps.sh (it installs Open MPI: \
+                 openmpi-bin, libopenmpi-dev, and make)"
+            );
+        }
+        assert!(
+            Path::new(OPENMPI_COMPONENTS).is_dir(),
+            "{OPENMPI_COMPONENTS} missing: run scripts/install-deps.sh (openmpi-bin)"
+        );
+        let shim_dir = cargo_release_lib("mpi-btl-shim")
+            .unwrap_or_else(|e| panic!("{e}"))
+            .canonicalize()
+            .expect("target/release");
+        assert!(
+            shim_dir.join("libmpi_btl_shim.so").is_file(),
+            "libmpi_btl_shim.so missing in {} after cargo build --release -p mpi-btl-shim",
+            shim_dir.display()
+        );
+        let dir = shim_dir.join("vm-mpi");
+        std::fs::create_dir_all(&dir).expect("creating target/release/vm-mpi");
+        let shim_crate = Path::new(env!("CARGO_MANIFEST_DIR")).join("../mpi-btl-shim");
+        let run = |cmd: &mut Command, what: &str| {
+            let out = cmd
+                .output()
+                .unwrap_or_else(|e| panic!("{what}: {e} (run scripts/install-deps.sh)"));
+            assert!(
+                out.status.success(),
+                "{what} failed:\n{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        run(
+            Command::new("make")
+                .arg("-C")
+                .arg(shim_crate.join("component"))
+                .arg(format!("SHIM_DIR={}", shim_dir.display()))
+                .arg(format!("OUT={}", dir.display())),
+            "building mca_btl_llc.so",
+        );
+        run(
+            Command::new("mpicc")
+                .args(["-O2", "-Wall", "-pthread", "-o"])
+                .arg(dir.join("mpi_check"))
+                .arg(shim_crate.join("mpi-tests/mpi_check.c")),
+            "building mpi_check",
+        );
+        MpiBuild { shim_dir, dir }
+    })
+}
+
+/// The rsh agent Open MPI starts its daemon in the other VM with (built with this test).
+fn vm_agent() -> PathBuf {
+    Path::new(env!("CARGO_BIN_EXE_llc-vm-agent"))
+        .canonicalize()
+        .expect("llc-vm-agent")
+}
+
+/// The port the agent serves on in VM 1 (its default).
+const AGENT_PORT: u16 = 7727;
+
+/// The number after `key` in a `btl/llc stats:` line (`sent 12 msgs`: key `sent `; the
+/// rank in `rank [[27914,1],2]`: key `],`).
+fn stat(line: &str, key: &str) -> u64 {
+    line.split(key)
+        .nth(1)
+        .and_then(|rest| rest.split([' ', ',', ']']).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no number after {key:?} in {line}"))
+}
+
+/// What [`mpi_job_across_two_vms`] saw.
+struct MpiJob {
+    /// The `btl/llc stats:` lines, one per rank.
+    stats: Vec<String>,
+}
+
+/// `mpirun` in VM 0 with 2 ranks there and 2 in VM 1 (a daemon started through the rsh
+/// agent), running mpi_check with `--mca btl self,vader,llc`, the counters at finalize
+/// and, of the btl_llc parameters, only `btl_llc_backend`. Checks that mpi_check passed,
+/// that mpirun saw two nodes with local ranks 0 and 1 on each, and that every rank's
+/// btl/llc counters show traffic both ways on the guest's eth0.
+fn mpi_job_across_two_vms(name: &str, backend: &str, link: Link) -> MpiJob {
+    let image = bare_image().expect("checked by the caller");
+    let built = mpi_build();
+    let agent = vm_agent();
+    let agent_dir = agent.parent().expect("the agent's directory").to_owned();
+    let mpirun = format!(
+        "timeout -k 5 {MPIRUN_TIMEOUT_S} mpirun --allow-run-as-root --oversubscribe \
+         --bind-to none --host vm0:2,vm1:2 -np 4 --display-map \
+         --mca plm rsh --mca plm_rsh_agent {agent} --mca plm_rsh_no_tree_spawn 1 \
+         --mca oob_tcp_if_include ${{IP_0%.*}}.0/24 \
+         --mca mca_component_path {OPENMPI_COMPONENTS}:{dir} \
+         --mca pml ob1 --mca btl self,vader,llc --mca btl_llc_print_stats 1 \
+         --mca btl_llc_backend {backend} \
+         ./mpi_check",
+        agent = agent.display(),
+        dir = built.dir.display(),
+    );
+    // IPv6 off: Open MPI then sees one address per VM, as on the simulated cluster.
+    let no_ipv6 =
+        "sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1\n";
+    let server = format!(
+        "{no_ipv6}LLC_VM_AGENT_PORT={AGENT_PORT} exec {} serve $IP_1:{AGENT_PORT}\n",
+        agent.display()
+    );
+    let task = format!(
+        "{no_ipv6}cd {dir}\n\
+         echo \"llc-vm-mpi: $(hostname) runs mpirun; vm1 is $(getent hosts vm1)\"\n\
+         rc=0\n\
+         LLC_VM_AGENT_PORT={AGENT_PORT} {mpirun} || rc=$?\n\
+         echo \"llc-vm-mpi: mpirun exited with status $rc\"\n\
+         exit $rc\n",
+        dir = built.dir.display(),
+    );
+    let report = run(
+        name,
+        Cluster::new(image)
+            .link(link)
+            .host_root([built.shim_dir.clone(), agent_dir])
+            .memory_mib(1024)
+            .timeout(MPI_CLUSTER_TIMEOUT)
+            .guest(Guest::task(task).name("vm0"))
+            .guest(Guest::service(server, "serving on").name("vm1")),
+    );
+    let console = report.console("vm0").unwrap().to_owned();
+    let ok = console
+        .lines()
+        .find_map(|l| l.find("mpi_check: OK ranks=4").map(|i| &l[i..]))
+        .unwrap_or_else(|| panic!("no 'mpi_check: OK ranks=4' from mpi_check:\n{console}"));
+    // mpi_check's own time (after "ranks=4") is a TCG timing: not printed.
+    eprintln!("{}", ok.split(" time=").next().unwrap_or(ok));
+    for node in ["vm0", "vm1"] {
+        assert!(
+            console.contains(&format!("Data for node: {node}")),
+            "mpirun's map has no node {node}:\n{console}"
+        );
+    }
+    let stats: Vec<String> = console
+        .lines()
+        .filter_map(|l| l.find("btl/llc stats:").map(|i| l[i..].to_owned()))
+        .collect();
+    assert_eq!(
+        stats.len(),
+        4,
+        "one btl/llc stats line per rank:\n{console}"
+    );
+    let mut local_ranks = Vec::new();
+    for l in &stats {
+        eprintln!("{l}");
+        assert!(
+            stat(l, ": sent ") > 0 && stat(l, "received ") > 0,
+            "a rank without btl/llc traffic between the VMs: {l}"
+        );
+        assert!(l.contains(" if eth0 "), "not on the guest's eth0: {l}");
+        local_ranks.push(stat(l, " local "));
+    }
+    local_ranks.sort_unstable();
+    assert_eq!(
+        local_ranks,
+        [0, 0, 1, 1],
+        "local ranks 0 and 1 in each VM:\n{}",
+        stats.join("\n")
+    );
+    MpiJob { stats }
+}
+
+/// Bound of mpirun inside VM 0 (its start-up, mpi_check and teardown under TCG).
+const MPIRUN_TIMEOUT_S: u32 = 200;
+/// Bound of a whole MPI run: both boots, mpirun, stopping the agent.
+const MPI_CLUSTER_TIMEOUT: Duration = Duration::from_secs(260);
+
+/// Open MPI across two VMs over real virtio-net NICs, AF_PACKET: `mpirun` in VM 0 starts 2
+/// ranks there and, through the rsh agent, a daemon with 2 ranks in VM 1; mpi_check (data
+/// checked byte for byte: point-to-point 0 B..16 MiB, ANY_SOURCE, non-blocking, probe,
+/// collectives) runs with `--mca btl self,vader,llc` and no btl_llc parameter but the
+/// backend and the counters: both ranks of a VM share its eth0, each on a port of its own,
+/// and btl/vader carries what stays in a VM, so btl/llc's traffic is between the VMs'
+/// kernels (stream link).
+///
+/// The guests run the host's Open MPI and this build's component from host directories
+/// shared read-only over virtio-9p ([`Cluster::host_root`]), with 1 GiB each.
+#[test]
+fn mpi_job_over_btl_llc_across_two_vms() {
+    vm_or_skip!(bare_image());
+    let job = mpi_job_across_two_vms(
+        "MPI job over btl/llc (AF_PACKET), 2 VMs x 2 ranks",
+        "packet",
+        Link::Stream,
+    );
+    for l in &job.stats {
+        assert!(l.contains(" transport llc/af_packet"), "not AF_PACKET: {l}");
+    }
+}
+
+/// The same job with btl/llc's default backend (`auto`): in each VM one rank takes AF_XDP
+/// on the virtio-net NIC (XDP attached natively) and joins the interface's shared XDP
+/// program, the other opens AF_PACKET beside it (one AF_XDP socket per queue). With root
+/// the NICs are multi-queue taps, which virtio-net's native XDP wants (a spare queue pair
+/// per vCPU), and each VM must have one AF_XDP rank; without root (stream link) `auto` may
+/// fall back to AF_PACKET everywhere, which the test then reports.
+#[test]
+fn mpi_job_over_btl_llc_auto_across_two_vms() {
+    vm_or_skip!(bare_image());
+    let root = vm_tests::check_privileges().is_ok();
+    let link = if root {
+        Link::Bridge { queues: 2 }
+    } else {
+        Link::Stream
+    };
+    let job = mpi_job_across_two_vms("MPI job over btl/llc (auto), 2 VMs x 2 ranks", "auto", link);
+    // Ranks 0 and 1 run in vm0, 2 and 3 in vm1.
+    let xdp_ranks: Vec<u64> = job
+        .stats
+        .iter()
+        .filter(|l| l.contains(" transport llc/af_xdp/"))
+        .map(|l| stat(l, "],"))
+        .collect();
+    if root {
+        assert!(
+            xdp_ranks.iter().any(|&r| r < 2) && xdp_ranks.iter().any(|&r| r >= 2),
+            "no AF_XDP rank in each VM:\n{}",
+            job.stats.join("\n")
+        );
+    } else if xdp_ranks.is_empty() {
+        print_skipped(
+            "mpi_job_over_btl_llc_auto_across_two_vms (AF_XDP part)",
+            "without root the NICs are single-queue and every rank fell back to AF_PACKET",
         );
     }
 }

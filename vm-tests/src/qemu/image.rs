@@ -282,30 +282,41 @@ fn prune(dir: &Path, keep: &Path) {
 /// Builds `bin` of `package` with `cargo build --release` in this workspace (once per call;
 /// cargo makes repeated builds cheap) and returns its path.
 pub fn cargo_release_binary(package: &str, bin: &str) -> Result<PathBuf, VmError> {
+    let path = cargo_release(package, &["--bin", bin], bin)?.join(bin);
+    built(&path, bin)
+}
+
+/// Builds the library of `package` (its rlib and any cdylib, e.g. `libmpi_btl_shim.so`)
+/// with `cargo build --release --lib` and returns the directory cargo put them in
+/// (`target/release`).
+pub fn cargo_release_lib(package: &str) -> Result<PathBuf, VmError> {
+    cargo_release(package, &["--lib"], package)
+}
+
+/// `cargo build --release -q -p package ARGS` in this workspace; returns `target/release`.
+fn cargo_release(package: &str, args: &[&str], what: &str) -> Result<PathBuf, VmError> {
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     run_checked(
-        Command::new(cargo).current_dir(&workspace).args([
-            "build",
-            "--release",
-            "-q",
-            "-p",
-            package,
-            "--bin",
-            bin,
-        ]),
+        Command::new(cargo)
+            .current_dir(&workspace)
+            .args(["build", "--release", "-q", "-p", package])
+            .args(args),
         CARGO_TIMEOUT,
     )
-    .map_err(|e| VmError::setup(format!("building {bin}"), e))?;
+    .map_err(|e| VmError::setup(format!("building {what}"), e))?;
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| workspace.join("target"));
-    let path = target.join("release").join(bin);
+    Ok(target.join("release"))
+}
+
+fn built(path: &Path, what: &str) -> Result<PathBuf, VmError> {
     if path.is_file() {
-        Ok(path)
+        Ok(path.to_owned())
     } else {
         Err(VmError::setup(
-            format!("building {bin}"),
+            format!("building {what}"),
             format!("{} missing after the build", path.display()),
         ))
     }

@@ -70,7 +70,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use accel::{accelerator, Accel, AccelChoice};
-pub use image::{cargo_release_binary, GuestImage};
+pub use image::{cargo_release_binary, cargo_release_lib, GuestImage};
 pub use kernel::Kernel;
 pub use vm::{max_vms, Cluster, Guest, Link, Outcome, Report, Role, SKIP_MARKER};
 
