@@ -283,18 +283,29 @@ static int llc_progress(void)
 
 /* ----- module functions ----- */
 
+/* How long add_procs waits for peers' interfaces to answer a link-level
+ * probe; only peers that do not answer (another Ethernet segment) cost it. */
+#define REACHABLE_TIMEOUT_MS 1000
+
 static int llc_add_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
                          struct opal_proc_t **procs, struct mca_btl_base_endpoint_t **endpoints,
                          struct opal_bitmap_t *reachable)
 {
     (void) btl;
+    /* First every new peer's address, then one round of probes for all of
+     * them: a peer whose interface does not answer is not reachable over
+     * btl/llc, and ob1 takes another BTL for it (or says none reaches it). */
+    char **addrs = calloc(nprocs ? nprocs : 1, sizeof(*addrs));
+    bool *ok = calloc(nprocs ? nprocs : 1, sizeof(*ok));
+    if (NULL == addrs || NULL == ok) {
+        free(addrs);
+        free(ok);
+        return OPAL_ERR_OUT_OF_RESOURCE;
+    }
     for (size_t i = 0; i < nprocs; i++) {
         opal_proc_t *proc = procs[i];
-        if (0 == opal_compare_proc(proc->proc_name, OPAL_PROC_MY_NAME)) {
-            continue; /* btl/self */
-        }
-        if (NULL != endpoints[i]) {
-            continue; /* already known */
+        if (0 == opal_compare_proc(proc->proc_name, OPAL_PROC_MY_NAME) || NULL != endpoints[i]) {
+            continue; /* btl/self, or already known */
         }
         char *addr = NULL;
         size_t size = 0;
@@ -307,20 +318,37 @@ static int llc_add_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
             free(addr);
             continue;
         }
+        addrs[i] = addr;
+    }
+    (void) llc_shim_reachable(shim, (const char *const *) addrs, nprocs, ok,
+                              REACHABLE_TIMEOUT_MS);
+    int result = OPAL_SUCCESS;
+    for (size_t i = 0; i < nprocs && OPAL_SUCCESS == result; i++) {
+        opal_proc_t *proc = procs[i];
+        char *addr = addrs[i];
+        if (NULL == addr) {
+            continue;
+        }
+        if (!ok[i]) {
+            opal_output_verbose(1, output,
+                                "btl/llc: %s at %s does not answer a link-level probe from %s:"
+                                " not reachable over btl/llc (another Ethernet segment?)",
+                                OPAL_NAME_PRINT(proc->proc_name), addr, ifname);
+            continue;
+        }
         uint32_t peer = 0;
         LlcShimStatus st = llc_shim_add_peer(shim, addr, &peer);
         if (LlcShimStatus_Ok != st) {
             opal_output(0, "btl/llc: cannot add peer %s at %s (%d)",
                         OPAL_NAME_PRINT(proc->proc_name), addr, (int) st);
-            free(addr);
             continue;
         }
         opal_output_verbose(5, output, "btl/llc: peer %u is %s at %s", peer,
                             OPAL_NAME_PRINT(proc->proc_name), addr);
-        free(addr);
         mca_btl_llc_endpoint_t *ep = calloc(1, sizeof(*ep));
         if (NULL == ep) {
-            return OPAL_ERR_OUT_OF_RESOURCE;
+            result = OPAL_ERR_OUT_OF_RESOURCE;
+            break;
         }
         ep->proc = proc;
         ep->peer = peer;
@@ -332,7 +360,8 @@ static int llc_add_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
             mca_btl_llc_endpoint_t **p = realloc(peers, cap * sizeof(*p));
             if (NULL == p) {
                 free(ep);
-                return OPAL_ERR_OUT_OF_RESOURCE;
+                result = OPAL_ERR_OUT_OF_RESOURCE;
+                break;
             }
             memset(p + npeers_cap, 0, (cap - npeers_cap) * sizeof(*p));
             peers = p;
@@ -344,7 +373,12 @@ static int llc_add_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
             opal_bitmap_set_bit(reachable, (int) i);
         }
     }
-    return OPAL_SUCCESS;
+    for (size_t i = 0; i < nprocs; i++) {
+        free(addrs[i]);
+    }
+    free(addrs);
+    free(ok);
+    return result;
 }
 
 static int llc_del_procs(struct mca_btl_base_module_t *btl, size_t nprocs,

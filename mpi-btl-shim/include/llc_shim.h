@@ -242,6 +242,24 @@ size_t llc_shim_addr(const struct LlcShim *s, char *buf, size_t len);
 size_t llc_shim_transport_name(const struct LlcShim *s, char *buf, size_t len);
 
 /**
+ * Which of the `n` peer addresses in `addrs` this endpoint can reach,
+ * found without connecting (a link-level probe to each peer's interface,
+ * repeated within `timeout_ms`; endpoints of this host are reachable
+ * through the same-host path): `out[i]` is set for each. Waits only while
+ * an answer is missing, so a job whose peers all answer pays a round trip.
+ * An address that does not parse is unreachable.
+ *
+ * # Safety
+ * `s` is a live handle; `addrs` has `n` NUL-terminated strings (or
+ * nulls); `out` has `n` writable bools.
+ */
+enum LlcShimStatus llc_shim_reachable(const struct LlcShim *s,
+                                      const char *const *addrs,
+                                      size_t n,
+                                      bool *out,
+                                      uint32_t timeout_ms);
+
+/**
  * Know the peer at `addr` (as another endpoint's `llc_shim_addr` gave it);
  * `*peer` receives its number. Every process adds every other: of each
  * pair the one with the smaller address connects.

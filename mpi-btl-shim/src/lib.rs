@@ -823,6 +823,47 @@ pub unsafe extern "C" fn llc_shim_transport_name(
     a.len() + 1
 }
 
+/// Which of the `n` peer addresses in `addrs` this endpoint can reach,
+/// found without connecting (a link-level probe to each peer's interface,
+/// repeated within `timeout_ms`; endpoints of this host are reachable
+/// through the same-host path): `out[i]` is set for each. Waits only while
+/// an answer is missing, so a job whose peers all answer pays a round trip.
+/// An address that does not parse is unreachable.
+///
+/// # Safety
+/// `s` is a live handle; `addrs` has `n` NUL-terminated strings (or
+/// nulls); `out` has `n` writable bools.
+#[no_mangle]
+pub unsafe extern "C" fn llc_shim_reachable(
+    s: *const LlcShim,
+    addrs: *const *const c_char,
+    n: usize,
+    out: *mut bool,
+    timeout_ms: u32,
+) -> LlcShimStatus {
+    // SAFETY: per the contract.
+    let Some(s) = (unsafe { shim(s) }) else {
+        return LlcShimStatus::Invalid;
+    };
+    if n > 0 && (addrs.is_null() || out.is_null()) {
+        return LlcShimStatus::Invalid;
+    }
+    // SAFETY: `addrs` has `n` entries, each null or NUL-terminated.
+    let parsed: Vec<Option<Addr>> = (0..n)
+        .map(|i| unsafe { cstr(*addrs.add(i)) }.and_then(|a| a.parse().ok()))
+        .collect();
+    let valid: Vec<Addr> = parsed.iter().flatten().copied().collect();
+    let answers =
+        s.ep.reachable(&valid, Duration::from_millis(timeout_ms.into()));
+    let mut answers = answers.into_iter();
+    for (i, p) in parsed.iter().enumerate() {
+        let ok = p.is_some() && answers.next().unwrap_or(false);
+        // SAFETY: `out` has `n` writable entries.
+        unsafe { *out.add(i) = ok };
+    }
+    LlcShimStatus::Ok
+}
+
 /// Know the peer at `addr` (as another endpoint's `llc_shim_addr` gave it);
 /// `*peer` receives its number. Every process adds every other: of each
 /// pair the one with the smaller address connects.

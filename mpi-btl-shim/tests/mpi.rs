@@ -483,6 +483,101 @@ fn cluster_without_vader_uses_the_same_host_path() {
     check_stats(&run, 4);
 }
 
+/// A host whose interface does not carry LLC to the others (another
+/// Ethernet segment, simulated by dropping LLC frames at its bridge port
+/// while IPv4 still passes): btl/llc reports its rank unreachable after a
+/// link-level probe, so ob1 carries that rank's traffic over btl/tcp, and
+/// with no other BTL the job fails at once saying who cannot reach whom.
+#[test]
+fn cluster_peer_on_another_segment_is_unreachable_over_llc() {
+    require_root!();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let cluster = Cluster::new(3, 1500).expect("cluster bed");
+    // Every LLC frame of our SAP leaving the bridge towards host 2 is
+    // dropped (probes to it, answers to its probes); IPv4 passes.
+    let _cut = vm_tests::LinkChaos::attach(
+        cluster.hub(),
+        &["p2"],
+        &vm_tests::ChaosSettings {
+            drop: 1.0,
+            sap: Some(0x7c),
+            ..Default::default()
+        },
+    )
+    .expect("dropping LLC frames towards host 2");
+    let program = build().dir.join("mpi_check");
+    let run = cluster_mpirun(
+        &cluster,
+        1,
+        &[
+            ("btl", "self,vader,llc,tcp"),
+            ("btl_tcp_if_include", &cluster.subnet()),
+            ("btl_llc_print_stats", "1"),
+            ("btl_llc_verbose", "1"),
+        ],
+        &[program.to_str().unwrap()],
+        Duration::from_secs(240),
+    );
+    assert!(
+        run.ok && run.stdout.contains("mpi_check: OK ranks=3"),
+        "llc plus tcp with host 2 cut off from LLC ({:?})\nstdout:\n{}\nstderr:\n{}",
+        run.code,
+        run.stdout,
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("does not answer a link-level probe"),
+        "btl/llc said nothing of the unreachable peer:\n{}",
+        run.stderr
+    );
+    let stats: Vec<&str> = run
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("btl/llc stats:"))
+        .collect();
+    assert_eq!(stats.len(), 3, "{}", run.stderr);
+    for l in stats {
+        let n = |key: &str| -> u64 {
+            l.split(key)
+                .nth(1)
+                .and_then(|r| r.split_whitespace().next())
+                .unwrap()
+                .parse()
+                .unwrap()
+        };
+        let cut_off = l.contains("rank [[") && l.contains("],2] ");
+        if cut_off {
+            assert_eq!(
+                (n(": sent "), n("received ")),
+                (0, 0),
+                "host 2 used btl/llc: {l}"
+            );
+        } else {
+            assert!(
+                n(": sent ") > 0 && n("received ") > 0,
+                "hosts 0 and 1 talk over btl/llc: {l}"
+            );
+        }
+        println!("{l}");
+    }
+    // Without btl/tcp nothing reaches host 2: ob1 says so and the job ends.
+    let run = cluster_mpirun(
+        &cluster,
+        1,
+        &[("btl", "self,vader,llc")],
+        &[program.to_str().unwrap()],
+        Duration::from_secs(120),
+    );
+    assert!(!run.ok, "the job ran although host 2 is unreachable");
+    assert!(
+        run.stdout.contains("unable to reach") || run.stderr.contains("unable to reach"),
+        "ob1 did not say who cannot reach whom:\n{}\n{}",
+        run.stdout,
+        run.stderr
+    );
+    println!("without btl/tcp: failed after {:.1?}", run.elapsed);
+}
+
 /// A bad interface list ends the job at once with one line that names the
 /// problem and the fix.
 #[test]

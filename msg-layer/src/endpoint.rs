@@ -504,6 +504,42 @@ impl<T: Transport> Endpoint<T> {
         self.post(|e| e.get(peer, key, offset, vec![0; len]))
     }
 
+    /// Which of `addrs` this endpoint can reach, found without connecting
+    /// (a link-level probe over LLC, repeated a few times within
+    /// `timeout`): what an MPI component reports as reachable, so that
+    /// peers on another Ethernet segment go to another transport. Waits
+    /// only while some answer is missing.
+    pub fn reachable(&self, addrs: &[Addr], timeout: Duration) -> Vec<bool> {
+        let mut known: Vec<Option<bool>> = {
+            let mut e = self.shared.engine.lock();
+            addrs.iter().map(|a| e.transport_mut().probe(a)).collect()
+        };
+        let start = Instant::now();
+        let mut probes = 1u32;
+        let _ = self.shared.drive(Some(start + timeout), |e| {
+            for (k, a) in known.iter_mut().zip(addrs) {
+                if k.is_none() && e.transport().probe_answered(a) {
+                    *k = Some(true);
+                }
+            }
+            if known.iter().all(Option::is_some) {
+                return Some(());
+            }
+            // Repeat unanswered probes four times over the timeout: a TEST
+            // frame is not retransmitted by anyone else.
+            if start.elapsed() >= timeout * probes / 4 {
+                probes += 1;
+                for (k, a) in known.iter_mut().zip(addrs) {
+                    if k.is_none() {
+                        *k = e.transport_mut().probe(a);
+                    }
+                }
+            }
+            None
+        });
+        known.into_iter().map(|k| k == Some(true)).collect()
+    }
+
     /// Make progress until everything sent so far has reached its peers
     /// (the last step before a process exits, as in MPI_Finalize).
     pub fn flush(&self, timeout: Option<Duration>) -> Result<(), Error> {

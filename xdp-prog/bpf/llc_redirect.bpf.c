@@ -123,7 +123,10 @@ struct {
 #define ETH_HLEN 14
 #define MAX_LENGTH_FIELD 1500
 #define ETHERTYPE_JUMBO_LLC 0x8870
+#define LLC_SSAP_OFFSET 15
 #define LLC_CONTROL_OFFSET 16
+#define LLC_INFO_OFFSET 17
+#define PROBE_PORT_OFFSET 21
 #define DST_PORT_OFFSET 23
 #define LLC_UI 0x03
 #define LLC_PF 0x10
@@ -235,6 +238,22 @@ static __always_inline int steer(struct xdp_md *ctx)
 		return to_slot(ctx, slot, COUNT_REDIRECTED, COUNT_NO_SOCKET);
 	}
 	__u8 command = control & ~LLC_PF;
+	// A TEST answer to a reachability probe ("LLCR", the prober's port, a
+	// nonce in the information field, which TEST answers copy) goes to
+	// the endpoint that probed, as UI frames go to their port's.
+	if (command == LLC_TEST && (data[LLC_SSAP_OFFSET] & 1) &&
+	    data + PROBE_PORT_OFFSET + 2 <= end && data[LLC_INFO_OFFSET] == 'L' &&
+	    data[LLC_INFO_OFFSET + 1] == 'L' && data[LLC_INFO_OFFSET + 2] == 'C' &&
+	    data[LLC_INFO_OFFSET + 3] == 'R') {
+		__u32 port = ((__u32)data[PROBE_PORT_OFFSET] << 8) | data[PROBE_PORT_OFFSET + 1];
+		__u32 *reference = bpf_map_lookup_elem(&steer_ports, &port);
+		int slot = reference ? slot_of(*reference) : -1;
+		if (slot < 0) {
+			count(COUNT_NO_ENDPOINT);
+			return XDP_PASS;
+		}
+		return to_slot(ctx, slot, COUNT_REDIRECTED, COUNT_NO_SOCKET);
+	}
 	if (command == LLC_TEST || command == LLC_XID) {
 		__u32 key = STEER_CFG_RESPONDER;
 		__u32 *reference = bpf_map_lookup_elem(&steer_config, &key);

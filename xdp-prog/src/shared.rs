@@ -1438,6 +1438,41 @@ mod steering_tests {
         }
     }
 
+    /// A TEST answer to a reachability probe ("LLCR" + the prober's port in
+    /// the information field) goes to the endpoint of that port, not to
+    /// the link responder; a probe command (no C/R bit) to the responder.
+    #[test]
+    fn probe_answers_go_to_the_probing_port() {
+        vm_tests::require_root!();
+        let (xsk, responder) = (sys::xdp_socket().unwrap(), sys::xdp_socket().unwrap());
+        for frags in [false, true] {
+            let s = Steer::load(frags);
+            s.set("steer_slots", 3, 5);
+            s.set("steer_xsks", 3 * STEER_MAX_QUEUES, xsk.as_raw_fd() as u32);
+            s.set("steer_ports", 7000, reference(3, 5));
+            s.set("steer_slots", 200, 1);
+            s.set(
+                "steer_xsks",
+                200 * STEER_MAX_QUEUES,
+                responder.as_raw_fd() as u32,
+            );
+            s.set("steer_config", CFG_RESPONDER, reference(200, 1));
+            let probe = |port: u16, response: bool| {
+                let mut f = frame(US, 100, 0x7C, 0xF3, 0, 60);
+                f[15] |= u8::from(response);
+                f[17..21].copy_from_slice(b"LLCR");
+                f[21..23].copy_from_slice(&port.to_be_bytes());
+                f
+            };
+            assert_eq!(s.run(&probe(7000, true), None), (XDP_REDIRECT, REDIRECTED));
+            assert_eq!(s.run(&probe(7001, true), None), (XDP_PASS, NO_ENDPOINT));
+            assert_eq!(
+                s.run(&probe(7000, false), None),
+                (XDP_REDIRECT, TO_RESPONDER)
+            );
+        }
+    }
+
     /// Sockets are per (slot, RX queue): a frame is only redirected to the
     /// endpoint's socket of the queue it arrived on.
     #[test]

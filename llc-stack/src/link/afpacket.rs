@@ -34,7 +34,7 @@ use crate::link::{Capabilities, Device, LinkError, RxToken, TxToken};
 use crate::sys::{self, align_up, RingGeometry, RX_MAC_OFFSET};
 use crate::time::Instant;
 use crate::wire::ethernet::{ETHERTYPE_JUMBO_LLC, HEADER_LEN, MAX_LENGTH_FIELD};
-use crate::wire::llc::CONTROL_UI;
+use crate::wire::llc::{CONTROL_TEST, CONTROL_UI, PF_BIT, SAP_RESPONSE_BIT};
 
 /// How to open an [`AfPacket`] device.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -152,6 +152,8 @@ const BPF_LD_H_ABS: u16 = 0x28;
 const BPF_LD_B_ABS: u16 = 0x30;
 const BPF_JEQ_K: u16 = 0x15;
 const BPF_JGT_K: u16 = 0x25;
+const BPF_JSET_K: u16 = 0x45;
+const BPF_ALU_AND_K: u16 = 0x54;
 const BPF_RET_K: u16 = 0x06;
 /// Ancillary load of `skb->pkt_type` (`SKF_AD_OFF + SKF_AD_PKTTYPE`).
 const ANC_PKTTYPE: u32 = (libc::SKF_AD_OFF + libc::SKF_AD_PKTTYPE) as u32;
@@ -163,30 +165,45 @@ const PKTTYPE_MAX_ACCEPTED: u32 = libc::PACKET_MULTICAST as u32;
 const LENGTH_TYPE_OFFSET: u32 = 12;
 /// Offset of the DSAP: the first byte after the Ethernet header.
 const DSAP_OFFSET: u32 = HEADER_LEN as u32;
+/// Offset of the SSAP.
+const SSAP_OFFSET: u32 = HEADER_LEN as u32 + 1;
+/// Offset of a TEST frame's information field.
+const INFO_OFFSET: u32 = HEADER_LEN as u32 + 3;
 
 const fn insn(code: u16, jt: u8, jf: u8, k: u32) -> libc::sock_filter {
     libc::sock_filter { code, jt, jf, k }
 }
 
 /// The filter of an endpoint that shares the interface: [`llc_filter`]'s
-/// checks, then only UI frames whose transport `dst_port` is `port`, plus
-/// the other LLC commands (TEST, XID) when `link_role` says this endpoint
-/// answers them.
+/// checks, then only UI frames whose transport `dst_port` is `port`, and
+/// TEST answers to a reachability probe of `port` (information field
+/// "LLCR" + port, `proto::PROBE_MAGIC`); other LLC commands (TEST, XID)
+/// only when `link_role` says this endpoint answers them.
 ///
 /// ```text
 /// 0-8: as llc_filter, up to the DSAP check
 /// 9:  ldb [16]            ; LLC control
-/// 10: jeq #0x03    -> 11 else (link_role ? 13 : 14)
-/// 11: ldh [23]            ; transport dst_port
-/// 12: jeq #port    -> 13 else 14
-/// 13: ret #-1
-/// 14: ret #0
+/// 10: jeq #0x03    -> 11 else 13
+/// 11: ldh [23]            ; UI: transport dst_port
+/// 12: jeq #port    -> ACCEPT else REJECT
+/// 13: and #0xef           ; control without P/F
+/// 14: jeq #0xe3    -> 15 else OTHER
+/// 15: ldb [15]            ; SSAP
+/// 16: jset #1      -> 17 else OTHER  (a TEST response)
+/// 17: ld [17]             ; information field
+/// 18: jeq #"LLCR"  -> 19 else OTHER
+/// 19: ldh [21]            ; the prober's port
+/// 20: jeq #port    -> ACCEPT else REJECT
+/// 21: OTHER: ret #(link_role ? -1 : 0)
+/// 22: ACCEPT: ret #-1
+/// 23: REJECT: ret #0
 /// ```
-pub(crate) fn endpoint_filter(sap: u8, port: u16, link_role: bool) -> [libc::sock_filter; 15] {
-    const ACCEPT: u8 = 13;
-    const REJECT: u8 = 14;
+pub(crate) fn endpoint_filter(sap: u8, port: u16, link_role: bool) -> [libc::sock_filter; 24] {
+    const OTHER: u8 = 21;
+    const ACCEPT: u8 = 22;
+    const REJECT: u8 = 23;
     let to = |from: u8, target: u8| target - from - 1;
-    let not_ui = if link_role { ACCEPT } else { REJECT };
+    let magic = u32::from_be_bytes(crate::proto::PROBE_MAGIC);
     [
         insn(BPF_LD_W_ABS, 0, 0, ANC_PKTTYPE),
         insn(BPF_JGT_K, to(1, REJECT), 0, PKTTYPE_MAX_ACCEPTED),
@@ -198,9 +215,18 @@ pub(crate) fn endpoint_filter(sap: u8, port: u16, link_role: bool) -> [libc::soc
         insn(BPF_LD_B_ABS, 0, 0, DSAP_OFFSET),
         insn(BPF_JEQ_K, 0, to(8, REJECT), sap as u32),
         insn(BPF_LD_B_ABS, 0, 0, CONTROL_OFFSET as u32),
-        insn(BPF_JEQ_K, 0, to(10, not_ui), CONTROL_UI as u32),
+        insn(BPF_JEQ_K, 0, to(10, 13), CONTROL_UI as u32),
         insn(BPF_LD_H_ABS, 0, 0, DST_PORT_OFFSET as u32),
-        insn(BPF_JEQ_K, 0, to(12, REJECT), port as u32),
+        insn(BPF_JEQ_K, to(12, ACCEPT), to(12, REJECT), port as u32),
+        insn(BPF_ALU_AND_K, 0, 0, !u32::from(PF_BIT) & 0xff),
+        insn(BPF_JEQ_K, 0, to(14, OTHER), CONTROL_TEST as u32),
+        insn(BPF_LD_B_ABS, 0, 0, SSAP_OFFSET),
+        insn(BPF_JSET_K, 0, to(16, OTHER), SAP_RESPONSE_BIT as u32),
+        insn(BPF_LD_W_ABS, 0, 0, INFO_OFFSET),
+        insn(BPF_JEQ_K, 0, to(18, OTHER), magic),
+        insn(BPF_LD_H_ABS, 0, 0, INFO_OFFSET + 4),
+        insn(BPF_JEQ_K, to(20, ACCEPT), to(20, REJECT), port as u32),
+        insn(BPF_RET_K, 0, 0, if link_role { u32::MAX } else { 0 }),
         insn(BPF_RET_K, 0, 0, u32::MAX),
         insn(BPF_RET_K, 0, 0, 0),
     ]

@@ -193,6 +193,7 @@ pub enum ConnectError {
 enum ControlFrame {
     Llc {
         addr: Addresses,
+        response: bool,
         command: Command,
         info: Vec<u8>,
     },
@@ -205,6 +206,12 @@ enum ControlFrame {
 /// Most endpoint-level frames (TEST/XID answers, RESETs) waiting to be sent;
 /// beyond this they are dropped and counted, so a flood cannot grow memory.
 const CONTROL_QUEUE_LIMIT: usize = 256;
+/// First bytes of the information field of a reachability probe (a TEST
+/// command): "LLCR", then the prober's port (big-endian) and a nonce. A
+/// TEST answer copies the field, so devices shared by several endpoints
+/// steer the answer by that port (PROTOCOL.md 3.13).
+pub const PROBE_MAGIC: [u8; 4] = *b"LLCR";
+
 /// First ephemeral port.
 const EPHEMERAL_START: u16 = 49152;
 /// Smallest credit window a connection is given when many share the
@@ -238,6 +245,8 @@ pub struct Endpoint {
     conns: ConnTable<Entry>,
     by_key: KeyMap,
     listening: HashSet<u16>,
+    /// Peers that answered a reachability probe.
+    probe_answers: HashSet<MacAddr>,
     /// The one port of an endpoint that shares its interface with others
     /// ([`Endpoint::bind`]): its connections all leave from it.
     bound: Option<u16>,
@@ -283,6 +292,7 @@ impl Endpoint {
             by_key: KeyMap::default(),
             listening: HashSet::new(),
             bound: None,
+            probe_answers: HashSet::new(),
             next_handle: 1,
             next_ephemeral: EPHEMERAL_START,
             rr_cursor: 0,
@@ -337,6 +347,45 @@ impl Endpoint {
     /// The port given to [`Endpoint::bind`], if any.
     pub fn bound_port(&self) -> Option<u16> {
         self.bound
+    }
+
+    /// Ask whether `peer` can be reached on the link: a TEST command whose
+    /// information field is a reachability probe ([`PROBE_MAGIC`], our
+    /// bound port, a nonce), answered by whichever endpoint of `peer`
+    /// answers TEST. The answer comes back to this endpoint (devices that
+    /// filter by port let probe answers for their port in) and shows in
+    /// [`Endpoint::probe_answered`]. Needs a bound port ([`Endpoint::bind`]).
+    /// Returns false when the control queue is full (try again later).
+    pub fn probe(&mut self, peer: MacAddr) -> bool {
+        let Some(port) = self.bound else {
+            return false;
+        };
+        let mut info = [0u8; 8];
+        info[..4].copy_from_slice(&PROBE_MAGIC);
+        info[4..6].copy_from_slice(&port.to_be_bytes());
+        info[6..8].copy_from_slice(&(self.rng.next_u32() as u16).to_be_bytes());
+        self.queue_control(ControlFrame::Llc {
+            addr: Addresses {
+                dst: peer,
+                src: self.mac,
+                dsap: self.cfg.sap,
+                ssap: self.cfg.sap,
+            },
+            response: false,
+            command: Command::Test { pf: true },
+            info: info.to_vec(),
+        })
+    }
+
+    /// Whether `peer` answered one of our probes ([`Endpoint::probe`]).
+    pub fn probe_answered(&self, peer: MacAddr) -> bool {
+        self.probe_answers.contains(&peer)
+    }
+
+    fn is_our_probe(&self, info: &[u8]) -> bool {
+        info.len() >= 6
+            && info[..4] == PROBE_MAGIC
+            && self.bound == Some(u16::from_be_bytes([info[4], info[5]]))
     }
 
     /// Stop accepting connections to `port` (existing ones stay).
@@ -653,6 +702,7 @@ impl Endpoint {
                         dsap: addr.ssap,
                         ssap: self.cfg.sap,
                     },
+                    response: true,
                     command: Command::Test { pf },
                     info: info.to_vec(),
                 }) {
@@ -671,11 +721,19 @@ impl Endpoint {
                         dsap: addr.ssap,
                         ssap: self.cfg.sap,
                     },
+                    response: true,
                     command: Command::Xid { pf },
                     info: wire::XID_INFO.to_vec(),
                 }) {
                     self.stats.xid_answered += 1;
                 }
+            }
+            Body::Test {
+                response: true,
+                info,
+                ..
+            } if self.is_our_probe(info) => {
+                self.probe_answers.insert(addr.src);
             }
             Body::Test { .. } | Body::Xid { .. } => self.stats.dropped.unsolicited_response += 1,
             Body::Transport(t) => {
@@ -870,9 +928,10 @@ impl Endpoint {
             let n = match f {
                 ControlFrame::Llc {
                     addr,
+                    response,
                     command,
                     info,
-                } => wire::emit_llc_control(buf, &addr, true, command, &info),
+                } => wire::emit_llc_control(buf, &addr, response, command, &info),
                 ControlFrame::Reset { addr, header } => {
                     wire::emit_transport_with(buf, &addr, &header, &[], &[], self.cfg.trailer())
                 }
@@ -1000,6 +1059,30 @@ mod tests {
         assert!(transmit(&mut ep).is_none());
         assert_eq!(ep.stats().dropped.unsolicited_response, 1);
         assert_eq!((ep.stats().test_answered, ep.stats().xid_answered), (2, 1));
+    }
+
+    #[test]
+    fn a_probe_is_answered_by_the_peers_test_responder() {
+        let mut a = endpoint();
+        assert!(!a.probe(PEER), "no bound port, no probe");
+        a.bind(4000);
+        assert!(a.probe(PEER));
+        let command = transmit(&mut a).expect("a TEST command");
+        assert_eq!(&command[17..21], b"LLCR");
+        assert_eq!(command[21..23], 4000u16.to_be_bytes());
+        let mut b = Endpoint::new(Config::default(), PEER, 1500, Rng::new(3));
+        b.handle_frame(Instant::ZERO, &command);
+        let answer = transmit(&mut b).expect("the TEST answer");
+        assert!(!a.probe_answered(PEER));
+        a.handle_frame(Instant::ZERO, &answer);
+        assert!(a.probe_answered(PEER));
+        assert_eq!(a.stats().dropped.unsolicited_response, 0);
+        // An answer to another port's probe is not ours.
+        let mut other = endpoint();
+        other.bind(4001);
+        other.handle_frame(Instant::ZERO, &answer);
+        assert!(!other.probe_answered(PEER));
+        assert_eq!(other.stats().dropped.unsolicited_response, 1);
     }
 
     #[test]

@@ -19,6 +19,6 @@ pub mod seq;
 pub use buf_pool::BufPool;
 pub use config::Config;
 pub use connection::{ConnStats, Connection, Event, SendError, State};
-pub use endpoint::{ConnHandle, ConnectError, DropStats, Endpoint, EndpointStats};
+pub use endpoint::{ConnHandle, ConnectError, DropStats, Endpoint, EndpointStats, PROBE_MAGIC};
 pub use error::ConnectionError;
 pub use placement::{Placement, Sink};

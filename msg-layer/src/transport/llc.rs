@@ -347,6 +347,29 @@ impl<D: Device + Send + 'static> Transport for LlcTransport<D> {
     fn prepare_wait(&mut self, fds: &mut Vec<RawFd>) -> Option<Duration> {
         self.stack.prepare_wait(Instant::now(), fds)
     }
+
+    /// A link-level probe: a TEST command to the peer's MAC, answered by
+    /// whichever endpoint of that interface answers TEST (PROTOCOL.md
+    /// 3.13). Endpoints of this host (our own MAC) are reachable through
+    /// the same-host path; another SAP or a TCP address never is.
+    fn probe(&mut self, to: &Addr) -> Option<bool> {
+        let Addr::Llc(a) = to else {
+            return Some(false);
+        };
+        if a.sap != self.addr.sap {
+            return Some(false);
+        }
+        let ep = self.stack.endpoint_mut();
+        if a.mac == self.addr.mac || ep.probe_answered(a.mac) {
+            return Some(true);
+        }
+        ep.probe(a.mac);
+        None
+    }
+
+    fn probe_answered(&self, to: &Addr) -> bool {
+        matches!(to, Addr::Llc(a) if self.stack.endpoint().probe_answered(a.mac))
+    }
 }
 
 /// The real-link transport must be movable to a progress thread.

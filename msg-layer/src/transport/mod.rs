@@ -168,6 +168,23 @@ pub trait Transport: Send + 'static {
     /// ready now. The caller then polls the descriptors, without holding the
     /// transport, and calls `progress` when it wakes.
     fn prepare_wait(&mut self, fds: &mut Vec<RawFd>) -> Option<Duration>;
+
+    /// Start finding out whether `to` can be reached, without connecting:
+    /// `Some(answer)` when the transport knows at once, `None` when a probe
+    /// went out and [`Transport::probe_answered`] will tell (call `probe`
+    /// again to repeat a probe that may have been lost). Transports with no
+    /// cheaper test than connecting say `Some(true)` for their own kind of
+    /// address.
+    fn probe(&mut self, to: &Addr) -> Option<bool> {
+        let _ = to;
+        Some(true)
+    }
+
+    /// Whether `to` answered a probe.
+    fn probe_answered(&self, to: &Addr) -> bool {
+        let _ = to;
+        false
+    }
 }
 
 /// A boxed transport is a transport: one endpoint type for tools that pick
@@ -210,5 +227,11 @@ impl Transport for Box<dyn Transport> {
     }
     fn prepare_wait(&mut self, fds: &mut Vec<RawFd>) -> Option<Duration> {
         (**self).prepare_wait(fds)
+    }
+    fn probe(&mut self, to: &Addr) -> Option<bool> {
+        (**self).probe(to)
+    }
+    fn probe_answered(&self, to: &Addr) -> bool {
+        (**self).probe_answered(to)
     }
 }
