@@ -534,7 +534,7 @@ fn mpi_job_across_two_vms(name: &str, backend: &str, link: Link) -> MpiJob {
     );
     let task = format!(
         "{no_ipv6}cd {dir}\n\
-         echo \"llc-vm-mpi: $(hostname) runs mpirun; vm1 is $(getent hosts vm1)\"\n\
+         echo \"llc-vm-mpi: $(cat /proc/sys/kernel/hostname) runs mpirun; vm1 is $(getent hosts vm1)\"\n\
          rc=0\n\
          LLC_VM_AGENT_PORT={AGENT_PORT} {mpirun} || rc=$?\n\
          echo \"llc-vm-mpi: mpirun exited with status $rc\"\n\
