@@ -121,6 +121,12 @@ pub struct AfXdpConfig {
     /// How long to retry binding a queue that is still held (a socket on it
     /// closed less than about a second ago) before reporting it busy.
     pub bind_retry: Duration,
+    /// Shared mode ([`AfXdpConfig::port`] set): most endpoints that can
+    /// share one RX queue's buffer pool. Used by the endpoint that creates
+    /// the pool (later ones take the pool's shape): each member gets a TX
+    /// region of `tx_frames` slots (all pinned, whether used or not) and an
+    /// equal share of the `rx_chunks` RX chunks for its flow control.
+    pub pool_members: u32,
 }
 
 impl Default for AfXdpConfig {
@@ -136,6 +142,7 @@ impl Default for AfXdpConfig {
             tx_batch: COPY_MODE_KICK_BATCH,
             busy_poll: Duration::from_micros(20),
             bind_retry: Duration::from_secs(2),
+            pool_members: 16,
         }
     }
 }
@@ -148,6 +155,10 @@ impl AfXdpConfig {
             Some("tx_frames must be at least 1")
         } else if self.tx_batch == 0 {
             Some("tx_batch must be at least 1")
+        } else if !(1..=256).contains(&self.pool_members) {
+            Some("pool_members must be between 1 and 256")
+        } else if self.port.is_some() && self.rx_chunks / self.pool_members < 64 {
+            Some("rx_chunks / pool_members must be at least 64 (each endpoint's share)")
         } else {
             None
         };
@@ -183,6 +194,25 @@ pub struct AfXdpStats {
     pub tx_kick_retries: u64,
     /// TX descriptors the kernel rejected, plus frames refused for their length.
     pub tx_errors: u64,
+}
+
+/// An RX queue's buffer pool shared with other endpoints (`XDP_SHARED_UMEM`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SharedPool {
+    /// The RX queue.
+    pub queue: u32,
+    /// This device's socket created the pool (the others joined it).
+    pub created: bool,
+    /// This device's TX region (member index).
+    pub member: u32,
+    /// Most members of the pool.
+    pub members: u32,
+    /// RX chunks this device may have in flight (its flow-control share).
+    pub share_chunks: u32,
+    /// Times a member took the pool lock over from a dead holder.
+    pub lock_steals: u32,
+    /// Times this device gave up waiting for the pool lock.
+    pub lock_timeouts: u64,
 }
 
 struct Queue {
@@ -397,9 +427,10 @@ impl AfXdp {
         let mac = sys::interface_mac(ifname)?;
         let local = LocalPort::claim(ifname, config.sap, port, mac, mtu + HEADER_LEN)?;
         let program = SharedProgram::join(ifname, xcfg).map_err(|e| share_error(ifname, e))?;
-        // A queue bound by another live endpoint stays bound: do not wait
-        // the whole retry for it (the retry is for sockets that just closed).
-        config.bind_retry = config.bind_retry.min(Duration::from_millis(300));
+        // Only a queue that is bound without an offered pool (a device opened
+        // without a port, another AF_XDP program) or whose pool is full stays
+        // busy; `auto` then opens this endpoint on AF_PACKET.
+        config.bind_retry = config.bind_retry.min(Duration::from_secs(1));
         let dev = Self::bind_sockets(
             ifname,
             ifindex,
@@ -410,10 +441,9 @@ impl AfXdp {
         .map_err(|e| match e {
             LinkError::Busy { iface, what } => LinkError::Busy {
                 what: format!(
-                    "{what}; each endpoint sharing {iface} over AF_XDP needs an RX queue \
-                         of its own (several endpoints on one queue need XDP_SHARED_UMEM, not \
-                         built yet): use AF_PACKET for this endpoint (backend auto does), or \
-                         give the interface more queues"
+                    "{what}; endpoints sharing {iface} over AF_XDP share each RX queue's \
+                         buffer pool, which needs every socket on the queue to be one of them: \
+                         use AF_PACKET for this endpoint (backend auto does)"
                 ),
                 iface,
             },
@@ -468,7 +498,16 @@ impl AfXdp {
         let mut fallbacks = Vec::new();
         let mut queues = Vec::with_capacity(queue_ids.len());
         for &id in &queue_ids {
-            let xsk = bind_queue(ifname, ifindex, id, params, sg, &config, &mut fallbacks)?;
+            let xsk = bind_queue(
+                ifname,
+                ifindex,
+                id,
+                params,
+                sg,
+                &config,
+                local.is_some(),
+                &mut fallbacks,
+            )?;
             queues.push(Queue { xsk, id });
         }
         let zc = queues.iter().all(|q| q.xsk.zero_copy());
@@ -589,6 +628,26 @@ impl AfXdp {
         &self.fallbacks
     }
 
+    /// The buffer pools this device shares with other endpoints, one per
+    /// RX queue (empty unless opened with [`AfXdpConfig::port`]).
+    pub fn shared_pools(&self) -> Vec<SharedPool> {
+        self.queues
+            .iter()
+            .filter_map(|q| {
+                let p = q.xsk.pool_info()?;
+                Some(SharedPool {
+                    queue: q.id,
+                    created: p.created,
+                    member: p.member,
+                    members: p.members,
+                    share_chunks: p.share_chunks,
+                    lock_steals: p.steals,
+                    lock_timeouts: p.lock_timeouts,
+                })
+            })
+            .collect()
+    }
+
     /// Whether frames arrive and leave in several buffers (`XDP_USE_SG`).
     pub fn multi_buffer(&self) -> bool {
         needs_multi_buffer(self.mtu)
@@ -636,6 +695,9 @@ impl AfXdp {
 
 /// Bind one socket to queue `id`: zero-copy first if allowed, then copy;
 /// retry while the queue is still held by a socket that just closed.
+/// `shared`: join the queue's pool that another endpoint offers, or create
+/// one that later endpoints can join.
+#[allow(clippy::too_many_arguments)]
 fn bind_queue(
     ifname: &str,
     ifindex: u32,
@@ -643,6 +705,7 @@ fn bind_queue(
     params: xsk::XskParams,
     sg: bool,
     config: &AfXdpConfig,
+    shared: bool,
     fallbacks: &mut Vec<String>,
 ) -> Result<xsk::Xsk, LinkError> {
     let mut base = libc::XDP_USE_NEED_WAKEUP;
@@ -663,8 +726,38 @@ fn bind_queue(
             "copy"
         };
         loop {
-            match xsk::Xsk::new(ifindex, id, params, base | mode) {
+            let attempt = if shared {
+                match xsk::Xsk::join_pool(ifindex, id, params) {
+                    Ok(Some(x)) => Ok(x),
+                    Ok(None) => {
+                        xsk::Xsk::create_pool(ifindex, id, params, config.pool_members, base | mode)
+                    }
+                    Err(e) => Err(e),
+                }
+            } else {
+                xsk::Xsk::new(ifindex, id, params, base | mode)
+            };
+            match attempt {
                 Ok(x) => return Ok(x),
+                Err((xsk::XskStep::Join, e)) if e.raw_os_error() == Some(libc::EPERM) => {
+                    return Err(LinkError::PermissionDenied {
+                        iface: ifname.to_owned(),
+                        what: "the AF_XDP buffer pool another endpoint shares on this queue",
+                        needs: "PTRACE_MODE_ATTACH over the endpoint process offering it (the \
+                                same user; CAP_SYS_PTRACE under Yama ptrace_scope >= 1)",
+                    })
+                }
+                Err((_, e)) if e.kind() == io::ErrorKind::ResourceBusy => {
+                    return Err(LinkError::Busy {
+                        iface: ifname.to_owned(),
+                        what: format!("RX queue {id}: {e}"),
+                    })
+                }
+                Err((xsk::XskStep::Join, e)) => {
+                    return Err(LinkError::Unsupported(format!(
+                        "cannot join the AF_XDP buffer pool of RX queue {id} on {ifname}: {e}"
+                    )))
+                }
                 Err((xsk::XskStep::Socket, e))
                     if matches!(e.raw_os_error(), Some(libc::EPERM | libc::EACCES)) =>
                 {
@@ -688,11 +781,19 @@ fn bind_queue(
                     }
                     return Err(LinkError::Busy {
                         iface: ifname.to_owned(),
-                        what: format!(
-                            "RX queue {id} is already bound to another AF_XDP socket \
-                             (another llc-stack device or AF_XDP program on this queue; \
-                             choose another queue or stop it)"
-                        ),
+                        what: if shared {
+                            format!(
+                                "RX queue {id} is bound to an AF_XDP socket that offers no \
+                                 shared buffer pool (a device opened without a port, or \
+                                 another AF_XDP program)"
+                            )
+                        } else {
+                            format!(
+                                "RX queue {id} is already bound to another AF_XDP socket \
+                                 (another llc-stack device or AF_XDP program on this queue; \
+                                 choose another queue or stop it)"
+                            )
+                        },
                     });
                 }
                 Err((xsk::XskStep::Bind, e))
@@ -908,9 +1009,19 @@ impl Device for AfXdp {
             max_burst: self.config.tx_batch,
             backend: self.backend.clone(),
             // Each socket's fill ring holds `rx_chunks` chunks; a frame
-            // takes one chunk per CHUNK_SIZE bytes.
+            // takes one chunk per CHUNK_SIZE bytes. A shared pool's chunks
+            // are split equally between its members (see `sys::xsk` pool).
             rx_queue_frames: Some(
-                self.config.rx_chunks as usize / (self.mtu + HEADER_LEN).div_ceil(CHUNK_SIZE),
+                self.queues
+                    .iter()
+                    .map(|q| {
+                        q.xsk
+                            .pool_info()
+                            .map_or(self.config.rx_chunks, |p| p.share_chunks)
+                    })
+                    .min()
+                    .unwrap_or(self.config.rx_chunks) as usize
+                    / (self.mtu + HEADER_LEN).div_ceil(CHUNK_SIZE),
             ),
         }
     }
