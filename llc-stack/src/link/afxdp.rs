@@ -747,7 +747,11 @@ fn bind_queue(
                                 same user; CAP_SYS_PTRACE under Yama ptrace_scope >= 1)",
                     })
                 }
-                Err((_, e)) if e.kind() == io::ErrorKind::ResourceBusy => {
+                // The pool's members are all taken (not an errno: EBUSY is
+                // a queue held by a socket, retried below).
+                Err((_, e))
+                    if e.raw_os_error().is_none() && e.kind() == io::ErrorKind::ResourceBusy =>
+                {
                     return Err(LinkError::Busy {
                         iface: ifname.to_owned(),
                         what: format!("RX queue {id}: {e}"),

@@ -929,6 +929,131 @@ mod tests {
         assert_eq!(l.global_slot(4096 * (4096 + 16 * 256)), None);
     }
 
+    fn make_memfd(len: usize) -> (OwnedFd, Mapping) {
+        // SAFETY: the name is a NUL-terminated literal.
+        let fd = syscall!(memfd_create(c"llc-xsk-test".as_ptr(), libc::MFD_CLOEXEC)).unwrap();
+        // SAFETY: a fresh descriptor nobody else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        syscall!(ftruncate(fd.as_raw_fd(), len as libc::off_t)).unwrap();
+        let map = map_shared(fd.as_fd(), len).unwrap();
+        (fd, map)
+    }
+
+    /// A pool (header and counters in a memfd) and a completion ring laid
+    /// out in another memfd as the kernel would: no socket needed.
+    fn fake_pool(member: u32) -> (Pool, Mapping, Ring<u64>, OwnedFd) {
+        let layout = PoolLayout {
+            chunk: 4096,
+            rx_chunks: 64,
+            members: 2,
+            tx_slots: 4,
+            slot_chunks: 1,
+            max_frame: 1514,
+        };
+        let (memfd, map) = make_memfd(layout.header_len());
+        let (ring_fd, _ring_map) = make_memfd(4096);
+        let off = libc::xdp_ring_offset {
+            producer: 0,
+            consumer: 64,
+            desc: 128,
+            flags: 4,
+        };
+        let comp = Ring::map(ring_fd.as_fd(), &off, 8, 0, false).unwrap();
+        let pool = Pool {
+            _offer: None,
+            _region: UnixDatagram::unbound().unwrap(),
+            memfd,
+            header: map.ptr.cast::<Header>(),
+            // SAFETY: inside the header pages.
+            counters: unsafe {
+                NonNull::new_unchecked(
+                    map.ptr
+                        .as_ptr()
+                        .add(PoolLayout::counters_off())
+                        .cast::<AtomicU32>(),
+                )
+            },
+            layout,
+            member,
+            created: false,
+            me: std::process::id(),
+            inflight: Vec::new(),
+            lock_timeouts: std::cell::Cell::new(0),
+        };
+        (pool, map, comp, ring_fd)
+    }
+
+    /// The pid of a process that has exited and been reaped.
+    fn dead_pid() -> u32 {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        pid
+    }
+
+    /// A holder killed while applying the completion ring's entry 1 (intent
+    /// recorded; the count stored or not): the next member steals the lock,
+    /// replays the intent once and applies the rest exactly once.
+    #[test]
+    fn a_dead_holders_lock_is_stolen_and_its_completion_replayed_once() {
+        for count_stored in [false, true] {
+            let (mut pool, _map, mut comp, _fd) = fake_pool(1);
+            let slot_addr = |g: u64| 64 * 4096 + g * 4096;
+            // Entries: slot 0 twice, then slot 5 (member 1, its slot 1).
+            for (i, g) in [0u64, 0, 5].into_iter().enumerate() {
+                // SAFETY: index < ring size, inside the fake ring's mapping.
+                unsafe { comp.descs.as_ptr().add(i).write(slot_addr(g)) };
+            }
+            comp.producer().store(3, Ordering::Release);
+            pool.counter(0, 0).store(2, Ordering::Relaxed);
+            pool.counter(0, 5).store(1, Ordering::Relaxed);
+            let h = pool.header();
+            // The dead holder applied entry 0 and began entry 1.
+            pool.counter(1, 0).store(1, Ordering::Relaxed);
+            h.cq_applied.store(1, Ordering::Relaxed);
+            h.j_slot.store(0, Ordering::Relaxed);
+            h.j_value.store(2, Ordering::Relaxed);
+            h.j_seq.store(2, Ordering::Relaxed);
+            if count_stored {
+                pool.counter(1, 0).store(2, Ordering::Relaxed);
+            }
+            h.lock.store(dead_pid(), Ordering::Relaxed);
+
+            pool.drain_completions(&mut comp);
+            let h = pool.header();
+            assert_eq!(h.steals.load(Ordering::Relaxed), 1);
+            assert_eq!(h.lock.load(Ordering::Relaxed), 0, "released");
+            assert_eq!(pool.counter(1, 0).load(Ordering::Relaxed), 2, "applied once");
+            assert_eq!(pool.counter(1, 5).load(Ordering::Relaxed), 1);
+            assert_eq!(h.cq_applied.load(Ordering::Relaxed), 3);
+            assert_eq!(comp.consumer().load(Ordering::Relaxed), 3, "published");
+            // Member 1's slot 1 is free again, nothing else of its region.
+            pool.inflight = vec![1];
+            let mut free = Vec::new();
+            pool.collect(&mut free);
+            assert_eq!(free, [1]);
+            // A second drain finds nothing to do.
+            pool.drain_completions(&mut comp);
+            assert_eq!(pool.counter(1, 0).load(Ordering::Relaxed), 2);
+        }
+    }
+
+    /// A live holder is waited for, never robbed; the wait is bounded.
+    #[test]
+    fn a_live_holders_lock_is_not_stolen() {
+        let (pool, _map, _comp, _fd) = fake_pool(0);
+        // SAFETY: getppid has no preconditions.
+        let parent = unsafe { libc::getppid() } as u32;
+        pool.header().lock.store(parent, Ordering::Relaxed);
+        let t = Instant::now();
+        assert!(pool.lock().is_none());
+        assert!(t.elapsed() >= LOCK_TIMEOUT);
+        assert_eq!(pool.header().lock.load(Ordering::Relaxed), parent);
+        assert_eq!(pool.info().lock_timeouts, 1);
+        pool.header().lock.store(0, Ordering::Relaxed);
+        assert!(pool.lock().is_some());
+    }
+
     #[test]
     fn a_dead_or_missing_process_is_gone_and_we_are_not() {
         assert!(!process_gone(std::process::id()));
