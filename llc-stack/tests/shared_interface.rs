@@ -261,10 +261,36 @@ fn count_arrivals<D: Device>(dev: &mut D) -> usize {
     n
 }
 
+/// `ui_frame`, made `len` bytes long (the jumbo form, EtherType 0x8870,
+/// above 1514) with the tag still last.
+fn sized(mut f: Vec<u8>, len: usize) -> Vec<u8> {
+    let tag = f.pop().expect("a frame");
+    f.resize(len - 1, 0x5A);
+    f.push(tag);
+    if len > 1514 {
+        f[12..14].copy_from_slice(&0x8870u16.to_be_bytes());
+    } else {
+        let llc_len = (len - 14) as u16;
+        f[12..14].copy_from_slice(&llc_len.to_be_bytes());
+    }
+    f
+}
+
 #[test]
 fn af_xdp_endpoints_share_one_rx_queue() {
+    share_one_rx_queue(1500, 100);
+}
+
+/// Frames of 8000 bytes: two RX buffers each (reassembled), three TX
+/// descriptors per slot, each completion counted per descriptor.
+#[test]
+fn af_xdp_endpoints_share_one_rx_queue_with_jumbo_frames() {
+    share_one_rx_queue(9000, 8000);
+}
+
+fn share_one_rx_queue(mtu: u32, len: usize) {
     require_root!();
-    let hosts = TwoHosts::new(1500).expect("test hosts");
+    let hosts = TwoHosts::new(mtu).expect("test hosts");
     let mut a = open(&hosts.a, None).expect("sender");
     let mut eps: Vec<AfXdp> = [7, 8, 9]
         .iter()
@@ -278,7 +304,11 @@ fn af_xdp_endpoints_share_one_rx_queue() {
         assert_eq!(pools.len(), 1, "{pools:?}");
         // 4096 chunks / 16 members, less a refill batch.
         assert_eq!(pools[0].share_chunks, 4096 / 16 - 32);
-        assert_eq!(caps.rx_queue_frames, Some(4096 / 16 - 32));
+        let chunks_per_frame = (mtu as usize + 14).div_ceil(4096);
+        assert_eq!(
+            caps.rx_queue_frames,
+            Some((4096 / 16 - 32) / chunks_per_frame)
+        );
     }
     let created: Vec<bool> = eps.iter().map(|e| e.shared_pools()[0].created).collect();
     assert_eq!(
@@ -294,7 +324,10 @@ fn af_xdp_endpoints_share_one_rx_queue() {
 
     let (ma, mb) = (hosts.a.mac, hosts.b.mac);
     for tag in 0..30u8 {
-        send(&mut a, &ui_frame(mb, ma, 7 + u16::from(tag % 3), tag));
+        send(
+            &mut a,
+            &sized(ui_frame(mb, ma, 7 + u16::from(tag % 3), tag), len),
+        );
     }
     send(&mut a, &ui_frame(mb, ma, 10, 100));
     send(&mut a, &test_frame(mb, ma, 101));
@@ -304,6 +337,10 @@ fn af_xdp_endpoints_share_one_rx_queue() {
             want.push(101);
         }
         assert_eq!(drain(e), want, "endpoint {i} sees only its frames");
+        let s = e.stats();
+        if len + 256 > 4096 {
+            assert_eq!(s.rx_multi_buffer, 10, "reassembled from several buffers");
+        }
     }
 
     // Each transmits more frames than it has TX slots (256), so its slots
@@ -313,7 +350,7 @@ fn af_xdp_endpoints_share_one_rx_queue() {
         for (i, e) in eps.iter_mut().enumerate() {
             for k in 0..100 {
                 let tag = (round * 100 + k) as u8;
-                send(e, &ui_frame(ma, mb, 30 + i as u16, tag));
+                send(e, &sized(ui_frame(ma, mb, 30 + i as u16, tag), len));
             }
         }
         let got = count_arrivals(&mut a);

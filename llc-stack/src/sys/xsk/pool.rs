@@ -1023,7 +1023,11 @@ mod tests {
             let h = pool.header();
             assert_eq!(h.steals.load(Ordering::Relaxed), 1);
             assert_eq!(h.lock.load(Ordering::Relaxed), 0, "released");
-            assert_eq!(pool.counter(1, 0).load(Ordering::Relaxed), 2, "applied once");
+            assert_eq!(
+                pool.counter(1, 0).load(Ordering::Relaxed),
+                2,
+                "applied once"
+            );
             assert_eq!(pool.counter(1, 5).load(Ordering::Relaxed), 1);
             assert_eq!(h.cq_applied.load(Ordering::Relaxed), 3);
             assert_eq!(comp.consumer().load(Ordering::Relaxed), 3, "published");
