@@ -10,8 +10,9 @@
 //!    faster mode there, which also leaves other traffic its offloads. The `xdp.frags` variant when frames can
 //!    span several buffers.
 //! 2. One AF_XDP socket per RX queue in use ([`AfXdpConfig::queue`]: one queue,
-//!    or all of the interface's RX queues), each with its own UMEM and rings,
-//!    registered in the program's XSKMAP. Zero-copy is tried first in
+//!    or all of the interface's RX queues), each with its own UMEM and rings
+//!    (or, on an interface shared with other endpoints, the queue's shared
+//!    buffer pool; see below), registered in the program's XSKMAP. Zero-copy is tried first in
 //!    [`XdpMode::Auto`] (veth refuses it with EOPNOTSUPP; then copy mode).
 //!
 //! # Chunks and multi-buffer frames
@@ -48,12 +49,44 @@
 //! others, detached by the kernel when the last one exits or is killed) and
 //! registers its sockets for its port, so the program hands it only its own
 //! frames and passes the rest to the kernel, where endpoints on AF_PACKET
-//! find theirs. Each endpoint has its own UMEM and binds its own sockets, so
-//! one endpoint per RX queue can use AF_XDP: a queue already bound by
-//! another endpoint is reported busy, and `auto` then opens that endpoint on
-//! AF_PACKET (several sockets on one queue need `XDP_SHARED_UMEM`, with the
-//! fill and completion rings shared between processes: not built yet, see
-//! xdp-prog/README.md).
+//! find theirs.
+//!
+//! The kernel keeps one buffer pool per (interface, RX queue), so all
+//! endpoints on a queue share it (`XDP_SHARED_UMEM`; `sys::xsk` pool module
+//! for the details). The first endpoint on a queue creates the pool: its
+//! UMEM is a memfd mapped shared, it owns the fill and completion rings, and
+//! it offers its socket and memfd descriptors under an abstract unix socket
+//! name. Later endpoints take duplicates (`pidfd_getfd`), map the memfd and
+//! the pool's fill and completion rings, and bind their own socket (own RX
+//! and TX rings) with `XDP_SHARED_UMEM`; each then offers its own socket and
+//! memfd too, so the pool outlives its creator. Many endpoints on a NIC
+//! with one RX queue (veth, most virtio-net) thus all get AF_XDP.
+//!
+//! - **Lock**: the fill ring's producer and the completion ring's consumer
+//!   are shared by the processes, serialised by a spinlock word in the pool
+//!   header holding the holder's pid; a waiter steals it from a dead holder
+//!   (`pidfd_open`: gone, or exited as a zombie). Ring updates publish their
+//!   index last, and completions go through a one-entry journal, so a member
+//!   killed at any instruction leaves both rings consistent.
+//! - **TX**: every member has its own region of [`AfXdpConfig::tx_frames`]
+//!   slots in the UMEM; completions (which all members' sockets post to the
+//!   one completion ring) are attributed to their slot by whoever drains
+//!   the ring, through per-slot counters in the pool header.
+//! - **RX and flow control**: frames take chunks from the one fill ring.
+//!   [`Capabilities::rx_queue_frames`] reports an equal share of the pool,
+//!   `rx_chunks / pool_members` less a refill batch (32 chunks), so
+//!   [`AfXdpConfig::pool_members`] endpoints with full credit windows cannot
+//!   empty the fill ring. With the defaults (4096 chunks, 16 members) that is
+//!   224 frames of up to 3840 bytes per endpoint, 74 at MTU 9000.
+//! - **Cost**: the UMEM holds `rx_chunks + pool_members x tx_frames x
+//!   chunks per frame` chunks, all pinned by the kernel: 32 MiB per queue at
+//!   MTU 1500 with the defaults (the first endpoint's settings decide).
+//! - **A member killed** loses to the pool the RX chunks it held (at most its
+//!   RX ring, `2 x` its share, plus one refill batch) and any TX slots whose
+//!   descriptors were still in its TX ring; the others do not notice. A
+//!   queue bound by a socket that offers no pool (a device opened without a
+//!   port, another AF_XDP program) is reported busy, and `auto` then opens
+//!   that endpoint on AF_PACKET.
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};

@@ -22,6 +22,16 @@
 //! descriptors (all but the last flagged `XDP_PKT_CONTD`), which needs the
 //! socket bound with `XDP_USE_SG`.
 //!
+//! # A UMEM shared by several processes
+//! On an interface shared by several endpoint processes, the sockets of one
+//! RX queue share one buffer pool (`XDP_SHARED_UMEM`): a memfd UMEM, one
+//! fill ring and one completion ring for all of them, each with its own RX
+//! and TX ring. Then the RX chunks belong to the pool (each still in exactly
+//! one place: the fill ring, the kernel, one member's RX ring, lent, or one
+//! member's backlog), every member has its own region of TX slots, and the
+//! shared rings' user-side indices are updated under a lock in the pool's
+//! header. See the `pool` module.
+//!
 //! # Memory ordering
 //! As libxdp: the producer index is stored with release ordering after the
 //! descriptors are written; the consumer index is loaded with acquire
