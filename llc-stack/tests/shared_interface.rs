@@ -11,12 +11,17 @@
 //! should not have been delivered at all. Needs root; prints SKIPPED
 //! otherwise.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant as StdInstant};
 
 use llc_stack::link::afpacket::{AfPacket, AfPacketConfig};
 use llc_stack::link::afxdp::{AfXdp, AfXdpConfig};
 use llc_stack::link::{Device, LinkError, RxToken, TxToken};
-use llc_stack::Instant;
+use llc_stack::proto::{Config, Event};
+use llc_stack::rng::Rng;
+use llc_stack::wire::MacAddr;
+use llc_stack::{Instant, Stack};
 use vm_tests::{require_root, Background, Host, TwoHosts};
 
 const SAP: u8 = 0x7C;
@@ -404,6 +409,24 @@ fn helper_endpoint() {
     }
 }
 
+/// Start a helper endpoint process for `port` in `host` and wait until it
+/// has opened its device.
+fn start_helper(host: &Host, port: u16) -> Background {
+    let exe = std::env::current_exe().expect("test binary");
+    let mut cmd = host.ns.command(exe);
+    cmd.args([
+        "--exact",
+        "helper_endpoint",
+        "--ignored",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env(HELPER_PORT, port.to_string())
+    .env("LLC_SHARED_HELPER_IFACE", &host.ifname);
+    Background::spawn(&mut cmd, "READY", Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("helper endpoint: {e}"))
+}
+
 /// The creator of the pool is a separate process, busy receiving and
 /// echoing, and is killed with SIGKILL in the middle of a numbered stream to
 /// another member: that member receives every frame, in order, and keeps
@@ -413,19 +436,7 @@ fn helper_endpoint() {
 fn a_killed_member_costs_the_others_nothing_and_the_pool_stays_joinable() {
     require_root!();
     let hosts = TwoHosts::new(1500).expect("test hosts");
-    let exe = std::env::current_exe().expect("test binary");
-    let mut cmd = hosts.b.ns.command(exe);
-    cmd.args([
-        "--exact",
-        "helper_endpoint",
-        "--ignored",
-        "--nocapture",
-        "--test-threads=1",
-    ])
-    .env(HELPER_PORT, "20")
-    .env("LLC_SHARED_HELPER_IFACE", &hosts.b.ifname);
-    let helper = Background::spawn(&mut cmd, "READY", Duration::from_secs(30))
-        .unwrap_or_else(|e| panic!("helper endpoint: {e}"));
+    let helper = start_helper(&hosts.b, 20);
     assert!(
         helper.output().contains("created=true") && helper.output().contains("af_xdp"),
         "{}",
@@ -488,4 +499,126 @@ fn a_killed_member_costs_the_others_nothing_and_the_pool_stays_joinable() {
         }
     }
     assert_eq!(from_late, 100, "the late member transmits");
+}
+
+/// The reliable transport into a member of a shared pool while the other
+/// members are killed with SIGKILL: first the pool's creator, then a member
+/// that joined later. Both are busy (each echoes a stream of frames host A
+/// sprays at it). The transfer completes intact, and the survivor's queue
+/// never lacked a buffer (no fill-ring-empty drops).
+#[test]
+fn a_reliable_transfer_survives_members_killed_around_it() {
+    require_root!();
+    const TOTAL: usize = 32 << 20;
+    const MSG: usize = 1 << 20;
+    const PORT: u16 = 21;
+    let hosts = TwoHosts::new(1500).expect("test hosts");
+    let first = start_helper(&hosts.b, 20);
+    assert!(
+        first.output().contains("created=true"),
+        "{}",
+        first.output()
+    );
+
+    // Host A: one thread sprays frames at the helpers' port, one sends.
+    let stop = Arc::new(AtomicBool::new(false));
+    let (ma, mb) = (hosts.a.mac, hosts.b.mac);
+    let spray = {
+        let stop = stop.clone();
+        let ifname = hosts.a.ifname.clone();
+        hosts.a.ns.spawn(move || {
+            let mut dev = AfPacket::open(&ifname, AfPacketConfig::default()).expect("sprayer");
+            let mut seq = 0u16;
+            while !stop.load(Ordering::Relaxed) {
+                send(&mut dev, &seq_frame(mb, ma, 20, seq));
+                seq = seq.wrapping_add(1);
+                // About 20k frames a second; echoes are dropped unread.
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        })
+    };
+    let sender = {
+        let ifname = hosts.a.ifname.clone();
+        hosts.a.ns.spawn(move || {
+            let dev = AfPacket::open(&ifname, AfPacketConfig::default()).expect("sender");
+            let mut stack = Stack::new(dev, Config::default(), MacAddr(ma), Rng::new(1));
+            let now = Instant::now();
+            let conn = stack
+                .endpoint_mut()
+                .connect(now, MacAddr(mb), PORT, None)
+                .expect("connect");
+            let (mut next, mut acked) = (0usize, 0usize);
+            let n = TOTAL / MSG;
+            let done = stack
+                .run_until(now + Duration::from_secs(120), |ep| {
+                    while let Some((_, ev)) = ep.poll_event() {
+                        match ev {
+                            Event::Acked { .. } => acked += 1,
+                            Event::Closed(Some(e)) => panic!("sender connection failed: {e}"),
+                            _ => {}
+                        }
+                    }
+                    while next < n && ep.connection(conn).map_or(0, |c| c.send_buffered()) < 4 * MSG
+                    {
+                        ep.send(conn, vec![next as u8; MSG]).expect("send");
+                        next += 1;
+                    }
+                    (acked == n).then_some(())
+                })
+                .expect("sender");
+            assert!(
+                done.is_some(),
+                "sender timed out: {acked} of {n} acknowledged"
+            );
+        })
+    };
+
+    let b = &hosts.b;
+    let dev = open_xdp(&hosts.b, PORT).expect("receiving member");
+    assert!(!dev.shared_pools()[0].created);
+    let mut stack = Stack::new(dev, Config::default(), MacAddr(mb), Rng::new(2));
+    stack.endpoint_mut().listen(PORT);
+    let mut helpers = vec![first];
+    let mut kills = 0;
+    let (mut got, mut bad) = (0usize, 0usize);
+    let done = stack
+        .run_until(Instant::now() + Duration::from_secs(120), |ep| {
+            while let Some((_, ev)) = ep.poll_event() {
+                match ev {
+                    Event::Message { data, .. } => {
+                        let want = (got / MSG) as u8;
+                        bad += usize::from(data.len() != MSG || data.iter().any(|&x| x != want));
+                        got += data.len();
+                    }
+                    Event::Closed(Some(e)) => panic!("receiver connection failed: {e}"),
+                    _ => {}
+                }
+            }
+            // Kill the creator at a third, a later member at two thirds.
+            if kills < 2 && got >= (kills + 1) * TOTAL / 3 {
+                drop(helpers.pop());
+                kills += 1;
+                if kills == 1 {
+                    let h = start_helper(b, 20);
+                    assert!(h.output().contains("created=false"), "{}", h.output());
+                    helpers.push(h);
+                }
+            }
+            (got >= TOTAL).then_some(())
+        })
+        .expect("receiver");
+    stop.store(true, Ordering::Relaxed);
+    assert!(
+        done.is_some(),
+        "receiver timed out with {got} of {TOTAL} bytes"
+    );
+    let _ = stack.run_until(Instant::now() + Duration::from_millis(300), |_| None::<()>);
+    sender.join().expect("sender thread");
+    spray.join().expect("sprayer thread");
+    assert_eq!((got, bad, kills), (TOTAL, 0, 2));
+    let s = stack.device().stats();
+    let pool = stack.device().shared_pools()[0];
+    eprintln!("survivor: {s:?}; pool: {pool:?}");
+    assert_eq!(s.rx_fill_ring_empty, 0, "{s:?}");
+    assert_eq!(pool.lock_timeouts, 0, "{pool:?}");
 }
