@@ -17,6 +17,7 @@ use std::time::{Duration, Instant as StdInstant};
 
 use llc_stack::link::afpacket::{AfPacket, AfPacketConfig};
 use llc_stack::link::afxdp::{AfXdp, AfXdpConfig};
+use llc_stack::link::any::{self, Backend};
 use llc_stack::link::{Device, LinkError, RxToken, TxToken};
 use llc_stack::proto::{Config, Event};
 use llc_stack::rng::Rng;
@@ -621,4 +622,47 @@ fn a_reliable_transfer_survives_members_killed_around_it() {
     eprintln!("survivor: {s:?}; pool: {pool:?}");
     assert_eq!(s.rx_fill_ring_empty, 0, "{s:?}");
     assert_eq!(pool.lock_timeouts, 0, "{pool:?}");
+}
+
+/// A pool made for two members refuses a third as busy, and `auto` opens
+/// that endpoint on AF_PACKET, which still gets its frames (the shared
+/// program passes frames of ports without a socket to the kernel).
+#[test]
+fn a_full_pool_is_busy_and_auto_falls_back_to_af_packet() {
+    require_root!();
+    let hosts = TwoHosts::new(1500).expect("test hosts");
+    let config = |port: u16| AfXdpConfig {
+        sap: SAP,
+        port: Some(port),
+        pool_members: 2,
+        ..AfXdpConfig::default()
+    };
+    let ifname = hosts.b.ifname.clone();
+    let (_b7, _b8, third, mut auto) = hosts.b.ns.run(move || {
+        let b7 = AfXdp::open(&ifname, config(7)).expect("first member");
+        let b8 = AfXdp::open(&ifname, config(8)).expect("second member");
+        let third = AfXdp::open(&ifname, config(9)).map(drop);
+        let packet = AfPacketConfig {
+            sap: SAP,
+            port: Some(10),
+            ..AfPacketConfig::default()
+        };
+        let auto = any::open(&ifname, Backend::Auto, packet, config(10)).expect("auto");
+        (b7, b8, third, auto)
+    });
+    match third {
+        Err(e @ LinkError::Busy { .. }) => {
+            assert!(e.to_string().contains("all 2 members"), "{e}")
+        }
+        other => panic!("a third member of a two-member pool must be busy: {other:?}"),
+    }
+    let (link, notes) = &mut auto;
+    assert!(
+        link.capabilities().backend.starts_with("af_packet"),
+        "{} {notes:?}",
+        link.capabilities().backend
+    );
+    let mut a = open(&hosts.a, None).expect("sender");
+    send(&mut a, &ui_frame(hosts.b.mac, hosts.a.mac, 10, 1));
+    assert_eq!(drain(link), [1]);
 }

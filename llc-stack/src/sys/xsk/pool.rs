@@ -157,6 +157,18 @@ impl PoolLayout {
         }
     }
 
+    /// Whether a layout read from a header is one this code could have
+    /// written (so none of the sizes below overflows or divides by zero).
+    fn is_sane(&self) -> bool {
+        self.chunk.is_power_of_two()
+            && (2048..=65536).contains(&self.chunk)
+            && (1..=256).contains(&self.members)
+            && (1..=1 << 16).contains(&self.tx_slots)
+            && (1..=17).contains(&self.slot_chunks)
+            && (self.members..=1 << 24).contains(&self.rx_chunks)
+            && self.max_frame <= self.slot_chunks as usize * self.chunk
+    }
+
     fn total_slots(&self) -> u32 {
         self.members * self.tx_slots
     }
@@ -705,10 +717,7 @@ impl Xsk {
         if get(&header.ifindex) != ifindex || get(&header.queue) != queue {
             return Err(join(io::Error::other("offered pool is of another queue")));
         }
-        if layout.members == 0
-            || layout.tx_slots == 0
-            || size < layout.header_len() + layout.umem_len()
-        {
+        if !layout.is_sane() || size < layout.header_len() + layout.umem_len() {
             return Err(join(io::Error::other(
                 "offered pool header is inconsistent",
             )));
@@ -927,6 +936,18 @@ mod tests {
         assert_eq!(l.global_slot(4096 * 4096), Some(0));
         assert_eq!(l.global_slot(4096 * 4096 + 4096 * 257 + 100), Some(257));
         assert_eq!(l.global_slot(4096 * (4096 + 16 * 256)), None);
+        assert!(l.is_sane());
+        assert!(!PoolLayout {
+            slot_chunks: 0,
+            ..l
+        }
+        .is_sane());
+        assert!(!PoolLayout { members: 0, ..l }.is_sane());
+        assert!(!PoolLayout {
+            max_frame: 9014,
+            ..l
+        }
+        .is_sane());
     }
 
     fn make_memfd(len: usize) -> (OwnedFd, Mapping) {
