@@ -666,3 +666,41 @@ fn a_full_pool_is_busy_and_auto_falls_back_to_af_packet() {
     send(&mut a, &ui_frame(hosts.b.mac, hosts.a.mac, 10, 1));
     assert_eq!(drain(link), [1]);
 }
+
+/// Four endpoint processes starting at the same moment (at MTU 9000, where
+/// a pool pins 64 MiB): one creates the queue's pool, the three others wait
+/// for its offer and join; all are on AF_XDP, each with its own TX region.
+#[test]
+fn simultaneous_starts_create_one_pool() {
+    require_root!();
+    let hosts = TwoHosts::new(9000).expect("test hosts");
+    let helpers: Vec<Background> = std::thread::scope(|s| {
+        let started: Vec<_> = (0..4)
+            .map(|i| {
+                let b = &hosts.b;
+                s.spawn(move || start_helper(b, 20 + i))
+            })
+            .collect();
+        started
+            .into_iter()
+            .map(|t| t.join().expect("starter"))
+            .collect()
+    });
+    let outputs: Vec<String> = helpers.iter().map(Background::output).collect();
+    let created = outputs
+        .iter()
+        .filter(|o| o.contains("created=true"))
+        .count();
+    assert_eq!(created, 1, "{outputs:#?}");
+    assert!(
+        outputs.iter().all(|o| o.contains("backend=af_xdp")),
+        "{outputs:#?}"
+    );
+    let mut members: Vec<&str> = outputs
+        .iter()
+        .filter_map(|o| o.split("member=").nth(1)?.split_whitespace().next())
+        .collect();
+    members.sort_unstable();
+    members.dedup();
+    assert_eq!(members.len(), 4, "{outputs:#?}");
+}

@@ -760,13 +760,7 @@ fn bind_queue(
         };
         loop {
             let attempt = if shared {
-                match xsk::Xsk::join_pool(ifindex, id, params) {
-                    Ok(Some(x)) => Ok(x),
-                    Ok(None) => {
-                        xsk::Xsk::create_pool(ifindex, id, params, config.pool_members, base | mode)
-                    }
-                    Err(e) => Err(e),
-                }
+                xsk::Xsk::join_or_create_pool(ifindex, id, params, config.pool_members, base | mode)
             } else {
                 xsk::Xsk::new(ifindex, id, params, base | mode)
             };
@@ -785,6 +779,12 @@ fn bind_queue(
                 Err((_, e))
                     if e.raw_os_error().is_none() && e.kind() == io::ErrorKind::ResourceBusy =>
                 {
+                    return Err(LinkError::Busy {
+                        iface: ifname.to_owned(),
+                        what: format!("RX queue {id}: {e}"),
+                    })
+                }
+                Err((xsk::XskStep::Join, e)) if e.kind() == io::ErrorKind::TimedOut => {
                     return Err(LinkError::Busy {
                         iface: ifname.to_owned(),
                         what: format!("RX queue {id}: {e}"),

@@ -24,7 +24,9 @@
 //! `pidfd_getfd`, maps the memfd, checks the header (magic, interface,
 //! queue, chunk and frame sizes), maps the pool's fill and completion rings
 //! through the taken socket, creates its own socket with only RX and TX
-//! rings and binds it with `XDP_SHARED_UMEM`. It then offers its own
+//! rings and binds it with `XDP_SHARED_UMEM`. (Endpoints starting together
+//! do not race to create: the one holding the claim `.../creating` creates,
+//! the others wait for its offer.) It then offers its own
 //! socket and memfd, so the pool stays joinable after the creator is gone
 //! (the kernel keeps the pool while any socket of it lives).
 //!
@@ -94,6 +96,8 @@ const NAME_ROOT: &str = "llc-xsk/v1";
 const STEAL_CHECK: Duration = Duration::from_millis(1);
 /// Longest wait for the lock before an operation is skipped.
 const LOCK_TIMEOUT: Duration = Duration::from_secs(2);
+/// Longest wait for another endpoint that is creating a queue's pool.
+const CREATE_WAIT: Duration = Duration::from_secs(10);
 /// Header flag: the creator bound in zero-copy mode.
 const FLAG_ZERO_COPY: u32 = 1;
 
@@ -368,6 +372,15 @@ impl Pool {
     /// Under the lock: apply completed TX descriptors to their slots'
     /// counters, through the journal, and hand the entries back.
     pub(super) fn drain_completions(&mut self, comp: &mut Ring<u64>) {
+        // Nothing new and no unfinished intent: no need for the lock.
+        let h = self.header();
+        let applied = h.cq_applied.load(Ordering::Acquire);
+        if comp.producer().load(Ordering::Acquire) == applied
+            && h.j_seq.load(Ordering::Acquire) != applied.wrapping_add(1)
+            && comp.consumer().load(Ordering::Relaxed) == applied
+        {
+            return;
+        }
         let Some(_guard) = self.lock() else {
             return;
         };
@@ -646,6 +659,54 @@ impl Xsk {
         }
         xsk.offer(ifindex, queue).map_err(rings)?;
         Ok(xsk)
+    }
+
+    /// Join the pool of queue `queue` of `ifindex`, or create it when no
+    /// live member offers one. Creators are serialised by the claim
+    /// `.../creating` (held until the new pool is offered, freed if its
+    /// holder dies): endpoints starting together do not each build a UMEM
+    /// only to find the queue taken; they wait (at most `CREATE_WAIT`) for
+    /// the creator's offer and join.
+    pub fn join_or_create_pool(
+        ifindex: u32,
+        queue: u32,
+        params: XskParams,
+        members: u32,
+        bind_flags: u16,
+    ) -> Result<Xsk, (XskStep, io::Error)> {
+        let name = format!("{}creating", pool_prefix(ifindex, queue));
+        let deadline = Instant::now() + CREATE_WAIT;
+        let mut pause = Duration::from_micros(500);
+        loop {
+            if let Some(x) = Self::join_pool(ifindex, queue, params)? {
+                return Ok(x);
+            }
+            match offer::claim(&name).map_err(|e| (XskStep::Join, e))? {
+                Some(_creating) => {
+                    // A creator may have offered between our look and claim.
+                    if let Some(x) = Self::join_pool(ifindex, queue, params)? {
+                        return Ok(x);
+                    }
+                    return Self::create_pool(ifindex, queue, params, members, bind_flags);
+                }
+                None if Instant::now() < deadline => {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(10));
+                }
+                None => {
+                    return Err((
+                        XskStep::Join,
+                        io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            format!(
+                                "another endpoint has been creating this queue's shared pool \
+                                 for {CREATE_WAIT:?} without offering it"
+                            ),
+                        ),
+                    ))
+                }
+            }
+        }
     }
 
     /// Join the shared pool a live member offers for queue `queue` of
