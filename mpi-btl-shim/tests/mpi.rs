@@ -418,6 +418,22 @@ fn cluster_2_hosts_x_4_ranks_af_packet() {
     cluster_mpi_check(2, 4, "packet");
 }
 
+/// Four ranks per host, every one on AF_XDP (required, no fallback): the
+/// hosts' `eth0` (veth) has one RX queue, so the ranks of a host share that
+/// queue's buffer pool (`XDP_SHARED_UMEM`) and the interface's XDP program
+/// hands each rank's socket its own port's frames.
+#[test]
+fn cluster_2_hosts_x_4_ranks_af_xdp() {
+    require_root!();
+    let run = cluster_mpi_check(2, 4, "xdp");
+    assert_eq!(
+        run.stderr.matches("transport llc/af_xdp").count(),
+        8,
+        "every rank on AF_XDP:\n{}",
+        run.stderr
+    );
+}
+
 /// `--mca btl self,llc` (no shared memory): the ranks of one host reach
 /// each other through the stack's same-host path, so the job works.
 #[test]

@@ -577,6 +577,7 @@ impl Xsk {
         let memfd = unsafe { OwnedFd::from_raw_fd(memfd) };
         let header_len = layout.header_len();
         let total = header_len + layout.umem_len();
+        // SAFETY: ftruncate takes integers only.
         syscall!(ftruncate(memfd.as_raw_fd(), total as libc::off_t)).map_err(rings)?;
         let umem = map_shared(memfd.as_fd(), total).map_err(rings)?;
         // SAFETY: the mapping is page-aligned and larger than the header,
@@ -1016,6 +1017,7 @@ mod tests {
         let fd = syscall!(memfd_create(c"llc-xsk-test".as_ptr(), libc::MFD_CLOEXEC)).unwrap();
         // SAFETY: a fresh descriptor nobody else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: ftruncate takes integers only.
         syscall!(ftruncate(fd.as_raw_fd(), len as libc::off_t)).unwrap();
         let map = map_shared(fd.as_fd(), len).unwrap();
         (fd, map)
