@@ -213,7 +213,9 @@ pub struct AfXdpStats {
     /// Frames the kernel dropped: no room in the RX ring, or no chunk in the
     /// fill ring, or too long (`XDP_STATISTICS`, all sockets).
     pub rx_kernel_drops: u64,
-    /// Of those, drops because the fill ring was empty.
+    /// Of those, drops because the fill ring was empty. With a shared
+    /// buffer pool this is the pool's count, for all of its members (the
+    /// kernel counts it per fill ring).
     pub rx_fill_ring_empty: u64,
     /// Malformed RX descriptors skipped.
     pub rx_bad_descs: u64,
