@@ -70,7 +70,8 @@
 //!   should be restarted (the pool is gone once every member is).
 //! - TX: slots of its region whose descriptors the kernel never consumed
 //!   (its TX ring at the moment of death) never complete: the next owner of
-//!   the region never gets them back (at most its TX ring's content).
+//!   the region never gets them back (at most its TX ring's content). A
+//!   joiner takes a region without such slots while one is free.
 //! - The lock word holds a pid: a holder's pid reused by another process
 //!   before a waiter looks would look alive; the waiter then gives up after
 //!   `LOCK_TIMEOUT` per attempt.
@@ -449,6 +450,27 @@ impl Pool {
     }
 }
 
+/// Slots of region `n` whose descriptors have not all completed, in the
+/// pool mapped at `umem` (checked to be at least `layout.header_len()`).
+fn busy_slots(umem: &Mapping, layout: &PoolLayout, n: u32) -> u32 {
+    let total = layout.total_slots();
+    // SAFETY: the counters (2 x total u32 after `counters_off`) lie inside
+    // the header pages, which the mapping covers; they are atomics.
+    let counter = |i: u32| unsafe {
+        &*umem
+            .ptr
+            .as_ptr()
+            .add(PoolLayout::counters_off())
+            .cast::<AtomicU32>()
+            .add(i as usize)
+    };
+    (n * layout.tx_slots..(n + 1) * layout.tx_slots)
+        .filter(|&g| {
+            counter(g).load(Ordering::Relaxed) != counter(total + g).load(Ordering::Acquire)
+        })
+        .count() as u32
+}
+
 /// Map `len` bytes of memfd `fd` shared.
 fn map_shared(fd: BorrowedFd<'_>, len: usize) -> io::Result<Mapping> {
     // SAFETY: a fresh shared mapping of the memfd at an address the kernel
@@ -526,23 +548,37 @@ fn bind(
     Ok(())
 }
 
-/// Claim a free TX region of the pool named by `nonce`.
+/// Claim a free TX region of the pool named by `nonce`, preferring one
+/// without slots a dead owner left in flight (`busy_slots(n)`: how many of
+/// region `n`'s slots are not free), so leaked slots stay with regions
+/// nobody needs while clean ones remain.
 fn claim_region(
     ifindex: u32,
     queue: u32,
     nonce: u64,
     members: u32,
+    busy_slots: impl Fn(u32) -> u32,
 ) -> io::Result<(u32, UnixDatagram)> {
     let prefix = format!("{}{nonce:016x}/region/", pool_prefix(ifindex, queue));
+    let mut best: Option<(u32, u32, UnixDatagram)> = None;
     for n in 0..members {
         if let Some(s) = offer::claim(&format!("{prefix}{n}"))? {
-            return Ok((n, s));
+            let busy = busy_slots(n);
+            if busy == 0 {
+                return Ok((n, s));
+            }
+            if best.as_ref().is_none_or(|&(_, b, _)| busy < b) {
+                // The claim we held before (if any) is released here.
+                best = Some((n, busy, s));
+            }
         }
     }
-    Err(io::Error::new(
-        io::ErrorKind::ResourceBusy,
-        format!("all {members} members of the shared AF_XDP pool are taken"),
-    ))
+    best.map(|(n, _, s)| (n, s)).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::ResourceBusy,
+            format!("all {members} members of the shared AF_XDP pool are taken"),
+        )
+    })
 }
 
 /// A random-enough pool nonce: time, pid and an address.
@@ -642,7 +678,8 @@ impl Xsk {
             false,
         )
         .map_err(rings)?;
-        let (region, claim) = claim_region(ifindex, queue, nonce, members).map_err(rings)?;
+        // A new pool: every region is clean.
+        let (region, claim) = claim_region(ifindex, queue, nonce, members, |_| 0).map_err(rings)?;
         let mut xsk = Self::member(
             fd, memfd, umem, layout, params, region, claim, fill, comp, true, bind_flags,
         )
@@ -823,8 +860,10 @@ impl Xsk {
             false,
         )
         .map_err(join)?;
-        let (region, claim) =
-            claim_region(ifindex, queue, nonce, layout.members).map_err(|e| (XskStep::Bind, e))?;
+        let (region, claim) = claim_region(ifindex, queue, nonce, layout.members, |n| {
+            busy_slots(&umem, &layout, n)
+        })
+        .map_err(|e| (XskStep::Bind, e))?;
         let member_params = XskParams {
             rx_chunks: layout.rx_chunks,
             tx_slots: layout.tx_slots,
@@ -1124,6 +1163,27 @@ mod tests {
             pool.drain_completions(&mut comp);
             assert_eq!(pool.counter(1, 0).load(Ordering::Relaxed), 2);
         }
+    }
+
+    /// A joiner takes a clean region before one with slots a dead owner
+    /// left in flight, and a dirty one only when no clean one is free.
+    #[test]
+    fn regions_with_leaked_slots_are_taken_last() {
+        let (pool, map, _comp, _fd) = fake_pool(0);
+        let layout = pool.layout;
+        // Region 0 (slots 0..4): slot 2 submitted twice, completed once.
+        pool.counter(0, 2).store(2, Ordering::Relaxed);
+        pool.counter(1, 2).store(1, Ordering::Relaxed);
+        assert_eq!(busy_slots(&map, &layout, 0), 1);
+        assert_eq!(busy_slots(&map, &layout, 1), 0);
+        let nonce = nonce();
+        let busy = |n| busy_slots(&map, &layout, n);
+        let (first, _a) = claim_region(1, 0, nonce, 2, busy).unwrap();
+        assert_eq!(first, 1, "the clean region first");
+        let (second, _b) = claim_region(1, 0, nonce, 2, busy).unwrap();
+        assert_eq!(second, 0, "then the dirty one");
+        let e = claim_region(1, 0, nonce, 2, busy).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::ResourceBusy);
     }
 
     /// A live holder is waited for, never robbed; the wait is bounded.
