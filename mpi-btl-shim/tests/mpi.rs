@@ -418,42 +418,33 @@ fn cluster_2_hosts_x_4_ranks_af_packet() {
     cluster_mpi_check(2, 4, "packet");
 }
 
-/// The default backend (`auto`): the first rank of each host takes AF_XDP
-/// on the host's single-queue eth0 and joins the interface's shared XDP
-/// program, the others open on AF_PACKET beside it (one AF_XDP socket per
-/// RX queue), and the program hands each only its own frames.
+/// The default backend (`auto`): every rank takes AF_XDP on the host's
+/// single-queue eth0, the ranks of a host sharing the queue's buffer pool
+/// and the interface's XDP program.
 #[test]
 fn cluster_2_hosts_x_2_ranks_auto() {
     require_root!();
     let run = cluster_mpi_check(2, 2, "auto");
-    let transports: Vec<&str> = run
-        .stderr
-        .lines()
-        .filter(|l| l.starts_with("btl/llc stats:"))
-        .map(|l| {
-            l.split(" transport ")
-                .nth(1)
-                .unwrap_or("")
-                .split(':')
-                .next()
-                .unwrap_or("")
-        })
-        .collect();
-    let xdp = transports
-        .iter()
-        .filter(|t| t.starts_with("llc/af_xdp"))
-        .count();
-    assert!(xdp >= 2, "a rank per host on AF_XDP: {transports:?}");
+    assert_eq!(
+        run.stderr.matches("transport llc/af_xdp").count(),
+        4,
+        "every rank on AF_XDP:\n{}",
+        run.stderr
+    );
 }
 
-/// One rank per host, AF_XDP only.
+/// Four ranks per host, every one on AF_XDP (required, no fallback): the
+/// hosts' `eth0` (veth) has one RX queue, so the ranks of a host share that
+/// queue's buffer pool (`XDP_SHARED_UMEM`) and the interface's XDP program
+/// hands each rank's socket its own port's frames.
 #[test]
-fn cluster_2_hosts_x_1_rank_af_xdp() {
+fn cluster_2_hosts_x_4_ranks_af_xdp() {
     require_root!();
-    let run = cluster_mpi_check(2, 1, "xdp");
-    assert!(
-        run.stderr.contains("transport llc/af_xdp"),
-        "{}",
+    let run = cluster_mpi_check(2, 4, "xdp");
+    assert_eq!(
+        run.stderr.matches("transport llc/af_xdp").count(),
+        8,
+        "every rank on AF_XDP:\n{}",
         run.stderr
     );
 }

@@ -220,19 +220,23 @@ fn shared_interface_packet() {
     shared_interface(Backend::Packet);
 }
 
-/// With `auto`, the first endpoint of a host takes AF_XDP (the veth has one
-/// RX queue) and joins the interface's XDP program; the others find the
-/// queue taken and open on AF_PACKET: the program hands the AF_XDP
-/// endpoint only its own port's frames and passes the others' on.
+/// With `auto`, every endpoint takes AF_XDP: the veth has one RX queue,
+/// the first endpoint of a host creates that queue's buffer pool and the
+/// others join it (`XDP_SHARED_UMEM`), and the interface's XDP program hands
+/// each endpoint's socket only its own port's frames.
 #[test]
-fn shared_interface_auto_mixes_af_xdp_and_af_packet() {
+fn shared_interface_auto_puts_every_endpoint_on_af_xdp() {
     require_root!();
     let names = shared_interface(Backend::Auto);
-    assert!(names[1].contains("af_xdp"), "{names:?}");
-    assert!(
-        names[2].contains("af_packet") && names[3].contains("af_packet"),
-        "{names:?}"
-    );
+    assert!(names.iter().all(|n| n.contains("af_xdp")), "{names:?}");
+}
+
+/// The same with AF_XDP required: no endpoint may fall back.
+#[test]
+fn shared_interface_xdp() {
+    require_root!();
+    let names = shared_interface(Backend::Xdp);
+    assert!(names.iter().all(|n| n.contains("af_xdp")), "{names:?}");
 }
 
 /// The suite, once per transport.

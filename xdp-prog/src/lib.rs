@@ -33,6 +33,7 @@ use std::sync::Once;
 
 use libbpf_rs::{ErrorKind, MapCore, MapFlags, MapHandle, ObjectBuilder};
 
+pub mod offer;
 pub mod shared;
 #[allow(unsafe_code)]
 mod sys;

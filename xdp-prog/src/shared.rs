@@ -30,14 +30,14 @@
 use std::collections::{btree_map, BTreeMap, BTreeSet};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::os::linux::net::SocketAddrExt;
-use std::os::unix::net::{SocketAddr, UnixDatagram};
+use std::os::unix::net::UnixDatagram;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use libbpf_rs::query::{LinkInfo, LinkTypeInfo};
 use libbpf_rs::MapCore;
 
+use crate::offer::{self, bind_abstract, claim, Offered};
 use crate::sys::{self, RawMap};
 use crate::{
     attach_error, load_kind, quiet_libbpf, AttachMode, Attached, Counters, Kind, XdpConfig,
@@ -429,20 +429,6 @@ fn iface_prefix(ifindex: u32) -> String {
     format!("{NAME_ROOT}/if{ifindex}/")
 }
 
-fn bind_abstract(name: &str) -> io::Result<UnixDatagram> {
-    let addr = SocketAddr::from_abstract_name(name.as_bytes())?;
-    UnixDatagram::bind_addr(&addr)
-}
-
-/// Bind `name`; `Ok(None)` when a live process holds it.
-fn claim(name: &str) -> io::Result<Option<UnixDatagram>> {
-    match bind_abstract(name) {
-        Ok(s) => Ok(Some(s)),
-        Err(e) if e.raw_os_error() == Some(libc::EADDRINUSE) => Ok(None),
-        Err(e) => Err(e),
-    }
-}
-
 /// A member as its abstract socket name describes it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Member {
@@ -453,21 +439,18 @@ struct Member {
 
 impl Member {
     fn name(ifindex: u32, pid: u32, fds: &[i32; 6]) -> String {
-        let fds: Vec<String> = fds.iter().map(i32::to_string).collect();
-        format!("{}member/{pid}/{}", iface_prefix(ifindex), fds.join(","))
+        offer::offer_name(&iface_prefix(ifindex), pid, fds)
     }
 
+    #[cfg(test)]
     fn parse(prefix: &str, name: &str) -> Option<Member> {
-        let rest = name.strip_prefix(prefix)?.strip_prefix("member/")?;
-        let (pid, fds) = rest.split_once('/')?;
-        let pid: i32 = pid.parse().ok().filter(|&p| p > 0)?;
-        let fds: Vec<i32> = fds
-            .split(',')
-            .map(|f| f.parse().ok().filter(|&f: &i32| f >= 0))
-            .collect::<Option<_>>()?;
+        Self::from_offer(Offered::parse(prefix, name)?)
+    }
+
+    fn from_offer(o: Offered) -> Option<Member> {
         Some(Member {
-            pid,
-            fds: fds.try_into().ok()?,
+            pid: o.pid,
+            fds: o.fds.try_into().ok()?,
         })
     }
 }
@@ -476,14 +459,9 @@ impl Member {
 /// namespace, as listed in `/proc/thread-self/net/unix` (abstract names
 /// show there with a leading `@`).
 fn list_members(ifindex: u32) -> io::Result<Vec<Member>> {
-    let table = std::fs::read_to_string("/proc/thread-self/net/unix")?;
-    let prefix = iface_prefix(ifindex);
-    Ok(table
-        .lines()
-        .skip(1)
-        .filter_map(|line| line.split_whitespace().nth(7))
-        .filter_map(|path| path.strip_prefix('@'))
-        .filter_map(|name| Member::parse(&prefix, name))
+    Ok(offer::offers(&iface_prefix(ifindex))?
+        .into_iter()
+        .filter_map(Member::from_offer)
         .collect())
 }
 

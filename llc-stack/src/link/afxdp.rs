@@ -10,8 +10,9 @@
 //!    faster mode there, which also leaves other traffic its offloads. The `xdp.frags` variant when frames can
 //!    span several buffers.
 //! 2. One AF_XDP socket per RX queue in use ([`AfXdpConfig::queue`]: one queue,
-//!    or all of the interface's RX queues), each with its own UMEM and rings,
-//!    registered in the program's XSKMAP. Zero-copy is tried first in
+//!    or all of the interface's RX queues), each with its own UMEM and rings
+//!    (or, on an interface shared with other endpoints, the queue's shared
+//!    buffer pool; see below), registered in the program's XSKMAP. Zero-copy is tried first in
 //!    [`XdpMode::Auto`] (veth refuses it with EOPNOTSUPP; then copy mode).
 //!
 //! # Chunks and multi-buffer frames
@@ -48,12 +49,44 @@
 //! others, detached by the kernel when the last one exits or is killed) and
 //! registers its sockets for its port, so the program hands it only its own
 //! frames and passes the rest to the kernel, where endpoints on AF_PACKET
-//! find theirs. Each endpoint has its own UMEM and binds its own sockets, so
-//! one endpoint per RX queue can use AF_XDP: a queue already bound by
-//! another endpoint is reported busy, and `auto` then opens that endpoint on
-//! AF_PACKET (several sockets on one queue need `XDP_SHARED_UMEM`, with the
-//! fill and completion rings shared between processes: not built yet, see
-//! xdp-prog/README.md).
+//! find theirs.
+//!
+//! The kernel keeps one buffer pool per (interface, RX queue), so all
+//! endpoints on a queue share it (`XDP_SHARED_UMEM`; `sys::xsk` pool module
+//! for the details). The first endpoint on a queue creates the pool: its
+//! UMEM is a memfd mapped shared, it owns the fill and completion rings, and
+//! it offers its socket and memfd descriptors under an abstract unix socket
+//! name. Later endpoints take duplicates (`pidfd_getfd`), map the memfd and
+//! the pool's fill and completion rings, and bind their own socket (own RX
+//! and TX rings) with `XDP_SHARED_UMEM`; each then offers its own socket and
+//! memfd too, so the pool outlives its creator. Many endpoints on a NIC
+//! with one RX queue (veth, most virtio-net) thus all get AF_XDP.
+//!
+//! - **Lock**: the fill ring's producer and the completion ring's consumer
+//!   are shared by the processes, serialised by a spinlock word in the pool
+//!   header holding the holder's pid; a waiter steals it from a dead holder
+//!   (`pidfd_open`: gone, or exited as a zombie). Ring updates publish their
+//!   index last, and completions go through a one-entry journal, so a member
+//!   killed at any instruction leaves both rings consistent.
+//! - **TX**: every member has its own region of [`AfXdpConfig::tx_frames`]
+//!   slots in the UMEM; completions (which all members' sockets post to the
+//!   one completion ring) are attributed to their slot by whoever drains
+//!   the ring, through per-slot counters in the pool header.
+//! - **RX and flow control**: frames take chunks from the one fill ring.
+//!   [`Capabilities::rx_queue_frames`] reports an equal share of the pool,
+//!   `rx_chunks / pool_members` less a refill batch (32 chunks), so
+//!   [`AfXdpConfig::pool_members`] endpoints with full credit windows cannot
+//!   empty the fill ring. With the defaults (4096 chunks, 16 members) that is
+//!   224 frames of up to 3840 bytes per endpoint, 74 at MTU 9000.
+//! - **Cost**: the UMEM holds `rx_chunks + pool_members x tx_frames x
+//!   chunks per frame` chunks, all pinned by the kernel: 32 MiB per queue at
+//!   MTU 1500 with the defaults (the first endpoint's settings decide).
+//! - **A member killed** loses to the pool the RX chunks it held (at most its
+//!   RX ring, `2 x` its share, plus one refill batch) and any TX slots whose
+//!   descriptors were still in its TX ring; the others do not notice. A
+//!   queue bound by a socket that offers no pool (a device opened without a
+//!   port, another AF_XDP program) is reported busy, and `auto` then opens
+//!   that endpoint on AF_PACKET.
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
@@ -121,6 +154,12 @@ pub struct AfXdpConfig {
     /// How long to retry binding a queue that is still held (a socket on it
     /// closed less than about a second ago) before reporting it busy.
     pub bind_retry: Duration,
+    /// Shared mode ([`AfXdpConfig::port`] set): most endpoints that can
+    /// share one RX queue's buffer pool. Used by the endpoint that creates
+    /// the pool (later ones take the pool's shape): each member gets a TX
+    /// region of `tx_frames` slots (all pinned, whether used or not) and an
+    /// equal share of the `rx_chunks` RX chunks for its flow control.
+    pub pool_members: u32,
 }
 
 impl Default for AfXdpConfig {
@@ -136,6 +175,7 @@ impl Default for AfXdpConfig {
             tx_batch: COPY_MODE_KICK_BATCH,
             busy_poll: Duration::from_micros(20),
             bind_retry: Duration::from_secs(2),
+            pool_members: 16,
         }
     }
 }
@@ -148,6 +188,10 @@ impl AfXdpConfig {
             Some("tx_frames must be at least 1")
         } else if self.tx_batch == 0 {
             Some("tx_batch must be at least 1")
+        } else if !(1..=256).contains(&self.pool_members) {
+            Some("pool_members must be between 1 and 256")
+        } else if self.port.is_some() && self.rx_chunks / self.pool_members < 64 {
+            Some("rx_chunks / pool_members must be at least 64 (each endpoint's share)")
         } else {
             None
         };
@@ -169,7 +213,9 @@ pub struct AfXdpStats {
     /// Frames the kernel dropped: no room in the RX ring, or no chunk in the
     /// fill ring, or too long (`XDP_STATISTICS`, all sockets).
     pub rx_kernel_drops: u64,
-    /// Of those, drops because the fill ring was empty.
+    /// Of those, drops because the fill ring was empty. With a shared
+    /// buffer pool this is the pool's count, for all of its members (the
+    /// kernel counts it per fill ring).
     pub rx_fill_ring_empty: u64,
     /// Malformed RX descriptors skipped.
     pub rx_bad_descs: u64,
@@ -183,6 +229,25 @@ pub struct AfXdpStats {
     pub tx_kick_retries: u64,
     /// TX descriptors the kernel rejected, plus frames refused for their length.
     pub tx_errors: u64,
+}
+
+/// An RX queue's buffer pool shared with other endpoints (`XDP_SHARED_UMEM`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SharedPool {
+    /// The RX queue.
+    pub queue: u32,
+    /// This device's socket created the pool (the others joined it).
+    pub created: bool,
+    /// This device's TX region (member index).
+    pub member: u32,
+    /// Most members of the pool.
+    pub members: u32,
+    /// RX chunks this device may have in flight (its flow-control share).
+    pub share_chunks: u32,
+    /// Times a member took the pool lock over from a dead holder.
+    pub lock_steals: u32,
+    /// Times this device gave up waiting for the pool lock.
+    pub lock_timeouts: u64,
 }
 
 struct Queue {
@@ -397,9 +462,10 @@ impl AfXdp {
         let mac = sys::interface_mac(ifname)?;
         let local = LocalPort::claim(ifname, config.sap, port, mac, mtu + HEADER_LEN)?;
         let program = SharedProgram::join(ifname, xcfg).map_err(|e| share_error(ifname, e))?;
-        // A queue bound by another live endpoint stays bound: do not wait
-        // the whole retry for it (the retry is for sockets that just closed).
-        config.bind_retry = config.bind_retry.min(Duration::from_millis(300));
+        // Only a queue that is bound without an offered pool (a device opened
+        // without a port, another AF_XDP program) or whose pool is full stays
+        // busy; `auto` then opens this endpoint on AF_PACKET.
+        config.bind_retry = config.bind_retry.min(Duration::from_secs(1));
         let dev = Self::bind_sockets(
             ifname,
             ifindex,
@@ -410,10 +476,9 @@ impl AfXdp {
         .map_err(|e| match e {
             LinkError::Busy { iface, what } => LinkError::Busy {
                 what: format!(
-                    "{what}; each endpoint sharing {iface} over AF_XDP needs an RX queue \
-                         of its own (several endpoints on one queue need XDP_SHARED_UMEM, not \
-                         built yet): use AF_PACKET for this endpoint (backend auto does), or \
-                         give the interface more queues"
+                    "{what}; endpoints sharing {iface} over AF_XDP share each RX queue's \
+                         buffer pool, which needs every socket on the queue to be one of them: \
+                         use AF_PACKET for this endpoint (backend auto does)"
                 ),
                 iface,
             },
@@ -468,7 +533,16 @@ impl AfXdp {
         let mut fallbacks = Vec::new();
         let mut queues = Vec::with_capacity(queue_ids.len());
         for &id in &queue_ids {
-            let xsk = bind_queue(ifname, ifindex, id, params, sg, &config, &mut fallbacks)?;
+            let xsk = bind_queue(
+                ifname,
+                ifindex,
+                id,
+                params,
+                sg,
+                &config,
+                local.is_some(),
+                &mut fallbacks,
+            )?;
             queues.push(Queue { xsk, id });
         }
         let zc = queues.iter().all(|q| q.xsk.zero_copy());
@@ -589,6 +663,26 @@ impl AfXdp {
         &self.fallbacks
     }
 
+    /// The buffer pools this device shares with other endpoints, one per
+    /// RX queue (empty unless opened with [`AfXdpConfig::port`]).
+    pub fn shared_pools(&self) -> Vec<SharedPool> {
+        self.queues
+            .iter()
+            .filter_map(|q| {
+                let p = q.xsk.pool_info()?;
+                Some(SharedPool {
+                    queue: q.id,
+                    created: p.created,
+                    member: p.member,
+                    members: p.members,
+                    share_chunks: p.share_chunks,
+                    lock_steals: p.steals,
+                    lock_timeouts: p.lock_timeouts,
+                })
+            })
+            .collect()
+    }
+
     /// Whether frames arrive and leave in several buffers (`XDP_USE_SG`).
     pub fn multi_buffer(&self) -> bool {
         needs_multi_buffer(self.mtu)
@@ -636,6 +730,9 @@ impl AfXdp {
 
 /// Bind one socket to queue `id`: zero-copy first if allowed, then copy;
 /// retry while the queue is still held by a socket that just closed.
+/// `shared`: join the queue's pool that another endpoint offers, or create
+/// one that later endpoints can join.
+#[allow(clippy::too_many_arguments)]
 fn bind_queue(
     ifname: &str,
     ifindex: u32,
@@ -643,6 +740,7 @@ fn bind_queue(
     params: xsk::XskParams,
     sg: bool,
     config: &AfXdpConfig,
+    shared: bool,
     fallbacks: &mut Vec<String>,
 ) -> Result<xsk::Xsk, LinkError> {
     let mut base = libc::XDP_USE_NEED_WAKEUP;
@@ -663,8 +761,42 @@ fn bind_queue(
             "copy"
         };
         loop {
-            match xsk::Xsk::new(ifindex, id, params, base | mode) {
+            let attempt = if shared {
+                xsk::Xsk::join_or_create_pool(ifindex, id, params, config.pool_members, base | mode)
+            } else {
+                xsk::Xsk::new(ifindex, id, params, base | mode)
+            };
+            match attempt {
                 Ok(x) => return Ok(x),
+                Err((xsk::XskStep::Join, e)) if e.raw_os_error() == Some(libc::EPERM) => {
+                    return Err(LinkError::PermissionDenied {
+                        iface: ifname.to_owned(),
+                        what: "the AF_XDP buffer pool another endpoint shares on this queue",
+                        needs: "PTRACE_MODE_ATTACH over the endpoint process offering it (the \
+                                same user; CAP_SYS_PTRACE under Yama ptrace_scope >= 1)",
+                    })
+                }
+                // The pool's members are all taken (not an errno: EBUSY is
+                // a queue held by a socket, retried below).
+                Err((_, e))
+                    if e.raw_os_error().is_none() && e.kind() == io::ErrorKind::ResourceBusy =>
+                {
+                    return Err(LinkError::Busy {
+                        iface: ifname.to_owned(),
+                        what: format!("RX queue {id}: {e}"),
+                    })
+                }
+                Err((xsk::XskStep::Join, e)) if e.kind() == io::ErrorKind::TimedOut => {
+                    return Err(LinkError::Busy {
+                        iface: ifname.to_owned(),
+                        what: format!("RX queue {id}: {e}"),
+                    })
+                }
+                Err((xsk::XskStep::Join, e)) => {
+                    return Err(LinkError::Unsupported(format!(
+                        "cannot join the AF_XDP buffer pool of RX queue {id} on {ifname}: {e}"
+                    )))
+                }
                 Err((xsk::XskStep::Socket, e))
                     if matches!(e.raw_os_error(), Some(libc::EPERM | libc::EACCES)) =>
                 {
@@ -688,11 +820,19 @@ fn bind_queue(
                     }
                     return Err(LinkError::Busy {
                         iface: ifname.to_owned(),
-                        what: format!(
-                            "RX queue {id} is already bound to another AF_XDP socket \
-                             (another llc-stack device or AF_XDP program on this queue; \
-                             choose another queue or stop it)"
-                        ),
+                        what: if shared {
+                            format!(
+                                "RX queue {id} is bound to an AF_XDP socket that offers no \
+                                 shared buffer pool (a device opened without a port, or \
+                                 another AF_XDP program)"
+                            )
+                        } else {
+                            format!(
+                                "RX queue {id} is already bound to another AF_XDP socket \
+                                 (another llc-stack device or AF_XDP program on this queue; \
+                                 choose another queue or stop it)"
+                            )
+                        },
                     });
                 }
                 Err((xsk::XskStep::Bind, e))
@@ -908,9 +1048,19 @@ impl Device for AfXdp {
             max_burst: self.config.tx_batch,
             backend: self.backend.clone(),
             // Each socket's fill ring holds `rx_chunks` chunks; a frame
-            // takes one chunk per CHUNK_SIZE bytes.
+            // takes one chunk per CHUNK_SIZE bytes. A shared pool's chunks
+            // are split equally between its members (see `sys::xsk` pool).
             rx_queue_frames: Some(
-                self.config.rx_chunks as usize / (self.mtu + HEADER_LEN).div_ceil(CHUNK_SIZE),
+                self.queues
+                    .iter()
+                    .map(|q| {
+                        q.xsk
+                            .pool_info()
+                            .map_or(self.config.rx_chunks, |p| p.share_chunks)
+                    })
+                    .min()
+                    .unwrap_or(self.config.rx_chunks) as usize
+                    / (self.mtu + HEADER_LEN).div_ceil(CHUNK_SIZE),
             ),
         }
     }

@@ -22,6 +22,16 @@
 //! descriptors (all but the last flagged `XDP_PKT_CONTD`), which needs the
 //! socket bound with `XDP_USE_SG`.
 //!
+//! # A UMEM shared by several processes
+//! On an interface shared by several endpoint processes, the sockets of one
+//! RX queue share one buffer pool (`XDP_SHARED_UMEM`): a memfd UMEM, one
+//! fill ring and one completion ring for all of them, each with its own RX
+//! and TX ring. Then the RX chunks belong to the pool (each still in exactly
+//! one place: the fill ring, the kernel, one member's RX ring, lent, or one
+//! member's backlog), every member has its own region of TX slots, and the
+//! shared rings' user-side indices are updated under a lock in the pool's
+//! header. See the `pool` module.
+//!
 //! # Memory ordering
 //! As libxdp: the producer index is stored with release ordering after the
 //! descriptors are written; the consumer index is loaded with acquire
@@ -36,6 +46,8 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::Mapping;
+
+mod pool;
 
 /// Where the UMEM and rings of one socket come from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -83,6 +95,8 @@ pub(crate) enum XskStep {
     Rings,
     /// `bind` to the interface's queue.
     Bind,
+    /// Taking and checking a shared pool another endpoint offers.
+    Join,
 }
 
 /// One mapped ring of `T` entries.
@@ -252,6 +266,29 @@ impl<T: Copy> Ring<T> {
         unsafe { self.descs.as_ptr().add(idx).read_volatile() }
     }
 
+    /// Entry at absolute ring index `index` (consumer side, shared rings:
+    /// the caller knows the entry is published and not yet consumed).
+    #[inline]
+    fn read_at(&self, index: u32) -> T {
+        let idx = (index & self.mask) as usize;
+        // SAFETY: idx < size, inside the mapped array; the caller holds the
+        // pool lock and reads only entries between the consumer index it
+        // owns and the producer index the kernel published (acquire).
+        unsafe { self.descs.as_ptr().add(idx).read_volatile() }
+    }
+
+    /// Producer rings shared between processes: take over the producer
+    /// index other processes advanced (called under the pool lock, which
+    /// makes their stores visible).
+    #[inline]
+    fn sync_producer_side(&mut self) {
+        self.cached_prod = self.producer().load(Ordering::Acquire);
+        self.cached_cons = self
+            .consumer()
+            .load(Ordering::Acquire)
+            .wrapping_add(self.size);
+    }
+
     /// Hand `n` read entries back.
     #[inline]
     fn release(&mut self, n: u32) {
@@ -273,17 +310,26 @@ pub(crate) struct KernelStats {
 
 /// One AF_XDP socket bound to one queue, with its own UMEM.
 pub(crate) struct Xsk {
-    // Rings are unmapped before the socket is closed, the UMEM last (the
-    // kernel keeps its pages pinned until the socket is gone).
+    // The pool's offer and claims go first (nobody takes a descriptor that
+    // is about to close); rings are unmapped before the socket is closed,
+    // the UMEM last (the kernel keeps its pages pinned until the socket is
+    // gone).
+    /// The shared buffer pool's state, when the UMEM is shared.
+    pool: Option<pool::Pool>,
     fill: Ring<u64>,
     comp: Ring<u64>,
     rx: Ring<libc::xdp_desc>,
     tx: Ring<libc::xdp_desc>,
     fd: OwnedFd,
+    /// The UMEM; a shared pool's mapping starts with the pool header.
     umem: Mapping,
+    /// Where the UMEM starts in `umem` (0, or the shared pool's header length).
+    umem_off: usize,
     params: XskParams,
     zero_copy: bool,
-    /// Byte offset of the first TX slot.
+    /// End of the RX chunks (byte offset in the UMEM).
+    rx_end: u64,
+    /// Byte offset of our first TX slot.
     tx_base: u64,
     /// Free TX slots.
     tx_free: Vec<u32>,
@@ -436,6 +482,9 @@ impl Xsk {
 
         let tx_base = params.rx_chunks as u64 * chunk as u64;
         let mut xsk = Xsk {
+            pool: None,
+            umem_off: 0,
+            rx_end: tx_base,
             fill,
             comp,
             rx,
@@ -475,6 +524,14 @@ impl Xsk {
         Ok(xsk)
     }
 
+    /// The first byte of the UMEM.
+    #[inline]
+    fn umem_ptr(&self) -> *mut u8 {
+        // SAFETY: `umem_off` is within the mapping (0, or the pool header's
+        // length, which the mapping was made to exceed).
+        unsafe { self.umem.ptr.as_ptr().add(self.umem_off) }
+    }
+
     /// The socket (for the XSKMAP and poll).
     pub fn fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
@@ -487,6 +544,20 @@ impl Xsk {
 
     /// Move backlog chunks into the fill ring, as many as fit.
     fn refill(&mut self) {
+        if self.fill_backlog.is_empty() {
+            return;
+        }
+        // A shared fill ring has several producers: serialise them.
+        let _guard = match &self.pool {
+            Some(pool) => match pool.lock() {
+                Some(g) => {
+                    self.fill.sync_producer_side();
+                    Some(g)
+                }
+                None => return,
+            },
+            None => None,
+        };
         let n = self.fill.free(self.fill_backlog.len() as u32) as usize;
         let n = n.min(self.fill_backlog.len());
         if n == 0 {
@@ -512,7 +583,7 @@ impl Xsk {
     #[inline]
     fn rx_desc_ok(&self, addr: u64, len: u32) -> bool {
         let chunk = self.params.chunk as u64;
-        addr < self.tx_base && (addr & (chunk - 1)) + u64::from(len) <= chunk
+        addr < self.rx_end && (addr & (chunk - 1)) + u64::from(len) <= chunk
     }
 
     /// Whether a received frame is waiting (no syscall).
@@ -575,10 +646,7 @@ impl Xsk {
                 // (checked above); the chunk is ours while its descriptor is
                 // in the RX ring before our consumer index moves past it.
                 let bytes = unsafe {
-                    std::slice::from_raw_parts(
-                        self.umem.ptr.as_ptr().add(d.addr as usize),
-                        d.len as usize,
-                    )
+                    std::slice::from_raw_parts(self.umem_ptr().add(d.addr as usize), d.len as usize)
                 };
                 self.scratch.extend_from_slice(bytes);
             }
@@ -597,7 +665,7 @@ impl Xsk {
     fn drop_descs(&mut self, n: u32) {
         for i in 0..n {
             let d = self.rx.read(i);
-            if d.addr < self.tx_base {
+            if d.addr < self.rx_end {
                 self.recycle(d.addr);
             } else {
                 self.rx_bad += 1;
@@ -611,6 +679,11 @@ impl Xsk {
     /// Collect completed TX descriptors; slots whose descriptors all
     /// completed become free.
     pub fn reap(&mut self) {
+        if let Some(pool) = &mut self.pool {
+            pool.drain_completions(&mut self.comp);
+            pool.collect(&mut self.tx_free);
+            return;
+        }
         let n = self.comp.available();
         if n == 0 {
             return;
@@ -768,7 +841,7 @@ impl RxFrame<'_> {
             // and the kernel does not write it; `Drop` releases it, which
             // needs `&mut self` and so ends this borrow first.
             RxKind::InPlace { addr, len } => unsafe {
-                std::slice::from_raw_parts(self.xsk.umem.ptr.as_ptr().add(addr as usize), len)
+                std::slice::from_raw_parts(self.xsk.umem_ptr().add(addr as usize), len)
             },
             RxKind::Scratch => &self.xsk.scratch,
         }
@@ -806,7 +879,7 @@ impl TxSlot<'_> {
         // reads nor writes it until `send`, which consumes `self`.
         unsafe {
             std::slice::from_raw_parts_mut(
-                self.xsk.umem.ptr.as_ptr().add(start),
+                self.xsk.umem_ptr().add(start),
                 self.xsk.params.max_frame,
             )
         }
@@ -833,8 +906,12 @@ impl TxSlot<'_> {
                 },
             );
         }
+        match &mut self.xsk.pool {
+            // Counted in the pool before the kernel can see the descriptors.
+            Some(pool) => pool.submitting(slot, n),
+            None => self.xsk.tx_inflight[slot as usize] = n,
+        }
         self.xsk.tx.submit(n);
-        self.xsk.tx_inflight[slot as usize] = n;
         self.xsk.tx_unkicked += 1;
     }
 }
