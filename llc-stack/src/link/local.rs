@@ -46,9 +46,12 @@ pub(crate) const CONTROL_OFFSET: usize = HEADER_LEN + 2;
 pub(crate) const DST_PORT_OFFSET: usize = HEADER_LEN + 3 + 6;
 
 /// Empty receive polls between looks at the same-host socket while no
-/// same-host traffic was seen recently: a `recv` costs a syscall, and the
-/// wire's frames must not pay it.
-const COLD_CHECK_EVERY: u32 = 32;
+/// same-host traffic was seen recently: a `recv` costs a syscall (about
+/// 0.3 µs here), and the wire's frames must not pay it. Every 32nd poll cost
+/// an AF_PACKET 8 B MPI round trip 7% (docs/BENCHMARKS.md, issue 18); every
+/// 1024th is a syscall per 30-100 µs of busy-polling, and a first same-host
+/// frame waits at most that long before the path turns hot.
+const COLD_CHECK_EVERY: u32 = 1024;
 /// Empty receive polls during which the same-host socket is looked at every
 /// time after same-host traffic.
 const HOT_POLLS: u32 = 100_000;
