@@ -91,17 +91,8 @@ if [ -e $fw_cfg/hostroot/raw ]; then
     done
     r=/hostroot
     mkdir -p $r && mount -t tmpfs -o mode=755 root $r || fail "cannot mount the root's tmpfs"
-    while read -r kind a b; do
-        case "$kind" in
-            share)
-                mkdir -p "$r$b" || fail "mkdir $b"
-                mount -t 9p -o trans=virtio,version=9p2000.L,ro,cache=loose,msize=512000 \
-                    "$a" "$r$b" || fail "cannot mount the host's $b (9p tag $a)"
-                ;;
-            link) ln -s "$b" "$r/$a" || fail "ln -s $b /$a" ;;
-            *) fail "bad hostroot line: $kind $a $b" ;;
-        esac
-    done < $fw_cfg/hostroot/raw
+    # The guest's own directories first: a shared directory below one of them
+    # (a target directory under /tmp) is then mounted inside it, not hidden.
     mkdir -p $r/proc $r/sys $r/dev $r/tmp $r/run $r/root $r/var/tmp
     mount -t proc proc $r/proc &&
         mount -t sysfs sysfs $r/sys &&
@@ -114,6 +105,17 @@ if [ -e $fw_cfg/hostroot/raw ]; then
         mount -t tmpfs -o mode=700 home $r/root &&
         mount -t tmpfs -o mode=1777 vartmp $r/var/tmp ||
         fail "cannot mount /proc, /sys, /dev or the tmpfs directories in the host root"
+    while read -r kind a b; do
+        case "$kind" in
+            share)
+                mkdir -p "$r$b" || fail "mkdir $b"
+                mount -t 9p -o trans=virtio,version=9p2000.L,ro,cache=loose,msize=512000 \
+                    "$a" "$r$b" || fail "cannot mount the host's $b (9p tag $a)"
+                ;;
+            link) ln -s "$b" "$r/$a" || fail "ln -s $b /$a" ;;
+            *) fail "bad hostroot line: $kind $a $b" ;;
+        esac
+    done < $fw_cfg/hostroot/raw
     if [ -e $r/etc/hosts ]; then
         mount -o bind /etc/hosts $r/etc/hosts || fail "cannot bind /etc/hosts"
     fi

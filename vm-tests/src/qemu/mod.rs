@@ -32,8 +32,9 @@
 //! are read on demand and cached by the guest, nothing is copied, the guest runs exactly
 //! the host's build, and it can change no host file. Only `/usr`, `/etc` and the named
 //! directories are shared, not `/` (home directories, `/var`, the host's `/tmp` stay out of
-//! the guests). Paths under `/tmp`, `/run`, `/dev`, `/proc` and `/sys` cannot be shared:
-//! the guests have their own there.
+//! the guests). Paths under `/dev`, `/proc` and `/sys` cannot be shared: the guests mount
+//! their own there. A directory below the guests' private tmpfs `/tmp`, `/run` or `/root`
+//! (a clone, and so a target directory, under `/tmp`) is mounted inside that tmpfs.
 //!
 //! Open MPI starts its daemons with an "rsh agent", called like ssh (`AGENT HOST
 //! COMMAND...`); the guests have no ssh, so `llc-vm-agent` (a binary of this crate,

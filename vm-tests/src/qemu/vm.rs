@@ -37,8 +37,10 @@ const SUBNET: [u8; 3] = [10, 77, 0];
 const RC_TERM: i32 = 128 + libc::SIGTERM;
 /// Directories a [`Cluster::host_root`] may share besides the host's system directories.
 const MAX_SHARED_DIRS: usize = 8;
-/// Host paths a guest with a host root replaces with its own, so sharing them shows nothing.
-const GUEST_PRIVATE: [&str; 5] = ["/proc", "/sys", "/dev", "/tmp", "/run"];
+/// Host paths a guest with a host root replaces with kernel file systems of its own, so
+/// sharing them shows nothing. (Its tmpfs `/tmp`, `/run`, `/root` and `/var/tmp` are
+/// mounted before the shares, so a directory below them can be shared.)
+const GUEST_PRIVATE: [&str; 3] = ["/proc", "/sys", "/dev"];
 /// The host's top-level directories the root needs besides `/usr` and `/etc` (symlinks into
 /// `/usr` on a merged-/usr host).
 const ROOT_TOP_LEVEL: [&str; 6] = ["bin", "sbin", "lib", "lib32", "lib64", "libx32"];
@@ -250,8 +252,8 @@ impl<'a> Cluster<'a> {
     /// `sh`; the initramfs's project binaries are not in that root (run them from `dirs`).
     ///
     /// `dirs` must be absolute paths of existing directories, without whitespace or commas,
-    /// and not under `/proc`, `/sys`, `/dev`, `/tmp` or `/run`, which the guest replaces
-    /// with its own (so a `CARGO_TARGET_DIR` under `/tmp` cannot be shared). At most 8.
+    /// and not under `/proc`, `/sys` or `/dev`, which the guest replaces with its own (one
+    /// below the guest's tmpfs `/tmp`, `/run` or `/root` is mounted inside it). At most 8.
     pub fn host_root<P: Into<PathBuf>>(mut self, dirs: impl IntoIterator<Item = P>) -> Self {
         self.host_root = Some(dirs.into_iter().map(Into::into).collect());
         self
@@ -1337,8 +1339,8 @@ mod tests {
         for bad in [
             "relative",
             "/",
-            "/tmp/x",
-            "/run/user",
+            "/dev/shm",
+            "/sys/kernel",
             "/proc",
             "/a b",
             "/x,y",
