@@ -376,11 +376,7 @@ impl Xsk {
         assert!(params.slot_chunks as usize * chunk >= params.max_frame);
         assert!(params.rx_chunks > 0 && params.tx_slots > 0);
 
-        // SAFETY: socket() takes no pointers.
-        let fd = syscall!(socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0))
-            .map_err(|e| (XskStep::Socket, e))?;
-        // SAFETY: fd was just returned by socket() and is owned by nobody else.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let fd = xdp_socket().map_err(|e| (XskStep::Socket, e))?;
         let rings = |e| (XskStep::Rings, e);
 
         let len = params.umem_len();
@@ -429,40 +425,9 @@ impl Xsk {
         if let Err(e) = setsockopt(fd.as_fd(), XDP_MAX_TX_SKB_BUDGET, &budget) {
             tracing::debug!(error = %e, "XDP_MAX_TX_SKB_BUDGET refused: 32 descriptors per kick");
         }
-        // SAFETY: xdp_mmap_offsets is plain old data; all-zero is valid.
-        let mut off: libc::xdp_mmap_offsets = unsafe { mem::zeroed() };
-        let mut optlen = mem::size_of::<libc::xdp_mmap_offsets>() as libc::socklen_t;
-        // SAFETY: `off` is writable for `optlen` bytes; the kernel writes at
-        // most that and updates `optlen`.
-        syscall!(getsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_XDP,
-            libc::XDP_MMAP_OFFSETS,
-            (&mut off as *mut libc::xdp_mmap_offsets).cast::<libc::c_void>(),
-            &mut optlen,
-        ))
-        .map_err(rings)?;
-        if optlen as usize != mem::size_of::<libc::xdp_mmap_offsets>() {
-            return Err(rings(io::Error::other(
-                "kernel too old: no ring flags in XDP_MMAP_OFFSETS (need Linux 5.4)",
-            )));
-        }
-        let fill = Ring::map(
-            fd.as_fd(),
-            &off.fr,
-            params.fill_size(),
-            libc::XDP_UMEM_PGOFF_FILL_RING as libc::off_t,
-            true,
-        )
-        .map_err(rings)?;
-        let comp = Ring::map(
-            fd.as_fd(),
-            &off.cr,
-            params.comp_size(),
-            libc::XDP_UMEM_PGOFF_COMPLETION_RING as libc::off_t,
-            false,
-        )
-        .map_err(rings)?;
+        let off = mmap_offsets(fd.as_fd()).map_err(rings)?;
+        let (fill, comp) = map_umem_rings(fd.as_fd(), &off, params.fill_size(), params.comp_size())
+            .map_err(rings)?;
         let rx = Ring::map(
             fd.as_fd(),
             &off.rx,
@@ -954,6 +919,61 @@ pub(crate) fn poll_any(
         Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(()),
         Err(e) => Err(e),
     }
+}
+
+/// The rings' offsets in the socket's mmap areas (`XDP_MMAP_OFFSETS`).
+fn mmap_offsets(fd: BorrowedFd<'_>) -> io::Result<libc::xdp_mmap_offsets> {
+    // SAFETY: xdp_mmap_offsets is plain old data; all-zero is valid.
+    let mut off: libc::xdp_mmap_offsets = unsafe { mem::zeroed() };
+    let mut optlen = mem::size_of::<libc::xdp_mmap_offsets>() as libc::socklen_t;
+    // SAFETY: `off` is writable for `optlen` bytes; the kernel writes at most
+    // that and updates `optlen`.
+    syscall!(getsockopt(
+        fd.as_raw_fd(),
+        libc::SOL_XDP,
+        libc::XDP_MMAP_OFFSETS,
+        (&mut off as *mut libc::xdp_mmap_offsets).cast::<libc::c_void>(),
+        &mut optlen,
+    ))?;
+    if optlen as usize != mem::size_of::<libc::xdp_mmap_offsets>() {
+        return Err(io::Error::other(
+            "kernel too old: no ring flags in XDP_MMAP_OFFSETS (need Linux 5.4)",
+        ));
+    }
+    Ok(off)
+}
+
+/// A new AF_XDP socket (close-on-exec).
+fn xdp_socket() -> io::Result<OwnedFd> {
+    // SAFETY: socket() takes no pointers.
+    let fd = syscall!(socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0))?;
+    // SAFETY: fd was just returned by socket() and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Map the fill and completion rings of the UMEM registered on `fd` (a
+/// socket of the pool: its own, or the creator's for a joiner).
+fn map_umem_rings(
+    fd: BorrowedFd<'_>,
+    off: &libc::xdp_mmap_offsets,
+    fill_size: u32,
+    comp_size: u32,
+) -> io::Result<(Ring<u64>, Ring<u64>)> {
+    let fill = Ring::map(
+        fd,
+        &off.fr,
+        fill_size,
+        libc::XDP_UMEM_PGOFF_FILL_RING as libc::off_t,
+        true,
+    )?;
+    let comp = Ring::map(
+        fd,
+        &off.cr,
+        comp_size,
+        libc::XDP_UMEM_PGOFF_COMPLETION_RING as libc::off_t,
+        false,
+    )?;
+    Ok((fill, comp))
 }
 
 #[cfg(test)]

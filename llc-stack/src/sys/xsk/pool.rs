@@ -86,7 +86,8 @@ use std::{io, mem};
 use xdp_prog::offer::{self, Offer};
 
 use super::{
-    setsockopt, Mapping, Ring, Xsk, XskParams, XskStep, REFILL_BATCH, XDP_MAX_TX_SKB_BUDGET,
+    map_umem_rings, mmap_offsets, setsockopt, xdp_socket, Mapping, Ring, Xsk, XskParams, XskStep,
+    REFILL_BATCH, XDP_MAX_TX_SKB_BUDGET,
 };
 
 /// "LLCPOOL" and layout version 1.
@@ -494,34 +495,6 @@ fn map_shared(fd: BorrowedFd<'_>, len: usize) -> io::Result<Mapping> {
     })
 }
 
-fn mmap_offsets(fd: BorrowedFd<'_>) -> io::Result<libc::xdp_mmap_offsets> {
-    // SAFETY: xdp_mmap_offsets is plain old data; all-zero is valid.
-    let mut off: libc::xdp_mmap_offsets = unsafe { mem::zeroed() };
-    let mut optlen = mem::size_of::<libc::xdp_mmap_offsets>() as libc::socklen_t;
-    // SAFETY: `off` is writable for `optlen` bytes; the kernel writes at most
-    // that and updates `optlen`.
-    syscall!(getsockopt(
-        fd.as_raw_fd(),
-        libc::SOL_XDP,
-        libc::XDP_MMAP_OFFSETS,
-        (&mut off as *mut libc::xdp_mmap_offsets).cast::<libc::c_void>(),
-        &mut optlen,
-    ))?;
-    if optlen as usize != mem::size_of::<libc::xdp_mmap_offsets>() {
-        return Err(io::Error::other(
-            "kernel too old: no ring flags in XDP_MMAP_OFFSETS (need Linux 5.4)",
-        ));
-    }
-    Ok(off)
-}
-
-fn xdp_socket() -> io::Result<OwnedFd> {
-    // SAFETY: socket() takes no pointers.
-    let fd = syscall!(socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0))?;
-    // SAFETY: fd was just returned by socket() and is owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
 fn bind(
     fd: BorrowedFd<'_>,
     ifindex: u32,
@@ -662,22 +635,8 @@ impl Xsk {
             setsockopt(fd.as_fd(), opt, &(size as libc::c_int)).map_err(rings)?;
         }
         let off = mmap_offsets(fd.as_fd()).map_err(rings)?;
-        let fill = Ring::map(
-            fd.as_fd(),
-            &off.fr,
-            layout.fill_size(),
-            libc::XDP_UMEM_PGOFF_FILL_RING as libc::off_t,
-            true,
-        )
-        .map_err(rings)?;
-        let comp = Ring::map(
-            fd.as_fd(),
-            &off.cr,
-            layout.comp_size(),
-            libc::XDP_UMEM_PGOFF_COMPLETION_RING as libc::off_t,
-            false,
-        )
-        .map_err(rings)?;
+        let (fill, comp) = map_umem_rings(fd.as_fd(), &off, layout.fill_size(), layout.comp_size())
+            .map_err(rings)?;
         // A new pool: every region is clean.
         let (region, claim) = claim_region(ifindex, queue, nonce, members, |_| 0).map_err(rings)?;
         let mut xsk = Self::member(
@@ -844,22 +803,9 @@ impl Xsk {
         }
         let off = mmap_offsets(fd.as_fd()).map_err(rings)?;
         // The pool's fill and completion rings, through a socket of the pool.
-        let fill = Ring::map(
-            theirs.as_fd(),
-            &off.fr,
-            layout.fill_size(),
-            libc::XDP_UMEM_PGOFF_FILL_RING as libc::off_t,
-            true,
-        )
-        .map_err(join)?;
-        let comp = Ring::map(
-            theirs.as_fd(),
-            &off.cr,
-            layout.comp_size(),
-            libc::XDP_UMEM_PGOFF_COMPLETION_RING as libc::off_t,
-            false,
-        )
-        .map_err(join)?;
+        let (fill, comp) =
+            map_umem_rings(theirs.as_fd(), &off, layout.fill_size(), layout.comp_size())
+                .map_err(join)?;
         let (region, claim) = claim_region(ifindex, queue, nonce, layout.members, |n| {
             busy_slots(&umem, &layout, n)
         })
