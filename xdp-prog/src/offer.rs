@@ -160,6 +160,17 @@ mod tests {
         assert!(claimed.is_some());
         assert!(claim(&format!("{prefix}claim")).unwrap().is_none());
         drop(offer);
-        assert!(offers(&prefix).unwrap().is_empty());
+        // Another test of this binary may fork a helper process at this
+        // moment: the child holds a copy of every descriptor until its exec
+        // closes them (close-on-exec), so the name may outlive the drop by
+        // that long. Await its disappearance, bounded.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !offers(&prefix).unwrap().is_empty() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the offer is still listed 10 s after it was dropped"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
     }
 }
