@@ -4,11 +4,13 @@
 //! - [`wire`]: typed zero-copy views of the frame formats; parsing never panics.
 //! - [`link`]: devices that move whole frames (AF_PACKET, simulation) and middleware.
 //! - [`proto`]: the reliable connection as a sans-IO state machine fed frames and time.
+//! - [`pace`]: the spin-then-sleep policy of every loop that waits.
 //! - [`stack`]: the I/O edge that drives `proto` over a `link` device with a real clock.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod link;
+pub mod pace;
 pub mod proto;
 pub mod rng;
 pub mod stack;

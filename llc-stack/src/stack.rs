@@ -14,6 +14,7 @@ use std::os::fd::RawFd;
 use std::time::Duration;
 
 use crate::link::{Device, RxToken, TxToken};
+use crate::pace::{Pace, Pacer};
 use crate::proto::{Config, Endpoint};
 use crate::rng::Rng;
 use crate::time::Instant;
@@ -182,7 +183,7 @@ impl<D: Device> Stack<D> {
         mut f: impl FnMut(&mut Endpoint) -> Option<T>,
     ) -> io::Result<Option<T>> {
         let mut now = Instant::now();
-        let mut last_activity = now;
+        let mut pacer = Pacer::new(self.spin, now);
         // What the caller queued before this call (a request, or the reply
         // carrying the pending acknowledgement) leaves before anything else:
         // on a round trip's critical path nothing is worth a receive pass.
@@ -200,11 +201,9 @@ impl<D: Device> Stack<D> {
             if now >= deadline {
                 return Ok(None);
             }
-            if rx + tx > 0 {
-                last_activity = now;
-            } else if now.saturating_duration_since(last_activity) > self.spin {
+            if pacer.after_round(rx + tx > 0, now) == Pace::Sleep {
                 self.wait(now, Some(deadline))?;
-                last_activity = Instant::now();
+                pacer.woke(Instant::now());
             }
             now = Instant::now();
         }

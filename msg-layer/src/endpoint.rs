@@ -18,19 +18,22 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use llc_stack::pace::{Pace, Pacer};
+use llc_stack::Instant;
 
 use bytes::Bytes;
 use parking_lot::Mutex as EngineLock;
 
 use crate::addr::Addr;
 use crate::config::Config;
-use crate::engine::{AmDelivery, Completion, Engine, PeerFailure, Stats, Status};
+use crate::engine::{AddPeer, AmDelivery, Completion, Engine, PeerFailure, Stats, Status};
 use crate::error::Error;
 use crate::matching::{Pattern, PeerId, Source, Tag};
 use crate::rma::{MemoryRegion, RegionKey};
 use crate::sys;
-use crate::transport::Transport;
+use crate::transport::{Transport, TransportEvent};
 use crate::wire::HEADER_LEN;
 
 /// A pending operation. Copyable like an MPI_Request; its result is taken
@@ -51,8 +54,91 @@ struct Callbacks {
     unhandled_am: u64,
 }
 
+/// The I/O edge of the sans-IO engine: the engine, the transport it runs
+/// on, and the event list between them. One lock guards all three.
+struct Core<T: Transport> {
+    engine: Engine,
+    t: T,
+    events: Vec<TransportEvent>,
+}
+
+impl<T: Transport> Core<T> {
+    fn new(mut t: T, cfg: Config) -> Result<Self, Error> {
+        let engine = Engine::new(t.local_addr(), cfg)?;
+        t.set_placement(Box::new(engine.placement()));
+        Ok(Core {
+            engine,
+            t,
+            events: Vec::new(),
+        })
+    }
+
+    /// One pass: the transport's progress, every event to the engine, and
+    /// what the engine has to send to the transport.
+    ///
+    /// What the events made the engine send goes out in a second transport
+    /// pass before returning, so a caller that finds its request complete
+    /// and stops making progress leaves nothing waiting in the transport.
+    fn progress(&mut self) -> Result<bool, Error> {
+        let mut moved = false;
+        for _ in 0..2 {
+            let handed_before = self.engine.handed();
+            let mut events = std::mem::take(&mut self.events);
+            moved |= self.t.progress(&mut events)?;
+            for ev in events.drain(..) {
+                self.engine.handle_event(ev);
+            }
+            self.events = events;
+            self.engine.transmit(&mut self.t);
+            if self.engine.handed() == handed_before {
+                break;
+            }
+        }
+        Ok(moved)
+    }
+
+    /// Start an operation, hand what it sends to the transport and make one
+    /// round of progress, so that it leaves at once.
+    fn post<R>(&mut self, start: impl FnOnce(&mut Engine) -> R) -> R {
+        let r = start(&mut self.engine);
+        self.engine.transmit(&mut self.t);
+        let _ = self.progress();
+        r
+    }
+
+    fn connect(&mut self, addr: Addr) -> Result<PeerId, Error> {
+        if let Some(p) = self.engine.connected_peer(&addr) {
+            return Ok(p);
+        }
+        let conn = self.t.connect(&addr)?;
+        let p = self.engine.connected(addr, conn);
+        self.engine.transmit(&mut self.t);
+        Ok(p)
+    }
+
+    fn add_peer(&mut self, addr: Addr) -> Result<PeerId, Error> {
+        match self.engine.add_peer(addr)? {
+            AddPeer::Known(p) => Ok(p),
+            AddPeer::Connect => self.connect(addr),
+        }
+    }
+
+    /// True when nothing we sent waits in the engine's queues or
+    /// unacknowledged in the transport.
+    fn flushed(&self) -> bool {
+        self.engine.queues_empty() && self.t.flushed()
+    }
+
+    /// Close every connection (messages queued are still delivered).
+    fn close_all(&mut self) {
+        for c in self.engine.connections().collect::<Vec<_>>() {
+            self.t.close(c);
+        }
+    }
+}
+
 struct Shared<T: Transport> {
-    engine: EngineLock<Engine<T>>,
+    core: EngineLock<Core<T>>,
     callbacks: Mutex<Callbacks>,
     stop: AtomicBool,
     spin: Duration,
@@ -89,7 +175,7 @@ impl<T: Transport> Endpoint<T> {
         let max_sleep = cfg.max_sleep.max(Duration::from_micros(1));
         let threaded = cfg.progress_thread;
         let shared = Arc::new(Shared {
-            engine: EngineLock::new(Engine::new(transport, cfg)?),
+            core: EngineLock::new(Core::new(transport, cfg)?),
             callbacks: Mutex::new(Callbacks {
                 am: HashMap::new(),
                 on_failure: None,
@@ -150,39 +236,44 @@ impl<T: Transport> Endpoint<T> {
         self.thread.lock().expect("progress thread slot").is_some()
     }
 
+    /// The engine and its transport, locked.
+    fn core(&self) -> parking_lot::MutexGuard<'_, Core<T>> {
+        self.shared.core.lock()
+    }
+
     /// Where peers reach this endpoint.
     pub fn local_addr(&self) -> Addr {
-        self.shared.engine.lock().local_addr()
+        self.core().engine.local_addr()
     }
 
     /// The transport's name, e.g. `llc/af_xdp (native, copy)` or `tcp/io_uring`.
     pub fn transport_name(&self) -> String {
-        self.shared.engine.lock().transport().name()
+        self.core().t.name()
     }
 
     /// Run `f` on the transport (statistics, notes).
     pub fn with_transport<R>(&self, f: impl FnOnce(&T) -> R) -> R {
-        f(self.shared.engine.lock().transport())
+        f(&self.core().t)
     }
 
     /// Counters.
     pub fn stats(&self) -> Stats {
-        self.shared.engine.lock().stats().clone()
+        self.core().engine.stats().clone()
     }
 
     /// The message layer's counters (`msg.*`) and the transport's
     /// (`link.*`), named, for reports.
     pub fn counters(&self) -> Vec<(String, u64)> {
-        let e = self.shared.engine.lock();
-        let mut out: Vec<(String, u64)> = e
+        let c = self.core();
+        let mut out: Vec<(String, u64)> = c
+            .engine
             .stats()
             .counters()
             .iter()
             .map(|(k, v)| (format!("msg.{k}"), *v))
             .collect();
         out.extend(
-            e.transport()
-                .counters()
+            c.t.counters()
                 .into_iter()
                 .map(|(k, v)| (format!("link.{k}"), v)),
         );
@@ -192,7 +283,7 @@ impl<T: Transport> Endpoint<T> {
     /// Bytes of unexpected messages buffered now (bounded by the eager
     /// window times the number of peers).
     pub fn unexpected_bytes(&self) -> usize {
-        self.shared.engine.lock().unexpected_bytes()
+        self.core().engine.unexpected_bytes()
     }
 
     /// Active messages that arrived for a handler nobody registered.
@@ -207,32 +298,29 @@ impl<T: Transport> Endpoint<T> {
     /// Open a connection to the endpoint at `addr` (this side initiates; a
     /// server just receives, and its peers appear as they connect).
     pub fn connect(&self, addr: &Addr) -> Result<PeerId, Error> {
-        self.shared.engine.lock().connect(*addr)
+        self.core().connect(*addr)
     }
 
     /// Know the endpoint at `addr`, MPI style: every process adds every
     /// other, and of each pair the one with the smaller address connects.
     pub fn add_peer(&self, addr: &Addr) -> Result<PeerId, Error> {
-        self.shared.engine.lock().add_peer(*addr)
+        self.core().add_peer(*addr)
     }
 
     /// The address of a peer.
     pub fn peer_addr(&self, peer: PeerId) -> Option<Addr> {
-        self.shared.engine.lock().peer_addr(peer)
+        self.core().engine.peer_addr(peer)
     }
 
     /// Number of peers known (added, connected or connected to us).
     pub fn peer_count(&self) -> usize {
-        self.shared.engine.lock().peer_count()
+        self.core().engine.peer_count()
     }
 
     /// Start an operation and make one round of progress, so that what it
     /// sends leaves at once.
-    fn post(&self, start: impl FnOnce(&mut Engine<T>) -> u64) -> Request {
-        let mut e = self.shared.engine.lock();
-        let r = start(&mut e);
-        let _ = e.progress();
-        Request(r)
+    fn post(&self, start: impl FnOnce(&mut Engine) -> u64) -> Request {
+        Request(self.core().post(start))
     }
 
     /// Start sending `data` to `peer` with `tag` in `context`. An eager
@@ -283,15 +371,15 @@ impl<T: Transport> Endpoint<T> {
     /// Cancel a receive that has not matched; it then completes with
     /// [`Error::Cancelled`]. False when it had matched already.
     pub fn cancel(&self, r: Request) -> bool {
-        self.shared.engine.lock().cancel(r.0)
+        self.core().engine.cancel(r.0)
     }
 
     /// One round of progress; true when anything moved.
     pub fn progress(&self) -> Result<bool, Error> {
         let (moved, callbacks) = {
-            let mut e = self.shared.engine.lock();
-            let moved = e.progress()?;
-            (moved, e.has_callbacks())
+            let mut c = self.core();
+            let moved = c.progress()?;
+            (moved, c.engine.has_callbacks())
         };
         // An idle call (the common one while a caller busy-polls) takes no
         // second lock for callbacks that are not there.
@@ -301,33 +389,45 @@ impl<T: Transport> Endpoint<T> {
         Ok(moved)
     }
 
-    /// The result of `r` if it completed (then it is forgotten).
-    pub fn test(&self, r: &Request) -> Option<Result<Completion, Error>> {
-        let mut e = self.shared.engine.lock();
-        if !e.is_done(r.0) {
-            let _ = e.progress();
+    /// Run `f` on the core after a round of progress (skipped when `needed`
+    /// says the answer is there already), then run the callbacks that
+    /// round collected.
+    fn after_progress<R>(
+        &self,
+        needed: impl FnOnce(&Core<T>) -> bool,
+        f: impl FnOnce(&mut Core<T>) -> R,
+    ) -> R {
+        let mut c = self.core();
+        if needed(&c) {
+            let _ = c.progress();
         }
-        let res = e.take(r.0);
-        drop(e);
+        let res = f(&mut c);
+        drop(c);
         self.shared.deliver();
         res
     }
 
+    /// The result of `r` if it completed (then it is forgotten).
+    pub fn test(&self, r: &Request) -> Option<Result<Completion, Error>> {
+        self.after_progress(|c| !c.engine.is_done(r.0), |c| c.engine.take(r.0))
+    }
+
     /// The completed ones among `reqs`, with their index (MPI_Testsome).
     pub fn test_some(&self, reqs: &[Request]) -> Vec<(usize, Result<Completion, Error>)> {
-        let mut e = self.shared.engine.lock();
-        let _ = e.progress();
-        let mut out = Vec::new();
-        for (i, r) in reqs.iter().enumerate() {
-            if e.is_done(r.0) {
-                if let Some(res) = e.take(r.0) {
-                    out.push((i, res));
+        self.after_progress(
+            |_| true,
+            |c| {
+                let mut out = Vec::new();
+                for (i, r) in reqs.iter().enumerate() {
+                    if c.engine.is_done(r.0) {
+                        if let Some(res) = c.engine.take(r.0) {
+                            out.push((i, res));
+                        }
+                    }
                 }
-            }
-        }
-        drop(e);
-        self.shared.deliver();
-        out
+                out
+            },
+        )
     }
 
     /// Wait for `r` with no time limit (a failed peer still ends it, after
@@ -338,9 +438,9 @@ impl<T: Transport> Endpoint<T> {
 
     /// Wait for `r` at most `timeout`; [`Error::Timeout`] leaves it pending.
     pub fn wait_timeout(&self, r: Request, timeout: Option<Duration>) -> Result<Completion, Error> {
-        self.shared.drive(deadline(timeout), |e| {
-            if e.is_done(r.0) {
-                e.take(r.0)
+        self.shared.drive(deadline(timeout), |c| {
+            if c.engine.is_done(r.0) {
+                c.engine.take(r.0)
             } else {
                 None
             }
@@ -353,9 +453,9 @@ impl<T: Transport> Endpoint<T> {
         reqs: &[Request],
         timeout: Option<Duration>,
     ) -> Result<(usize, Result<Completion, Error>), Error> {
-        self.shared.drive(deadline(timeout), |e| {
-            let i = reqs.iter().position(|r| e.is_done(r.0))?;
-            e.take(reqs[i].0).map(|res| (i, res))
+        self.shared.drive(deadline(timeout), |c| {
+            let i = reqs.iter().position(|r| c.engine.is_done(r.0))?;
+            c.engine.take(reqs[i].0).map(|res| (i, res))
         })
     }
 
@@ -369,10 +469,10 @@ impl<T: Transport> Endpoint<T> {
     ) -> Result<Vec<Result<Completion, Error>>, Error> {
         let mut out: Vec<Option<Result<Completion, Error>>> = vec![None; reqs.len()];
         let mut left = reqs.len();
-        self.shared.drive(deadline(timeout), |e| {
+        self.shared.drive(deadline(timeout), |c| {
             for (i, r) in reqs.iter().enumerate() {
-                if out[i].is_none() && e.is_done(r.0) {
-                    out[i] = e.take(r.0);
+                if out[i].is_none() && c.engine.is_done(r.0) {
+                    out[i] = c.engine.take(r.0);
                     left -= 1;
                 }
             }
@@ -389,12 +489,7 @@ impl<T: Transport> Endpoint<T> {
             tag,
             context,
         };
-        let mut e = self.shared.engine.lock();
-        let _ = e.progress();
-        let s = e.iprobe(&pattern);
-        drop(e);
-        self.shared.deliver();
-        s
+        self.after_progress(|_| true, |c| c.engine.iprobe(&pattern))
     }
 
     /// Wait until a message matching the pattern is there (MPI_Probe).
@@ -410,7 +505,8 @@ impl<T: Transport> Endpoint<T> {
             tag,
             context,
         };
-        self.shared.drive(deadline(timeout), |e| e.iprobe(&pattern))
+        self.shared
+            .drive(deadline(timeout), |c| c.engine.iprobe(&pattern))
     }
 
     /// Route active messages for `id` to `handler` (replacing any before).
@@ -440,10 +536,8 @@ impl<T: Transport> Endpoint<T> {
     /// if the peer fails later, the failure callback says so. Fails at once
     /// only for an unknown or already failed peer.
     pub fn am_post(&self, peer: PeerId, id: u16, data: impl Into<Bytes>) -> Result<(), Error> {
-        let mut e = self.shared.engine.lock();
-        e.am_post(peer, id, data.into())?;
-        let _ = e.progress();
-        Ok(())
+        self.core()
+            .post(|e| e.am_post_parts(peer, id, Bytes::new(), data.into()))
     }
 
     /// [`Endpoint::am_post`] of the message `prefix ++ body`, sending `body`
@@ -457,10 +551,9 @@ impl<T: Transport> Endpoint<T> {
         prefix: &[u8],
         body: Bytes,
     ) -> Result<(), Error> {
-        let mut e = self.shared.engine.lock();
-        e.am_post_parts(peer, id, Bytes::copy_from_slice(prefix), body)?;
-        let _ = e.progress();
-        Ok(())
+        let prefix = Bytes::copy_from_slice(prefix);
+        self.core()
+            .post(|e| e.am_post_parts(peer, id, prefix, body))
     }
 
     /// True when a message posted to `peer` now would leave at once rather
@@ -468,22 +561,22 @@ impl<T: Transport> Endpoint<T> {
     /// more, nothing is waiting for credit): what an inline send
     /// (MPI's `btl_sendi`) needs to know before it commits.
     pub fn can_post(&self, peer: PeerId) -> bool {
-        let mut e = self.shared.engine.lock();
-        if !e.sends_now(peer) {
+        let mut c = self.core();
+        if !c.engine.sends_now(peer) {
             // Progress may have drained the queue since.
-            let _ = e.progress();
+            let _ = c.progress();
         }
-        e.sends_now(peer)
+        c.engine.sends_now(peer)
     }
 
     /// Make `region` accessible to peers' `put` and `get` under the returned key.
     pub fn register(&self, region: Arc<dyn MemoryRegion>) -> RegionKey {
-        self.shared.engine.lock().register(region)
+        self.core().engine.register(region)
     }
 
     /// Withdraw a region; later accesses are refused.
     pub fn deregister(&self, key: RegionKey) -> bool {
-        self.shared.engine.lock().deregister(key)
+        self.core().engine.deregister(key)
     }
 
     /// Write `data` into `peer`'s region `key` at `offset`. Completes when
@@ -511,14 +604,14 @@ impl<T: Transport> Endpoint<T> {
     /// only while some answer is missing.
     pub fn reachable(&self, addrs: &[Addr], timeout: Duration) -> Vec<bool> {
         let mut known: Vec<Option<bool>> = {
-            let mut e = self.shared.engine.lock();
-            addrs.iter().map(|a| e.transport_mut().probe(a)).collect()
+            let mut c = self.core();
+            addrs.iter().map(|a| c.t.probe(a)).collect()
         };
         let start = Instant::now();
         let mut probes = 1u32;
-        let _ = self.shared.drive(Some(start + timeout), |e| {
+        let _ = self.shared.drive(Some(start + timeout), |c| {
             for (k, a) in known.iter_mut().zip(addrs) {
-                if k.is_none() && e.transport().probe_answered(a) {
+                if k.is_none() && c.t.probe_answered(a) {
                     *k = Some(true);
                 }
             }
@@ -527,11 +620,11 @@ impl<T: Transport> Endpoint<T> {
             }
             // Repeat unanswered probes four times over the timeout: a TEST
             // frame is not retransmitted by anyone else.
-            if start.elapsed() >= timeout * probes / 4 {
+            if Instant::now().saturating_duration_since(start) >= timeout * probes / 4 {
                 probes += 1;
                 for (k, a) in known.iter_mut().zip(addrs) {
                     if k.is_none() {
-                        *k = e.transport_mut().probe(a);
+                        *k = c.t.probe(a);
                     }
                 }
             }
@@ -544,7 +637,7 @@ impl<T: Transport> Endpoint<T> {
     /// (the last step before a process exits, as in MPI_Finalize).
     pub fn flush(&self, timeout: Option<Duration>) -> Result<(), Error> {
         self.shared
-            .drive(deadline(timeout), |e| e.flushed().then_some(()))
+            .drive(deadline(timeout), |c| c.flushed().then_some(()))
     }
 
     /// Deliver what is queued and close every connection, waiting at most
@@ -552,8 +645,8 @@ impl<T: Transport> Endpoint<T> {
     pub fn close(&self, timeout: Duration) -> Result<(), Error> {
         let res = self
             .shared
-            .drive(deadline(Some(timeout)), |e| e.flushed().then_some(()));
-        self.shared.engine.lock().close_all();
+            .drive(deadline(Some(timeout)), |c| c.flushed().then_some(()));
+        self.core().close_all();
         let _ = self
             .shared
             .drive(deadline(Some(Duration::from_millis(10))), |_| None::<()>);
@@ -571,33 +664,35 @@ impl<T: Transport> Drop for Endpoint<T> {
     }
 }
 
+/// The deadline `timeout` from now, on the clock the pacer reads.
 fn deadline(timeout: Option<Duration>) -> Option<Instant> {
     timeout.map(|t| Instant::now() + t)
 }
 
 impl<T: Transport> Shared<T> {
-    /// Make progress until `check` returns `Some` or the deadline passes:
-    /// busy-poll while things move and for the spin budget after, then
-    /// sleep in poll(2) without the lock.
+    /// Make progress until `check` returns `Some` or the deadline passes,
+    /// paced by [`Pacer`]: busy-poll while things move and for the spin
+    /// budget after, then sleep in poll(2) on the transport's descriptors
+    /// without the lock (or, with a progress thread, until it reports a
+    /// round that moved something).
     fn drive<R>(
         &self,
         deadline: Option<Instant>,
-        mut check: impl FnMut(&mut Engine<T>) -> Option<R>,
+        mut check: impl FnMut(&mut Core<T>) -> Option<R>,
     ) -> Result<R, Error> {
-        let mut last_active = Instant::now();
+        let mut pacer = Pacer::new(self.spin, Instant::now());
         let mut fds = Vec::new();
         loop {
             let threaded = self.threaded.load(Ordering::Relaxed);
             let seen = if threaded { *self.generation.lock() } else { 0 };
-            let mut e = self.engine.lock();
-            if let Some(r) = check(&mut e) {
+            let mut c = self.core.lock();
+            if let Some(r) = check(&mut c) {
                 return Ok(r);
             }
-            let moved = e.progress()?;
-            let done = check(&mut e);
-            let callbacks = e.has_callbacks();
-            if callbacks {
-                drop(e);
+            let moved = c.progress()?;
+            let done = check(&mut c);
+            if c.engine.has_callbacks() {
+                drop(c);
                 self.deliver();
                 if let Some(r) = done {
                     return Ok(r);
@@ -611,25 +706,20 @@ impl<T: Transport> Shared<T> {
             if deadline.is_some_and(|d| now >= d) {
                 return Err(Error::Timeout);
             }
-            if moved {
-                last_active = now;
-                continue;
-            }
-            if now.duration_since(last_active) < self.spin {
-                drop(e);
-                std::hint::spin_loop();
-                continue;
+            match pacer.after_round(moved, now) {
+                Pace::Busy => continue,
+                Pace::Spin => {
+                    drop(c);
+                    std::hint::spin_loop();
+                    continue;
+                }
+                Pace::Sleep => {}
             }
             fds.clear();
-            let allowed = e.transport_mut().prepare_wait(&mut fds);
-            drop(e);
-            let mut sleep = self.max_sleep;
-            if let Some(a) = allowed {
-                sleep = sleep.min(a);
-            }
-            if let Some(d) = deadline {
-                sleep = sleep.min(d.saturating_duration_since(now));
-            }
+            let allowed = c.t.prepare_wait(&mut fds);
+            drop(c);
+            let sleep = Pacer::sleep_limit(allowed, Some(self.max_sleep), deadline, now)
+                .unwrap_or(self.max_sleep);
             if threaded {
                 // The progress thread polls the transport and tells us when
                 // it moved something.
@@ -640,7 +730,7 @@ impl<T: Transport> Shared<T> {
             } else if !sleep.is_zero() {
                 sys::poll_readable(&fds, sleep);
             }
-            last_active = Instant::now();
+            pacer.woke(Instant::now());
         }
     }
 
@@ -653,10 +743,10 @@ impl<T: Transport> Shared<T> {
         };
         loop {
             let (ams, failures): (Vec<AmDelivery>, Vec<PeerFailure>) = {
-                let mut e = self.engine.lock();
+                let mut c = self.core.lock();
                 (
-                    std::mem::take(&mut e.am_deliveries),
-                    std::mem::take(&mut e.failures),
+                    std::mem::take(&mut c.engine.am_deliveries),
+                    std::mem::take(&mut c.engine.failures),
                 )
             };
             if ams.is_empty() && failures.is_empty() {
@@ -678,9 +768,9 @@ impl<T: Transport> Shared<T> {
             if !spent.is_empty() {
                 // Large buffers go back to the transport for the next large
                 // messages (fresh ones cost page faults and clearing).
-                let mut e = self.engine.lock();
+                let mut c = self.core.lock();
                 for buf in spent {
-                    e.recycle(buf);
+                    c.t.recycle(buf);
                 }
             }
             for f in failures {
@@ -696,46 +786,50 @@ impl<T: Transport> Shared<T> {
 /// ([`Transport::recycle`]); smaller ones are simply freed.
 const RECYCLE_FROM: usize = 64 << 10;
 
-/// The progress thread: progress while anything moves and for the spin
-/// budget after, then sleep in poll(2) until the transport has work (or
-/// `max_sleep`, to notice a stop request).
+/// The progress thread, paced by [`Pacer`] like every waiter: progress
+/// while anything moves and for the spin budget after, then sleep in
+/// poll(2) until the transport has work (or `max_sleep`, to notice a stop
+/// request).
 fn progress_thread<T: Transport>(s: &Shared<T>) {
-    let mut last_active = Instant::now();
+    let mut pacer = Pacer::new(s.spin, Instant::now());
     let mut fds = Vec::new();
     while !s.stop.load(Ordering::Relaxed) {
-        let mut e = s.engine.lock();
-        let moved = match e.progress() {
+        let mut c = s.core.lock();
+        let moved = match c.progress() {
             Ok(m) => m,
             Err(err) => {
                 tracing::warn!(%err, "progress thread: transport error");
                 false
             }
         };
-        let callbacks = e.has_callbacks();
+        let callbacks = c.engine.has_callbacks();
         let now = Instant::now();
-        if moved || callbacks {
-            // Let a waiting application thread in before the next round.
-            parking_lot::MutexGuard::unlock_fair(e);
-            if callbacks {
-                s.deliver();
+        match pacer.after_round(moved || callbacks, now) {
+            Pace::Busy => {
+                // Let a waiting application thread in before the next round.
+                parking_lot::MutexGuard::unlock_fair(c);
+                if callbacks {
+                    s.deliver();
+                }
+                *s.generation.lock() += 1;
+                s.progressed.notify_all();
+                continue;
             }
-            *s.generation.lock() += 1;
-            s.progressed.notify_all();
-            last_active = now;
-            continue;
-        }
-        if now.duration_since(last_active) < s.spin {
-            parking_lot::MutexGuard::unlock_fair(e);
-            std::hint::spin_loop();
-            continue;
+            Pace::Spin => {
+                parking_lot::MutexGuard::unlock_fair(c);
+                std::hint::spin_loop();
+                continue;
+            }
+            Pace::Sleep => {}
         }
         fds.clear();
-        let allowed = e.transport_mut().prepare_wait(&mut fds);
-        drop(e);
-        let sleep = allowed.map_or(s.max_sleep, |a| a.min(s.max_sleep));
+        let allowed = c.t.prepare_wait(&mut fds);
+        drop(c);
+        let sleep =
+            Pacer::sleep_limit(allowed, Some(s.max_sleep), None, now).unwrap_or(s.max_sleep);
         if !sleep.is_zero() {
             sys::poll_readable(&fds, sleep);
         }
-        last_active = Instant::now();
+        pacer.woke(Instant::now());
     }
 }

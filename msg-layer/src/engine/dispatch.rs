@@ -1,0 +1,43 @@
+//! Incoming packets: decode the header, find the peer of the connection,
+//! take the credit it carries, and hand the packet to its protocol.
+
+use super::{ConnRole, Engine};
+use crate::transport::ConnId;
+use crate::wire::{DecodeError, Header, Kind, HEADER_LEN};
+
+impl Engine {
+    pub(super) fn handle_packet(&mut self, c: ConnId, packet: Vec<u8>) {
+        let hdr = match Header::decode(&packet) {
+            Ok(h) => h,
+            Err(e @ (DecodeError::Short(_) | DecodeError::UnknownKind(_))) => {
+                return self.bad_packet(&e)
+            }
+        };
+        let p = match self.by_conn.get(&c) {
+            Some(ConnRole::Peer(p)) => *p,
+            Some(ConnRole::Unidentified) if hdr.kind == Kind::Hello => {
+                return self.handle_hello(c, &hdr, &packet[HEADER_LEN..]);
+            }
+            _ => return self.bad_packet(&format!("{:?} before Hello", hdr.kind)),
+        };
+        self.peers[p as usize].credit += hdr.credit as u64;
+        match hdr.kind {
+            // peers
+            Kind::Hello => self.handle_hello_answer(p, &hdr),
+            Kind::Credit => {}
+            // point-to-point
+            Kind::Eager => self.arrive_eager(p, &hdr, packet),
+            Kind::Rts => self.arrive_rts(p, &hdr),
+            Kind::Cts => self.handle_cts(p, &hdr),
+            Kind::Data => self.handle_data(p, &hdr, &packet),
+            Kind::Done => self.handle_done(p, &hdr),
+            // active messages
+            Kind::Am => self.arrive_am(p, &hdr, packet),
+            // RMA
+            Kind::Put => self.handle_put(p, &hdr, &packet),
+            Kind::PutAck => self.handle_put_ack(&hdr, &packet),
+            Kind::Get => self.handle_get(p, &hdr),
+            Kind::GetReply => self.handle_get_reply(p, &hdr, &packet),
+        }
+    }
+}

@@ -1,0 +1,400 @@
+//! The protocol engine, sans I/O: peers, requests, matching, eager and
+//! rendezvous, active messages and RMA, as a state machine.
+//!
+//! Like `llc_stack::proto`, the engine does no I/O and owns no transport. It
+//! is fed what the transport reported ([`Engine::handle_event`]) and the
+//! application's operations (`isend`, `irecv`, `put`, ...), and it hands out
+//! the packets to send through [`Engine::transmit`], to any [`Outlet`]: the
+//! transport in [`crate::Endpoint`], a recorder in the unit tests. Results
+//! are taken per request ([`Engine::take`]); active-message deliveries and
+//! peer failures are collected for the endpoint to hand to callbacks after
+//! its lock is released. The engine keeps no timers: the transport's own
+//! (retransmission, keepalive) end a silent peer with a `Closed` event.
+//!
+//! Per peer, everything we send goes through one FIFO queue, so messages
+//! leave in the order they were posted (MPI's non-overtaking rule needs it):
+//! a message waits at the head while the peer's eager credit or the
+//! transport's send buffer is short, and the ones behind it wait too.
+//!
+//! One file per protocol: [`peers`] (hello, credit, the send queues,
+//! failure), [`p2p`] (matching, eager, rendezvous), [`am`] (active
+//! messages), [`rma`] (registered memory, put, get); [`dispatch`] routes
+//! each incoming packet to its protocol.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use llc_stack::rng::Rng;
+use rustc_hash::FxHashMap;
+
+use crate::addr::Addr;
+use crate::config::Config;
+use crate::error::Error;
+use crate::matching::{Matcher, PeerId, PostId};
+use crate::placement::{DataPlacement, RecvBuffer, Registry};
+use crate::rma::MemoryRegion;
+use crate::transport::{ConnId, SendError, Transport, TransportEvent};
+
+mod am;
+mod dispatch;
+mod p2p;
+mod peers;
+mod rma;
+#[cfg(test)]
+mod tests;
+
+pub(crate) use peers::AddPeer;
+use peers::{ConnRole, Out, Peer};
+
+/// The reason a peer's requests fail with when it closed its connection in
+/// order (it finished, e.g. MPI_Finalize), as opposed to a failure.
+pub const PEER_CLOSED: &str = "the peer closed the connection";
+
+/// What a completed request tells.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Status {
+    /// The peer: the sender of a received message, the target otherwise.
+    pub source: PeerId,
+    /// Tag (0 for RMA and active messages).
+    pub tag: u32,
+    /// Context (0 for RMA and active messages).
+    pub context: u32,
+    /// Bytes moved.
+    pub len: usize,
+}
+
+/// A completed request: its status and, for receives and gets, the buffer
+/// (cut to the received length).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Completion {
+    /// What was moved, from or to whom.
+    pub status: Status,
+    /// The receive or get buffer.
+    pub data: Option<Vec<u8>>,
+}
+
+/// Counters of one endpoint.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Eager messages sent.
+    pub eager_sent: u64,
+    /// Rendezvous messages sent.
+    pub rndv_sent: u64,
+    /// Messages received (eager and rendezvous).
+    pub received: u64,
+    /// Messages that arrived before their receive was posted.
+    pub unexpected: u64,
+    /// Rendezvous bytes the transport wrote straight into receive buffers.
+    pub rndv_bytes_placed: u64,
+    /// Rendezvous bytes copied into receive buffers by the engine.
+    pub rndv_bytes_copied: u64,
+    /// Times a message waited at the head of a peer's queue for credit.
+    pub credit_stalls: u64,
+    /// Times the transport's send buffer was full.
+    pub transport_stalls: u64,
+    /// Active messages delivered to handlers.
+    pub am_delivered: u64,
+    /// Packets dropped as malformed or out of place (counted, never fatal).
+    pub bad_packets: u64,
+    /// Peers that failed.
+    pub peers_failed: u64,
+}
+
+impl Stats {
+    /// Every counter with its name.
+    pub fn counters(&self) -> [(&'static str, u64); 11] {
+        [
+            ("eager_sent", self.eager_sent),
+            ("rndv_sent", self.rndv_sent),
+            ("received", self.received),
+            ("unexpected", self.unexpected),
+            ("rndv_bytes_placed", self.rndv_bytes_placed),
+            ("rndv_bytes_copied", self.rndv_bytes_copied),
+            ("credit_stalls", self.credit_stalls),
+            ("transport_stalls", self.transport_stalls),
+            ("am_delivered", self.am_delivered),
+            ("bad_packets", self.bad_packets),
+            ("peers_failed", self.peers_failed),
+        ]
+    }
+}
+
+/// A peer's failure, for the endpoint's failure callback.
+#[derive(Clone, Debug)]
+pub(crate) struct PeerFailure {
+    pub peer: PeerId,
+    pub error: Error,
+}
+
+/// An active message for a handler.
+#[derive(Debug)]
+pub(crate) struct AmDelivery {
+    pub handler: u16,
+    pub peer: PeerId,
+    /// The whole packet; the payload starts at [`crate::wire::HEADER_LEN`].
+    pub packet: Vec<u8>,
+}
+
+/// Where the engine hands the packets it sends: the transport, or a test's
+/// recorder. It may push back ([`SendError::WouldBlock`]); the packet then
+/// stays at the head of its peer's queue for the next [`Engine::transmit`].
+pub(crate) trait Outlet {
+    /// Queue the packet `head ++ body` on `conn`.
+    fn send(&mut self, conn: ConnId, head: &[u8], body: Bytes) -> Result<(), SendError>;
+}
+
+impl<T: Transport + ?Sized> Outlet for T {
+    #[inline]
+    fn send(&mut self, conn: ConnId, head: &[u8], body: Bytes) -> Result<(), SendError> {
+        Transport::send(self, conn, head, body)
+    }
+}
+
+/// A message waiting for its receive.
+#[derive(Debug)]
+enum Unexpected {
+    /// Eager payload: the whole packet, payload after the header.
+    Eager(Vec<u8>),
+    /// Rendezvous announcement: the sender's request.
+    Rts { sreq: u64 },
+}
+
+#[derive(Debug)]
+enum ReqState {
+    /// A send queued, or a rendezvous send waiting for its CTS.
+    Send {
+        peer: PeerId,
+        /// Rendezvous data, kept until the receiver is ready.
+        rndv: Option<Bytes>,
+        status: Status,
+    },
+    /// A receive posted and not matched.
+    Posted {
+        buf: Vec<u8>,
+        post: PostId,
+    },
+    /// A rendezvous receive matched; data arriving.
+    Receiving {
+        /// Also in the placement registry, for the transport to fill.
+        buf: Arc<RecvBuffer>,
+        status: Status,
+        /// The sender's request, told when all data is placed.
+        sreq: u64,
+    },
+    /// A put waiting for its acknowledgement.
+    Put {
+        status: Status,
+    },
+    /// A get waiting for its data.
+    Get {
+        buf: Vec<u8>,
+        status: Status,
+        received: usize,
+    },
+    Done(Result<Completion, Error>),
+}
+
+/// The engine of one endpoint.
+pub(crate) struct Engine {
+    cfg: Config,
+    local: Addr,
+    peers: Vec<Peer>,
+    /// Peers [`Engine::transmit`] must visit: packets wait in their queue
+    /// (new, or held back for credit or transport room), or credit we owe
+    /// them grew. The others need nothing, so an idle call costs the same
+    /// with 2 peers or 2,000.
+    attention: Vec<PeerId>,
+    /// The list being worked through (kept for its allocation).
+    attention_work: Vec<PeerId>,
+    /// Packets for one connection outside any peer's queue (a `Hello`
+    /// answered on a second connection of the same peer).
+    direct: Vec<(ConnId, Out)>,
+    by_addr: FxHashMap<Addr, PeerId>,
+    by_conn: FxHashMap<ConnId, ConnRole>,
+    matcher: Matcher<u64, Unexpected>,
+    reqs: FxHashMap<u64, ReqState>,
+    next_req: u64,
+    regions: FxHashMap<u64, Arc<dyn MemoryRegion>>,
+    /// Receive buffers the transport may fill directly.
+    placements: Registry,
+    rng: Rng,
+    /// Bytes of unexpected messages buffered, as credit counts them.
+    unexpected_bytes: usize,
+    /// Packets handed to the outlet, ever.
+    handed: u64,
+    pub(crate) am_deliveries: Vec<AmDelivery>,
+    pub(crate) failures: Vec<PeerFailure>,
+    stats: Stats,
+}
+
+impl Engine {
+    /// The engine of the endpoint at `local`.
+    pub fn new(local: Addr, cfg: Config) -> Result<Self, Error> {
+        cfg.validate()?;
+        Ok(Engine {
+            local,
+            placements: Registry::default(),
+            cfg,
+            peers: Vec::new(),
+            attention: Vec::new(),
+            attention_work: Vec::new(),
+            direct: Vec::new(),
+            by_addr: FxHashMap::default(),
+            by_conn: FxHashMap::default(),
+            matcher: Matcher::new(),
+            reqs: FxHashMap::default(),
+            next_req: 1,
+            regions: FxHashMap::default(),
+            rng: Rng::from_entropy(),
+            unexpected_bytes: 0,
+            handed: 0,
+            am_deliveries: Vec::new(),
+            failures: Vec::new(),
+            stats: Stats::default(),
+        })
+    }
+
+    /// What the transport consults to write rendezvous data straight into
+    /// matched receive buffers ([`Transport::set_placement`]).
+    pub fn placement(&self) -> DataPlacement {
+        DataPlacement(self.placements.clone())
+    }
+
+    pub fn local_addr(&self) -> Addr {
+        self.local
+    }
+
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    pub fn unexpected_bytes(&self) -> usize {
+        self.unexpected_bytes
+    }
+
+    pub fn peer_addr(&self, p: PeerId) -> Option<Addr> {
+        self.peers.get(p as usize).and_then(|p| p.addr)
+    }
+
+    pub fn peer_count(&self) -> usize {
+        self.peers.len()
+    }
+
+    /// Packets handed to the outlet so far: a caller that sees it grow
+    /// knows the transport has something new to put on the wire.
+    pub fn handed(&self) -> u64 {
+        self.handed
+    }
+
+    // ----- requests -----
+
+    fn new_req(&mut self, st: ReqState) -> u64 {
+        let r = self.next_req;
+        self.next_req += 1;
+        self.reqs.insert(r, st);
+        r
+    }
+
+    fn finish(&mut self, r: u64, res: Result<Completion, Error>) {
+        if let Some(st) = self.reqs.get_mut(&r) {
+            if !matches!(st, ReqState::Done(_)) {
+                *st = ReqState::Done(res);
+            }
+        }
+    }
+
+    /// A request born failed (bad peer, too long): reported by wait, like
+    /// any other failure.
+    fn failed_req(&mut self, e: Error) -> u64 {
+        self.new_req(ReqState::Done(Err(e)))
+    }
+
+    /// The result of `r` if it is complete (and forget it).
+    pub fn take(&mut self, r: u64) -> Option<Result<Completion, Error>> {
+        match self.reqs.get(&r) {
+            None => Some(Err(Error::UnknownRequest(r))),
+            Some(ReqState::Done(_)) => match self.reqs.remove(&r) {
+                Some(ReqState::Done(res)) => Some(res),
+                _ => unreachable!("checked above"),
+            },
+            Some(_) => None,
+        }
+    }
+
+    pub fn is_done(&self, r: u64) -> bool {
+        !matches!(self.reqs.get(&r), Some(st) if !matches!(st, ReqState::Done(_)))
+    }
+
+    // ----- what goes out -----
+
+    /// Hand `o` every packet that may leave now: the peers on the attention
+    /// list, as far as their credit and `o` allow, and a credit return to
+    /// each peer owed a good part of its window with nothing else to carry
+    /// it. What stays keeps its peer on the list.
+    #[inline]
+    pub fn transmit<O: Outlet + ?Sized>(&mut self, o: &mut O) {
+        // Most calls (every idle progress pass) find nothing to do.
+        if !self.attention.is_empty() || !self.direct.is_empty() {
+            self.transmit_queued(o);
+        }
+    }
+
+    fn transmit_queued<O: Outlet + ?Sized>(&mut self, o: &mut O) {
+        if !self.direct.is_empty() {
+            for (c, out) in std::mem::take(&mut self.direct) {
+                let _ = o.send(c, &out.hdr.encode(), out.body);
+            }
+        }
+        if self.attention.is_empty() {
+            return;
+        }
+        let mut work = std::mem::take(&mut self.attention_work);
+        std::mem::swap(&mut work, &mut self.attention);
+        for &p in &work {
+            self.peers[p as usize].marked = false;
+        }
+        for &p in &work {
+            if !self.peers[p as usize].queue.is_empty() {
+                self.flush_peer(p, o);
+            }
+            self.maybe_return_credit(p, o);
+        }
+        work.clear();
+        self.attention_work = work;
+    }
+
+    /// Active messages or peer failures wait for the application's
+    /// callbacks.
+    pub fn has_callbacks(&self) -> bool {
+        !self.am_deliveries.is_empty() || !self.failures.is_empty()
+    }
+
+    /// True when nothing waits to be handed to the transport.
+    pub fn queues_empty(&self) -> bool {
+        self.direct.is_empty() && self.peers.iter().all(|p| p.queue.is_empty())
+    }
+
+    /// The connection each peer sends on (to close them all).
+    pub fn connections(&self) -> impl Iterator<Item = ConnId> + '_ {
+        self.peers.iter().filter_map(|p| p.conn)
+    }
+
+    // ----- what comes in -----
+
+    /// Take in what the transport reported.
+    pub fn handle_event(&mut self, ev: TransportEvent) {
+        match ev {
+            TransportEvent::Connected(_) => {}
+            TransportEvent::Accepted(c) => {
+                self.by_conn.insert(c, ConnRole::Unidentified);
+            }
+            TransportEvent::Message(c, packet) => self.handle_packet(c, packet),
+            TransportEvent::Closed(c, reason) => self.connection_closed(c, reason),
+        }
+    }
+
+    fn bad_packet(&mut self, why: &dyn std::fmt::Display) {
+        self.stats.bad_packets += 1;
+        tracing::debug!(%why, "message-layer packet dropped");
+    }
+}

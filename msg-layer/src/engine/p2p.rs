@@ -1,0 +1,340 @@
+//! Point-to-point: MPI matching, the eager protocol (the payload rides with
+//! the envelope and waits, bounded by credit, when unexpected) and the
+//! rendezvous protocol (RTS, CTS from the matched receive, data placed into
+//! the receive buffer, DONE back to the sender).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::{Completion, Engine, Out, ReqState, Status, Unexpected};
+use crate::error::Error;
+use crate::matching::{Matched, Pattern, PeerId, PostId, Posting, Source};
+use crate::placement::RecvBuffer;
+use crate::wire::{flags, Header, Kind, HEADER_LEN};
+
+impl Engine {
+    pub fn isend(&mut self, p: PeerId, tag: u32, context: u32, data: Bytes) -> u64 {
+        if let Some(e) = self.peer_error(p) {
+            return self.failed_req(e);
+        }
+        let status = Status {
+            source: p,
+            tag,
+            context,
+            len: data.len(),
+        };
+        if data.len() <= self.cfg.eager_limit {
+            let r = self.new_req(ReqState::Send {
+                peer: p,
+                rndv: None,
+                status,
+            });
+            let mut hdr = Header::tagged(Kind::Eager, tag, context);
+            hdr.len = data.len() as u64;
+            let cost = (HEADER_LEN + data.len()) as u32;
+            self.stats.eager_sent += 1;
+            self.push(
+                p,
+                Out {
+                    hdr,
+                    body: data,
+                    prefix: Bytes::new(),
+                    cost,
+                    completes: Some(r),
+                },
+            );
+            r
+        } else {
+            let len = data.len() as u64;
+            let r = self.new_req(ReqState::Send {
+                peer: p,
+                rndv: Some(data),
+                status,
+            });
+            let mut hdr = Header::tagged(Kind::Rts, tag, context);
+            hdr.id = r;
+            hdr.len = len;
+            self.stats.rndv_sent += 1;
+            self.push(
+                p,
+                Out {
+                    hdr,
+                    body: Bytes::new(),
+                    prefix: Bytes::new(),
+                    cost: HEADER_LEN as u32,
+                    completes: None,
+                },
+            );
+            r
+        }
+    }
+
+    pub fn irecv(&mut self, pattern: Pattern, buf: Vec<u8>) -> u64 {
+        if let Source::Peer(p) = pattern.source {
+            if let Some(e) = self.peer_error(p) {
+                return self.failed_req(e);
+            }
+        }
+        let r = self.next_req;
+        self.next_req += 1;
+        match self.matcher.post(pattern, r) {
+            Posting::Queued(post) => {
+                self.reqs.insert(r, ReqState::Posted { buf, post });
+            }
+            Posting::Matched(m) => {
+                let cost = match m.msg {
+                    Unexpected::Eager(_) => HEADER_LEN + m.len,
+                    Unexpected::Rts { .. } => HEADER_LEN,
+                };
+                self.peers[m.env.source as usize].unexpected -= cost;
+                self.unexpected_bytes -= cost;
+                self.reqs.insert(
+                    r,
+                    ReqState::Posted {
+                        buf,
+                        post: PostId(0),
+                    },
+                );
+                self.matched(m);
+            }
+        }
+        r
+    }
+
+    /// Cancel a posted receive that has not matched. True when cancelled.
+    pub fn cancel(&mut self, r: u64) -> bool {
+        let Some(ReqState::Posted { post, .. }) = self.reqs.get(&r) else {
+            return false;
+        };
+        if self.matcher.cancel(*post).is_some() {
+            self.finish(r, Err(Error::Cancelled));
+            true
+        } else {
+            false
+        }
+    }
+
+    pub fn iprobe(&self, pattern: &Pattern) -> Option<Status> {
+        self.matcher.probe(pattern).map(|(env, len)| Status {
+            source: env.source,
+            tag: env.tag,
+            context: env.context,
+            len,
+        })
+    }
+
+    /// A receive met its message.
+    fn matched(&mut self, m: Matched<u64, Unexpected>) {
+        let Matched {
+            recv,
+            env,
+            len,
+            msg,
+        } = m;
+        let Some(ReqState::Posted { buf, .. }) = self.reqs.remove(&recv) else {
+            return;
+        };
+        let status = Status {
+            source: env.source,
+            tag: env.tag,
+            context: env.context,
+            len,
+        };
+        self.stats.received += 1;
+        match msg {
+            Unexpected::Eager(packet) => {
+                self.return_credit(env.source, (HEADER_LEN + len) as u64);
+                let mut buf = buf;
+                let payload = &packet[HEADER_LEN..];
+                let res = if len <= buf.len() {
+                    buf.truncate(len);
+                    buf.copy_from_slice(payload);
+                    Ok(Completion {
+                        status,
+                        data: Some(buf),
+                    })
+                } else {
+                    Err(Error::Truncated {
+                        message_len: len,
+                        buffer_len: buf.len(),
+                    })
+                };
+                self.reqs.insert(recv, ReqState::Done(res));
+            }
+            Unexpected::Rts { sreq } => {
+                self.return_credit(env.source, HEADER_LEN as u64);
+                let mut hdr = Header::new(Kind::Cts);
+                hdr.id = sreq;
+                hdr.aux = recv;
+                hdr.len = len as u64;
+                if len > buf.len() {
+                    hdr.flags |= flags::REFUSED;
+                    self.reqs.insert(
+                        recv,
+                        ReqState::Done(Err(Error::Truncated {
+                            message_len: len,
+                            buffer_len: buf.len(),
+                        })),
+                    );
+                } else {
+                    let mut buf = buf;
+                    buf.truncate(len);
+                    let buf = Arc::new(RecvBuffer::new(buf));
+                    self.placements
+                        .lock()
+                        .expect("placement registry")
+                        .insert(recv, buf.clone());
+                    self.reqs
+                        .insert(recv, ReqState::Receiving { buf, status, sreq });
+                }
+                self.push(env.source, Out::control(hdr));
+            }
+        }
+    }
+
+    /// An eager message arrived (`packet` holds it whole).
+    pub(super) fn arrive_eager(&mut self, p: PeerId, hdr: &Header, packet: Vec<u8>) {
+        let body_len = packet.len() - HEADER_LEN;
+        if hdr.len != body_len as u64 {
+            return self.bad_packet(&"eager length mismatch");
+        }
+        let env = hdr.envelope(p);
+        match self
+            .matcher
+            .arrive(env, body_len, Unexpected::Eager(packet))
+        {
+            Some(m) => self.matched(m),
+            None => {
+                self.stats.unexpected += 1;
+                self.unexpected_bytes += HEADER_LEN + body_len;
+                self.peers[p as usize].unexpected += HEADER_LEN + body_len;
+            }
+        }
+    }
+
+    /// A rendezvous announcement arrived.
+    pub(super) fn arrive_rts(&mut self, p: PeerId, hdr: &Header) {
+        let env = hdr.envelope(p);
+        let len = usize::try_from(hdr.len).unwrap_or(usize::MAX);
+        match self
+            .matcher
+            .arrive(env, len, Unexpected::Rts { sreq: hdr.id })
+        {
+            Some(m) => self.matched(m),
+            None => {
+                self.stats.unexpected += 1;
+                self.unexpected_bytes += HEADER_LEN;
+                self.peers[p as usize].unexpected += HEADER_LEN;
+            }
+        }
+    }
+
+    /// The receiver is ready for a rendezvous send (or refused it).
+    pub(super) fn handle_cts(&mut self, p: PeerId, hdr: &Header) {
+        let Some(ReqState::Send {
+            peer,
+            rndv: Some(_),
+            ..
+        }) = self.reqs.get(&hdr.id)
+        else {
+            return self.bad_packet(&"CTS for no rendezvous send");
+        };
+        if *peer != p {
+            return self.bad_packet(&"CTS from another peer");
+        }
+        let Some(ReqState::Send {
+            rndv: Some(data),
+            status,
+            ..
+        }) = self.reqs.remove(&hdr.id)
+        else {
+            unreachable!("checked above")
+        };
+        if hdr.flags & flags::REFUSED != 0 || data.is_empty() {
+            // The receiver's buffer was too short: it reports the truncation;
+            // the send is complete (MPI semantics).
+            self.reqs.insert(
+                hdr.id,
+                ReqState::Done(Ok(Completion { status, data: None })),
+            );
+            return;
+        }
+        self.reqs.insert(
+            hdr.id,
+            ReqState::Send {
+                peer: p,
+                rndv: None,
+                status,
+            },
+        );
+        // `data` is not empty here: empty messages go eagerly.
+        let rreq = hdr.aux;
+        self.push_pieces(p, &data, |off, n, _| {
+            let mut h = Header::new(Kind::Data);
+            h.id = rreq;
+            h.offset = off;
+            h.len = n as u64;
+            h
+        });
+    }
+
+    /// A piece of rendezvous data: placed by the transport already (empty
+    /// body) or to be copied in.
+    pub(super) fn handle_data(&mut self, p: PeerId, hdr: &Header, packet: &[u8]) {
+        let body_len = packet.len() - HEADER_LEN;
+        let Some(ReqState::Receiving { buf, status, .. }) = self.reqs.get(&hdr.id) else {
+            return self.bad_packet(&"data for no receive");
+        };
+        if status.source != p {
+            return self.bad_packet(&"data from another peer");
+        }
+        let off = usize::try_from(hdr.offset).unwrap_or(usize::MAX);
+        if body_len > 0 && !buf.write(off, &packet[HEADER_LEN..]) {
+            return self.bad_packet(&"data outside the receive");
+        }
+        if body_len > 0 {
+            self.stats.rndv_bytes_copied += body_len as u64;
+        } else {
+            self.stats.rndv_bytes_placed += hdr.len;
+        }
+        if buf.is_full() {
+            let Some(ReqState::Receiving { buf, status, sreq }) = self.reqs.remove(&hdr.id) else {
+                unreachable!("matched above")
+            };
+            self.placements
+                .lock()
+                .expect("placement registry")
+                .remove(&hdr.id);
+            let buf = buf.into_vec();
+            let mut done = Header::new(Kind::Done);
+            done.id = sreq;
+            self.push(p, Out::control(done));
+            self.reqs.insert(
+                hdr.id,
+                ReqState::Done(Ok(Completion {
+                    status,
+                    data: Some(buf),
+                })),
+            );
+        }
+    }
+
+    /// The receiver has all of a rendezvous send.
+    pub(super) fn handle_done(&mut self, p: PeerId, hdr: &Header) {
+        match self.reqs.get(&hdr.id) {
+            Some(ReqState::Send {
+                peer, rndv: None, ..
+            }) if *peer == p => {
+                let Some(ReqState::Send { status, .. }) = self.reqs.remove(&hdr.id) else {
+                    unreachable!("matched above")
+                };
+                self.reqs.insert(
+                    hdr.id,
+                    ReqState::Done(Ok(Completion { status, data: None })),
+                );
+            }
+            _ => self.bad_packet(&"Done for no rendezvous send"),
+        }
+    }
+}

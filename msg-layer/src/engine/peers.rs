@@ -1,0 +1,408 @@
+//! Peers: the `Hello` that identifies each end and grants its eager window,
+//! credit (piggybacked on every packet, or sent alone when much is owed),
+//! the per-peer send queue, and what a peer's failure fails.
+
+use std::collections::VecDeque;
+
+use bytes::Bytes;
+
+use super::{Completion, Engine, Outlet, PeerFailure, ReqState, PEER_CLOSED};
+use crate::addr::Addr;
+use crate::config::INITIAL_CREDIT;
+use crate::error::Error;
+use crate::matching::PeerId;
+use crate::transport::{ConnId, SendError, TransportError};
+use crate::wire::{Header, Kind, HEADER_LEN};
+
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum PeerState {
+    /// We wait for the peer's `Hello` (it connects to us).
+    Awaiting,
+    /// Connection opened or identified: traffic may flow.
+    Ready,
+    /// Failed; the reason.
+    Failed(String),
+}
+
+/// A packet in a peer's send queue.
+#[derive(Debug)]
+pub(super) struct Out {
+    pub hdr: Header,
+    pub body: Bytes,
+    /// Bytes sent between the header and `body` (usually none): a layer
+    /// above's own header, so that a body it lends is sent without being
+    /// copied behind it first.
+    pub prefix: Bytes,
+    /// Eager credit this packet uses.
+    pub cost: u32,
+    /// Request complete once the packet is handed to the transport.
+    pub completes: Option<u64>,
+}
+
+impl Out {
+    /// A control packet: no body, no credit, no request.
+    pub fn control(hdr: Header) -> Out {
+        Out::with_body(hdr, Bytes::new())
+    }
+
+    /// A packet carrying `body`, using no credit and completing nothing.
+    pub fn with_body(hdr: Header, body: Bytes) -> Out {
+        Out {
+            hdr,
+            body,
+            prefix: Bytes::new(),
+            cost: 0,
+            completes: None,
+        }
+    }
+}
+
+#[derive(Debug)]
+pub(super) struct Peer {
+    pub addr: Option<Addr>,
+    /// The connection we send on.
+    pub conn: Option<ConnId>,
+    pub state: PeerState,
+    /// Eager credit we may still use towards the peer.
+    pub credit: u64,
+    /// Credit we owe the peer (its messages we consumed).
+    pub owed: u64,
+    /// Bytes of its unexpected messages we buffer, as credit counts them.
+    pub unexpected: usize,
+    pub queue: VecDeque<Out>,
+    /// On the engine's attention list.
+    pub marked: bool,
+}
+
+#[derive(Debug)]
+pub(super) enum ConnRole {
+    /// Accepted; the peer has not said who it is yet.
+    Unidentified,
+    Peer(PeerId),
+}
+
+/// What [`Engine::add_peer`] decided.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum AddPeer {
+    /// Known already, or added to wait for its connection.
+    Known(PeerId),
+    /// This side connects: open a connection and call [`Engine::connected`].
+    Connect,
+}
+
+impl Engine {
+    fn new_peer(&mut self, addr: Option<Addr>, state: PeerState) -> PeerId {
+        let id = self.peers.len() as PeerId;
+        self.peers.push(Peer {
+            addr,
+            conn: None,
+            state,
+            credit: INITIAL_CREDIT as u64,
+            owed: 0,
+            unexpected: 0,
+            queue: VecDeque::new(),
+            marked: false,
+        });
+        if let Some(a) = addr {
+            self.by_addr.insert(a, id);
+        }
+        id
+    }
+
+    fn hello(&self) -> Out {
+        let mut hdr = Header::new(Kind::Hello);
+        hdr.len = self.cfg.eager_window as u64;
+        Out::with_body(hdr, Bytes::from(self.local.to_string()))
+    }
+
+    /// The peer at `addr` if we have a connection to send to it on.
+    pub fn connected_peer(&self, addr: &Addr) -> Option<PeerId> {
+        let &p = self.by_addr.get(addr)?;
+        self.peers[p as usize].conn.is_some().then_some(p)
+    }
+
+    /// The transport opened `conn` to `addr` for us (this side initiates):
+    /// the peer, which greets on it first.
+    pub fn connected(&mut self, addr: Addr, conn: ConnId) -> PeerId {
+        let p = match self.by_addr.get(&addr) {
+            Some(&p) => p,
+            None => self.new_peer(Some(addr), PeerState::Ready),
+        };
+        self.by_conn.insert(conn, ConnRole::Peer(p));
+        let hello = self.hello();
+        let peer = &mut self.peers[p as usize];
+        peer.conn = Some(conn);
+        peer.state = PeerState::Ready;
+        peer.queue.push_front(hello);
+        self.mark(p);
+        p
+    }
+
+    /// Know a peer by address, MPI style: of each pair, the endpoint with the
+    /// smaller address connects and the other waits for it.
+    pub fn add_peer(&mut self, addr: Addr) -> Result<AddPeer, Error> {
+        if let Some(&p) = self.by_addr.get(&addr) {
+            return Ok(AddPeer::Known(p));
+        }
+        if self.local < addr {
+            Ok(AddPeer::Connect)
+        } else if self.local == addr {
+            Err(Error::Transport(TransportError::Address {
+                addr: addr.to_string(),
+                reason: "that is this endpoint's own address (use a loopback path instead)".into(),
+            }))
+        } else {
+            Ok(AddPeer::Known(
+                self.new_peer(Some(addr), PeerState::Awaiting),
+            ))
+        }
+    }
+
+    /// A peer identified itself on an accepted connection `c`.
+    pub(super) fn handle_hello(&mut self, c: ConnId, hdr: &Header, body: &[u8]) {
+        let addr: Option<Addr> = std::str::from_utf8(body).ok().and_then(|s| s.parse().ok());
+        let Some(addr) = addr else {
+            return self.bad_packet(&"Hello without a valid address");
+        };
+        let p = match self.by_addr.get(&addr) {
+            Some(&p) => p,
+            None => self.new_peer(Some(addr), PeerState::Awaiting),
+        };
+        self.by_conn.insert(c, ConnRole::Peer(p));
+        let hello = self.hello();
+        let peer = &mut self.peers[p as usize];
+        if let PeerState::Failed(_) = peer.state {
+            // A restarted peer: a fresh start under the same id.
+            peer.credit = INITIAL_CREDIT as u64;
+            peer.owed = 0;
+            peer.conn = None;
+        }
+        peer.credit += hdr.len.saturating_sub(INITIAL_CREDIT as u64);
+        if peer.conn.is_none() {
+            peer.conn = Some(c);
+            peer.state = PeerState::Ready;
+            peer.queue.push_front(hello);
+        } else {
+            // Both sides connected: answer on this connection too so the
+            // peer learns our window, and keep sending on ours.
+            self.direct.push((c, hello));
+        }
+        self.mark(p);
+    }
+
+    /// The answer to our `Hello`: the window the peer grants.
+    pub(super) fn handle_hello_answer(&mut self, p: PeerId, hdr: &Header) {
+        let extra = hdr.len.saturating_sub(INITIAL_CREDIT as u64);
+        self.peers[p as usize].credit += extra;
+    }
+
+    /// Connection `c` ended: with it the peer that sends on it.
+    pub(super) fn connection_closed(&mut self, c: ConnId, reason: Option<TransportError>) {
+        if let Some(ConnRole::Peer(p)) = self.by_conn.remove(&c) {
+            let peer = &self.peers[p as usize];
+            // A second connection from a peer (both sides connected)
+            // closing leaves the one we send on.
+            if peer.conn == Some(c) || peer.conn.is_none() {
+                let reason = reason
+                    .map(|e| e.to_string())
+                    .unwrap_or_else(|| PEER_CLOSED.into());
+                self.fail_peer(p, reason);
+            }
+        }
+    }
+
+    /// Fail `p` and everything that depends on it: queued sends, posted
+    /// receives naming it, rendezvous and one-sided operations with it.
+    fn fail_peer(&mut self, p: PeerId, reason: String) {
+        let peer = &mut self.peers[p as usize];
+        if let PeerState::Failed(_) = peer.state {
+            return;
+        }
+        tracing::debug!(peer = p, %reason, "peer failed");
+        peer.state = PeerState::Failed(reason.clone());
+        self.stats.peers_failed += 1;
+        let err = Error::PeerFailed { peer: p, reason };
+        let queued: Vec<Out> = peer.queue.drain(..).collect();
+        for o in queued {
+            if let Some(r) = o.completes {
+                self.finish(r, Err(err.clone()));
+            }
+        }
+        self.unexpected_bytes -= std::mem::take(&mut self.peers[p as usize].unexpected);
+        for r in self.matcher.remove_peer(p) {
+            self.finish(r, Err(err.clone()));
+        }
+        let doomed: Vec<u64> = self
+            .reqs
+            .iter()
+            .filter(|(_, st)| match st {
+                ReqState::Send { peer, .. } => *peer == p,
+                ReqState::Receiving { status, .. }
+                | ReqState::Put { status }
+                | ReqState::Get { status, .. } => status.source == p,
+                ReqState::Posted { .. } | ReqState::Done(_) => false,
+            })
+            .map(|(&r, _)| r)
+            .collect();
+        for r in doomed {
+            self.placements
+                .lock()
+                .expect("placement registry")
+                .remove(&r);
+            self.finish(r, Err(err.clone()));
+        }
+        self.failures.push(PeerFailure {
+            peer: p,
+            error: err,
+        });
+    }
+
+    /// Why an operation on `p` cannot start, if it cannot.
+    pub(super) fn peer_error(&self, p: PeerId) -> Option<Error> {
+        match self.peers.get(p as usize) {
+            None => Some(Error::UnknownPeer(p)),
+            Some(Peer {
+                state: PeerState::Failed(reason),
+                ..
+            }) => Some(Error::PeerFailed {
+                peer: p,
+                reason: reason.clone(),
+            }),
+            Some(_) => None,
+        }
+    }
+
+    /// True when a message to `p` would be handed to the transport at once
+    /// instead of waiting in the peer's queue (not yet connected, or the
+    /// transport pushing back, or earlier messages waiting for credit).
+    pub fn sends_now(&self, p: PeerId) -> bool {
+        self.peers
+            .get(p as usize)
+            .is_some_and(|peer| peer.state == PeerState::Ready && peer.queue.is_empty())
+    }
+
+    // ----- the send queue -----
+
+    /// Queue `out` to `p`; the next [`Engine::transmit`] sends it.
+    pub(super) fn push(&mut self, p: PeerId, out: Out) {
+        self.peers[p as usize].queue.push_back(out);
+        self.mark(p);
+    }
+
+    /// Queue `data` to `p` in `rndv_chunk` pieces (at least one, so that an
+    /// empty operation is still answered), each under the header `piece`
+    /// makes from its offset, length and whether it is the last.
+    pub(super) fn push_pieces(
+        &mut self,
+        p: PeerId,
+        data: &Bytes,
+        piece: impl Fn(u64, usize, bool) -> Header,
+    ) {
+        let chunk = self.cfg.rndv_chunk;
+        let queue = &mut self.peers[p as usize].queue;
+        let mut off = 0;
+        loop {
+            let n = (data.len() - off).min(chunk);
+            let last = off + n == data.len();
+            queue.push_back(Out::with_body(
+                piece(off as u64, n, last),
+                data.slice(off..off + n),
+            ));
+            off += n;
+            if last {
+                break;
+            }
+        }
+        self.mark(p);
+    }
+
+    /// We consumed `n` bytes of the peer's eager window: owe them back.
+    pub(super) fn return_credit(&mut self, p: PeerId, n: u64) {
+        self.peers[p as usize].owed += n;
+        self.mark(p);
+    }
+
+    /// Put `p` on the attention list for the next `transmit`.
+    pub(super) fn mark(&mut self, p: PeerId) {
+        let peer = &mut self.peers[p as usize];
+        if !peer.marked {
+            peer.marked = true;
+            self.attention.push(p);
+        }
+    }
+
+    /// Send an explicit credit return when a good part of the window is owed
+    /// and no other packet is about to carry it.
+    pub(super) fn maybe_return_credit<O: Outlet + ?Sized>(&mut self, p: PeerId, o: &mut O) {
+        let peer = &mut self.peers[p as usize];
+        if peer.owed >= (self.cfg.eager_window / 4) as u64
+            && peer.queue.is_empty()
+            && peer.state == PeerState::Ready
+        {
+            peer.queue
+                .push_back(Out::control(Header::new(Kind::Credit)));
+            self.flush_peer(p, o);
+        }
+    }
+
+    /// Send what the queue of `p` holds while credit and `o` allow; what
+    /// stays keeps `p` on the attention list.
+    pub(super) fn flush_peer<O: Outlet + ?Sized>(&mut self, p: PeerId, o: &mut O) {
+        self.send_queued(p, o);
+        if !self.peers[p as usize].queue.is_empty() {
+            self.mark(p);
+        }
+    }
+
+    fn send_queued<O: Outlet + ?Sized>(&mut self, p: PeerId, o: &mut O) {
+        let peer = &mut self.peers[p as usize];
+        let Some(conn) = peer.conn else {
+            return;
+        };
+        if peer.state != PeerState::Ready {
+            return;
+        }
+        while let Some(out) = peer.queue.front_mut() {
+            if out.cost as u64 > peer.credit {
+                self.stats.credit_stalls += 1;
+                break;
+            }
+            let give = peer.owed.min(u32::MAX as u64);
+            out.hdr.credit = give as u32;
+            let sent = if out.prefix.is_empty() {
+                o.send(conn, &out.hdr.encode(), out.body.clone())
+            } else {
+                let mut head = Vec::with_capacity(HEADER_LEN + out.prefix.len());
+                head.extend_from_slice(&out.hdr.encode());
+                head.extend_from_slice(&out.prefix);
+                o.send(conn, &head, out.body.clone())
+            };
+            match sent {
+                Ok(()) => {
+                    self.handed += 1;
+                    peer.credit -= out.cost as u64;
+                    peer.owed -= give;
+                    let out = peer.queue.pop_front().expect("front exists");
+                    if let Some(r) = out.completes {
+                        if let Some(ReqState::Send { status, .. }) = self.reqs.remove(&r) {
+                            self.reqs
+                                .insert(r, ReqState::Done(Ok(Completion { status, data: None })));
+                        }
+                    }
+                }
+                Err(SendError::WouldBlock) => {
+                    self.stats.transport_stalls += 1;
+                    break;
+                }
+                Err(SendError::Closed) => break, // the Closed event fails the peer
+                Err(SendError::TooLong { len, max }) => {
+                    let out = peer.queue.pop_front().expect("front exists");
+                    if let Some(r) = out.completes {
+                        self.finish(r, Err(Error::TooLong { len, max }));
+                    }
+                    return self.send_queued(p, o);
+                }
+            }
+        }
+    }
+}

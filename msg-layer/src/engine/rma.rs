@@ -1,0 +1,204 @@
+//! One-sided access to registered memory: `put` writes pieces into the
+//! target's region and is acknowledged once (or refused with the reason);
+//! `get` asks for a range and receives it in pieces.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::{Completion, Engine, Out, ReqState, Status};
+use crate::error::Error;
+use crate::matching::PeerId;
+use crate::rma::{MemoryRegion, RegionKey};
+use crate::wire::{flags, Header, Kind, HEADER_LEN};
+
+impl Engine {
+    pub fn register(&mut self, region: Arc<dyn MemoryRegion>) -> RegionKey {
+        loop {
+            let k = self.rng.next_u64();
+            if k != 0 && !self.regions.contains_key(&k) {
+                self.regions.insert(k, region);
+                return RegionKey(k);
+            }
+        }
+    }
+
+    pub fn deregister(&mut self, key: RegionKey) -> bool {
+        self.regions.remove(&key.0).is_some()
+    }
+
+    pub fn put(&mut self, p: PeerId, key: RegionKey, offset: u64, data: Bytes) -> u64 {
+        if let Some(e) = self.peer_error(p) {
+            return self.failed_req(e);
+        }
+        let status = Status {
+            source: p,
+            tag: 0,
+            context: 0,
+            len: data.len(),
+        };
+        let r = self.new_req(ReqState::Put { status });
+        let total = data.len() as u64;
+        self.push_pieces(p, &data, |off, _, last| {
+            let mut hdr = Header::new(Kind::Put);
+            hdr.id = key.0;
+            hdr.aux = r;
+            hdr.offset = offset + off;
+            hdr.len = total;
+            if last {
+                hdr.flags |= flags::LAST;
+            }
+            hdr
+        });
+        r
+    }
+
+    pub fn get(&mut self, p: PeerId, key: RegionKey, offset: u64, buf: Vec<u8>) -> u64 {
+        if let Some(e) = self.peer_error(p) {
+            return self.failed_req(e);
+        }
+        let status = Status {
+            source: p,
+            tag: 0,
+            context: 0,
+            len: buf.len(),
+        };
+        let len = buf.len() as u64;
+        let r = self.new_req(ReqState::Get {
+            buf,
+            status,
+            received: 0,
+        });
+        let mut hdr = Header::new(Kind::Get);
+        hdr.id = key.0;
+        hdr.aux = r;
+        hdr.offset = offset;
+        hdr.len = len;
+        self.push(p, Out::control(hdr));
+        r
+    }
+
+    /// The region `key` if `offset..offset + len` lies inside it.
+    fn region_range(
+        &self,
+        key: u64,
+        offset: u64,
+        len: u64,
+    ) -> Result<Arc<dyn MemoryRegion>, String> {
+        let region = self
+            .regions
+            .get(&key)
+            .ok_or_else(|| format!("no region with key {key:#x}"))?;
+        let end = offset.checked_add(len).ok_or("range overflows")?;
+        if end > region.len() as u64 {
+            return Err(format!(
+                "bytes {offset}..{end} lie outside the region of {} bytes",
+                region.len()
+            ));
+        }
+        Ok(region.clone())
+    }
+
+    /// A piece of a peer's put: written, and acknowledged after the last
+    /// piece (or at once, with the reason, when refused).
+    pub(super) fn handle_put(&mut self, p: PeerId, hdr: &Header, packet: &[u8]) {
+        let body = &packet[HEADER_LEN..];
+        let res = self.region_range(hdr.id, hdr.offset, body.len() as u64);
+        let refused = match &res {
+            Ok(region) => {
+                region.write(hdr.offset as usize, body);
+                false
+            }
+            Err(_) => true,
+        };
+        if hdr.flags & flags::LAST != 0 || refused {
+            let mut ack = Header::new(Kind::PutAck);
+            ack.aux = hdr.aux;
+            if refused {
+                ack.flags |= flags::REFUSED;
+            }
+            let body = res.err().map(Bytes::from).unwrap_or_default();
+            self.push(p, Out::with_body(ack, body));
+        }
+    }
+
+    /// The target wrote our put, or refused it.
+    pub(super) fn handle_put_ack(&mut self, hdr: &Header, packet: &[u8]) {
+        if let Some(ReqState::Put { .. }) = self.reqs.get(&hdr.aux) {
+            let Some(ReqState::Put { status }) = self.reqs.remove(&hdr.aux) else {
+                unreachable!("checked above")
+            };
+            let res = if hdr.flags & flags::REFUSED != 0 {
+                Err(Error::RmaRefused(
+                    String::from_utf8_lossy(&packet[HEADER_LEN..]).into_owned(),
+                ))
+            } else {
+                Ok(Completion { status, data: None })
+            };
+            self.reqs.insert(hdr.aux, ReqState::Done(res));
+        }
+        // A second ack of a refused multi-packet put is ignored.
+    }
+
+    /// A peer reads our region: the data in pieces, or the refusal.
+    pub(super) fn handle_get(&mut self, p: PeerId, hdr: &Header) {
+        let mut reply = Header::new(Kind::GetReply);
+        reply.aux = hdr.aux;
+        let region = match self.region_range(hdr.id, hdr.offset, hdr.len) {
+            Ok(r) => r,
+            Err(why) => {
+                reply.flags |= flags::REFUSED | flags::LAST;
+                return self.push(p, Out::with_body(reply, Bytes::from(why)));
+            }
+        };
+        let mut data = vec![0u8; hdr.len as usize];
+        region.read(hdr.offset as usize, &mut data);
+        let data = Bytes::from(data);
+        self.push_pieces(p, &data, |off, _, last| {
+            let mut h = reply;
+            h.offset = off;
+            if last {
+                h.flags |= flags::LAST;
+            }
+            h
+        });
+    }
+
+    /// A piece of the data our get asked for, or its refusal.
+    pub(super) fn handle_get_reply(&mut self, p: PeerId, hdr: &Header, packet: &[u8]) {
+        let Some(ReqState::Get {
+            buf,
+            status,
+            received,
+        }) = self.reqs.get_mut(&hdr.aux)
+        else {
+            return self.bad_packet(&"get reply for no get");
+        };
+        let body = &packet[HEADER_LEN..];
+        if status.source != p {
+            return self.bad_packet(&"get reply from another peer");
+        }
+        if hdr.flags & flags::REFUSED != 0 {
+            let why = String::from_utf8_lossy(body).into_owned();
+            return self.finish(hdr.aux, Err(Error::RmaRefused(why)));
+        }
+        let off = hdr.offset as usize;
+        if off.checked_add(body.len()).is_none_or(|e| e > buf.len()) {
+            return self.bad_packet(&"get reply outside the buffer");
+        }
+        buf[off..off + body.len()].copy_from_slice(body);
+        *received += body.len();
+        if hdr.flags & flags::LAST != 0 {
+            let Some(ReqState::Get { buf, status, .. }) = self.reqs.remove(&hdr.aux) else {
+                unreachable!("matched above")
+            };
+            self.reqs.insert(
+                hdr.aux,
+                ReqState::Done(Ok(Completion {
+                    status,
+                    data: Some(buf),
+                })),
+            );
+        }
+    }
+}

@@ -1,0 +1,352 @@
+//! The engine alone: two engines wired back to back by the test, with no
+//! transport. Every packet one hands out is fed to the other as the
+//! transport would deliver it, so each protocol step can be checked.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::*;
+use crate::config::INITIAL_CREDIT;
+use crate::matching::{Pattern, Source, Tag};
+use crate::rma::{RegionKey, VecRegion};
+use crate::transport::TransportError;
+use crate::wire::HEADER_LEN;
+
+/// The test's transport stand-in: records packets, and takes only `room`
+/// more of them before pushing back.
+struct Outbox {
+    sent: Vec<(ConnId, Vec<u8>)>,
+    room: usize,
+}
+
+impl Outbox {
+    fn new() -> Self {
+        Outbox {
+            sent: Vec::new(),
+            room: usize::MAX,
+        }
+    }
+}
+
+impl Outlet for Outbox {
+    fn send(&mut self, conn: ConnId, head: &[u8], body: Bytes) -> Result<(), SendError> {
+        if self.room == 0 {
+            return Err(SendError::WouldBlock);
+        }
+        self.room -= 1;
+        let mut p = head.to_vec();
+        p.extend_from_slice(&body);
+        self.sent.push((conn, p));
+        Ok(())
+    }
+}
+
+/// Connection id both sides use for their one connection.
+const CONN: ConnId = 1;
+
+struct Pair {
+    a: Engine,
+    b: Engine,
+    a_out: Outbox,
+    b_out: Outbox,
+    /// B as A knows it, and A as B knows it.
+    ab: PeerId,
+    ba: PeerId,
+}
+
+fn addr(n: u8) -> Addr {
+    format!("llc://02:00:00:00:00:{n:02x}/7").parse().unwrap()
+}
+
+impl Pair {
+    /// A connects to B; both greet and learn each other.
+    fn new(cfg: Config) -> Pair {
+        let mut a = Engine::new(addr(1), cfg.clone()).unwrap();
+        let mut b = Engine::new(addr(2), cfg).unwrap();
+        let ab = a.connected(addr(2), CONN);
+        b.handle_event(TransportEvent::Accepted(CONN));
+        let mut pair = Pair {
+            a,
+            b,
+            a_out: Outbox::new(),
+            b_out: Outbox::new(),
+            ab,
+            ba: PeerId::MAX,
+        };
+        pair.pump();
+        pair.ba = pair.b.connected_peer(&addr(1)).expect("B knows A");
+        pair
+    }
+
+    /// Move packets both ways until neither engine has anything to send.
+    /// Returns how many moved.
+    fn pump(&mut self) -> usize {
+        let mut moved = 0;
+        loop {
+            self.a.transmit(&mut self.a_out);
+            self.b.transmit(&mut self.b_out);
+            let from_a = std::mem::take(&mut self.a_out.sent);
+            let from_b = std::mem::take(&mut self.b_out.sent);
+            if from_a.is_empty() && from_b.is_empty() {
+                return moved;
+            }
+            moved += from_a.len() + from_b.len();
+            for (c, p) in from_a {
+                self.b.handle_event(TransportEvent::Message(c, p));
+            }
+            for (c, p) in from_b {
+                self.a.handle_event(TransportEvent::Message(c, p));
+            }
+        }
+    }
+}
+
+fn any_from(p: PeerId, tag: u32) -> Pattern {
+    Pattern {
+        source: Source::Peer(p),
+        tag: Tag::Is(tag),
+        context: 0,
+    }
+}
+
+fn done(e: &mut Engine, r: u64) -> Result<Completion, Error> {
+    assert!(e.is_done(r), "request {r} is still pending");
+    e.take(r).expect("complete")
+}
+
+#[test]
+fn hello_identifies_both_ends_and_grants_the_window() {
+    let cfg = Config {
+        eager_window: 1 << 20,
+        ..Config::default()
+    };
+    let p = Pair::new(cfg);
+    assert_eq!(p.a.peer_addr(p.ab), Some(addr(2)));
+    assert_eq!(p.b.peer_addr(p.ba), Some(addr(1)));
+    // Each side may now use the whole window the other granted.
+    assert_eq!(p.a.peers[p.ab as usize].credit, 1 << 20);
+    assert_eq!(p.b.peers[p.ba as usize].credit, 1 << 20);
+    assert!(p.a.sends_now(p.ab) && p.b.sends_now(p.ba));
+}
+
+#[test]
+fn eager_messages_match_posted_and_unexpected_receives_in_order() {
+    let mut p = Pair::new(Config::default());
+    let posted = p.b.irecv(any_from(p.ba, 5), vec![0; 64]);
+    let s1 = p.a.isend(p.ab, 5, 0, Bytes::from_static(b"first"));
+    let s2 = p.a.isend(p.ab, 5, 0, Bytes::from_static(b"second"));
+    p.pump();
+    // Eager sends complete when handed out.
+    assert!(done(&mut p.a, s1).is_ok() && done(&mut p.a, s2).is_ok());
+    let c = done(&mut p.b, posted).unwrap();
+    assert_eq!(c.data.as_deref(), Some(&b"first"[..]));
+    assert_eq!(c.status.source, p.ba);
+    // The second waited as unexpected, counted in the credit it uses.
+    assert_eq!(p.b.stats().unexpected, 1);
+    assert_eq!(p.b.unexpected_bytes(), HEADER_LEN + 6);
+    let probe = p.b.iprobe(&any_from(p.ba, 5)).expect("visible to probe");
+    assert_eq!(probe.len, 6);
+    let late = p.b.irecv(any_from(p.ba, 5), vec![0; 64]);
+    let c = done(&mut p.b, late).unwrap();
+    assert_eq!(c.data.as_deref(), Some(&b"second"[..]));
+    assert_eq!(p.b.unexpected_bytes(), 0);
+    assert_eq!(p.b.stats().received, 2);
+}
+
+#[test]
+fn a_sender_out_of_credit_waits_and_resumes_in_order_as_receives_match() {
+    let cfg = Config {
+        eager_window: INITIAL_CREDIT,
+        ..Config::default()
+    };
+    let limit = cfg.eager_limit;
+    let mut p = Pair::new(cfg);
+    let n = 3 * INITIAL_CREDIT as usize / (limit + HEADER_LEN) + 1;
+    let sends: Vec<u64> = (0..n)
+        .map(|i| p.a.isend(p.ab, 9, 0, Bytes::from(vec![i as u8; limit])))
+        .collect();
+    p.pump();
+    // B buffers at most the window it granted; A holds the rest, in order.
+    assert!(p.b.unexpected_bytes() <= INITIAL_CREDIT as usize);
+    let arrived = p.b.stats().unexpected as usize;
+    assert!(arrived > 0 && arrived < n, "{arrived} of {n} went out");
+    assert!(p.a.stats().credit_stalls > 0);
+    assert!(!p.a.sends_now(p.ab), "the queue is held for credit");
+    assert!(!p.a.is_done(sends[n - 1]));
+    // Matching returns credit (explicitly once a quarter of the window is
+    // owed), and the queue drains, in the order posted.
+    for i in 0..n {
+        let r = p.b.irecv(any_from(p.ba, 9), vec![0; limit]);
+        p.pump();
+        let c = done(&mut p.b, r).unwrap();
+        assert_eq!(c.data.unwrap()[0], i as u8, "message {i} out of order");
+    }
+    for r in sends {
+        assert!(done(&mut p.a, r).is_ok());
+    }
+    assert_eq!(p.b.unexpected_bytes(), 0);
+}
+
+#[test]
+fn a_rendezvous_waits_for_a_late_receive_then_moves_the_data() {
+    let cfg = Config {
+        rndv_chunk: 1000,
+        ..Config::default()
+    };
+    let len = cfg.eager_limit + 2500;
+    let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+    let mut p = Pair::new(cfg);
+    let s = p.a.isend(p.ab, 3, 1, Bytes::from(data.clone()));
+    p.pump();
+    // Only the announcement travelled; the sender keeps its data.
+    assert!(!p.a.is_done(s));
+    assert_eq!(p.b.unexpected_bytes(), HEADER_LEN);
+    assert_eq!(p.a.stats().rndv_sent, 1);
+    let r = p.b.irecv(
+        Pattern {
+            source: Source::Any,
+            tag: Tag::Any,
+            context: 1,
+        },
+        vec![0; len + 10],
+    );
+    // CTS, the data in pieces of rndv_chunk, DONE.
+    let moved = p.pump();
+    assert_eq!(moved, 1 + len.div_ceil(1000) + 1);
+    let c = done(&mut p.b, r).unwrap();
+    assert_eq!(c.status.len, len);
+    assert_eq!(c.data.unwrap(), data);
+    assert!(done(&mut p.a, s).is_ok());
+    // No transport placed anything: the engine copied every byte.
+    assert_eq!(p.b.stats().rndv_bytes_copied, len as u64);
+    assert_eq!(p.b.stats().rndv_bytes_placed, 0);
+}
+
+#[test]
+fn a_rendezvous_into_a_short_buffer_is_refused_and_both_ends_complete() {
+    let mut p = Pair::new(Config::default());
+    let len = Config::default().eager_limit + 1;
+    let s = p.a.isend(p.ab, 3, 0, Bytes::from(vec![1; len]));
+    let r = p.b.irecv(any_from(p.ba, 3), vec![0; 10]);
+    p.pump();
+    assert_eq!(
+        done(&mut p.b, r),
+        Err(Error::Truncated {
+            message_len: len,
+            buffer_len: 10
+        })
+    );
+    // MPI semantics: the send completes; the receiver reports truncation.
+    assert!(done(&mut p.a, s).is_ok());
+}
+
+#[test]
+fn rma_to_a_deregistered_region_is_refused_with_the_reason() {
+    let mut p = Pair::new(Config::default());
+    let region = Arc::new(VecRegion::new(vec![0; 100]));
+    let key = p.b.register(region.clone());
+    let put = p.a.put(p.ab, key, 10, Bytes::from_static(b"abc"));
+    p.pump();
+    assert!(done(&mut p.a, put).is_ok());
+    assert_eq!(&region.snapshot()[10..13], b"abc");
+    let get = p.a.get(p.ab, key, 9, vec![0; 5]);
+    p.pump();
+    assert_eq!(done(&mut p.a, get).unwrap().data.unwrap(), b"\0abc\0");
+    // Outside the region: refused, the region untouched.
+    let far = p.a.put(p.ab, key, 99, Bytes::from_static(b"xy"));
+    p.pump();
+    assert!(matches!(done(&mut p.a, far), Err(Error::RmaRefused(why)) if why.contains("outside")));
+    assert!(p.b.deregister(key));
+    let put = p.a.put(p.ab, key, 0, Bytes::from_static(b"late"));
+    let get = p.a.get(p.ab, key, 0, vec![0; 4]);
+    p.pump();
+    for r in [put, get] {
+        match done(&mut p.a, r) {
+            Err(Error::RmaRefused(why)) => assert!(why.contains("no region"), "{why}"),
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+    assert_eq!(&region.snapshot()[..4], &[0; 4]);
+}
+
+#[test]
+fn a_transport_that_pushes_back_holds_the_queue_until_it_takes_more() {
+    let mut p = Pair::new(Config::default());
+    p.a_out.room = 1;
+    let sends: Vec<u64> = (0..3u8)
+        .map(|i| p.a.isend(p.ab, 1, 0, Bytes::from(vec![i; 4])))
+        .collect();
+    p.a.transmit(&mut p.a_out);
+    assert_eq!(p.a_out.sent.len(), 1);
+    assert!(p.a.stats().transport_stalls > 0);
+    assert!(p.a.is_done(sends[0]) && !p.a.is_done(sends[1]));
+    assert!(!p.a.queues_empty());
+    p.a_out.room = usize::MAX;
+    p.pump();
+    assert!(p.a.queues_empty());
+    for (i, r) in sends.into_iter().enumerate() {
+        assert!(done(&mut p.a, r).is_ok());
+        let got = p.b.irecv(any_from(p.ba, 1), vec![0; 4]);
+        assert_eq!(done(&mut p.b, got).unwrap().data.unwrap(), vec![i as u8; 4]);
+    }
+}
+
+#[test]
+fn a_failed_peer_fails_what_depends_on_it_and_an_orderly_close_says_so() {
+    let mut p = Pair::new(Config::default());
+    let len = Config::default().eager_limit + 1;
+    let rndv = p.a.isend(p.ab, 1, 0, Bytes::from(vec![0; len]));
+    let recv = p.a.irecv(any_from(p.ab, 2), vec![0; 8]);
+    let get = p.a.get(p.ab, RegionKey(42), 0, vec![0; 8]);
+    p.a.transmit(&mut p.a_out);
+    p.a.handle_event(TransportEvent::Closed(
+        CONN,
+        Some(TransportError::Connection("peer silent".into())),
+    ));
+    for r in [rndv, recv, get] {
+        match done(&mut p.a, r) {
+            Err(Error::PeerFailed { peer, reason }) => {
+                assert_eq!(peer, p.ab);
+                assert_eq!(reason, "peer silent");
+            }
+            other => panic!("expected the peer's failure, got {other:?}"),
+        }
+    }
+    assert_eq!(p.a.failures.len(), 1);
+    assert_eq!(p.a.stats().peers_failed, 1);
+    // Later operations fail at once, with the same cause.
+    let late = p.a.isend(p.ab, 1, 0, Bytes::from_static(b"x"));
+    assert!(matches!(
+        done(&mut p.a, late),
+        Err(Error::PeerFailed { .. })
+    ));
+    // B's side ends in order.
+    p.b.handle_event(TransportEvent::Closed(CONN, None));
+    assert!(matches!(
+        &p.b.failures[0].error,
+        Error::PeerFailed { reason, .. } if reason == PEER_CLOSED
+    ));
+}
+
+#[test]
+fn malformed_and_out_of_place_packets_are_dropped_and_counted() {
+    let mut p = Pair::new(Config::default());
+    let before = p.b.stats().bad_packets;
+    // Too short for a header.
+    p.b.handle_event(TransportEvent::Message(CONN, vec![1, 2, 3]));
+    // Data for a receive that does not exist.
+    let mut h = crate::wire::Header::new(crate::wire::Kind::Data);
+    h.id = 999;
+    p.b.handle_event(TransportEvent::Message(CONN, h.encode().to_vec()));
+    // Anything but Hello on a connection not yet identified.
+    p.b.handle_event(TransportEvent::Accepted(2));
+    let eager = crate::wire::Header::tagged(crate::wire::Kind::Eager, 0, 0);
+    p.b.handle_event(TransportEvent::Message(2, eager.encode().to_vec()));
+    assert_eq!(p.b.stats().bad_packets, before + 3);
+    // Nothing else changed: the peer still works.
+    let r = p.b.irecv(any_from(p.ba, 4), vec![0; 2]);
+    let _ = p.a.isend(p.ab, 4, 0, Bytes::from_static(b"ok"));
+    p.pump();
+    assert_eq!(done(&mut p.b, r).unwrap().data.unwrap(), b"ok");
+}
