@@ -41,7 +41,7 @@ use llc_stack::link::afxdp::AttachMode;
 use llc_stack::link::any::{AnyLink, Backend};
 use msg_layer::rma::{MemoryRegion, RegionKey};
 use msg_layer::transport::llc::{LlcConfig, LlcTransport};
-use msg_layer::{Addr, Config, Endpoint, Error, PeerId, Request};
+use msg_layer::{Addr, Config, Endpoint, Error, PeerEnd, PeerId, Request};
 
 /// Result codes of the shim's functions.
 #[repr(C)]
@@ -526,11 +526,17 @@ impl LlcShim {
         });
         let i = inner.clone();
         ep.on_peer_failure(Box::new(move |peer, err| {
-            let (orderly, reason) = match err {
-                Error::PeerFailed { reason, .. } => {
-                    (reason == msg_layer::PEER_CLOSED, reason.clone())
+            let orderly = matches!(
+                err,
+                Error::PeerFailed {
+                    end: PeerEnd::Closed,
+                    ..
                 }
-                other => (false, other.to_string()),
+            );
+            // Words for the C side's log; the decision above is by type.
+            let reason = match err {
+                Error::PeerFailed { end, .. } => end.to_string(),
+                other => other.to_string(),
             };
             if !orderly {
                 i.counters.peers_failed.fetch_add(1, Ordering::Relaxed);

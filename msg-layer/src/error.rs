@@ -1,7 +1,18 @@
 //! Why a request or a call failed.
 
 use crate::matching::PeerId;
-use crate::transport::TransportError;
+use crate::transport::{FailureCause, TransportError};
+
+/// How a peer ended.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PeerEnd {
+    /// It closed its connection in order (it finished, e.g. MPI_Finalize).
+    #[error("the peer closed the connection")]
+    Closed,
+    /// Its connection failed.
+    #[error(transparent)]
+    Failed(FailureCause),
+}
 
 /// A request's or a call's failure, in words a user can act on.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -19,12 +30,12 @@ pub enum Error {
     #[error("request cancelled")]
     Cancelled,
     /// The peer failed or closed; what depended on it fails with this.
-    #[error("peer {peer} failed: {reason}")]
+    #[error("peer {peer} failed: {end}")]
     PeerFailed {
         /// The peer.
         peer: PeerId,
-        /// What the transport said.
-        reason: String,
+        /// How it ended: closed in order, or failed with a cause.
+        end: PeerEnd,
     },
     /// No such peer.
     #[error("no peer {0}")]

@@ -30,6 +30,6 @@ pub mod wire;
 pub use addr::Addr;
 pub use config::Config;
 pub use endpoint::{AmHandler, Endpoint, FailureHandler, Request};
-pub use engine::{Completion, Stats, Status, PEER_CLOSED};
-pub use error::Error;
+pub use engine::{Completion, Stats, Status};
+pub use error::{Error, PeerEnd};
 pub use matching::{PeerId, Source, Tag};

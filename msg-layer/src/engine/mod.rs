@@ -46,10 +46,6 @@ mod tests;
 pub(crate) use peers::AddPeer;
 use peers::{ConnRole, Out, Peer};
 
-/// The reason a peer's requests fail with when it closed its connection in
-/// order (it finished, e.g. MPI_Finalize), as opposed to a failure.
-pub const PEER_CLOSED: &str = "the peer closed the connection";
-
 /// What a completed request tells.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Status {

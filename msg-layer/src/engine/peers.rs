@@ -6,12 +6,12 @@ use std::collections::VecDeque;
 
 use bytes::Bytes;
 
-use super::{Completion, Engine, Outlet, PeerFailure, ReqState, PEER_CLOSED};
+use super::{Completion, Engine, Outlet, PeerFailure, ReqState};
 use crate::addr::Addr;
 use crate::config::INITIAL_CREDIT;
-use crate::error::Error;
+use crate::error::{Error, PeerEnd};
 use crate::matching::PeerId;
-use crate::transport::{ConnId, SendError, TransportError};
+use crate::transport::{ConnId, FailureCause, SendError, TransportError};
 use crate::wire::{Header, Kind, HEADER_LEN};
 
 #[derive(Debug, PartialEq, Eq)]
@@ -20,8 +20,8 @@ pub(super) enum PeerState {
     Awaiting,
     /// Connection opened or identified: traffic may flow.
     Ready,
-    /// Failed; the reason.
-    Failed(String),
+    /// Ended: closed in order, or failed with a cause.
+    Failed(PeerEnd),
 }
 
 /// A packet in a peer's send queue.
@@ -197,31 +197,28 @@ impl Engine {
     }
 
     /// Connection `c` ended: with it the peer that sends on it.
-    pub(super) fn connection_closed(&mut self, c: ConnId, reason: Option<TransportError>) {
+    pub(super) fn connection_closed(&mut self, c: ConnId, cause: Option<FailureCause>) {
         if let Some(ConnRole::Peer(p)) = self.by_conn.remove(&c) {
             let peer = &self.peers[p as usize];
             // A second connection from a peer (both sides connected)
             // closing leaves the one we send on.
             if peer.conn == Some(c) || peer.conn.is_none() {
-                let reason = reason
-                    .map(|e| e.to_string())
-                    .unwrap_or_else(|| PEER_CLOSED.into());
-                self.fail_peer(p, reason);
+                self.fail_peer(p, cause.map_or(PeerEnd::Closed, PeerEnd::Failed));
             }
         }
     }
 
     /// Fail `p` and everything that depends on it: queued sends, posted
     /// receives naming it, rendezvous and one-sided operations with it.
-    fn fail_peer(&mut self, p: PeerId, reason: String) {
+    fn fail_peer(&mut self, p: PeerId, end: PeerEnd) {
         let peer = &mut self.peers[p as usize];
         if let PeerState::Failed(_) = peer.state {
             return;
         }
-        tracing::debug!(peer = p, %reason, "peer failed");
-        peer.state = PeerState::Failed(reason.clone());
+        tracing::debug!(peer = p, %end, "peer ended");
+        peer.state = PeerState::Failed(end.clone());
         self.stats.peers_failed += 1;
-        let err = Error::PeerFailed { peer: p, reason };
+        let err = Error::PeerFailed { peer: p, end };
         let queued: Vec<Out> = peer.queue.drain(..).collect();
         for o in queued {
             if let Some(r) = o.completes {
@@ -262,11 +259,11 @@ impl Engine {
         match self.peers.get(p as usize) {
             None => Some(Error::UnknownPeer(p)),
             Some(Peer {
-                state: PeerState::Failed(reason),
+                state: PeerState::Failed(end),
                 ..
             }) => Some(Error::PeerFailed {
                 peer: p,
-                reason: reason.clone(),
+                end: end.clone(),
             }),
             Some(_) => None,
         }

@@ -8,9 +8,10 @@ use bytes::Bytes;
 
 use super::*;
 use crate::config::INITIAL_CREDIT;
+use crate::error::PeerEnd;
 use crate::matching::{Pattern, Source, Tag};
 use crate::rma::{RegionKey, VecRegion};
-use crate::transport::TransportError;
+use crate::transport::{ConnectionError, FailureCause};
 use crate::wire::HEADER_LEN;
 
 /// The test's transport stand-in: records packets, and takes only `room`
@@ -300,15 +301,13 @@ fn a_failed_peer_fails_what_depends_on_it_and_an_orderly_close_says_so() {
     let recv = p.a.irecv(any_from(p.ab, 2), vec![0; 8]);
     let get = p.a.get(p.ab, RegionKey(42), 0, vec![0; 8]);
     p.a.transmit(&mut p.a_out);
-    p.a.handle_event(TransportEvent::Closed(
-        CONN,
-        Some(TransportError::Connection("peer silent".into())),
-    ));
+    let silent = FailureCause::Connection(ConnectionError::RetransmitLimit(8));
+    p.a.handle_event(TransportEvent::Closed(CONN, Some(silent.clone())));
     for r in [rndv, recv, get] {
         match done(&mut p.a, r) {
-            Err(Error::PeerFailed { peer, reason }) => {
+            Err(Error::PeerFailed { peer, end }) => {
                 assert_eq!(peer, p.ab);
-                assert_eq!(reason, "peer silent");
+                assert_eq!(end, PeerEnd::Failed(silent.clone()));
             }
             other => panic!("expected the peer's failure, got {other:?}"),
         }
@@ -325,7 +324,10 @@ fn a_failed_peer_fails_what_depends_on_it_and_an_orderly_close_says_so() {
     p.b.handle_event(TransportEvent::Closed(CONN, None));
     assert!(matches!(
         &p.b.failures[0].error,
-        Error::PeerFailed { reason, .. } if reason == PEER_CLOSED
+        Error::PeerFailed {
+            end: PeerEnd::Closed,
+            ..
+        }
     ));
 }
 

@@ -16,7 +16,7 @@ use llc_stack::proto::{ConnHandle, Event};
 use llc_stack::rng::Rng;
 use llc_stack::{Device, Instant, Stack};
 
-use super::{ConnId, SendError, Transport, TransportError, TransportEvent};
+use super::{ConnId, FailureCause, SendError, Transport, TransportError, TransportEvent};
 use crate::addr::{Addr, LlcAddr};
 
 pub use llc_stack::proto::Config as LlcConfig;
@@ -225,7 +225,7 @@ impl<D: Device> LlcTransport<D> {
                 Event::Acked { .. } => {} // off (see `new`)
                 Event::Closed(reason) => events.push(TransportEvent::Closed(
                     id,
-                    reason.map(|e| TransportError::Connection(e.to_string())),
+                    reason.map(FailureCause::Connection),
                 )),
             }
         }

@@ -42,9 +42,78 @@ pub enum TransportEvent {
     /// A whole message arrived (in order on its connection).
     Message(ConnId, Vec<u8>),
     /// The connection ended: `None` after an orderly close by either side,
-    /// `Some(reason)` when it failed. Messages not yet delivered are lost
+    /// `Some(cause)` when it failed. Messages not yet delivered are lost
     /// with it, and the layer above fails what depended on them.
-    Closed(ConnId, Option<TransportError>),
+    Closed(ConnId, Option<FailureCause>),
+}
+
+/// The LLC stack's reason a reliable connection failed.
+pub use llc_stack::proto::ConnectionError;
+
+/// Why a connection failed: a type the layers above match on, displayed in
+/// words a user can act on.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FailureCause {
+    /// The LLC stack's reliable connection failed (the peer went silent,
+    /// refused, reset or restarted...).
+    #[error(transparent)]
+    Connection(#[from] ConnectionError),
+    /// A system call on the connection failed (TCP: refused, reset,
+    /// unreachable...).
+    #[error("{context}: {message}{}", io_hint(*.kind))]
+    Io {
+        /// What was being done, with whom.
+        context: String,
+        /// The system's error kind.
+        kind: io::ErrorKind,
+        /// The system's error message.
+        message: String,
+    },
+    /// No answer to the connection request in time.
+    #[error("connecting to {peer}: no answer within {after:?}")]
+    ConnectTimeout {
+        /// The peer's address.
+        peer: String,
+        /// How long we waited.
+        after: Duration,
+    },
+    /// The peer ended its side early: in the middle of a message, or with
+    /// ours not yet sent.
+    #[error("{peer} closed the connection {what}")]
+    ClosedEarly {
+        /// The peer's address.
+        peer: String,
+        /// What was left.
+        what: String,
+    },
+    /// The peer broke the transport's framing.
+    #[error("{peer}: protocol violation: {what}")]
+    Protocol {
+        /// The peer's address.
+        peer: String,
+        /// What it did.
+        what: String,
+    },
+}
+
+impl FailureCause {
+    /// A system call failed while doing `context` (e.g. `connecting to tcp://10.0.0.2:7000`).
+    pub fn io(context: impl Into<String>, e: &io::Error) -> Self {
+        FailureCause::Io {
+            context: context.into(),
+            kind: e.kind(),
+            message: e.to_string(),
+        }
+    }
+}
+
+/// What to add to an I/O failure so that a user knows what it means.
+fn io_hint(kind: io::ErrorKind) -> &'static str {
+    match kind {
+        io::ErrorKind::ConnectionRefused => " (nobody listens there)",
+        io::ErrorKind::TimedOut => " (the peer stopped answering)",
+        _ => "",
+    }
 }
 
 /// Why a send was not queued.
@@ -80,9 +149,6 @@ pub enum TransportError {
         /// What is wrong with it.
         reason: String,
     },
-    /// A connection failed (peer gone, refused, silent, reset...).
-    #[error("{0}")]
-    Connection(String),
     /// An I/O error while making progress.
     #[error("{context}: {message}")]
     Io {

@@ -18,7 +18,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use msg_layer::addr::Addr;
-use msg_layer::transport::{ConnId, SendError, Transport, TransportError, TransportEvent};
+use msg_layer::transport::{
+    ConnId, FailureCause, SendError, Transport, TransportError, TransportEvent,
+};
 use vm_tests::{Host, TwoHosts};
 
 /// Longest single sleep of the driver: a bound against lost wake-ups that
@@ -274,7 +276,7 @@ impl<T: Transport> Pair<T> {
     }
 
     /// Wait for `Closed` on `end`'s connection; returns the reason.
-    pub fn closed(&mut self, end: End, within: Duration) -> Option<TransportError> {
+    pub fn closed(&mut self, end: End, within: Duration) -> Option<FailureCause> {
         self.until(within, &format!("Closed at {end:?}"), |p| {
             let (_, conn, inbox) = p.end(end);
             while let Some(ev) = inbox.pop_front() {

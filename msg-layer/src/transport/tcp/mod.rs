@@ -50,7 +50,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use super::{ConnId, SendError, TransportError, TransportEvent};
+use super::{ConnId, FailureCause, SendError, TransportError, TransportEvent};
 use crate::addr::Addr;
 use framing::{RecvState, SendQueue, PREFIX_LEN};
 
@@ -219,13 +219,8 @@ fn peer_of(to: &Addr) -> Result<SocketAddr, TransportError> {
     }
 }
 
-fn conn_error(what: &str, peer: SocketAddr, e: &io::Error) -> TransportError {
-    let hint = match e.kind() {
-        io::ErrorKind::ConnectionRefused => " (nobody listens there)",
-        io::ErrorKind::TimedOut => " (the peer stopped answering)",
-        _ => "",
-    };
-    TransportError::Connection(format!("{what} tcp://{peer}: {e}{hint}"))
+fn conn_error(what: &str, peer: SocketAddr, e: &io::Error) -> FailureCause {
+    FailureCause::io(format!("{what} tcp://{peer}"), e)
 }
 
 /// Where a connection is in its life.
@@ -302,43 +297,38 @@ impl ConnCore {
     }
 
     /// `n` bytes were received where `recv.spare()` pointed.
-    fn received(
-        &mut self,
-        n: usize,
-        events: &mut Vec<TransportEvent>,
-    ) -> Result<(), TransportError> {
+    fn received(&mut self, n: usize, events: &mut Vec<TransportEvent>) -> Result<(), FailureCause> {
         let id = self.id;
         self.recv
             .commit(n, &mut |m| events.push(TransportEvent::Message(id, m)))
-            .map_err(|e| {
-                TransportError::Connection(format!(
-                    "tcp://{}: protocol violation: {}",
-                    self.peer, e.0
-                ))
+            .map_err(|e| FailureCause::Protocol {
+                peer: format!("tcp://{}", self.peer),
+                what: e.0.to_string(),
             })
     }
 
     /// The peer ended its stream: how the connection ends.
-    fn eof_reason(&self) -> Option<TransportError> {
+    fn eof_reason(&self) -> Option<FailureCause> {
         if !self.recv.at_boundary() {
-            return Some(TransportError::Connection(format!(
-                "tcp://{} closed the connection in the middle of a message ({} received)",
-                self.peer,
-                self.recv.pending()
-            )));
+            return Some(FailureCause::ClosedEarly {
+                peer: format!("tcp://{}", self.peer),
+                what: format!(
+                    "in the middle of a message ({} received)",
+                    self.recv.pending()
+                ),
+            });
         }
         if self.phase == Phase::Open && !self.sendq.is_empty() {
-            return Some(TransportError::Connection(format!(
-                "tcp://{} closed the connection with {} bytes of ours unsent",
-                self.peer,
-                self.sendq.bytes()
-            )));
+            return Some(FailureCause::ClosedEarly {
+                peer: format!("tcp://{}", self.peer),
+                what: format!("with {} bytes of ours unsent", self.sendq.bytes()),
+            });
         }
         None
     }
 
     /// Report the end (once) and mark the connection for teardown.
-    fn finish(&mut self, reason: Option<TransportError>, events: &mut Vec<TransportEvent>) {
+    fn finish(&mut self, reason: Option<FailureCause>, events: &mut Vec<TransportEvent>) {
         if self.phase == Phase::Done {
             return;
         }
@@ -360,11 +350,11 @@ impl ConnCore {
         self.phase == Phase::Connecting && self.connect_deadline.is_some_and(|d| now >= d)
     }
 
-    fn connect_timeout_error(&self, cfg: &TcpConfig) -> TransportError {
-        TransportError::Connection(format!(
-            "connecting to tcp://{}: no answer within {:?}",
-            self.peer, cfg.connect_timeout
-        ))
+    fn connect_timeout_error(&self, cfg: &TcpConfig) -> FailureCause {
+        FailureCause::ConnectTimeout {
+            peer: format!("tcp://{}", self.peer),
+            after: cfg.connect_timeout,
+        }
     }
 }
 

@@ -15,7 +15,9 @@ use super::{
     ConnCore, Ids, Notes, Phase, TcpConfig,
 };
 use crate::addr::Addr;
-use crate::transport::{ConnId, SendError, Transport, TransportError, TransportEvent};
+use crate::transport::{
+    ConnId, FailureCause, SendError, Transport, TransportError, TransportEvent,
+};
 
 /// The listener's epoll token (connections use their id).
 const LISTENER: u64 = u64::MAX;
@@ -266,7 +268,7 @@ fn flush(epoll: &Epoll, c: &mut Conn, events: &mut Vec<TransportEvent>) -> bool 
         let ev = if blocked { IN | OUT } else { IN };
         if let Err(e) = epoll.modify(c.stream.as_raw_fd(), ev, c.core.id as u64) {
             c.core
-                .finish(Some(TransportError::io("updating epoll", &e)), events);
+                .finish(Some(FailureCause::io("updating epoll", &e)), events);
             return true;
         }
         c.want_out = blocked;

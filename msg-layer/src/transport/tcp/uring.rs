@@ -435,7 +435,7 @@ impl TcpUringTransport {
 /// leave the connection for teardown once nothing is in flight.
 fn fail(
     c: &mut Conn,
-    reason: Option<crate::transport::TransportError>,
+    reason: Option<crate::transport::FailureCause>,
     events: &mut Vec<TransportEvent>,
 ) {
     c.core.finish(reason, events);
