@@ -28,6 +28,7 @@ use parking_lot::Mutex as EngineLock;
 
 use crate::addr::Addr;
 use crate::config::Config;
+use crate::delivery::{ActiveMessage, Event, EventQueue, ReleaseNotice};
 use crate::engine::{AddPeer, AmDelivery, Completion, Engine, PeerFailure, Stats, Status};
 use crate::error::Error;
 use crate::matching::{Pattern, PeerId, Source, Tag};
@@ -60,6 +61,13 @@ struct Core<T: Transport> {
     engine: Engine,
     t: T,
     events: Vec<TransportEvent>,
+    /// Pull-style delivery: active messages and peer ends go to `queue`
+    /// instead of the callbacks.
+    pull: bool,
+    /// The user's events, in order (see [`crate::delivery`]).
+    queue: Arc<EventQueue>,
+    /// Requests whose completion goes to `queue`.
+    watched: Vec<u64>,
 }
 
 impl<T: Transport> Core<T> {
@@ -70,7 +78,47 @@ impl<T: Transport> Core<T> {
             engine,
             t,
             events: Vec::new(),
+            pull: false,
+            queue: Arc::default(),
+            watched: Vec::new(),
         })
+    }
+
+    /// Hand what the last rounds produced for the user to the event queue:
+    /// active messages and peer ends (pull-style delivery), completions of
+    /// watched requests.
+    fn queue_events(&mut self) {
+        if self.pull && self.engine.has_callbacks() {
+            let ams = self.engine.am_deliveries.drain(..).map(|d| {
+                Event::Message(ActiveMessage {
+                    peer: d.peer,
+                    handler: d.handler,
+                    packet: d.packet,
+                })
+            });
+            self.queue.extend(ams);
+            let ends = self.engine.failures.drain(..).map(|f| Event::PeerEnded {
+                peer: f.peer,
+                error: f.error,
+            });
+            self.queue.extend(ends);
+        }
+        if !self.watched.is_empty() {
+            let engine = &mut self.engine;
+            let queue = &self.queue;
+            self.watched.retain(|&r| {
+                if !engine.is_done(r) {
+                    return true;
+                }
+                if let Some(result) = engine.take(r) {
+                    queue.push(Event::Completed {
+                        request: Request(r),
+                        result,
+                    });
+                }
+                false
+            });
+        }
     }
 
     /// One pass: the transport's progress, every event to the engine, and
@@ -94,6 +142,7 @@ impl<T: Transport> Core<T> {
                 break;
             }
         }
+        self.queue_events();
         Ok(moved)
     }
 
@@ -139,6 +188,8 @@ impl<T: Transport> Core<T> {
 
 struct Shared<T: Transport> {
     core: EngineLock<Core<T>>,
+    /// The core's event queue, reachable without its lock.
+    queue: Arc<EventQueue>,
     callbacks: Mutex<Callbacks>,
     stop: AtomicBool,
     spin: Duration,
@@ -174,8 +225,10 @@ impl<T: Transport> Endpoint<T> {
         let spin = cfg.spin;
         let max_sleep = cfg.max_sleep.max(Duration::from_micros(1));
         let threaded = cfg.progress_thread;
+        let core = Core::new(transport, cfg)?;
         let shared = Arc::new(Shared {
-            core: EngineLock::new(Core::new(transport, cfg)?),
+            queue: core.queue.clone(),
+            core: EngineLock::new(core),
             callbacks: Mutex::new(Callbacks {
                 am: HashMap::new(),
                 on_failure: None,
@@ -507,6 +560,43 @@ impl<T: Transport> Endpoint<T> {
         };
         self.shared
             .drive(deadline(timeout), |c| c.engine.iprobe(&pattern))
+    }
+
+    /// Pull-style delivery on or off. On, active messages and peer ends
+    /// are not given to the callbacks but wait, in order with completions
+    /// of watched requests and releases of lent bodies, for
+    /// [`Endpoint::poll_event`].
+    pub fn set_pull_delivery(&self, on: bool) {
+        self.core().pull = on;
+    }
+
+    /// The next event for the user, if any (pull-style delivery). Makes no
+    /// progress: call [`Endpoint::progress`] (or let the progress thread
+    /// run) to receive; an idle call takes no lock.
+    pub fn poll_event(&self) -> Option<Event> {
+        self.shared.queue.pop()
+    }
+
+    /// Report the completion of `r` as an [`Event::Completed`] instead of
+    /// through `test` or `wait` (for a caller that learns of everything from
+    /// [`Endpoint::poll_event`]).
+    pub fn watch(&self, r: Request) {
+        self.core().watched.push(r.0);
+    }
+
+    /// A notice that reports [`Event::Released`] with `token` when dropped:
+    /// put it in the owner of a body lent to [`Endpoint::am_post_parts`]
+    /// (`Bytes::from_owner`) to learn when the transport let go of it.
+    pub fn release_notice(&self, token: u64) -> ReleaseNotice {
+        ReleaseNotice::new(token, Arc::downgrade(&self.shared.queue))
+    }
+
+    /// Give a delivered message's buffer back for later large messages
+    /// (fresh ones cost page faults and clearing); small ones are freed.
+    pub fn recycle(&self, msg: ActiveMessage) {
+        if msg.packet.capacity() >= RECYCLE_FROM {
+            self.core().t.recycle(msg.packet);
+        }
     }
 
     /// Route active messages for `id` to `handler` (replacing any before).

@@ -16,6 +16,7 @@
 
 pub mod addr;
 pub mod config;
+pub mod delivery;
 mod endpoint;
 mod engine;
 pub mod error;
@@ -29,6 +30,7 @@ pub mod wire;
 
 pub use addr::Addr;
 pub use config::Config;
+pub use delivery::{ActiveMessage, Event, ReleaseNotice};
 pub use endpoint::{AmHandler, Endpoint, FailureHandler, Request};
 pub use engine::{Completion, Stats, Status};
 pub use error::{Error, PeerEnd};

@@ -145,6 +145,19 @@ fn vanishing_peer_fails_its_requests_only() {
 }
 
 #[test]
+fn pull_delivery_keeps_order() {
+    let (a, b) = two(&Config::default());
+    suite::pull_delivery_in_order(&a, &b);
+    // And with the progress thread receiving for the puller.
+    let cfg = Config {
+        progress_thread: true,
+        ..Config::default()
+    };
+    let (a, b) = two(&cfg);
+    suite::pull_delivery_in_order(&a, &b);
+}
+
+#[test]
 fn progress_thread_runs_the_suite_too() {
     let cfg = Config {
         progress_thread: true,

@@ -120,6 +120,9 @@ fn matching_and_ordering<T: Transport>(mk: impl Maker<T>) {
     suite::back_to_back(&a, &b, 10_000, 64);
     suite::crossing_rendezvous(&a, &b, 4 << 20);
     suite::active_messages_and_rma(&a, &b);
+    drop((a, b)); // their ports are taken again below
+    let (a, b) = two(&bed, &cfg, &mk);
+    suite::pull_delivery_in_order(&a, &b);
 }
 
 fn with_progress_thread<T: Transport>(mk: impl Maker<T>) {

@@ -450,3 +450,128 @@ pub fn vanishing_peer<T: Transport>(
         finish(a, po);
     });
 }
+
+/// Pull-style delivery: with `b` pulling, active messages (also ones lent
+/// without a copy), completions of watched one-sided operations, the
+/// release of a lent body and the orderly end of the connection (closed by
+/// `b` itself) all come out of `poll_event`, each exactly once, messages in
+/// the order sent and the end after every message; no callback runs.
+pub fn pull_delivery_in_order<T: Transport>(a: &Endpoint<T>, b: &Endpoint<T>) {
+    use msg_layer::{Event, PeerEnd};
+
+    let called = Arc::new(AtomicU64::new(0));
+    let c = called.clone();
+    b.set_am_handler(
+        3,
+        Box::new(move |_, _| {
+            c.fetch_add(1, Ordering::Relaxed);
+        }),
+    );
+    b.set_pull_delivery(true);
+    let (pb, pa) = pair(a, b);
+    let region = Arc::new(VecRegion::new(vec![0; 4096]));
+    let key = a.register(region.clone());
+
+    // a -> b: messages of every size class, one with a lent body.
+    let n = 50u64;
+    for i in 0..n {
+        let len = [0, 8, 1000, 70_000][i as usize % 4];
+        if i == 7 {
+            let lent = Bytes::from_owner(payload(i, len));
+            a.am_post_parts(pb, 3, &i.to_le_bytes(), lent).unwrap();
+        } else {
+            let mut m = i.to_le_bytes().to_vec();
+            m.extend_from_slice(&payload(i, len));
+            a.am_post(pb, 3, m).unwrap();
+        }
+    }
+    // b -> a: a put and a get, watched; and a lent body with a notice.
+    let put = b.put(pa, key, 100, Bytes::from_static(b"pulled"));
+    b.watch(put);
+    let get = b.get(pa, key, 100, 6);
+    b.watch(get);
+    struct Noticed(Vec<u8>, #[allow(dead_code)] msg_layer::ReleaseNotice);
+    impl AsRef<[u8]> for Noticed {
+        fn as_ref(&self) -> &[u8] {
+            &self.0
+        }
+    }
+    let notice = b.release_notice(77);
+    b.am_post_parts(
+        pa,
+        9,
+        b"",
+        Bytes::from_owner(Noticed(vec![1; 5000], notice)),
+    )
+    .unwrap();
+
+    let deadline = Instant::now() + WAIT;
+    let mut next = 0u64;
+    let (mut put_done, mut get_done, mut released) = (false, false, false);
+    let mut ended = false;
+    let mut closed = false;
+    while !(ended && released && put_done && get_done) {
+        assert!(Instant::now() < deadline, "pull delivery timed out: message {next} of {n}, put {put_done}, get {get_done}, released {released}");
+        a.progress().unwrap();
+        b.progress().unwrap();
+        while let Some(ev) = b.poll_event() {
+            match ev {
+                Event::Message(m) => {
+                    assert_eq!(m.peer, pa);
+                    assert_eq!(m.handler, 3);
+                    let i = u64::from_le_bytes(m.data()[..8].try_into().unwrap());
+                    assert_eq!(i, next, "messages out of order");
+                    let len = [0, 8, 1000, 70_000][i as usize % 4];
+                    assert_eq!(&m.data()[8..], &payload(i, len)[..]);
+                    next += 1;
+                    b.recycle(m);
+                }
+                Event::Completed { request, result } => {
+                    let c = result.expect("one-sided operation");
+                    if request == put {
+                        assert!(!put_done);
+                        put_done = true;
+                    } else {
+                        assert_eq!(request, get);
+                        assert!(!get_done);
+                        // The get was posted after the put: it sees its bytes.
+                        assert_eq!(c.data.as_deref(), Some(&b"pulled"[..]));
+                        get_done = true;
+                    }
+                }
+                Event::Released(token) => {
+                    assert_eq!(token, 77);
+                    assert!(!released);
+                    released = true;
+                }
+                Event::PeerEnded { peer, error } => {
+                    assert_eq!(peer, pa);
+                    assert_eq!(next, n, "the end overtook messages");
+                    assert!(
+                        matches!(
+                            error,
+                            Error::PeerFailed {
+                                end: PeerEnd::Closed,
+                                ..
+                            }
+                        ),
+                        "{error}"
+                    );
+                    ended = true;
+                }
+            }
+        }
+        if next == n && put_done && get_done && released && !closed {
+            // Everything arrived and was acknowledged: b leaves in order,
+            // and its own end of the connection is its last event.
+            b.close(WAIT).unwrap();
+            closed = true;
+        }
+    }
+    assert_eq!(
+        called.load(Ordering::Relaxed),
+        0,
+        "a callback ran in pull mode"
+    );
+    assert_eq!(&region.snapshot()[100..106], b"pulled");
+}

@@ -1,0 +1,125 @@
+//! Pull-style delivery: what the endpoint has for its user, in the order it
+//! happened, taken with [`crate::Endpoint::poll_event`].
+//!
+//! The other style is callbacks ([`crate::Endpoint::set_am_handler`],
+//! [`crate::Endpoint::on_peer_failure`]), run by whichever thread made the
+//! progress. A caller that must run its own code on its own thread (the MPI
+//! shim: Open MPI built without thread support is never entered
+//! concurrently) pulls instead: active messages, peer ends, completions of
+//! watched requests and releases of lent bodies all wait in one queue, in
+//! order, whoever made the progress (the caller, a nested call, or the
+//! progress thread).
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, Weak};
+
+use crate::endpoint::Request;
+use crate::engine::Completion;
+use crate::error::Error;
+use crate::matching::PeerId;
+use crate::wire::HEADER_LEN;
+
+/// Something for the endpoint's user.
+#[derive(Debug)]
+pub enum Event {
+    /// An active message arrived.
+    Message(ActiveMessage),
+    /// A peer ended (closed in order, or failed); its requests failed with
+    /// `error`.
+    PeerEnded {
+        /// The peer.
+        peer: PeerId,
+        /// What its requests failed with.
+        error: Error,
+    },
+    /// A request given to [`crate::Endpoint::watch`] completed.
+    Completed {
+        /// The request.
+        request: Request,
+        /// Its result.
+        result: Result<Completion, Error>,
+    },
+    /// The transport let go of a lent body (the peer acknowledged it, or
+    /// its connection ended): the [`ReleaseNotice`] with this token was
+    /// dropped.
+    Released(u64),
+}
+
+/// An active message: the sender, the handler id, the payload.
+#[derive(Debug)]
+pub struct ActiveMessage {
+    /// The sender.
+    pub peer: PeerId,
+    /// The handler id it was sent to.
+    pub handler: u16,
+    /// The whole packet; the payload starts at [`HEADER_LEN`].
+    pub(crate) packet: Vec<u8>,
+}
+
+impl ActiveMessage {
+    /// The payload.
+    pub fn data(&self) -> &[u8] {
+        &self.packet[HEADER_LEN..]
+    }
+}
+
+/// The queue behind [`crate::Endpoint::poll_event`].
+#[derive(Debug, Default)]
+pub(crate) struct EventQueue {
+    events: Mutex<VecDeque<Event>>,
+    /// Set while `events` may hold something (written under its lock): an
+    /// idle poll takes no lock.
+    ready: AtomicBool,
+}
+
+impl EventQueue {
+    pub fn push(&self, e: Event) {
+        let mut q = self.events.lock().expect("event queue");
+        q.push_back(e);
+        self.ready.store(true, Ordering::Release);
+    }
+
+    pub fn extend(&self, events: impl IntoIterator<Item = Event>) {
+        let mut q = self.events.lock().expect("event queue");
+        q.extend(events);
+        if !q.is_empty() {
+            self.ready.store(true, Ordering::Release);
+        }
+    }
+
+    pub fn pop(&self) -> Option<Event> {
+        if !self.ready.load(Ordering::Acquire) {
+            return None;
+        }
+        let mut q = self.events.lock().expect("event queue");
+        let e = q.pop_front();
+        if q.is_empty() {
+            self.ready.store(false, Ordering::Release);
+        }
+        e
+    }
+}
+
+/// Reports [`Event::Released`] with its token when dropped. Put it in the
+/// owner of a lent body (`Bytes::from_owner`) to learn when the transport
+/// has let go of the memory, on whatever thread that happens.
+#[derive(Debug)]
+pub struct ReleaseNotice {
+    token: u64,
+    queue: Weak<EventQueue>,
+}
+
+impl ReleaseNotice {
+    pub(crate) fn new(token: u64, queue: Weak<EventQueue>) -> Self {
+        ReleaseNotice { token, queue }
+    }
+}
+
+impl Drop for ReleaseNotice {
+    fn drop(&mut self) {
+        if let Some(q) = self.queue.upgrade() {
+            q.push(Event::Released(self.token));
+        }
+    }
+}
