@@ -35,7 +35,7 @@
 use std::ffi::OsStr;
 use std::fmt;
 use std::fs;
-use std::io::{self, Read};
+use std::io::{self, Read, Write};
 use std::net::Ipv4Addr;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
@@ -48,8 +48,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::netns::{
-    add_veth, bridge_without_netfilter, check_mtu, describe, ip_path, run_checked, warn,
-    HarnessError, Netns, Plan, BRIDGE_NAME, IP_TIMEOUT,
+    add_veth, bridge_without_netfilter, check_mtu, describe, ip_path, run_checked, AddressPlan,
+    HarnessError, Netns, BRIDGE_NAME, IP_TIMEOUT,
 };
 use crate::sys;
 
@@ -128,7 +128,7 @@ impl Cluster {
         static CLEANUP: Once = Once::new();
         CLEANUP.call_once(cleanup_stale_dirs);
         let tools = Tools::find()?;
-        let plan = Plan::next();
+        let plan = AddressPlan::next();
         let network = plan.ipv4(0);
 
         let hub = Netns::new("chub")?;
@@ -497,6 +497,12 @@ impl Drop for TempDir {
             warn(&format!("removing {}: {e}", self.path.display()));
         }
     }
+}
+
+/// Writes a warning without ever panicking (used from Drop, possibly during unwinding).
+fn warn(msg: &str) {
+    tracing::warn!("{msg}");
+    let _ = writeln!(io::stderr(), "vm-tests: {msg}");
 }
 
 /// Removes cluster directories left behind by processes that no longer run.

@@ -1,5 +1,6 @@
-//! Test hosts for the LLC stack: network namespaces joined by veth pairs or a Linux bridge,
-//! so integration tests can exchange real Ethernet frames on one machine (root needed), and
+//! Test hosts for the LLC stack: network namespaces joined by veth pairs or a Linux bridge
+//! (the beds of the `testbed` crate, re-exported here, and [`MultiPort`]), so integration
+//! tests can exchange real Ethernet frames on one machine (root needed), and
 //! QEMU virtual machines with virtio-net NICs on a virtual link ([`qemu`], no root needed).
 //!
 //! ## A simulated cluster for MPI jobs ([`cluster`])
@@ -20,14 +21,15 @@
 pub mod cluster;
 pub mod link_chaos;
 pub mod netns;
-pub mod process;
 pub mod qemu;
 mod sys;
 
 pub use cluster::{forward_env, run_bounded, Cluster, ClusterHost, JobOutput, CLUSTER_IFNAME};
 pub use link_chaos::{ChaosCounters, ChaosSettings, LinkChaos};
-pub use netns::{
-    check_privileges, cleanup_stale, format_mac, interface_mac, interface_mtu, run_checked,
-    Bridged, HarnessError, Host, MultiPort, Netns, TwoHosts,
+pub use netns::MultiPort;
+// The namespace beds and background processes live in `testbed` (the tools build their
+// demos' beds with it at run time); the harness's users name them through this crate.
+pub use testbed::{
+    check_privileges, cleanup_stale, format_mac, interface_mac, interface_mtu, process,
+    require_root, run_checked, Background, Bridged, HarnessError, Host, Netns, TwoHosts,
 };
-pub use process::Background;

@@ -20,7 +20,7 @@ use llc_stack::link::afxdp::AttachMode;
 use llc_stack::wire::MacAddr;
 use msg_layer::{PeerId, Request, Source, Tag};
 use serde::Serialize;
-use vm_tests::Bridged;
+use testbed::Bridged;
 
 use crate::proto::{pattern, pattern_byte, ACK, CTRL, DATA, READY};
 use crate::transports::{self, Ep, Kind, Open, SERVER_PORT};
@@ -113,7 +113,7 @@ pub fn measure(
         bail!("incast --verify needs messages of at least 8 bytes");
     }
     let rx = &bed.hosts[0];
-    fn open(h: &vm_tests::Host, server: bool, xdp_attach: AttachMode) -> Open<'_> {
+    fn open(h: &testbed::Host, server: bool, xdp_attach: AttachMode) -> Open<'_> {
         Open {
             ifname: &h.ifname,
             ip: h.ipv4.into(),

@@ -479,7 +479,7 @@ fn demo_phase(
     out: &Output,
     unavailable: &mut Vec<(Kind, String)>,
 ) -> Result<Vec<TransportResult>> {
-    let bed = vm_tests::TwoHosts::new(mtu).context("building the testbed")?;
+    let bed = testbed::TwoHosts::new(mtu).context("building the testbed")?;
     say(
         out,
         &format!(
@@ -488,8 +488,8 @@ fn demo_phase(
             bed.b.ns.name(),
             bed.a.ifname,
             bed.b.ifname,
-            vm_tests::format_mac(&bed.a.mac),
-            vm_tests::format_mac(&bed.b.mac),
+            testbed::format_mac(&bed.a.mac),
+            testbed::format_mac(&bed.b.mac),
             bed.a.ipv4,
             bed.b.ipv4
         ),
@@ -581,7 +581,7 @@ fn demo_phase(
 }
 
 fn demo(a: &DemoArgs) -> Result<()> {
-    if let Err(why) = vm_tests::check_privileges() {
+    if let Err(why) = testbed::check_privileges() {
         bail!(
             "`llc-perf demo` builds its own testbed and needs root: it creates two network \
              namespaces joined by a veth pair (CAP_SYS_ADMIN, CAP_NET_ADMIN), opens raw \
@@ -707,7 +707,7 @@ fn demo(a: &DemoArgs) -> Result<()> {
 /// MTU 1500 entry of each transport.
 fn incast_phase(a: &DemoArgs, s: &Settings, kinds: &[Kind], report: &mut Report) -> Result<()> {
     let n = a.incast_senders;
-    let bed = vm_tests::Bridged::new(n + 1, 1500).context("building the incast testbed")?;
+    let bed = testbed::Bridged::new(n + 1, 1500).context("building the incast testbed")?;
     say(
         &a.out,
         &format!(

@@ -6,7 +6,7 @@ use std::net::TcpListener;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use vm_tests::{format_mac, require_root, Background, TwoHosts};
+use testbed::{format_mac, require_root, Background, TwoHosts};
 
 const BIN: &str = env!("CARGO_BIN_EXE_llc-perf");
 

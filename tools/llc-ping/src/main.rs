@@ -14,21 +14,22 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, ValueEnum};
-use llc_stack::link::afpacket::{AfPacket, AfPacketConfig};
-use llc_stack::link::afxdp::{AfXdp, AfXdpConfig, AttachMode, XdpMode};
+use llc_stack::link::afpacket::AfPacketConfig;
+use llc_stack::link::afxdp::{AfXdpConfig, AttachMode, XdpMode};
+use llc_stack::link::any::{self, AnyLink, Backend};
 use llc_stack::link::fault::{FaultConfig, FaultInjector};
 use llc_stack::link::pcap::PcapWriter;
 use llc_stack::link::{RxToken, TxToken};
 use llc_stack::proto::{Config, ConnStats, EndpointStats, Event};
 use llc_stack::rng::Rng;
 use llc_stack::wire::{self, Addresses, AuthKey, Body, Command, MacAddr};
-use llc_stack::{Device, Instant, LinkError, Stack};
+use llc_stack::{Device, Instant, Stack};
 
 use stats::RttStats;
 
-/// Which link backend to use.
+/// Which link backend to use (the command line's spelling of [`Backend`]).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
-enum Backend {
+enum BackendArg {
     /// AF_XDP when it can be set up (zero-copy, then copy; native, then
     /// generic XDP), else AF_PACKET.
     Auto,
@@ -99,8 +100,8 @@ struct Args {
     #[arg(long, default_value = "0x7c", value_parser = parse_sap)]
     sap: u8,
     /// Link backend.
-    #[arg(long, value_enum, default_value_t = Backend::Auto)]
-    backend: Backend,
+    #[arg(long, value_enum, default_value_t = BackendArg::Auto)]
+    backend: BackendArg,
     /// AF_XDP socket mode (with --backend xdp or auto).
     #[arg(long, value_enum, default_value_t = XdpModeArg::Auto)]
     xdp_mode: XdpModeArg,
@@ -275,52 +276,22 @@ fn run(args: &Args) -> Result<i32> {
     for note in &notes {
         eprintln!("llc-ping: note: {note}");
     }
+    // Dispatch once here, so the per-frame path is generic over the backend.
+    let (mac, mtu) = (link.mac(), link.mtu());
     match link {
-        Link::Packet(dev) => run_on(dev, args),
-        Link::Xdp(dev) => run_on(dev, args),
+        AnyLink::Packet(dev) => run_on(dev, mac, mtu, args),
+        AnyLink::Xdp(dev) => run_on(dev, mac, mtu, args),
     }
 }
 
-/// What `open_link` obtained.
-enum Link {
-    Packet(AfPacket),
-    Xdp(AfXdp),
-}
-
-/// The parts of the two backends' APIs the tool needs besides [`Device`].
-trait LinkInfo: Device {
-    fn mac(&self) -> [u8; 6];
-    fn mtu(&self) -> usize;
-}
-
-impl LinkInfo for AfPacket {
-    fn mac(&self) -> [u8; 6] {
-        AfPacket::mac(self)
-    }
-    fn mtu(&self) -> usize {
-        AfPacket::mtu(self)
-    }
-}
-
-impl LinkInfo for AfXdp {
-    fn mac(&self) -> [u8; 6] {
-        AfXdp::mac(self)
-    }
-    fn mtu(&self) -> usize {
-        AfXdp::mtu(self)
-    }
-}
-
-fn run_on<D: LinkInfo>(dev: D, args: &Args) -> Result<i32> {
+fn run_on<D: Device>(dev: D, mac: MacAddr, mtu: usize, args: &Args) -> Result<i32> {
     let backend = dev.capabilities().backend;
-    let mac = MacAddr(dev.mac());
-    let max_info = dev.mtu().saturating_sub(wire::llc::HEADER_LEN);
+    let max_info = mtu.saturating_sub(wire::llc::HEADER_LEN);
     if !args.reliable && !args.respond && args.size > max_info {
         bail!(
-            "-s {} does not fit a TEST frame on {} (MTU {}): at most {max_info}",
+            "-s {} does not fit a TEST frame on {} (MTU {mtu}): at most {max_info}",
             args.size,
             args.interface,
-            dev.mtu()
         );
     }
     let job = PingJob { args };
@@ -357,12 +328,10 @@ fn with_faults<D: Device, J: Job>(
     }
 }
 
-/// Open the link the command line asks for. Returns it with notes on what
-/// was not obtained and why (zero-copy refused, AF_XDP unavailable...).
-///
-/// `auto` tries AF_XDP (zero-copy then copy, native then generic XDP) and
-/// falls back to AF_PACKET unless the interface itself is the problem.
-fn open_link(args: &Args) -> Result<(Link, Vec<String>)> {
+/// Open the link the command line asks for ([`any::open`]). Returns it with
+/// notes on what was not obtained and why (zero-copy refused, AF_XDP
+/// unavailable...).
+fn open_link(args: &Args) -> Result<(AnyLink, Vec<String>)> {
     let packet_cfg = AfPacketConfig {
         sap: args.sap,
         ..Default::default()
@@ -382,38 +351,12 @@ fn open_link(args: &Args) -> Result<(Link, Vec<String>)> {
         queue: args.queue,
         ..Default::default()
     };
-    let xdp_notes = |dev: &AfXdp| -> Vec<String> {
-        dev.fallbacks()
-            .iter()
-            .map(|f| format!("AF_XDP: {f}; using {}", dev.capabilities().backend))
-            .collect()
+    let backend = match args.backend {
+        BackendArg::Auto => Backend::Auto,
+        BackendArg::Packet => Backend::Packet,
+        BackendArg::Xdp => Backend::Xdp,
     };
-    match args.backend {
-        Backend::Packet => Ok((
-            Link::Packet(AfPacket::open(&args.interface, packet_cfg)?),
-            vec![],
-        )),
-        Backend::Xdp => {
-            let dev = AfXdp::open(&args.interface, xdp_cfg)?;
-            let notes = xdp_notes(&dev);
-            Ok((Link::Xdp(dev), notes))
-        }
-        Backend::Auto => match AfXdp::open(&args.interface, xdp_cfg) {
-            Ok(dev) => {
-                let notes = xdp_notes(&dev);
-                Ok((Link::Xdp(dev), notes))
-            }
-            Err(e @ (LinkError::NoSuchInterface(_) | LinkError::InterfaceDown(_))) => Err(e.into()),
-            Err(e) => {
-                let dev = AfPacket::open(&args.interface, packet_cfg)?;
-                let note = format!(
-                    "backend auto: AF_XDP unavailable ({e}); using {}",
-                    dev.capabilities().backend
-                );
-                Ok((Link::Packet(dev), vec![note]))
-            }
-        },
-    }
+    Ok(any::open(&args.interface, backend, packet_cfg, xdp_cfg)?)
 }
 
 struct PingJob<'a> {

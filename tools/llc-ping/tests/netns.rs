@@ -3,14 +3,14 @@
 
 use std::process::Command;
 
-use vm_tests::{format_mac, TwoHosts};
+use testbed::{format_mac, TwoHosts};
 
 mod common;
 use common::{json, ping, responder, BIN};
 
 #[test]
 fn ten_thousand_back_to_back_test_round_trips_lose_nothing() {
-    vm_tests::require_root!();
+    testbed::require_root!();
     let hosts = TwoHosts::new(1500).unwrap();
     let _r = responder(&hosts, "packet");
     let peer = format_mac(&hosts.b.mac);
@@ -43,7 +43,7 @@ fn ten_thousand_back_to_back_test_round_trips_lose_nothing() {
 
 #[test]
 fn text_output_reads_like_ping() {
-    vm_tests::require_root!();
+    testbed::require_root!();
     let hosts = TwoHosts::new(1500).unwrap();
     let _r = responder(&hosts, "packet");
     let peer = format_mac(&hosts.b.mac);
@@ -63,7 +63,7 @@ fn text_output_reads_like_ping() {
 
 #[test]
 fn reliable_echo_works_and_survives_injected_loss() {
-    vm_tests::require_root!();
+    testbed::require_root!();
     let hosts = TwoHosts::new(1500).unwrap();
     let _r = responder(&hosts, "packet");
     let peer = format_mac(&hosts.b.mac);
@@ -111,7 +111,7 @@ fn reliable_echo_works_and_survives_injected_loss() {
 
 #[test]
 fn errors_are_plain() {
-    vm_tests::require_root!();
+    testbed::require_root!();
     let hosts = TwoHosts::new(1500).unwrap();
     // Missing interface.
     let out = hosts
@@ -187,7 +187,7 @@ fn help_and_argument_errors_need_no_privilege() {
 /// every TEST command and response of the run, with our SAP.
 #[test]
 fn pcap_capture_opens_in_tshark() {
-    vm_tests::require_root!();
+    testbed::require_root!();
     if Command::new("tshark").arg("--version").output().is_err() {
         panic!("tshark is missing: scripts/install-deps.sh installs it");
     }

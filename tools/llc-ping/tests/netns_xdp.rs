@@ -5,7 +5,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use vm_tests::{format_mac, TwoHosts};
+use testbed::{format_mac, TwoHosts};
 
 mod common;
 use common::{json, ping, responder, BIN};
@@ -21,7 +21,7 @@ fn link_details(hosts: &TwoHosts) -> String {
 
 #[test]
 fn xdp_link_level_and_reliable_ping() {
-    vm_tests::require_root!();
+    testbed::require_root!();
     let hosts = TwoHosts::new(1500).unwrap();
     let r = responder(&hosts, "xdp");
     assert!(r.output().contains("af_xdp/copy/"), "{}", r.output());
@@ -92,7 +92,7 @@ fn xdp_link_level_and_reliable_ping() {
 
 #[test]
 fn auto_prefers_xdp_and_falls_back_to_packet_with_a_reason() {
-    vm_tests::require_root!();
+    testbed::require_root!();
     let hosts = TwoHosts::new(1500).unwrap();
     // The responder holds b's interface with AF_XDP...
     let r = responder(&hosts, "auto");
@@ -127,7 +127,7 @@ fn auto_prefers_xdp_and_falls_back_to_packet_with_a_reason() {
 
 #[test]
 fn sigkill_leaves_no_xdp_program_and_the_next_start_succeeds() {
-    vm_tests::require_root!();
+    testbed::require_root!();
     let hosts = TwoHosts::new(1500).unwrap();
     let mut r = responder(&hosts, "xdp");
     assert!(
@@ -158,7 +158,7 @@ fn sigkill_leaves_no_xdp_program_and_the_next_start_succeeds() {
 
 #[test]
 fn xdp_errors_are_plain() {
-    vm_tests::require_root!();
+    testbed::require_root!();
     let hosts = TwoHosts::new(1500).unwrap();
     let peer = format_mac(&hosts.b.mac);
     // No privileges: says which capabilities.

@@ -3,14 +3,14 @@
 
 use std::time::Duration;
 
-use vm_tests::{format_mac, Background, TwoHosts};
+use testbed::{format_mac, Background, TwoHosts};
 
 mod common;
 use common::{json, ping, responder, BIN};
 
 #[test]
 fn stats_are_printed_and_in_the_json() {
-    vm_tests::require_root!();
+    testbed::require_root!();
     let hosts = TwoHosts::new(1500).unwrap();
     let _r = responder(&hosts, "packet");
     let peer = format_mac(&hosts.b.mac);
@@ -90,7 +90,7 @@ fn ping_keyed(hosts: &TwoHosts, key: Option<&str>, args: &[&str]) -> (i32, Strin
 
 #[test]
 fn auth_key_from_the_environment() {
-    vm_tests::require_root!();
+    testbed::require_root!();
     let hosts = TwoHosts::new(1500).unwrap();
     let key = "b5f0c3e7a1d94c2e8f6a7b3c9d0e1f2a";
     let r = Background::spawn(

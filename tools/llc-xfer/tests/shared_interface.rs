@@ -10,7 +10,7 @@
 
 use std::time::{Duration, Instant};
 
-use vm_tests::{require_root, Background, Host, TwoHosts};
+use testbed::{require_root, Background, Host, TwoHosts};
 
 const XFER: &str = env!("CARGO_BIN_EXE_llc-xfer");
 /// Per stream: long enough that the kill lands while both streams run.
@@ -37,7 +37,7 @@ fn receiver(host: &Host, port: u16) -> Background {
 }
 
 fn sender(host: &Host, to: &Host, port: u16) -> Background {
-    let mac = vm_tests::netns::format_mac(&to.mac);
+    let mac = testbed::format_mac(&to.mac);
     let mut cmd = host.ns.command(XFER);
     cmd.args(["-I", &host.ifname, "--shared", "--backend", "packet"])
         .args(["--port", &port.to_string(), "--bytes", &BYTES.to_string()])

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::Parser;
 use serde::Serialize;
-use vm_tests::{format_mac, Background, TwoHosts};
+use testbed::{format_mac, Background, TwoHosts};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -89,7 +89,7 @@ fn median(v: &mut [f64]) -> f64 {
 }
 
 fn run(args: &Args) -> Result<()> {
-    if let Err(why) = vm_tests::check_privileges() {
+    if let Err(why) = testbed::check_privileges() {
         bail!(
             "this demo builds its own testbed (network namespaces, veth pair, raw sockets) and needs root: {why}.\n\
              Run it as root, e.g. `sudo {}`",

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use vm_tests::{Background, TwoHosts};
+use testbed::{Background, TwoHosts};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_llc-ping");
 

@@ -1,12 +1,10 @@
-//! Real-namespace tests of the harness (root needed; skipped otherwise).
+//! Real-namespace tests of the test beds (root needed; skipped otherwise).
 
 use std::net::{Ipv4Addr, UdpSocket};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 
-use vm_tests::{
-    cleanup_stale, interface_mac, interface_mtu, run_checked, Bridged, MultiPort, Netns, TwoHosts,
-};
+use testbed::{cleanup_stale, interface_mac, interface_mtu, run_checked, Bridged, Netns, TwoHosts};
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -58,7 +56,7 @@ fn check_two_hosts(mtu: u32) {
     for h in [a, b] {
         let link = h.ns.ip(&["-o", "link", "show", "dev", &h.ifname]).unwrap();
         assert!(link.contains(&format!(" mtu {mtu} ")), "{link}");
-        assert!(link.contains(&vm_tests::format_mac(&h.mac)), "{link}");
+        assert!(link.contains(&testbed::format_mac(&h.mac)), "{link}");
         let (got_mtu, got_mac) = h.ns.run(|| {
             (
                 interface_mtu(&h.ifname).unwrap(),
@@ -93,19 +91,19 @@ fn check_two_hosts(mtu: u32) {
 
 #[test]
 fn two_hosts_mtu_1500() {
-    vm_tests::require_root!();
+    testbed::require_root!();
     check_two_hosts(1500);
 }
 
 #[test]
 fn two_hosts_mtu_9000() {
-    vm_tests::require_root!();
+    testbed::require_root!();
     check_two_hosts(9000);
 }
 
 #[test]
 fn bridged_three_hosts_all_ping() {
-    vm_tests::require_root!();
+    testbed::require_root!();
     let net = Bridged::new(3, 9000).expect("Bridged::new");
     assert_eq!(net.hosts.len(), 3);
     let br = net
@@ -124,58 +122,8 @@ fn bridged_three_hosts_all_ping() {
 }
 
 #[test]
-fn multiport_tcp_crosses_the_bridge() {
-    vm_tests::require_root!();
-    let net = MultiPort::new(2, 1500).expect("MultiPort::new");
-    net.route_through_bridge().expect("policy routing");
-    let (before0, before1) = (
-        net.bridge_rx_bytes(0).unwrap(),
-        net.bridge_rx_bytes(1).unwrap(),
-    );
-    let (a, b) = (net.ipv4[0], net.ipv4[1]);
-    const BYTES: usize = 4 << 20;
-    let received = net.ns.run(move || {
-        use std::io::{Read, Write};
-        let listener = std::net::TcpListener::bind((b, 0)).unwrap();
-        let to = listener.local_addr().unwrap();
-        let sender = std::thread::spawn(move || {
-            // Unbound (the kernel picks the source) and bound to port 0's address.
-            let mut s = std::net::TcpStream::connect_timeout(&to, WAIT).unwrap();
-            s.write_all(&vec![7u8; BYTES]).unwrap();
-            drop(s);
-            let sock =
-                socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-            sock.bind(&std::net::SocketAddr::from((a, 0)).into())
-                .unwrap();
-            sock.connect_timeout(&to.into(), WAIT).unwrap();
-            let mut s: std::net::TcpStream = sock.into();
-            s.write_all(&vec![7u8; BYTES]).unwrap();
-        });
-        let mut total = 0;
-        for _ in 0..2 {
-            let (mut c, from) = listener.accept().unwrap();
-            assert_eq!(from.ip(), a);
-            c.set_read_timeout(Some(WAIT)).unwrap();
-            let mut buf = Vec::new();
-            c.read_to_end(&mut buf).unwrap();
-            total += buf.len();
-        }
-        sender.join().unwrap();
-        total
-    });
-    assert_eq!(received, 2 * BYTES);
-    // The data left by llc0 (the hub received it on p0), the ACKs by llc1.
-    let (sent0, sent1) = (
-        net.bridge_rx_bytes(0).unwrap() - before0,
-        net.bridge_rx_bytes(1).unwrap() - before1,
-    );
-    assert!(sent0 >= 2 * BYTES as u64, "p0 saw {sent0} bytes");
-    assert!(sent1 > 0 && sent1 < sent0 / 4, "p1 saw {sent1} bytes");
-}
-
-#[test]
 fn drop_deletes_namespaces() {
-    vm_tests::require_root!();
+    testbed::require_root!();
     let two = TwoHosts::new(1500).unwrap();
     let bridged = Bridged::new(2, 1500).unwrap();
     let mut names = vec![two.a.ns.name().to_owned(), two.b.ns.name().to_owned()];
@@ -203,7 +151,7 @@ fn drop_deletes_namespaces() {
 
 #[test]
 fn panic_in_test_still_deletes_namespaces() {
-    vm_tests::require_root!();
+    testbed::require_root!();
     let names = std::sync::Mutex::new(Vec::new());
     let result = catch_unwind(AssertUnwindSafe(|| {
         let hosts = TwoHosts::new(1500).unwrap();
@@ -225,7 +173,7 @@ fn panic_in_test_still_deletes_namespaces() {
 
 #[test]
 fn run_enters_namespace_and_propagates_panic() {
-    vm_tests::require_root!();
+    testbed::require_root!();
     let ns = Netns::new("run").unwrap();
     let outside = current_netns();
     let inside = ns.run(current_netns);
@@ -245,7 +193,7 @@ fn run_enters_namespace_and_propagates_panic() {
 
 #[test]
 fn spawn_runs_in_namespace() {
-    vm_tests::require_root!();
+    testbed::require_root!();
     let ns = Netns::new("spawn").unwrap();
     let expected = ns.run(current_netns);
     let handle = ns.spawn(current_netns);
@@ -255,7 +203,7 @@ fn spawn_runs_in_namespace() {
 
 #[test]
 fn command_and_ip_run_inside() {
-    vm_tests::require_root!();
+    testbed::require_root!();
     let ns = Netns::new("cmd").unwrap();
     let mut cmd = ns.command("ip");
     cmd.args(["-o", "link", "show"]);
@@ -278,7 +226,7 @@ fn command_and_ip_run_inside() {
 
 #[test]
 fn names_are_unique_and_checked() {
-    vm_tests::require_root!();
+    testbed::require_root!();
     let (x, y) = (Netns::new("u").unwrap(), Netns::new("u").unwrap());
     assert_ne!(x.name(), y.name());
     assert!(x
@@ -292,7 +240,7 @@ fn names_are_unique_and_checked() {
 
 #[test]
 fn cleanup_stale_removes_dead_pids_only() {
-    vm_tests::require_root!();
+    testbed::require_root!();
     let pid_max: u64 = std::fs::read_to_string("/proc/sys/kernel/pid_max")
         .unwrap()
         .trim()
