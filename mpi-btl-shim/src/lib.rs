@@ -37,10 +37,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use llc_stack::link::afxdp::AttachMode;
-use llc_stack::link::any::{AnyLink, Backend};
 use msg_layer::rma::{MemoryRegion, RegionKey};
-use msg_layer::transport::llc::{LlcConfig, LlcTransport};
+use msg_layer::transport::spec::{Backend, LlcSpec};
+use msg_layer::transport::{AnyTransport, TransportSpec};
 use msg_layer::{Addr, Config, Endpoint, Error, PeerEnd, PeerId, Request};
 
 /// Result codes of the shim's functions.
@@ -272,7 +271,7 @@ thread_local! {
     static DELIVERING: Cell<bool> = const { Cell::new(false) };
 }
 
-type Ep = Endpoint<LlcTransport<AnyLink>>;
+type Ep = Endpoint<AnyTransport>;
 
 /// An open endpoint. Opaque to C.
 pub struct LlcShim {
@@ -486,23 +485,22 @@ impl LlcShim {
             .unwrap_or("auto")
             .parse()
             .map_err(|e| format!("backend: {e}"))?;
-        let mut llc = LlcConfig::default();
+        let mut llc = LlcSpec {
+            backend,
+            port: cfg.port,
+            exclusive: cfg.exclusive,
+            ..LlcSpec::new(ifname)
+        };
         if cfg.sap != 0 {
-            llc.sap = cfg.sap;
+            llc.config.sap = cfg.sap;
         }
         if cfg.idle_timeout_ms != 0 {
-            llc.idle_timeout = Duration::from_millis(cfg.idle_timeout_ms.into());
-            llc.keepalive_interval = llc
-                .keepalive_interval
-                .min(llc.idle_timeout / 4)
-                .max(Duration::from_millis(10));
+            llc.set_idle_timeout(Duration::from_millis(cfg.idle_timeout_ms.into()));
         }
-        let open = if cfg.exclusive {
-            LlcTransport::open_exclusive
-        } else {
-            LlcTransport::open_with_attach
-        };
-        let t = open(ifname, backend, AttachMode::Auto, cfg.port, llc)
+        let spec = TransportSpec::Llc(llc);
+        tracing::debug!(%spec, "opening");
+        let t = spec
+            .open()
             .map_err(|e| format!("opening {backend} on {ifname}: {e}"))?;
         for n in t.notes() {
             tracing::info!(ifname, "{n}");
@@ -1358,14 +1356,11 @@ pub unsafe extern "C" fn llc_shim_stats(
         ..LlcShimStats::default()
     };
     let mut st = st;
-    s.ep.with_transport(|t| {
-        let ep = t.stack().endpoint();
-        st.frames_dropped = ep.stats().dropped.total();
-        for (_, cs) in ep.connection_stats_all() {
-            st.retransmits += cs.retransmits;
-            st.timeouts += cs.timeouts;
-        }
-    });
+    if let Some(t) = s.ep.with_transport(|t| t.as_llc().map(|l| l.totals())) {
+        st.frames_dropped = t.frames_dropped;
+        st.retransmits = t.retransmits;
+        st.timeouts = t.timeouts;
+    }
     // SAFETY: checked non-null.
     unsafe { *out = st };
     LlcShimStatus::Ok

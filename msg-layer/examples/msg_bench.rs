@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use std::net::SocketAddr;
 
-use llc_stack::link::any::Backend;
 use msg_layer::transport::llc::{LlcConfig, LlcTransport};
+use msg_layer::transport::spec::Backend;
 use msg_layer::transport::tcp::{TcpConfig, TcpSocketTransport, TcpUringTransport};
 use msg_layer::transport::Transport;
 use msg_layer::{Config, Endpoint, PeerId, Source, Tag};

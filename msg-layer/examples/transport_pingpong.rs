@@ -16,8 +16,8 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use llc_stack::link::any::Backend;
 use msg_layer::transport::llc::{LlcConfig, LlcTransport};
+use msg_layer::transport::spec::Backend;
 use msg_layer::transport::tcp::{TcpConfig, TcpSocketTransport, TcpUringTransport};
 use msg_layer::transport::{ConnId, Transport, TransportError, TransportEvent};
 use vm_tests::{Host, TwoHosts};

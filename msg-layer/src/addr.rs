@@ -9,8 +9,10 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::str::FromStr;
 
-use llc_stack::wire::llc::{validate_sap, DEFAULT_SAP};
-use llc_stack::wire::MacAddr;
+pub(crate) use llc_stack::wire::llc::validate_sap;
+use llc_stack::wire::llc::DEFAULT_SAP;
+/// An interface's MAC address, the first part of an [`LlcAddr`].
+pub use llc_stack::wire::MacAddr;
 
 /// Where an endpoint listens.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -13,7 +13,7 @@ use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use llc_stack::proto::{Placement, Sink};
+use crate::transport::placement::{Placement, SharedSink, Sink};
 
 use crate::wire::{Header, Kind, HEADER_LEN};
 
@@ -92,7 +92,7 @@ pub(crate) type Registry = Arc<Mutex<FxHashMap<u64, Arc<RecvBuffer>>>>;
 pub(crate) struct DataPlacement(pub Registry);
 
 impl Placement for DataPlacement {
-    fn place(&mut self, len: usize, first: &[u8]) -> Option<(usize, Arc<dyn Sink>)> {
+    fn place(&mut self, len: usize, first: &[u8]) -> Option<(usize, SharedSink)> {
         let hdr = Header::decode(first).ok()?;
         if hdr.kind != Kind::Data || len < HEADER_LEN {
             return None;
@@ -107,6 +107,6 @@ impl Placement for DataPlacement {
         if base.checked_add(len - HEADER_LEN)? > buf.len() {
             return None;
         }
-        Some((HEADER_LEN, Arc::new(Piece { buf, base })))
+        Some((HEADER_LEN, SharedSink::new(Piece { buf, base })))
     }
 }

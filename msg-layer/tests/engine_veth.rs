@@ -8,8 +8,8 @@ mod suite;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use llc_stack::link::any::Backend;
 use msg_layer::transport::llc::{LlcConfig, LlcTransport};
+use msg_layer::transport::spec::Backend;
 use msg_layer::transport::tcp::{TcpConfig, TcpSocketTransport, TcpUringTransport};
 use msg_layer::transport::{Transport, TransportError};
 use msg_layer::{Config, Endpoint};

@@ -30,8 +30,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::{connected_pair, drive_alone, make_in, pattern, poll_fds, Maker, Msg, Pair};
-use llc_stack::link::any::{AnyLink, Backend};
+use llc_stack::link::any::AnyLink;
 use msg_layer::transport::llc::{LlcConfig, LlcTransport};
+use msg_layer::transport::spec::Backend;
 use msg_layer::transport::tcp::{TcpConfig, TcpSocketTransport, TcpUringTransport};
 use msg_layer::transport::{SendError, Transport, TransportEvent};
 use vm_tests::{require_root, Host};

@@ -10,13 +10,16 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use llc_stack::link::afpacket::AfPacketConfig;
-use llc_stack::link::afxdp::{AfXdpConfig, AttachMode};
-use llc_stack::link::any::{self, AnyLink, Backend};
+use llc_stack::link::afxdp::{self, AfXdpConfig};
+use llc_stack::link::any::{self, AnyLink};
 use llc_stack::proto::{ConnHandle, Event};
 use llc_stack::rng::Rng;
 use llc_stack::{Device, Instant, Stack};
 
-use super::{ConnId, FailureCause, SendError, Transport, TransportError, TransportEvent};
+use super::spec::{AttachMode, Backend, LlcSpec};
+use super::{
+    ConnId, FailureCause, Placement, SendError, Transport, TransportError, TransportEvent,
+};
 use crate::addr::{Addr, LlcAddr};
 
 pub use llc_stack::proto::Config as LlcConfig;
@@ -88,6 +91,22 @@ pub fn select_interfaces(
     Ok(chosen)
 }
 
+/// The LLC transport on a real interface, over AF_XDP or AF_PACKET: what
+/// [`super::TransportSpec::open`] opens for `llc://`.
+pub type LlcLinkTransport = LlcTransport<AnyLink>;
+
+/// The LLC stack's totals that reports and the MPI component show.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct LlcTotals {
+    /// Frames the endpoint dropped (malformed, beyond the window, not for
+    /// it...; the `dropped.*` counters summed).
+    pub frames_dropped: u64,
+    /// Frames retransmitted, over all connections.
+    pub retransmits: u64,
+    /// Of those, after a retransmission timeout.
+    pub timeouts: u64,
+}
+
 /// The LLC stack over link `D`.
 #[derive(Debug)]
 pub struct LlcTransport<D: Device> {
@@ -144,6 +163,20 @@ impl LlcTransport<AnyLink> {
         Self::open_link(ifname, backend, attach, None, port, cfg)
     }
 
+    /// Open what `spec` says ([`LlcTransport::open_exclusive`] when it is
+    /// exclusive, else [`LlcTransport::open_with_attach`]).
+    pub fn open_spec(spec: &LlcSpec) -> Result<Self, TransportError> {
+        let claim = (!spec.exclusive).then_some(spec.port);
+        Self::open_link(
+            &spec.ifname,
+            spec.backend,
+            spec.attach,
+            claim,
+            spec.port,
+            spec.config.clone(),
+        )
+    }
+
     fn open_link(
         ifname: &str,
         backend: Backend,
@@ -152,6 +185,16 @@ impl LlcTransport<AnyLink> {
         port: u16,
         cfg: LlcConfig,
     ) -> Result<Self, TransportError> {
+        let backend = match backend {
+            Backend::Auto => any::Backend::Auto,
+            Backend::Xdp => any::Backend::Xdp,
+            Backend::Packet => any::Backend::Packet,
+        };
+        let attach = match attach {
+            AttachMode::Auto => afxdp::AttachMode::Auto,
+            AttachMode::Native => afxdp::AttachMode::Native,
+            AttachMode::Generic => afxdp::AttachMode::Generic,
+        };
         let packet = AfPacketConfig {
             sap: cfg.sap,
             port: claim,
@@ -205,6 +248,20 @@ impl<D: Device> LlcTransport<D> {
     /// The stack, for its statistics.
     pub fn stack(&self) -> &Stack<D> {
         &self.stack
+    }
+
+    /// Drops, retransmissions and timeouts so far.
+    pub fn totals(&self) -> LlcTotals {
+        let ep = self.stack.endpoint();
+        let mut t = LlcTotals {
+            frames_dropped: ep.stats().dropped.total(),
+            ..LlcTotals::default()
+        };
+        for (_, c) in ep.connection_stats_all() {
+            t.retransmits += c.retransmits;
+            t.timeouts += c.timeouts;
+        }
+        t
     }
 
     fn take_events(&mut self, events: &mut Vec<TransportEvent>) -> bool {
@@ -336,8 +393,10 @@ impl<D: Device + Send + 'static> Transport for LlcTransport<D> {
         out
     }
 
-    fn set_placement(&mut self, placement: Box<dyn llc_stack::proto::Placement>) {
-        self.stack.endpoint_mut().set_placement(Some(placement));
+    fn set_placement(&mut self, placement: Box<dyn Placement>) {
+        self.stack
+            .endpoint_mut()
+            .set_placement(Some(Box::new(StackPlacement(placement))));
     }
 
     fn flushed(&self) -> bool {
@@ -369,6 +428,22 @@ impl<D: Device + Send + 'static> Transport for LlcTransport<D> {
 
     fn probe_answered(&self, to: &Addr) -> bool {
         matches!(to, Addr::Llc(a) if self.stack.endpoint().probe_answered(a.mac))
+    }
+}
+
+/// The message layer's placement as the stack's: the sink passes down as
+/// it is (see [`super::placement`]), so a placed message costs no
+/// allocation here.
+struct StackPlacement(Box<dyn Placement>);
+
+impl llc_stack::proto::Placement for StackPlacement {
+    fn place(
+        &mut self,
+        len: usize,
+        first: &[u8],
+    ) -> Option<(usize, std::sync::Arc<dyn llc_stack::proto::Sink>)> {
+        let (keep, sink) = self.0.place(len, first)?;
+        Some((keep, sink.into_llc()))
     }
 }
 

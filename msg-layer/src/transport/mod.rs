@@ -6,6 +6,9 @@
 //! - [`tcp`]: kernel TCP, one connection per peer, `TCP_NODELAY`, over
 //!   io_uring or over non-blocking sockets and epoll.
 //!
+//! [`TransportSpec`] opens any of them from an address-like string such as
+//! `llc://eth0?backend=xdp` or `tcp://0.0.0.0:5201`, as an [`AnyTransport`].
+//!
 //! A transport moves whole messages: what one `send` queues arrives as one
 //! [`TransportEvent::Message`], in order, exactly once, or the connection
 //! fails with [`TransportEvent::Closed`] carrying the reason. It never drops a
@@ -26,8 +29,15 @@ use bytes::Bytes;
 
 use crate::addr::Addr;
 
+mod any;
 pub mod llc;
+pub mod placement;
+pub mod spec;
 pub mod tcp;
+
+pub use any::AnyTransport;
+pub use placement::{Placement, SharedSink, Sink};
+pub use spec::TransportSpec;
 
 /// Names a connection of one transport. Never reused by that transport.
 pub type ConnId = u32;
@@ -212,10 +222,10 @@ pub trait Transport: Send + 'static {
     }
 
     /// Let `placement` write incoming messages straight into the layer
-    /// above's buffers (see `llc_stack::proto::placement`). Transports that
+    /// above's buffers (see [`placement`]). Transports that
     /// cannot (TCP reads into its own buffers) ignore it, and the layer above
     /// copies.
-    fn set_placement(&mut self, placement: Box<dyn llc_stack::proto::Placement>) {
+    fn set_placement(&mut self, placement: Box<dyn Placement>) {
         let _ = placement;
     }
 
@@ -280,7 +290,7 @@ impl Transport for Box<dyn Transport> {
     fn progress(&mut self, events: &mut Vec<TransportEvent>) -> Result<bool, TransportError> {
         (**self).progress(events)
     }
-    fn set_placement(&mut self, placement: Box<dyn llc_stack::proto::Placement>) {
+    fn set_placement(&mut self, placement: Box<dyn Placement>) {
         (**self).set_placement(placement)
     }
 

@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use bytes::Bytes;
-use llc_stack::link::afxdp::AttachMode;
-use llc_stack::wire::MacAddr;
+use msg_layer::addr::MacAddr;
+use msg_layer::transport::spec::AttachMode;
 use msg_layer::{PeerId, Request, Source, Tag};
 use serde::Serialize;
 use testbed::Bridged;

@@ -25,8 +25,8 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
-use llc_stack::link::afxdp::AttachMode;
-use llc_stack::wire::MacAddr;
+use msg_layer::addr::MacAddr;
+use msg_layer::transport::spec::AttachMode;
 
 use driver::{Link, Settings, Test, TransportResult};
 use report::{HostInfo, Report};

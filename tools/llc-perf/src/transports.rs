@@ -11,17 +11,13 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use anyhow::{anyhow, Result};
-use llc_stack::link::afxdp::AttachMode;
-use llc_stack::link::any::Backend;
-use llc_stack::wire::MacAddr;
-use msg_layer::addr::LlcAddr;
-use msg_layer::transport::llc::{LlcConfig, LlcTransport};
-use msg_layer::transport::tcp::{TcpConfig, TcpSocketTransport, TcpUringTransport};
-use msg_layer::transport::Transport;
+use msg_layer::addr::{LlcAddr, MacAddr};
+use msg_layer::transport::spec::{AttachMode, Backend, LlcSpec, TcpSpec};
+use msg_layer::transport::{AnyTransport, TransportSpec};
 use msg_layer::{Addr, Config, Endpoint};
 
 /// An endpoint over whichever transport was chosen at run time.
-pub type Ep = Endpoint<Box<dyn Transport>>;
+pub type Ep = Endpoint<AnyTransport>;
 
 /// SAP of the LLC-over-AF_XDP endpoints (the stack's default).
 pub const XDP_SAP: u8 = 0x7C;
@@ -146,51 +142,50 @@ pub struct Open<'a> {
     pub xdp_attach: AttachMode,
 }
 
-/// Open `kind`'s transport and an endpoint on it. Call it inside the
-/// namespace the endpoint belongs to.
-pub fn open(kind: Kind, o: &Open<'_>) -> Result<Ep> {
-    let t: Box<dyn Transport> = match kind {
+/// The spec of `kind`'s endpoint (printable as `llc://IFNAME?...` or
+/// `tcp://IP:PORT?...`).
+pub fn spec(kind: Kind, o: &Open<'_>) -> TransportSpec {
+    match kind {
         Kind::LlcXdp | Kind::LlcPacket => {
-            let backend = if kind == Kind::LlcXdp {
-                Backend::Xdp
-            } else {
-                Backend::Packet
+            let mut s = LlcSpec {
+                backend: if kind == Kind::LlcXdp {
+                    Backend::Xdp
+                } else {
+                    Backend::Packet
+                },
+                attach: o.xdp_attach,
+                port: if o.server { o.port } else { CLIENT_PORT },
+                ..LlcSpec::new(o.ifname)
             };
-            let port = if o.server { o.port } else { CLIENT_PORT };
-            let cfg = LlcConfig {
-                sap: kind.sap(),
-                ..LlcConfig::default()
-            };
-            let t = LlcTransport::open_with_attach(o.ifname, backend, o.xdp_attach, port, cfg)
-                .map_err(|e| anyhow!("{kind} on {}: {e}", o.ifname))?;
-            for n in t.notes() {
-                tracing::info!("{kind}: {n}");
-            }
-            Box::new(t)
+            s.config.sap = kind.sap();
+            TransportSpec::Llc(s)
         }
         Kind::TcpUring | Kind::Tcp => {
             let port = if o.server { kind.tcp_port(o.port) } else { 0 };
-            let cfg = TcpConfig {
-                uring_coop_taskrun: o.uring_coop,
-                busy_poll: Some(Duration::from_micros(50)),
-                ..TcpConfig::default()
-            };
-            let at = SocketAddr::new(o.ip, port);
+            let mut s = TcpSpec::new(SocketAddr::new(o.ip, port));
+            s.config.uring_coop_taskrun = o.uring_coop;
+            s.config.busy_poll = Some(Duration::from_micros(50));
             if kind == Kind::TcpUring {
-                let t = TcpUringTransport::bind(at, cfg).map_err(|e| anyhow!("{kind}: {e}"))?;
-                for n in t.notes() {
-                    tracing::info!("{kind}: {n}");
-                }
-                Box::new(t)
+                TransportSpec::TcpUring(s)
             } else {
-                let t = TcpSocketTransport::bind(at, cfg).map_err(|e| anyhow!("{kind}: {e}"))?;
-                for n in t.notes() {
-                    tracing::info!("{kind}: {n}");
-                }
-                Box::new(t)
+                TransportSpec::Tcp(s)
             }
         }
-    };
+    }
+}
+
+/// Open `kind`'s transport and an endpoint on it. Call it inside the
+/// namespace the endpoint belongs to.
+pub fn open(kind: Kind, o: &Open<'_>) -> Result<Ep> {
+    let spec = spec(kind, o);
+    tracing::debug!(%spec, "{kind}: opening");
+    let t = spec.open().map_err(|e| match kind {
+        Kind::LlcXdp | Kind::LlcPacket => anyhow!("{kind} on {}: {e}", o.ifname),
+        Kind::TcpUring | Kind::Tcp => anyhow!("{kind}: {e}"),
+    })?;
+    for n in t.notes() {
+        tracing::info!("{kind}: {n}");
+    }
     Endpoint::new(t, Config::default()).map_err(|e| anyhow!("{kind}: {e}"))
 }
 

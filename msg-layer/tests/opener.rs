@@ -1,0 +1,93 @@
+//! The opener: transports opened from their string specs
+//! ([`TransportSpec`]) over a real veth pair between two network namespaces
+//! connect and exchange messages (small and multi-frame, both ways), and
+//! report what they are.
+//!
+//! They need root (namespaces, raw sockets) and print SKIPPED otherwise.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{connected_pair, pattern, Maker, Msg};
+use msg_layer::transport::{AnyTransport, Transport, TransportSpec};
+use vm_tests::{require_root, Host};
+
+/// Opens `spec(host)` inside the host's namespace.
+fn opener(spec: fn(&Host) -> String) -> impl Maker<AnyTransport> {
+    move |h: &Host| {
+        let s = spec(h);
+        let parsed: TransportSpec = s.parse().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(parsed.to_string(), s, "the spec prints as it parsed");
+        parsed.open()
+    }
+}
+
+fn exchange(spec: fn(&Host) -> String, name_starts: &str) {
+    let mut pair = connected_pair(1500, opener(spec));
+    for end in [&pair.a, &pair.b] {
+        assert!(
+            end.name().starts_with(name_starts),
+            "{} is not {name_starts}",
+            end.name()
+        );
+    }
+    let msgs = |seed: u64| -> Vec<Msg> {
+        [0usize, 1, 1499, 100_000]
+            .iter()
+            .enumerate()
+            .map(|(i, &len)| Msg::new(pattern(seed + i as u64, len), len / 3))
+            .collect()
+    };
+    pair.exchange(&msgs(1), &msgs(100), Duration::from_secs(20));
+}
+
+#[test]
+fn llc_over_af_packet() {
+    require_root!();
+    exchange(
+        |h| format!("llc://{}?backend=packet&port=0", h.ifname),
+        "llc/af_packet",
+    );
+}
+
+#[test]
+fn llc_over_af_xdp_generic() {
+    require_root!();
+    exchange(
+        |h| format!("llc://{}?backend=xdp&attach=generic&sap=0x78", h.ifname),
+        "llc/af_xdp",
+    );
+}
+
+#[test]
+fn llc_exclusive() {
+    require_root!();
+    exchange(
+        |h| format!("llc://{}?backend=packet&exclusive=true", h.ifname),
+        "llc/af_packet",
+    );
+}
+
+#[test]
+fn tcp_over_sockets() {
+    require_root!();
+    exchange(|h| format!("tcp://{}:0", h.ipv4), "tcp/socket");
+}
+
+#[test]
+fn tcp_over_io_uring() {
+    require_root!();
+    exchange(
+        |h| format!("tcp-uring://{}:0?coop_taskrun=true", h.ipv4),
+        "tcp/io_uring",
+    );
+}
+
+/// Opening names what is wrong in the user's words.
+#[test]
+fn opening_a_missing_interface_says_so() {
+    let spec: TransportSpec = "llc://no-such-if0?backend=packet".parse().unwrap();
+    let e = spec.open().unwrap_err().to_string();
+    assert!(e.contains("no-such-if0"), "{e}");
+}
