@@ -25,8 +25,6 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use crate::link::LinkError;
-
 /// Call `libc::$fn(args)`, mapping a return value of -1 to the thread's
 /// `errno` as an [`io::Error`]. The caller states why the call is sound in a
 /// `// SAFETY:` comment above the macro use.
@@ -88,35 +86,68 @@ fn is_errno(err: &io::Error, codes: &[i32]) -> bool {
     err.raw_os_error().is_some_and(|e| codes.contains(&e))
 }
 
-fn io_error(context: impl Into<String>, source: io::Error) -> LinkError {
-    LinkError::Io {
-        context: context.into(),
-        source,
+/// `source` with what was being done prepended to its message. The kind is
+/// kept; the errno is not (an [`io::Error`] carrying a message has none), so
+/// only errors nobody classifies by errno get a context here. The others go
+/// up bare and the caller, who knows what it asked for, says so.
+fn with_context(context: &'static str, source: io::Error) -> io::Error {
+    io::Error::new(source.kind(), Context { context, source })
+}
+
+/// What [`with_context`] wraps: a step and its error, the latter kept as the
+/// [`source`](std::error::Error::source).
+#[derive(Debug)]
+struct Context {
+    context: &'static str,
+    source: io::Error,
+}
+
+impl std::fmt::Display for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.context, self.source)
     }
+}
+
+impl std::error::Error for Context {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
+/// The error the kernel gives for an interface name it does not know
+/// (`ENODEV`), also for a string that cannot be an interface name (empty, too
+/// long, with a NUL): callers map both to "no such interface".
+fn no_such_interface() -> io::Error {
+    io::Error::from_raw_os_error(libc::ENODEV)
 }
 
 // ---------------------------------------------------------------------------
 // Interface lookups
 // ---------------------------------------------------------------------------
+//
+// Errors are the kernel's, bare, so that callers can classify them by errno:
+// `ENODEV` or `ENXIO` means no such interface (the link layer says so to the
+// user with what to do); anything else, the caller reports with the
+// interface and the question it asked.
 
 /// A datagram socket used only to ask the kernel about interfaces of the
 /// calling thread's network namespace.
-fn control_socket() -> Result<OwnedFd, LinkError> {
+fn control_socket() -> io::Result<OwnedFd> {
     // SAFETY: socket() takes no pointers.
     let fd = syscall!(socket(
         libc::AF_INET,
         libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
         0
     ))
-    .map_err(|e| io_error("creating a control socket for interface ioctls", e))?;
+    .map_err(|e| with_context("creating a control socket for interface ioctls", e))?;
     // SAFETY: fd was just returned by socket() and is owned by nobody else.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// An `ifreq` naming `name`, or `NoSuchInterface` if the name cannot be one.
-fn ifreq_for(name: &str) -> Result<libc::ifreq, LinkError> {
+/// An `ifreq` naming `name`, or `ENODEV` if the name cannot be one.
+fn ifreq_for(name: &str) -> io::Result<libc::ifreq> {
     if name.is_empty() || name.len() >= libc::IFNAMSIZ || name.contains('\0') {
-        return Err(LinkError::NoSuchInterface(name.to_owned()));
+        return Err(no_such_interface());
     }
     // SAFETY: ifreq is plain old data (integers, arrays, a union of those and
     // a pointer) for which all-zero bytes are a valid value.
@@ -128,49 +159,37 @@ fn ifreq_for(name: &str) -> Result<libc::ifreq, LinkError> {
 }
 
 /// Run the `SIOCGIF*` request `request` for interface `name`.
-fn ifreq_get(name: &str, request: libc::c_ulong, what: &str) -> Result<libc::ifreq, LinkError> {
+fn ifreq_get(name: &str, request: libc::c_ulong) -> io::Result<libc::ifreq> {
     let mut req = ifreq_for(name)?;
     let sock = control_socket()?;
     // SAFETY: `req` is a valid, writable ifreq that outlives the call; every
     // SIOCGIF* request reads the name and writes only inside the struct.
-    match syscall!(ioctl(
+    syscall!(ioctl(
         sock.as_raw_fd(),
         request as _,
         &mut req as *mut libc::ifreq
-    )) {
-        Ok(_) => Ok(req),
-        Err(e) if is_errno(&e, &[libc::ENODEV, libc::ENXIO]) => {
-            Err(LinkError::NoSuchInterface(name.to_owned()))
-        }
-        Err(e) => Err(io_error(
-            format!("reading the {what} of interface {name}"),
-            e,
-        )),
-    }
+    ))?;
+    Ok(req)
 }
 
 /// Index of interface `name` in the calling thread's network namespace.
-pub(crate) fn interface_index(name: &str) -> Result<u32, LinkError> {
+pub(crate) fn interface_index(name: &str) -> io::Result<u32> {
     if name.is_empty() || name.len() >= libc::IFNAMSIZ {
-        return Err(LinkError::NoSuchInterface(name.to_owned()));
+        return Err(no_such_interface());
     }
-    let cname = CString::new(name).map_err(|_| LinkError::NoSuchInterface(name.to_owned()))?;
+    let cname = CString::new(name).map_err(|_| no_such_interface())?;
     // SAFETY: cname is a NUL-terminated string that outlives the call.
     let index = unsafe { libc::if_nametoindex(cname.as_ptr()) };
     if index != 0 {
-        return Ok(index);
-    }
-    let err = io::Error::last_os_error();
-    if is_errno(&err, &[libc::ENODEV, libc::ENXIO]) {
-        Err(LinkError::NoSuchInterface(name.to_owned()))
+        Ok(index)
     } else {
-        Err(io_error(format!("looking up interface {name}"), err))
+        Err(io::Error::last_os_error())
     }
 }
 
 /// Hardware (MAC) address of interface `name`.
-pub(crate) fn interface_mac(name: &str) -> Result<[u8; 6], LinkError> {
-    let req = ifreq_get(name, libc::SIOCGIFHWADDR, "hardware address")?;
+pub(crate) fn interface_mac(name: &str) -> io::Result<[u8; 6]> {
+    let req = ifreq_get(name, libc::SIOCGIFHWADDR)?;
     // SAFETY: SIOCGIFHWADDR succeeded, so the kernel filled `ifru_hwaddr`.
     let addr = unsafe { req.ifr_ifru.ifru_hwaddr };
     let mut mac = [0u8; 6];
@@ -181,19 +200,11 @@ pub(crate) fn interface_mac(name: &str) -> Result<[u8; 6], LinkError> {
 }
 
 /// MTU of interface `name`: the largest payload after the Ethernet header.
-pub(crate) fn interface_mtu(name: &str) -> Result<usize, LinkError> {
-    let req = ifreq_get(name, libc::SIOCGIFMTU, "MTU")?;
+pub(crate) fn interface_mtu(name: &str) -> io::Result<usize> {
+    let req = ifreq_get(name, libc::SIOCGIFMTU)?;
     // SAFETY: SIOCGIFMTU succeeded, so the kernel filled `ifru_mtu`.
     let mtu = unsafe { req.ifr_ifru.ifru_mtu };
     Ok(mtu.max(0) as usize)
-}
-
-/// Whether interface `name` is administratively up (`IFF_UP`).
-pub(crate) fn interface_is_up(name: &str) -> Result<bool, LinkError> {
-    let req = ifreq_get(name, libc::SIOCGIFFLAGS, "flags")?;
-    // SAFETY: SIOCGIFFLAGS succeeded, so the kernel filled `ifru_flags`.
-    let flags = unsafe { req.ifr_ifru.ifru_flags };
-    Ok(libc::c_int::from(flags) & libc::IFF_UP != 0)
 }
 
 /// Names of the interfaces of the calling thread's network namespace.
@@ -220,22 +231,22 @@ pub(crate) fn interface_names() -> io::Result<Vec<String>> {
 }
 
 /// Interface flags (`IFF_*`) of interface `name`.
-pub(crate) fn interface_flags(name: &str) -> Result<libc::c_int, LinkError> {
-    let req = ifreq_get(name, libc::SIOCGIFFLAGS, "flags")?;
+pub(crate) fn interface_flags(name: &str) -> io::Result<libc::c_int> {
+    let req = ifreq_get(name, libc::SIOCGIFFLAGS)?;
     // SAFETY: SIOCGIFFLAGS succeeded, so the kernel filled `ifru_flags`.
     Ok(libc::c_int::from(unsafe { req.ifr_ifru.ifru_flags }))
 }
 
 /// Hardware type (`ARPHRD_*`) of interface `name`.
-pub(crate) fn interface_hw_type(name: &str) -> Result<u16, LinkError> {
-    let req = ifreq_get(name, libc::SIOCGIFHWADDR, "hardware address")?;
+pub(crate) fn interface_hw_type(name: &str) -> io::Result<u16> {
+    let req = ifreq_get(name, libc::SIOCGIFHWADDR)?;
     // SAFETY: SIOCGIFHWADDR succeeded, so the kernel filled `ifru_hwaddr`.
     Ok(unsafe { req.ifr_ifru.ifru_hwaddr }.sa_family)
 }
 
 /// Number of RX queues of interface `name` (`ETHTOOL_GCHANNELS`: RX-only plus
 /// combined channels). Drivers without the ethtool call count as one queue.
-pub(crate) fn interface_rx_queues(name: &str) -> Result<u32, LinkError> {
+pub(crate) fn interface_rx_queues(name: &str) -> io::Result<u32> {
     /// `struct ethtool_channels` (linux/ethtool.h).
     #[repr(C)]
     #[derive(Default)]
@@ -257,39 +268,35 @@ pub(crate) fn interface_rx_queues(name: &str) -> Result<u32, LinkError> {
     };
     // SAFETY: EthtoolChannels is the kernel's ethtool_channels, whose
     // `cmd` asks for exactly this struct.
-    match unsafe { ethtool(name, &mut channels) }? {
-        Ok(_) => Ok((channels.rx_count + channels.combined_count).max(1)),
+    match unsafe { ethtool(name, &mut channels) } {
+        Ok(()) => Ok((channels.rx_count + channels.combined_count).max(1)),
+        // Only the ioctl's own errors carry an errno (a control socket's
+        // failure comes with a context and none), so this is the driver
+        // saying it has no channel count.
         Err(e) if is_errno(&e, &[libc::EOPNOTSUPP, libc::EINVAL]) => Ok(1),
-        Err(e) if is_errno(&e, &[libc::ENODEV, libc::ENXIO]) => {
-            Err(LinkError::NoSuchInterface(name.to_owned()))
-        }
-        Err(e) => Err(io_error(
-            format!("reading the channel count of interface {name}"),
-            e,
-        )),
+        Err(e) => Err(e),
     }
 }
 
 /// One `SIOCETHTOOL` request on interface `name`: the kernel reads the
-/// command in the first word of `data` and fills the rest. The outer error
-/// is about the name or the control socket, the inner one the ioctl's.
+/// command in the first word of `data` and fills the rest.
 ///
 /// # Safety
 /// `T` must be the `#[repr(C)]` struct the command in its first field
 /// expects, so that the kernel writes only inside it.
-unsafe fn ethtool<T>(name: &str, data: &mut T) -> Result<io::Result<()>, LinkError> {
+unsafe fn ethtool<T>(name: &str, data: &mut T) -> io::Result<()> {
     let mut req = ifreq_for(name)?;
     req.ifr_ifru.ifru_data = (data as *mut T).cast::<libc::c_char>();
     let sock = control_socket()?;
     // SAFETY: `req` names the interface and points `ifru_data` at `data`,
     // writable and alive for the call; the caller vouches that the command
     // makes the kernel write only inside it.
-    Ok(syscall!(ioctl(
+    syscall!(ioctl(
         sock.as_raw_fd(),
         libc::SIOCETHTOOL as _,
         &mut req as *mut libc::ifreq
     ))
-    .map(drop))
+    .map(drop)
 }
 
 /// The driver of interface `name` (`ETHTOOL_GDRVINFO`), e.g. `veth`,
@@ -328,7 +335,7 @@ pub(crate) fn interface_driver(name: &str) -> Option<String> {
     };
     // SAFETY: EthtoolDrvinfo is the kernel's ethtool_drvinfo, whose `cmd`
     // asks for exactly this struct.
-    unsafe { ethtool(name, &mut info) }.ok()?.ok()?;
+    unsafe { ethtool(name, &mut info) }.ok()?;
     let end = info.driver.iter().position(|&b| b == 0).unwrap_or(32);
     let driver = String::from_utf8_lossy(&info.driver[..end]).into_owned();
     (!driver.is_empty()).then_some(driver)
