@@ -176,3 +176,106 @@ impl Connection {
         (self.inflight.len() - self.n_sacked - self.n_lost) as u32
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::harness::{deliver, pattern, transmit_all, Pair};
+    use super::*;
+    use crate::proto::config::Config;
+
+    #[test]
+    fn acknowledgements_grow_the_window() {
+        let mut p = Pair::new();
+        let cwnd0 = p.a.cwnd();
+        assert_eq!(cwnd0, Config::default().initial_cwnd);
+        let frag = p.a.fragment_len();
+        // Slow start: one frame more per frame acknowledged.
+        p.a.send(pattern(cwnd0 as usize * frag, 1).into()).unwrap();
+        assert_eq!(
+            p.round_trip(Duration::from_micros(30)).len(),
+            cwnd0 as usize
+        );
+        assert_eq!(p.a.cwnd(), 2 * cwnd0);
+        // Congestion avoidance: one frame more per window acknowledged.
+        let w = p.a.cwnd();
+        p.a.ssthresh = w;
+        p.a.send(pattern(w as usize * frag, 2).into()).unwrap();
+        assert_eq!(p.round_trip(Duration::from_micros(30)).len(), w as usize);
+        assert_eq!(p.a.cwnd(), w + 1);
+        assert_eq!(p.a.stats().loss_episodes, 0);
+    }
+
+    #[test]
+    fn a_timeout_collapses_the_window() {
+        let mut p = Pair::new();
+        let frag = p.a.fragment_len();
+        p.a.send(pattern(20 * frag, 1).into()).unwrap();
+        assert_eq!(transmit_all(&mut p.a, p.now).len(), 20);
+        let rto = p.a.timers[Timer::Rto as usize].unwrap();
+        p.advance_to(rto);
+        assert_eq!(p.a.stats().timeouts, 1);
+        assert_eq!(p.a.cwnd(), Config::default().min_cwnd);
+        // Half of what was in flight when the timeout fired.
+        assert_eq!(p.a.ssthresh, 10);
+        assert_eq!(p.a.n_lost, 20);
+    }
+
+    /// A burst of ten frames after a round trip of 20 µs; the fourth is
+    /// lost and the others' acknowledgement takes `rtt`. Returns A's window
+    /// before the loss is found and after.
+    fn loss_in_a_burst(rtt: Duration) -> (Pair, u32, u32) {
+        let mut p = Pair::new();
+        p.a.send(pattern(10, 0).into()).unwrap();
+        p.round_trip(Duration::from_micros(20));
+        assert_eq!(p.a.stats().min_rtt_ns, 20_000);
+        let frag = p.a.fragment_len();
+        p.a.send(pattern(10 * frag, 1).into()).unwrap();
+        let t = p.now;
+        let frames = transmit_all(&mut p.a, t);
+        assert_eq!(frames.len(), 10);
+        for (i, f) in frames.iter().enumerate() {
+            if i != 3 {
+                deliver(&mut p.b, t, f);
+            }
+        }
+        let acks = transmit_all(&mut p.b, t);
+        assert!(!acks.is_empty());
+        p.now = t + rtt;
+        for f in &acks {
+            deliver(&mut p.a, p.now, f);
+        }
+        assert_eq!(p.a.n_sacked, 6);
+        let before = p.a.cwnd();
+        // RACK: lost once out for the delivered frames' round trip plus the
+        // reordering allowance (a quarter of the smallest RTT, at least 50 µs).
+        let due = p.a.timers[Timer::Reorder as usize].expect("the reordering timer");
+        assert_eq!(due, t + rtt + Duration::from_micros(50));
+        assert_eq!(p.a.n_lost, 0);
+        p.advance_to(due);
+        assert_eq!(p.a.n_lost, 1);
+        assert_eq!(p.a.stats().loss_episodes, 1);
+        let after = p.a.cwnd();
+        let resent = transmit_all(&mut p.a, p.now);
+        assert_eq!(resent.len(), 1);
+        assert_eq!(p.a.stats().retransmits, 1);
+        (p, before, after)
+    }
+
+    #[test]
+    fn a_loss_behind_a_queue_cuts_the_window() {
+        // 200 µs against a smallest round trip of 20 µs: frames queue.
+        let (p, before, after) = loss_in_a_burst(Duration::from_micros(200));
+        assert!(p.a.queue_building());
+        // Nothing but the lost frame was still in flight: down to the floor.
+        assert_eq!(after, Config::default().min_cwnd);
+        assert!(before > after);
+        assert_eq!(p.a.ssthresh, after);
+    }
+
+    #[test]
+    fn a_random_loss_on_an_idle_path_keeps_the_window() {
+        let (p, before, after) = loss_in_a_burst(Duration::from_micros(20));
+        assert!(!p.a.queue_building());
+        assert_eq!(after, before);
+    }
+}

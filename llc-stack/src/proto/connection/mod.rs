@@ -50,6 +50,9 @@ mod send;
 mod stats;
 mod timers;
 
+#[cfg(test)]
+mod harness;
+
 use congestion::RtoUndo;
 use recv::{Assembly, RecvMeta};
 #[cfg(test)]

@@ -352,3 +352,116 @@ impl Connection {
         (out, n)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::harness::{
+        deliver, header, messages, pattern, sacks, transmit, transmit_all, Pair,
+    };
+
+    /// A sends `n` one-frame messages; their frames, not delivered.
+    fn one_frame_messages(p: &mut Pair, n: u8) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+        let msgs: Vec<Vec<u8>> = (0..n).map(|i| pattern(100 + i as usize, i)).collect();
+        for m in &msgs {
+            p.a.send(m.clone().into()).unwrap();
+        }
+        let frames = transmit_all(&mut p.a, p.now);
+        assert_eq!(frames.len(), n as usize);
+        (msgs, frames)
+    }
+
+    #[test]
+    fn frames_out_of_order_are_held_and_delivered_in_order() {
+        let mut p = Pair::new();
+        let (msgs, frames) = one_frame_messages(&mut p, 4);
+        for i in [3, 1, 2] {
+            deliver(&mut p.b, p.now, &frames[i]);
+        }
+        assert!(messages(&mut p.b).is_empty(), "delivered past a hole");
+        assert_eq!(p.b.n_out_of_order, 3);
+        deliver(&mut p.b, p.now, &frames[0]);
+        assert_eq!(messages(&mut p.b), msgs);
+        assert_eq!(p.b.n_out_of_order, 0);
+        assert_eq!(p.b.stats().messages_received, 4);
+        assert_eq!(p.b.stats().duplicates, 0);
+    }
+
+    #[test]
+    fn fragments_out_of_order_reassemble_one_message() {
+        let mut p = Pair::new();
+        let data = pattern(3 * p.a.fragment_len(), 9);
+        p.a.send(data.clone().into()).unwrap();
+        let frames = transmit_all(&mut p.a, p.now);
+        assert_eq!(frames.len(), 3);
+        for i in [2, 0] {
+            deliver(&mut p.b, p.now, &frames[i]);
+        }
+        assert!(messages(&mut p.b).is_empty());
+        deliver(&mut p.b, p.now, &frames[1]);
+        assert_eq!(messages(&mut p.b), [data]);
+    }
+
+    #[test]
+    fn duplicates_are_dropped_counted_and_acknowledged_at_once() {
+        let mut p = Pair::new();
+        let (msgs, frames) = one_frame_messages(&mut p, 3);
+        // In order, then again (its ACK was lost); out of order, then again.
+        deliver(&mut p.b, p.now, &frames[0]);
+        let _ = transmit_all(&mut p.b, p.now);
+        deliver(&mut p.b, p.now, &frames[0]);
+        assert!(p.b.ack_now, "a duplicate is answered at once");
+        deliver(&mut p.b, p.now, &frames[2]);
+        deliver(&mut p.b, p.now, &frames[2]);
+        deliver(&mut p.b, p.now, &frames[1]);
+        assert_eq!(p.b.stats().duplicates, 2);
+        assert_eq!(messages(&mut p.b), msgs);
+        assert_eq!(
+            p.b.stats().payload_bytes_received,
+            msgs.iter().map(|m| m.len() as u64).sum::<u64>()
+        );
+    }
+
+    #[test]
+    fn acknowledgements_carry_sack_blocks_for_what_is_held() {
+        let mut p = Pair::new();
+        let (_, frames) = one_frame_messages(&mut p, 6);
+        let seq = |i: usize| header(&frames[i]).seq.get();
+        // Held: 1, then 4 and 5; missing: 0, 2, 3.
+        for i in [1, 4, 5] {
+            deliver(&mut p.b, p.now, &frames[i]);
+        }
+        let ack = transmit(&mut p.b, p.now).expect("an ACK for frames out of order");
+        assert_eq!(header(&ack).ack.get(), seq(0));
+        // The run holding the frame that arrived last goes first.
+        assert_eq!(sacks(&ack), [(seq(4), seq(5) + 1), (seq(1), seq(2))]);
+        // Once the holes are filled there is nothing left to report.
+        for i in [0, 2, 3] {
+            deliver(&mut p.b, p.now, &frames[i]);
+        }
+        p.b.ack_now = true;
+        let ack = transmit(&mut p.b, p.now).unwrap();
+        assert_eq!(header(&ack).ack.get(), seq(5) + 1);
+        assert!(sacks(&ack).is_empty());
+    }
+
+    #[test]
+    fn frames_beyond_the_credit_are_dropped_and_counted() {
+        let mut p = Pair::new();
+        let (_, frames) = one_frame_messages(&mut p, 1);
+        // The same frame one window further on (the CRC made anew).
+        let mut h = header(&frames[0]);
+        h.seq = h.seq.get().wrapping_add(p.b.window_frames()).into();
+        let mut forged = vec![0u8; 1514];
+        let addr = *p.a.addresses();
+        let n = crate::wire::emit_transport(&mut forged, &addr, &h, &[], &[0u8; 100]).unwrap();
+        forged.truncate(n);
+        let received = p.b.stats().frames_received;
+        deliver(&mut p.b, p.now, &forged);
+        assert_eq!(p.b.stats().beyond_window, 1);
+        assert_eq!(p.b.stats().frames_received, received);
+        assert!(
+            transmit(&mut p.b, p.now).is_none(),
+            "a forged frame was answered"
+        );
+    }
+}

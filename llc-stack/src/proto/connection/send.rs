@@ -518,3 +518,107 @@ impl Connection {
         self.send_msgs.len()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::harness::{
+        deliver, header, messages, pattern, payload_len, transmit_all, Pair,
+    };
+    use super::*;
+    use crate::proto::config::Config;
+    use crate::proto::connection::SendError;
+
+    /// DATA frames A sends at once for a message of `frames` fragments,
+    /// with nothing acknowledged in between.
+    fn burst(p: &mut Pair, frames: usize) -> Vec<Vec<u8>> {
+        let frag = p.a.fragment_len();
+        p.a.send(pattern(frames * frag, 1).into()).unwrap();
+        transmit_all(&mut p.a, p.now)
+    }
+
+    #[test]
+    fn new_frames_stop_at_the_peers_credit() {
+        let b = Config {
+            min_window_frames: 10,
+            max_window_frames: 10,
+            ..Config::default()
+        };
+        let mut p = Pair::with(Config::default(), b);
+        assert_eq!(p.b.window_frames(), 10);
+        assert!(p.a.cwnd() > 10);
+        let frames = burst(&mut p, 40);
+        assert_eq!(frames.len(), 10);
+        // The last frame the credit allows asks for an acknowledgement at once.
+        assert!(header(&frames[9]).has(flags::ACK_NOW));
+        assert!(!header(&frames[8]).has(flags::ACK_NOW));
+        assert!(!p.a.wants_transmit());
+        // Credit returns with the acknowledgement, and the rest follows.
+        for f in &frames {
+            deliver(&mut p.b, p.now, f);
+        }
+        p.settle();
+        assert_eq!(p.a.stats().data_frames_sent, 40);
+        assert_eq!(p.a.stats().retransmits, 0);
+    }
+
+    #[test]
+    fn new_frames_stop_at_the_congestion_window() {
+        let a = Config {
+            initial_cwnd: 5,
+            ..Config::default()
+        };
+        let mut p = Pair::with(a, Config::default());
+        assert!(p.b.window_frames() > 5);
+        assert_eq!(burst(&mut p, 40).len(), 5);
+        assert_eq!(p.a.stats().data_frames_sent, 5);
+    }
+
+    #[test]
+    fn a_message_is_cut_into_fragments_in_order() {
+        let mut p = Pair::new();
+        let frag = p.a.fragment_len();
+        assert_eq!(frag, 1500 - 3 - 56);
+        let data = pattern(2 * frag + 100, 7);
+        let id = p.a.send(data.clone().into()).unwrap();
+        let frames = transmit_all(&mut p.a, p.now);
+        assert_eq!(frames.len(), 3);
+        let seq0 = header(&frames[0]).seq.get();
+        for (i, f) in frames.iter().enumerate() {
+            let h = header(f);
+            assert_eq!(h.frame_type(), FrameType::Data);
+            assert_eq!(h.seq.get(), seq0.wrapping_add(i as u32));
+            assert_eq!(h.msg_id.get(), id);
+            assert_eq!(h.msg_len.get() as usize, data.len());
+            assert_eq!(h.frag_off.get() as usize, i * frag);
+            assert_eq!(h.has(flags::LAST_FRAGMENT), i == 2);
+        }
+        assert_eq!(payload_len(&frames[2]), 100);
+        for f in &frames {
+            deliver(&mut p.b, p.now, f);
+        }
+        assert_eq!(messages(&mut p.b), [data]);
+        assert_eq!(p.a.send_buffered(), 2 * frag + 100);
+        p.settle();
+        assert_eq!(p.a.send_buffered(), 0);
+        assert!(p.a.is_send_idle());
+    }
+
+    #[test]
+    fn send_refuses_what_the_buffer_cannot_hold() {
+        let a = Config {
+            send_buffer_bytes: 1000,
+            ..Config::default()
+        };
+        let mut p = Pair::with(a, Config::default());
+        // A message larger than the buffer goes alone into an empty one.
+        p.a.send(pattern(1500, 0).into()).unwrap();
+        assert_eq!(
+            p.a.send(pattern(10, 0).into()),
+            Err(SendError::BufferFull { queued: 1500 })
+        );
+        p.settle();
+        assert_eq!(p.a.send(pattern(10, 0).into()), Ok(1));
+        p.a.close();
+        assert_eq!(p.a.send(pattern(10, 0).into()), Err(SendError::Closed));
+    }
+}

@@ -78,3 +78,78 @@ impl ConnStats {
         ]
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+    use std::time::Duration;
+
+    use super::super::harness::{messages, pattern, Pair};
+    use super::*;
+
+    #[test]
+    fn counters_follow_the_traffic() {
+        let mut p = Pair::new();
+        let (a0, b0) = (p.a.stats().clone(), p.b.stats().clone());
+        let sizes = [10, 2000, 300];
+        for (i, n) in sizes.iter().enumerate() {
+            p.a.send(pattern(*n, i as u8).into()).unwrap();
+        }
+        let sent = p.round_trip(Duration::from_micros(30));
+        let (a, b) = (p.a.stats(), p.b.stats());
+        assert_eq!(sent.len(), 4);
+        assert_eq!(a.data_frames_sent - a0.data_frames_sent, 4);
+        assert_eq!(a.frames_sent - a0.frames_sent, 4);
+        assert_eq!(a.messages_acked, 3);
+        assert_eq!(a.retransmits + a.timeouts + a.tail_probes, 0);
+        assert_eq!(b.frames_received - b0.frames_received, 4);
+        assert_eq!(b.messages_received, 3);
+        assert_eq!(b.payload_bytes_received, 2310);
+        assert_eq!(b.acks_sent - b0.acks_sent, 1);
+        assert_eq!(b.duplicates + b.violations + b.beyond_window, 0);
+        assert_eq!(a.rtt_samples, 1);
+        assert_eq!(a.latest_rtt_ns, 30_000);
+        assert_eq!(a.min_rtt_ns, 30_000);
+        assert_eq!(a.srtt_ns, 30_000);
+        assert_eq!(messages(&mut p.b).len(), 3);
+    }
+
+    #[test]
+    fn counters_name_every_field_once() {
+        let mut s = ConnStats::default();
+        let fields: [&mut u64; 21] = [
+            &mut s.data_frames_sent,
+            &mut s.retransmits,
+            &mut s.timeouts,
+            &mut s.spurious_timeouts,
+            &mut s.tail_probes,
+            &mut s.acks_sent,
+            &mut s.frames_received,
+            &mut s.duplicates,
+            &mut s.beyond_window,
+            &mut s.out_of_window,
+            &mut s.violations,
+            &mut s.messages_received,
+            &mut s.messages_acked,
+            &mut s.loss_episodes,
+            &mut s.delay_cuts,
+            &mut s.frames_sent,
+            &mut s.payload_bytes_received,
+            &mut s.rtt_samples,
+            &mut s.srtt_ns,
+            &mut s.min_rtt_ns,
+            &mut s.latest_rtt_ns,
+        ];
+        for (i, f) in fields.into_iter().enumerate() {
+            *f = i as u64 + 1;
+        }
+        let c = s.counters();
+        let names: HashSet<_> = c.iter().map(|(n, _)| *n).collect();
+        let values: HashSet<_> = c.iter().map(|(_, v)| *v).collect();
+        assert_eq!(names.len(), 21);
+        assert_eq!(values, (1..=21).collect());
+        assert_eq!(c[1], ("retransmits", s.retransmits));
+        assert_eq!(c[2], ("tail_probes", s.tail_probes));
+        assert_eq!(c[20], ("latest_rtt_ns", s.latest_rtt_ns));
+    }
+}

@@ -185,3 +185,135 @@ impl Connection {
         self.has_unsent() && !self.snd_nxt.lt(self.peer_window_end) && self.inflight.is_empty()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::harness::{deliver, events, header, messages, pattern, transmit_all, Pair};
+    use super::super::Event;
+    use super::*;
+    use crate::proto::config::Config;
+    use crate::wire::FrameType;
+
+    fn rto_deadline(c: &Connection) -> Instant {
+        c.timers[Timer::Rto as usize].expect("a retransmission timer")
+    }
+
+    #[test]
+    fn the_rto_retransmits_doubles_and_ends_the_connection() {
+        let a = Config {
+            max_retransmits: 3,
+            ..Config::default()
+        };
+        let mut p = Pair::with(a, Config::default());
+        let t0 = p.now;
+        p.a.send(pattern(100, 1).into()).unwrap();
+        let sent = transmit_all(&mut p.a, t0);
+        assert_eq!(sent.len(), 1);
+        let seq = header(&sent[0]).seq.get();
+        // No round trip measured yet: the initial RTO.
+        let rto = Config::default().initial_rto;
+        assert_eq!(rto_deadline(&p.a) - t0, rto);
+        // Each timeout resends the lost frame and waits twice as long.
+        let mut deadline = rto_deadline(&p.a);
+        for n in 1..=3u32 {
+            p.advance_to(deadline);
+            assert_eq!(p.a.stats().timeouts, n as u64);
+            assert_eq!(p.a.backoff, n);
+            let again = transmit_all(&mut p.a, p.now);
+            assert!(
+                again.iter().any(|f| header(f).seq.get() == seq),
+                "not resent"
+            );
+            let next = rto_deadline(&p.a);
+            assert_eq!(next - deadline, rto * (1 << n));
+            deadline = next;
+        }
+        assert!(p.a.stats().retransmits >= 3);
+        // One timeout more than allowed: the connection fails, saying why.
+        p.advance_to(deadline);
+        assert_eq!(p.a.state(), State::Closed);
+        assert_eq!(
+            events(&mut p.a),
+            [Event::Closed(Some(ConnectionError::RetransmitLimit(3)))]
+        );
+        assert_eq!(p.a.poll_timeout(), None);
+    }
+
+    #[test]
+    fn an_acknowledgement_stops_the_rto() {
+        let mut p = Pair::new();
+        p.a.send(pattern(100, 1).into()).unwrap();
+        for f in transmit_all(&mut p.a, p.now) {
+            deliver(&mut p.b, p.now, &f);
+        }
+        assert!(p.a.timers[Timer::Rto as usize].is_some());
+        p.settle();
+        assert_eq!(p.a.timers[Timer::Rto as usize], None);
+        assert_eq!(p.a.stats().timeouts, 0);
+        assert_eq!(messages(&mut p.b).len(), 1);
+    }
+
+    #[test]
+    fn a_silent_peer_is_probed_then_declared_gone() {
+        let mut p = Pair::new();
+        let cfg = Config::default();
+        let heard = p.now;
+        // B is gone: A's frames go nowhere.
+        let mut pings = Vec::new();
+        while p.a.state() != State::Closed {
+            let t = p.a.poll_timeout().expect("a timer while open");
+            p.advance_to(t);
+            for f in transmit_all(&mut p.a, t) {
+                if header(&f).frame_type() == FrameType::Ping {
+                    pings.push(t);
+                }
+            }
+        }
+        assert_eq!(p.now, heard + cfg.idle_timeout);
+        assert_eq!(
+            events(&mut p.a),
+            [Event::Closed(Some(ConnectionError::IdleTimeout(
+                cfg.idle_timeout
+            )))]
+        );
+        // A keepalive each interval before that.
+        let expect: Vec<Instant> = (1..10u32)
+            .map(|i| heard + cfg.keepalive_interval * i)
+            .collect();
+        assert_eq!(pings, expect);
+    }
+
+    #[test]
+    fn answered_keepalives_keep_an_idle_connection_open() {
+        let mut p = Pair::new();
+        let cfg = Config::default();
+        p.run_for(cfg.idle_timeout * 3, cfg.keepalive_interval / 2);
+        assert_eq!(p.a.state(), State::Established);
+        assert_eq!(p.b.state(), State::Established);
+        assert!(events(&mut p.a).is_empty());
+    }
+
+    #[test]
+    fn a_delayed_acknowledgement_goes_out_when_its_timer_fires() {
+        let mut p = Pair::new();
+        p.a.send(pattern(100, 1).into()).unwrap();
+        p.a.send(pattern(100, 2).into()).unwrap();
+        // Neither frame asks for an acknowledgement at once; the last one
+        // asks for one soon.
+        for f in transmit_all(&mut p.a, p.now) {
+            deliver(&mut p.b, p.now, &f);
+        }
+        assert!(p.b.ack_pending());
+        assert!(
+            transmit_all(&mut p.b, p.now).is_empty(),
+            "acknowledged at once"
+        );
+        let due = p.b.timers[Timer::Ack as usize].expect("a delayed ACK");
+        assert_eq!(due - p.now, Config::default().ack_soon_delay);
+        p.advance_to(due);
+        let acks = transmit_all(&mut p.b, p.now);
+        assert_eq!(acks.len(), 1);
+        assert_eq!(header(&acks[0]).frame_type(), FrameType::Ack);
+        assert!(!p.b.ack_pending());
+    }
+}
