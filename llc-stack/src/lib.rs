@@ -2,7 +2,8 @@
 //!
 //! Layers, bottom up (each knows nothing of the ones above it):
 //! - [`wire`]: typed zero-copy views of the frame formats; parsing never panics.
-//! - [`link`]: devices that move whole frames (AF_PACKET, simulation) and middleware.
+//! - [`link`]: devices that move whole frames (AF_XDP, AF_PACKET, the same-host
+//!   path, simulation) and middleware (fault injection, pcap capture).
 //! - [`proto`]: the reliable connection as a sans-IO state machine fed frames and time.
 //! - [`pace`]: the spin-then-sleep policy of every loop that waits.
 //! - [`stack`]: the I/O edge that drives `proto` over a `link` device with a real clock.

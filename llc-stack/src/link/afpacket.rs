@@ -29,6 +29,7 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
+use crate::link::interfaces;
 use crate::link::local::{LocalPort, LocalStats, CONTROL_OFFSET, DST_PORT_OFFSET};
 use crate::link::{Capabilities, Device, LinkError, RxToken, TxToken};
 use crate::sys::{self, align_up, RingGeometry, RX_MAC_OFFSET};
@@ -323,12 +324,12 @@ impl AfPacket {
     /// [`LinkError::Io`] for anything else (e.g. no memory for the rings).
     pub fn open(ifname: &str, config: AfPacketConfig) -> Result<AfPacket, LinkError> {
         config.validate()?;
-        let ifindex = sys::interface_index(ifname)?;
-        if !sys::interface_is_up(ifname)? {
+        let ifindex = interfaces::index(ifname)?;
+        if !interfaces::is_up(ifname)? {
             return Err(LinkError::InterfaceDown(ifname.to_owned()));
         }
-        let mtu = sys::interface_mtu(ifname)?;
-        let mac = sys::interface_mac(ifname)?;
+        let mtu = interfaces::mtu(ifname)?;
+        let mac = interfaces::mac(ifname)?;
         let io_err = |context: &str| {
             let context = format!("{context} on {ifname}");
             move |source| LinkError::Io { context, source }

@@ -96,6 +96,7 @@ use std::time::Duration;
 pub use xdp_prog::shared::{ShareError, SharedProgram};
 pub use xdp_prog::{AttachMode, Attached, Counters as ProgramCounters, LlcRedirect, XdpError};
 
+use crate::link::interfaces;
 use crate::link::local::{LocalPort, LocalStats};
 use crate::link::{Capabilities, Device, LinkError, RxToken, TxToken};
 use crate::sys::{self, xsk};
@@ -367,18 +368,18 @@ impl AfXdp {
     /// the requested mode, no zero-copy, MTU too large) and [`LinkError::Io`].
     pub fn open(ifname: &str, config: AfXdpConfig) -> Result<AfXdp, LinkError> {
         config.validate()?;
-        let ifindex = sys::interface_index(ifname)?;
-        if !sys::interface_is_up(ifname)? {
+        let ifindex = interfaces::index(ifname)?;
+        if !interfaces::is_up(ifname)? {
             return Err(LinkError::InterfaceDown(ifname.to_owned()));
         }
-        let mtu = sys::interface_mtu(ifname)?;
-        let mac = sys::interface_mac(ifname)?;
+        let mtu = interfaces::mtu(ifname)?;
+        let mac = interfaces::mac(ifname)?;
         // On veth, `auto` takes generic XDP: veth's "native" XDP is a
         // software path too, slower for our frames (docs/BENCHMARKS.md), and
         // while a native program is attached the kernel takes the veth's
         // segmentation offloads away from all other traffic on it.
         let veth = config.attach == AttachMode::Auto
-            && sys::interface_driver(ifname).as_deref() == Some("veth");
+            && interfaces::driver(ifname).as_deref() == Some("veth");
         let xcfg = xdp_prog::XdpConfig {
             sap: config.sap,
             mac: Some(mac),
@@ -419,8 +420,8 @@ impl AfXdp {
         program: Arc<LlcRedirect>,
     ) -> Result<AfXdp, LinkError> {
         config.validate()?;
-        let ifindex = sys::interface_index(ifname)?;
-        if !sys::interface_is_up(ifname)? {
+        let ifindex = interfaces::index(ifname)?;
+        if !interfaces::is_up(ifname)? {
             return Err(LinkError::InterfaceDown(ifname.to_owned()));
         }
         if program.ifindex() != ifindex {
@@ -432,10 +433,10 @@ impl AfXdp {
                 ),
             });
         }
-        if needs_multi_buffer(sys::interface_mtu(ifname)?) && !program.frags() {
+        if needs_multi_buffer(interfaces::mtu(ifname)?) && !program.frags() {
             return Err(LinkError::Unsupported(format!(
                 "MTU {} on {ifname} needs the multi-buffer (xdp.frags) XDP program",
-                sys::interface_mtu(ifname)?
+                interfaces::mtu(ifname)?
             )));
         }
         let dev = Self::bind_sockets(ifname, ifindex, config, Program::Own(program), None)?;
@@ -457,9 +458,9 @@ impl AfXdp {
         xcfg: &xdp_prog::XdpConfig,
         port: u16,
     ) -> Result<AfXdp, LinkError> {
-        let ifindex = sys::interface_index(ifname)?;
-        let mtu = sys::interface_mtu(ifname)?;
-        let mac = sys::interface_mac(ifname)?;
+        let ifindex = interfaces::index(ifname)?;
+        let mtu = interfaces::mtu(ifname)?;
+        let mac = interfaces::mac(ifname)?;
         let local = LocalPort::claim(ifname, config.sap, port, mac, mtu + HEADER_LEN)?;
         let program = SharedProgram::join(ifname, xcfg).map_err(|e| share_error(ifname, e))?;
         // Only a queue that is bound without an offered pool (a device opened
@@ -508,8 +509,8 @@ impl AfXdp {
         program: Program,
         local: Option<LocalPort>,
     ) -> Result<AfXdp, LinkError> {
-        let mtu = sys::interface_mtu(ifname)?;
-        let mac = sys::interface_mac(ifname)?;
+        let mtu = interfaces::mtu(ifname)?;
+        let mac = interfaces::mac(ifname)?;
         let max_frame = mtu + HEADER_LEN;
         let sg = needs_multi_buffer(mtu);
         let slot_chunks = max_frame.div_ceil(CHUNK_SIZE);
@@ -528,7 +529,7 @@ impl AfXdp {
         };
         let queue_ids: Vec<u32> = match config.queue {
             Some(q) => vec![q],
-            None => (0..sys::interface_rx_queues(ifname)?).collect(),
+            None => (0..interfaces::rx_queues(ifname)?).collect(),
         };
         let mut fallbacks = Vec::new();
         let mut queues = Vec::with_capacity(queue_ids.len());

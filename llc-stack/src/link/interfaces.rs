@@ -1,6 +1,9 @@
 //! The host's interfaces, and which of them can carry LLC: what a program
 //! that is given no interface (an MPI component with its defaults, a DECK
-//! node) chooses from.
+//! node) chooses from. Also the questions a backend asks about the
+//! interface it opens, with the kernel's answers turned into [`LinkError`]s.
+
+use std::io;
 
 use super::LinkError;
 use crate::sys;
@@ -93,5 +96,109 @@ fn has_master(name: &str) -> bool {
     match (index, sys::interface_index(name)) {
         (Some(a), Ok(b)) if a == b => dir.join("master").exists(),
         _ => false,
+    }
+}
+
+/// A failed question about interface `name`: the kernel does not know the
+/// name (`ENODEV`, `ENXIO`, also what `sys` answers for a string that cannot
+/// be a name) becomes [`LinkError::NoSuchInterface`], which tells the user
+/// how to list interfaces; anything else an [`LinkError::Io`] saying what
+/// was asked.
+fn query_error(name: &str, asking: impl FnOnce() -> String, e: io::Error) -> LinkError {
+    match e.raw_os_error() {
+        Some(libc::ENODEV | libc::ENXIO) => LinkError::NoSuchInterface(name.to_owned()),
+        _ => LinkError::Io {
+            context: asking(),
+            source: e,
+        },
+    }
+}
+
+/// Index of interface `name` in the calling thread's network namespace.
+pub(crate) fn index(name: &str) -> Result<u32, LinkError> {
+    sys::interface_index(name)
+        .map_err(|e| query_error(name, || format!("looking up interface {name}"), e))
+}
+
+/// Hardware (MAC) address of interface `name`.
+pub(crate) fn mac(name: &str) -> Result<[u8; 6], LinkError> {
+    sys::interface_mac(name).map_err(|e| {
+        query_error(
+            name,
+            || format!("reading the hardware address of interface {name}"),
+            e,
+        )
+    })
+}
+
+/// MTU of interface `name`: the largest payload after the Ethernet header.
+pub(crate) fn mtu(name: &str) -> Result<usize, LinkError> {
+    sys::interface_mtu(name)
+        .map_err(|e| query_error(name, || format!("reading the MTU of interface {name}"), e))
+}
+
+/// Whether interface `name` is administratively up (`IFF_UP`).
+pub(crate) fn is_up(name: &str) -> Result<bool, LinkError> {
+    sys::interface_flags(name)
+        .map(|flags| flags & libc::IFF_UP != 0)
+        .map_err(|e| query_error(name, || format!("reading the flags of interface {name}"), e))
+}
+
+/// Number of RX queues of interface `name` (one for drivers that do not say).
+pub(crate) fn rx_queues(name: &str) -> Result<u32, LinkError> {
+    sys::interface_rx_queues(name).map_err(|e| {
+        query_error(
+            name,
+            || format!("reading the channel count of interface {name}"),
+            e,
+        )
+    })
+}
+
+/// The driver of interface `name`, e.g. `veth`; `None` when it does not say.
+pub(crate) fn driver(name: &str) -> Option<String> {
+    sys::interface_driver(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_and_impossible_names_are_no_such_interface() {
+        for name in [
+            "llc-no-such0",
+            "",
+            "a-name-longer-than-ifnamsiz",
+            "nul\0name",
+        ] {
+            for result in [
+                index(name).map(drop),
+                mtu(name).map(drop),
+                mac(name).map(drop),
+            ] {
+                match result {
+                    Err(LinkError::NoSuchInterface(n)) => assert_eq!(n, name),
+                    other => panic!("{name:?}: {other:?}"),
+                }
+            }
+            assert!(matches!(is_up(name), Err(LinkError::NoSuchInterface(_))));
+            assert!(matches!(
+                rx_queues(name),
+                Err(LinkError::NoSuchInterface(_))
+            ));
+        }
+    }
+
+    #[test]
+    fn loopback_is_found_and_up() {
+        assert!(index("lo").unwrap() > 0);
+        assert!(is_up("lo").unwrap());
+        assert_eq!(rx_queues("lo").unwrap(), 1);
+        let err = LinkError::NoSuchInterface("x0".into()).to_string();
+        assert!(
+            err.contains("no such interface") && err.contains("ip link"),
+            "{err}"
+        );
     }
 }

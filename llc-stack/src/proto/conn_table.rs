@@ -12,8 +12,13 @@
 //!
 //! The order is the handles' order, as the map's was, so the round robin and
 //! every seeded test replay exactly as before.
+//!
+//! [`ConnHandle`] is defined here, the lowest place that needs it; the
+//! endpoint, which hands handles out, re-exports it.
 
-use super::endpoint::ConnHandle;
+/// Names a connection of an endpoint. Never reused within an endpoint.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConnHandle(pub u32);
 
 /// Values (connections) keyed by [`ConnHandle`], in handle order.
 #[derive(Debug)]

@@ -19,6 +19,7 @@ use bytes::Bytes;
 
 use super::buf_pool::BufPool;
 use super::config::Config;
+pub use super::conn_table::ConnHandle;
 use super::conn_table::ConnTable;
 use super::connection::{ConnStats, Connection, Event, SendError, State};
 use super::error::ConnectionError;
@@ -26,10 +27,6 @@ use super::placement::Placement;
 use crate::rng::Rng;
 use crate::time::Instant;
 use crate::wire::{self, Addresses, Body, Command, FrameType, MacAddr, TransportHeader, WireError};
-
-/// Names a connection of an endpoint. Never reused within an endpoint.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ConnHandle(pub u32);
 
 /// Frames dropped, by reason.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -18,7 +18,8 @@ pub mod seq;
 
 pub use buf_pool::BufPool;
 pub use config::Config;
+pub use conn_table::ConnHandle;
 pub use connection::{ConnStats, Connection, Event, SendError, State};
-pub use endpoint::{ConnHandle, ConnectError, DropStats, Endpoint, EndpointStats, PROBE_MAGIC};
+pub use endpoint::{ConnectError, DropStats, Endpoint, EndpointStats, PROBE_MAGIC};
 pub use error::ConnectionError;
 pub use placement::{Placement, Sink};

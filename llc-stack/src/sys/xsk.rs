@@ -128,23 +128,8 @@ impl<T: Copy> Ring<T> {
         producer_side: bool,
     ) -> io::Result<Ring<T>> {
         let len = off.desc as usize + size as usize * mem::size_of::<T>();
-        // SAFETY: a fresh shared mapping of the socket's ring at an address
-        // chosen by the kernel; no existing memory is affected.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_POPULATE,
-                fd.as_raw_fd(),
-                pgoff,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let base = NonNull::new(ptr.cast::<u8>()).ok_or_else(|| io::Error::other("mmap: null"))?;
-        let map = Mapping { ptr: base, len };
+        let map = Mapping::shared(fd, len, pgoff)?;
+        let base = map.ptr;
         let at = |o: u64| -> io::Result<NonNull<u8>> {
             if o as usize + 4 > len {
                 return Err(io::Error::other("ring offset outside the mapping"));
@@ -380,26 +365,7 @@ impl Xsk {
         let rings = |e| (XskStep::Rings, e);
 
         let len = params.umem_len();
-        // SAFETY: a fresh private anonymous mapping; no existing memory is
-        // affected. Populated now so the first frames do not fault.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
-                -1,
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(rings(io::Error::last_os_error()));
-        }
-        let umem = Mapping {
-            ptr: NonNull::new(ptr.cast::<u8>())
-                .ok_or_else(|| rings(io::Error::other("mmap: null")))?,
-            len,
-        };
+        let umem = Mapping::anonymous(len).map_err(rings)?;
         let reg = libc::xdp_umem_reg {
             addr: umem.ptr.as_ptr() as u64,
             len: len as u64,

@@ -18,8 +18,9 @@ use std::fmt;
 
 use super::{ethernet, llc, transport};
 
-/// Length of the authentication trailer.
-pub const TAG_LEN: usize = 16;
+/// Length of the authentication trailer (a transport header constant,
+/// defined there; this module only imports from `transport`).
+pub use super::transport::TAG_LEN;
 
 /// BLAKE3 `derive_key` context that turns key material (a passphrase, the
 /// `LLC_AUTH_KEY` variable of the tools) into a frame key. Changing it

@@ -2,7 +2,9 @@
 //!
 //! Three bytes: DSAP, SSAP, and an 8-bit U-format control field. Data travels in
 //! UI frames. TEST and XID commands addressed to our SAP are answered as 802.2
-//! requires (see [`crate::proto::link_level`]).
+//! requires, by the endpoint (see [`Endpoint::handle_frame`]).
+//!
+//! [`Endpoint::handle_frame`]: crate::proto::Endpoint::handle_frame
 //!
 //! SAP bit rules (ISO/IEC 8802-2 §5.3): in the DSAP the least significant bit is
 //! I/G (0 individual, 1 group); in the SSAP it is C/R (0 command, 1 response).

@@ -18,6 +18,9 @@ pub const MAX_SACK_BLOCKS: usize = 4;
 pub const SACK_BLOCK_LEN: usize = 8;
 /// Byte offset of the CRC field inside the header.
 pub const CRC_OFFSET: usize = 52;
+/// Length of the authentication trailer that follows the payload when the
+/// [`flags::AUTH`] flag is set (its contents: [`super::auth`]).
+pub const TAG_LEN: usize = 16;
 
 /// The fixed transport header as it lies on the wire.
 #[derive(
@@ -179,7 +182,7 @@ pub mod flags {
     /// The receiver should acknowledge at once instead of delaying (the
     /// sender has more to send but no window or congestion window left).
     pub const ACK_NOW: u8 = 0x02;
-    /// An authentication trailer of [`TAG_LEN`](crate::wire::auth::TAG_LEN)
+    /// An authentication trailer of [`TAG_LEN`](super::TAG_LEN)
     /// bytes follows the payload (docs/PROTOCOL.md, section 3.12).
     pub const AUTH: u8 = 0x04;
     /// The sender has sent everything it has: the receiver should
@@ -209,7 +212,7 @@ impl TransportHeader {
     #[inline]
     pub fn trailer_len(&self) -> usize {
         if self.has(flags::AUTH) {
-            super::auth::TAG_LEN
+            TAG_LEN
         } else {
             0
         }

@@ -472,29 +472,6 @@ fn busy_slots(umem: &Mapping, layout: &PoolLayout, n: u32) -> u32 {
         .count() as u32
 }
 
-/// Map `len` bytes of memfd `fd` shared.
-fn map_shared(fd: BorrowedFd<'_>, len: usize) -> io::Result<Mapping> {
-    // SAFETY: a fresh shared mapping of the memfd at an address the kernel
-    // chooses; no existing memory is affected.
-    let ptr = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED | libc::MAP_POPULATE,
-            fd.as_raw_fd(),
-            0,
-        )
-    };
-    if ptr == libc::MAP_FAILED {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(Mapping {
-        ptr: NonNull::new(ptr.cast::<u8>()).ok_or_else(|| io::Error::other("mmap: null"))?,
-        len,
-    })
-}
-
 fn bind(
     fd: BorrowedFd<'_>,
     ifindex: u32,
@@ -588,7 +565,7 @@ impl Xsk {
         let total = header_len + layout.umem_len();
         // SAFETY: ftruncate takes integers only.
         syscall!(ftruncate(memfd.as_raw_fd(), total as libc::off_t)).map_err(rings)?;
-        let umem = map_shared(memfd.as_fd(), total).map_err(rings)?;
+        let umem = Mapping::shared(memfd.as_fd(), total, 0).map_err(rings)?;
         // SAFETY: the mapping is page-aligned and larger than the header,
         // whose fields are all atomics (valid when zero, as a new memfd is).
         let header = unsafe { &*umem.ptr.as_ptr().cast::<Header>() };
@@ -756,7 +733,7 @@ impl Xsk {
                 "offered descriptor is not a pool memfd",
             )));
         }
-        let umem = map_shared(memfd.as_fd(), size).map_err(join)?;
+        let umem = Mapping::shared(memfd.as_fd(), size, 0).map_err(join)?;
         // SAFETY: the mapping is page-aligned and at least a header long;
         // all fields are atomics.
         let header = unsafe { &*umem.ptr.as_ptr().cast::<Header>() };
@@ -1004,7 +981,7 @@ mod tests {
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         // SAFETY: ftruncate takes integers only.
         syscall!(ftruncate(fd.as_raw_fd(), len as libc::off_t)).unwrap();
-        let map = map_shared(fd.as_fd(), len).unwrap();
+        let map = Mapping::shared(fd.as_fd(), len, 0).unwrap();
         (fd, map)
     }
 

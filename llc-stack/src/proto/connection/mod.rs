@@ -1,0 +1,713 @@
+//! One reliable connection as a sans-IO state machine.
+//!
+//! Inputs: [`Connection::handle_frame`] (a verified transport frame from the
+//! peer) and [`Connection::handle_timeout`] (time passing). Outputs:
+//! [`Connection::poll_transmit`] (the next frame to send, written in place),
+//! [`Connection::poll_timeout`] (when to call `handle_timeout` next) and
+//! [`Connection::poll_event`]. No clock is read and no I/O is done here.
+//!
+//! Terms (see docs/PROTOCOL.md): a *message* is what the application sends; it
+//! is cut into *fragments*, each carried by one DATA *frame* with its own
+//! sequence number. Frames are acknowledged cumulatively (`ack`: next expected)
+//! plus SACK blocks; the receiver grants *credit* (`window_end`) in frames.
+//!
+//! Send side: selective repeat. A frame is declared lost when a frame sent
+//! after it was acknowledged and a reordering allowance passed (time-based, as
+//! RACK does), or when the retransmission timeout fires. A congestion window
+//! (slow start, additive increase, halving once per loss episode, collapse on
+//! timeout) and the peer's credit both bound what is in flight.
+//!
+//! Receive side: each fragment is copied once, straight to its place in the
+//! message's buffer, even when it arrives out of order; messages are delivered
+//! whole and in order.
+//!
+//! The code is split by concern, one `impl Connection` block per file:
+//! this file holds the state, the public verbs and the dispatch of frames
+//! and timers; [`send`] cuts and transmits frames and takes
+//! acknowledgements, [`recv`] places received frames, delivers messages
+//! and writes acknowledgements and SACK blocks, [`timers`] runs the timer
+//! table, [`congestion`] sizes the congestion window and finds losses, and
+//! [`stats`] holds the counters.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use super::buf_pool::BufPool;
+use super::config::Config;
+use super::error::ConnectionError;
+use super::placement::Placement;
+use super::rtt::RttEstimator;
+use super::seq::Seq;
+use crate::time::Instant;
+use crate::wire::transport::max_payload;
+use crate::wire::{Addresses, FrameType, TransportFrame, TransportHeader};
+
+mod congestion;
+mod recv;
+mod send;
+mod stats;
+mod timers;
+
+#[cfg(test)]
+mod harness;
+
+use congestion::RtoUndo;
+use recv::{Assembly, RecvMeta};
+#[cfg(test)]
+pub(crate) use send::RETIRE_LIMIT;
+use send::{InFlight, OutMsg};
+pub use stats::ConnStats;
+use timers::{Timer, TIMER_COUNT};
+
+/// Where a connection is in its life.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum State {
+    /// We sent SYN and wait for SYN-ACK.
+    SynSent,
+    /// We answered a SYN and wait for the peer's first frame.
+    SynReceived,
+    /// Data flows both ways.
+    Established,
+    /// The application closed; our CLOSE goes out after the queued data.
+    Closing,
+    /// Finished (cleanly or not); the endpoint removes it.
+    Closed,
+}
+
+/// What a connection reports to the application.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Event {
+    /// The handshake completed.
+    Connected,
+    /// A whole message arrived, in order.
+    Message {
+        /// Sender's message id.
+        msg_id: u32,
+        /// The message.
+        data: Vec<u8>,
+    },
+    /// Every fragment of one of our messages was acknowledged by the peer.
+    Acked {
+        /// Id returned by `send`.
+        msg_id: u32,
+    },
+    /// The connection ended: `None` for an orderly close, else why it failed.
+    /// Messages not yet acknowledged are lost with it.
+    Closed(Option<ConnectionError>),
+}
+
+/// Why `send` refused a message.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SendError {
+    /// The send buffer is full; retry after `Acked` events.
+    #[error("send buffer full ({queued} bytes queued); wait for acknowledgements")]
+    BufferFull {
+        /// Bytes queued or unacknowledged now.
+        queued: usize,
+    },
+    /// The message is longer than the protocol allows.
+    #[error("message of {0} bytes exceeds the maximum message length")]
+    TooLong(usize),
+    /// The connection is closing or closed.
+    #[error("connection is closed")]
+    Closed,
+}
+
+/// A reliable connection to one peer port.
+#[derive(Debug)]
+pub struct Connection {
+    cfg: Config,
+    state: State,
+    addr: Addresses,
+    local_port: u16,
+    peer_port: u16,
+    local_cookie: u32,
+    peer_cookie: u32,
+    local_mtu: usize,
+    frag_len: usize,
+
+    // Send side.
+    isn: Seq,
+    snd_una: Seq,
+    snd_nxt: Seq,
+    peer_window_end: Seq,
+    next_msg_id: u32,
+    /// Messages not yet fully acknowledged, in id order.
+    send_msgs: VecDeque<OutMsg>,
+    /// Buffers of small acknowledged messages, freed by `release_acked`:
+    /// freeing them in the ACK's path would delay the reply to it.
+    retired: Vec<OutMsg>,
+    /// Index in `send_msgs` of the first message with fragments still unsent.
+    next_unsent: usize,
+    /// Bytes of messages queued or unacknowledged.
+    send_bytes: usize,
+    inflight: VecDeque<InFlight>,
+    lost_queue: VecDeque<Seq>,
+    n_sacked: usize,
+    n_lost: usize,
+    cwnd: u32,
+    ssthresh: u32,
+    /// What a retransmission timeout took away, kept until the first
+    /// acknowledgement after it tells whether the timeout was spurious.
+    rto_undo: Option<RtoUndo>,
+    cwnd_acc: u32,
+    recovery_end: Option<Seq>,
+    /// When the window was last shrunk for queueing delay (at most once per
+    /// round trip).
+    last_delay_cut: Instant,
+    /// RACK (RFC 8985): send time and sequence number of the most recently
+    /// sent frame that was delivered, and its round trip.
+    rack_time: Instant,
+    rack_seq: Seq,
+    rack_rtt: Duration,
+    /// A tail-loss probe may send one retransmission beyond the congestion
+    /// window (the frames that fill it may be lost too, and nothing would
+    /// drain it before the RTO).
+    probe_credit: bool,
+    /// Tail-loss probes sent since the last delivery; each waits twice as
+    /// long as the one before.
+    probes_in_a_row: u32,
+    rtt: RttEstimator,
+    backoff: u32,
+    syn_attempts: u32,
+    close_requested: bool,
+    close_queued: bool,
+    probe_due: bool,
+    syn_ack_due: bool,
+
+    // Receive side.
+    rcv_nxt: Seq,
+    window_end: Seq,
+    window_frames: u32,
+    /// The window this connection's configuration gives, before the
+    /// endpoint's sharing of the receive budget.
+    full_window_frames: u32,
+    recv_meta: VecDeque<Option<RecvMeta>>,
+    n_out_of_order: usize,
+    /// The out-of-order frame that arrived last: its SACK block goes first
+    /// (RFC 2018), so a sender that lost an ACK still hears of it.
+    last_out_of_order: Seq,
+    assemblies: HashMap<u32, Assembly>,
+    undelivered_bytes: usize,
+    ack_pending: u32,
+    ack_now: bool,
+    window_was_closed: bool,
+    ts_recent: u32,
+    last_rx: Instant,
+    peer_closed: bool,
+
+    timers: [Option<Instant>; TIMER_COUNT],
+    events: VecDeque<Event>,
+    stats: ConnStats,
+}
+
+/// Microsecond timestamp for the wire; 0 means "none", so it is avoided.
+fn wire_ts(now: Instant) -> u32 {
+    (now.as_micros() as u32).max(1)
+}
+
+impl Connection {
+    /// A connection we initiate: it will send SYN on the next `poll_transmit`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn connect(
+        cfg: Config,
+        now: Instant,
+        addr: Addresses,
+        local_port: u16,
+        peer_port: u16,
+        local_cookie: u32,
+        isn: u32,
+        local_mtu: usize,
+    ) -> Self {
+        let mut c = Connection::new(
+            cfg,
+            now,
+            addr,
+            local_port,
+            peer_port,
+            local_cookie,
+            isn,
+            local_mtu,
+        );
+        c.state = State::SynSent;
+        c.syn_ack_due = true; // our SYN
+        c
+    }
+
+    /// A connection accepted from a SYN; it will answer with SYN-ACK.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn accept(
+        cfg: Config,
+        now: Instant,
+        addr: Addresses,
+        local_port: u16,
+        syn: &TransportHeader,
+        local_cookie: u32,
+        isn: u32,
+        local_mtu: usize,
+    ) -> Self {
+        let peer_port = syn.src_port.get();
+        let mut c = Connection::new(
+            cfg,
+            now,
+            addr,
+            local_port,
+            peer_port,
+            local_cookie,
+            isn,
+            local_mtu,
+        );
+        c.state = State::SynReceived;
+        c.peer_cookie = syn.src_cookie.get();
+        c.set_peer_mtu(syn.msg_len.get() as usize);
+        c.rcv_nxt = Seq(syn.seq.get());
+        c.window_end = c.rcv_nxt.add(c.window_frames);
+        c.syn_ack_due = true;
+        c.timers[Timer::Idle as usize] = Some(now + c.cfg.handshake_timeout);
+        c
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        cfg: Config,
+        now: Instant,
+        addr: Addresses,
+        local_port: u16,
+        peer_port: u16,
+        local_cookie: u32,
+        isn: u32,
+        local_mtu: usize,
+    ) -> Self {
+        let frag_len = max_payload(local_mtu, 0)
+            .saturating_sub(cfg.trailer_len())
+            .max(1);
+        let window_frames = cfg.window_frames(frag_len);
+        let rtt = RttEstimator::new(cfg.initial_rto, cfg.min_rto, cfg.max_rto);
+        let isn = Seq(isn);
+        Connection {
+            state: State::SynSent,
+            addr,
+            local_port,
+            peer_port,
+            local_cookie,
+            peer_cookie: 0,
+            local_mtu,
+            frag_len,
+            isn,
+            snd_una: isn,
+            snd_nxt: isn,
+            peer_window_end: isn,
+            next_msg_id: 0,
+            send_msgs: VecDeque::new(),
+            retired: Vec::new(),
+            next_unsent: 0,
+            send_bytes: 0,
+            inflight: VecDeque::new(),
+            lost_queue: VecDeque::new(),
+            n_sacked: 0,
+            n_lost: 0,
+            cwnd: cfg.initial_cwnd.min(cfg.max_window_frames),
+            ssthresh: cfg.max_window_frames,
+            rto_undo: None,
+            cwnd_acc: 0,
+            recovery_end: None,
+            last_delay_cut: Instant::ZERO,
+            rack_time: Instant::ZERO,
+            rack_seq: isn,
+            rack_rtt: Duration::ZERO,
+            probe_credit: false,
+            probes_in_a_row: 0,
+            rtt,
+            backoff: 0,
+            syn_attempts: 0,
+            close_requested: false,
+            close_queued: false,
+            probe_due: false,
+            syn_ack_due: false,
+            rcv_nxt: Seq(0),
+            window_end: Seq(0),
+            window_frames,
+            full_window_frames: window_frames,
+            recv_meta: VecDeque::new(),
+            n_out_of_order: 0,
+            last_out_of_order: isn,
+            assemblies: HashMap::new(),
+            undelivered_bytes: 0,
+            ack_pending: 0,
+            ack_now: false,
+            window_was_closed: false,
+            ts_recent: 0,
+            last_rx: now,
+            peer_closed: false,
+            timers: [None; TIMER_COUNT],
+            events: VecDeque::new(),
+            stats: ConnStats::default(),
+            cfg,
+        }
+    }
+
+    fn set_peer_mtu(&mut self, peer_mtu: usize) {
+        // The smaller MTU of the two ends decides the fragment size; a peer
+        // that states none (0) is taken to have ours.
+        let mtu = if peer_mtu == 0 {
+            self.local_mtu
+        } else {
+            peer_mtu.min(self.local_mtu)
+        };
+        self.frag_len = max_payload(mtu, 0)
+            .saturating_sub(self.cfg.trailer_len())
+            .max(1);
+    }
+
+    /// Current state.
+    pub fn state(&self) -> State {
+        self.state
+    }
+
+    /// Our cookie for this connection.
+    pub fn local_cookie(&self) -> u32 {
+        self.local_cookie
+    }
+
+    /// The peer's cookie (0 until the handshake told us).
+    pub fn peer_cookie(&self) -> u32 {
+        self.peer_cookie
+    }
+
+    /// Our port.
+    pub fn local_port(&self) -> u16 {
+        self.local_port
+    }
+
+    /// The peer's port.
+    pub fn peer_port(&self) -> u16 {
+        self.peer_port
+    }
+
+    /// Addresses used on frames we send.
+    pub fn addresses(&self) -> &Addresses {
+        &self.addr
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &ConnStats {
+        &self.stats
+    }
+
+    /// Smoothed round-trip time.
+    pub fn srtt(&self) -> Duration {
+        self.rtt.srtt()
+    }
+
+    /// Congestion window in frames.
+    pub fn cwnd(&self) -> u32 {
+        self.cwnd
+    }
+
+    /// Payload bytes per DATA frame.
+    pub fn fragment_len(&self) -> usize {
+        self.frag_len
+    }
+
+    /// Congestion window in frames.
+    pub fn congestion_window(&self) -> u32 {
+        self.cwnd
+    }
+
+    /// Bytes of our messages queued or not yet acknowledged.
+    pub fn send_buffered(&self) -> usize {
+        self.send_bytes
+    }
+
+    /// True when every message we sent was acknowledged.
+    pub fn is_send_idle(&self) -> bool {
+        self.send_msgs.is_empty()
+    }
+
+    /// Free the buffers of acknowledged messages held back from the
+    /// acknowledgement's path. Drivers call this when idle (the `Stack`
+    /// does on a receive pass that found no frame); without it at most
+    /// `RETIRE_LIMIT` small buffers wait.
+    pub fn release_acked(&mut self) {
+        self.retired.clear();
+    }
+
+    /// Acknowledged messages whose buffers wait for
+    /// [`Connection::release_acked`].
+    pub fn acked_held(&self) -> usize {
+        self.retired.len()
+    }
+
+    /// True when we owe the peer an acknowledgement (due now or delayed).
+    pub fn ack_pending(&self) -> bool {
+        self.ack_now || self.timers[Timer::Ack as usize].is_some()
+    }
+
+    /// Queue a message. Returns its id, which a later `Acked` event names.
+    pub fn send(&mut self, data: Bytes) -> Result<u32, SendError> {
+        self.send_parts(Bytes::new(), data)
+    }
+
+    /// Queue the message `head ++ body` without joining the two.
+    pub fn send_parts(&mut self, head: Bytes, body: Bytes) -> Result<u32, SendError> {
+        if self.close_requested || self.state == State::Closed {
+            return Err(SendError::Closed);
+        }
+        let len = head.len() + body.len();
+        if len > self.cfg.max_message_len || len > u32::MAX as usize {
+            return Err(SendError::TooLong(len));
+        }
+        if self.send_bytes > 0 && self.send_bytes + len > self.cfg.send_buffer_bytes {
+            return Err(SendError::BufferFull {
+                queued: self.send_bytes,
+            });
+        }
+        let msg_id = self.next_msg_id;
+        self.next_msg_id = self.next_msg_id.wrapping_add(1);
+        self.send_bytes += len;
+        self.send_msgs.push_back(OutMsg {
+            msg_id,
+            head,
+            body,
+            next_off: 0,
+        });
+        Ok(msg_id)
+    }
+
+    /// Close after every queued message is delivered: a CLOSE frame follows
+    /// the data, and `Closed(None)` is reported once the peer acknowledged it.
+    pub fn close(&mut self) {
+        if self.state == State::Closed {
+            return;
+        }
+        self.close_requested = true;
+        if self.state == State::Established {
+            self.state = State::Closing;
+        }
+    }
+
+    /// Fail the connection now, without telling the peer.
+    pub fn abort(&mut self, reason: ConnectionError) {
+        self.fail(reason);
+    }
+
+    /// The peer repeated its SYN (our SYN-ACK was lost): answer again.
+    pub(crate) fn resend_syn_ack(&mut self) {
+        if self.state == State::SynReceived {
+            self.syn_ack_due = true;
+        }
+    }
+
+    /// Limit the credit window to `share` frames of the endpoint's receive
+    /// budget (`None`: the configured window). A smaller window takes effect
+    /// as the peer's frames arrive (what was advertised is never taken
+    /// back), unless nothing was advertised yet.
+    pub(crate) fn set_window_share(&mut self, share: Option<u32>) {
+        self.window_frames = share.map_or(self.full_window_frames, |s| {
+            self.full_window_frames.min(s.max(1))
+        });
+        if self.state == State::SynReceived && self.stats.frames_sent == 0 {
+            self.window_end = self.rcv_nxt.add(self.window_frames);
+        }
+    }
+
+    /// The current credit window in frames.
+    pub fn window_frames(&self) -> u32 {
+        self.window_frames
+    }
+
+    /// The application took a delivered message of `len` bytes: give the
+    /// credit back, and announce it if the window had stopped.
+    pub(crate) fn message_consumed(&mut self, len: usize) {
+        self.undelivered_bytes = self.undelivered_bytes.saturating_sub(len);
+        if self.window_was_closed && self.undelivered_bytes < self.cfg.undelivered_limit_bytes {
+            self.window_was_closed = false;
+            self.ack_now = true;
+        }
+    }
+
+    fn fail(&mut self, reason: ConnectionError) {
+        if self.state != State::Closed {
+            tracing::debug!(port = self.local_port, ?reason, "connection failed");
+            self.state = State::Closed;
+            self.events.push_back(Event::Closed(Some(reason)));
+            self.timers = [None; TIMER_COUNT];
+        }
+    }
+
+    fn finish(&mut self) {
+        if self.state != State::Closed {
+            self.state = State::Closed;
+            self.events.push_back(Event::Closed(None));
+            self.timers = [None; TIMER_COUNT];
+        }
+    }
+
+    /// Next event for the application.
+    #[must_use]
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// When `handle_timeout` should be called next.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.timers.iter().flatten().min().copied()
+    }
+
+    /// True once the connection ended and its final event was taken.
+    pub fn is_drained(&self) -> bool {
+        self.state == State::Closed && self.events.is_empty() && !self.ack_now
+    }
+
+    /// Process a frame addressed to this connection (ports and cookies already
+    /// matched by the endpoint, CRC verified by the parser).
+    pub fn handle_frame(&mut self, now: Instant, frame: &TransportFrame<'_>) {
+        self.handle_frame_placed(now, frame, None, &mut BufPool::default());
+    }
+
+    /// [`Connection::handle_frame`], asking `placement` where new
+    /// multi-fragment messages go, and reassembling large messages into
+    /// buffers from `pool`.
+    pub fn handle_frame_placed(
+        &mut self,
+        now: Instant,
+        frame: &TransportFrame<'_>,
+        placement: Option<&mut dyn Placement>,
+        pool: &mut BufPool,
+    ) {
+        let h = frame.header;
+        if self.state == State::Closed {
+            return;
+        }
+        if h.frame_type().is_sequenced() && !self.seq_plausible(Seq(h.seq.get())) {
+            return;
+        }
+        let settled = matches!(self.state, State::Established | State::Closing)
+            && !matches!(h.frame_type(), FrameType::SynAck | FrameType::Syn);
+        if !settled && self.handle_handshake_frame(now, h) {
+            return;
+        }
+        self.last_rx = now;
+        self.stats.frames_received += 1;
+        if !settled {
+            self.rearm_idle(now);
+        }
+        // Settled: the idle and keepalive deadlines follow `last_rx` lazily
+        // (see `on_timer`): pushing both back on every frame costs more than
+        // one early wake-up per interval.
+        match h.frame_type() {
+            FrameType::Data | FrameType::Close => {
+                self.receive_sequenced(now, frame, placement, pool)
+            }
+            FrameType::Ping => self.ack_now = true,
+            FrameType::Reset => {
+                self.handle_reset();
+                return;
+            }
+            _ => {}
+        }
+        if self.state != State::Closed {
+            self.process_ack(now, h, frame.sacks);
+        }
+    }
+
+    /// A RESET for an established connection.
+    #[cold]
+    #[inline(never)]
+    fn handle_reset(&mut self) {
+        // A reset after our CLOSE was sent means the peer already
+        // took the close and forgot us: that is a clean end.
+        if self.close_queued {
+            self.finish();
+        } else {
+            self.fail(ConnectionError::Reset);
+        }
+    }
+
+    /// The handshake's frames, and any frame before the connection is
+    /// established (kept out of the data path's code). True when the frame
+    /// was consumed here.
+    #[cold]
+    #[inline(never)]
+    fn handle_handshake_frame(&mut self, now: Instant, h: &TransportHeader) -> bool {
+        match (self.state, h.frame_type()) {
+            (State::SynSent, FrameType::SynAck) => {
+                if h.dst_cookie.get() != self.local_cookie {
+                    return true;
+                }
+                self.peer_cookie = h.src_cookie.get();
+                self.set_peer_mtu(h.msg_len.get() as usize);
+                self.rcv_nxt = Seq(h.seq.get());
+                self.window_end = self.rcv_nxt.add(self.window_frames);
+                self.peer_window_end = Seq(h.window_end.get());
+                self.establish(now);
+                self.ack_now = true;
+                self.last_rx = now;
+                self.stats.frames_received += 1;
+                true
+            }
+            (State::SynSent, FrameType::Reset) => {
+                self.fail(ConnectionError::Refused(self.peer_port));
+                true
+            }
+            (State::SynSent, _) => true,
+            (_, FrameType::SynAck) => {
+                // Our handshake ACK was lost: repeat it.
+                self.ack_now = true;
+                true
+            }
+            (_, FrameType::Syn) => true, // handled by the endpoint
+            (State::SynReceived, FrameType::Reset) => false,
+            (State::SynReceived, _) => {
+                self.establish(now);
+                false
+            }
+            _ => false,
+        }
+    }
+
+    fn establish(&mut self, now: Instant) {
+        self.state = if self.close_requested {
+            State::Closing
+        } else {
+            State::Established
+        };
+        self.backoff = 0;
+        self.timers[Timer::Rto as usize] = None;
+        self.events.push_back(Event::Connected);
+        self.rearm_idle(now);
+        self.timers[Timer::Probe as usize] = Some(now + self.cfg.keepalive_interval);
+    }
+
+    /// Process every timer that expired at `now`. Spurious calls are harmless.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        for t in [
+            Timer::Idle,
+            Timer::Rto,
+            Timer::Ack,
+            Timer::Probe,
+            Timer::Tail,
+            Timer::Reorder,
+        ] {
+            if self.state == State::Closed {
+                return;
+            }
+            if self.timers[t as usize].is_some_and(|d| d <= now) {
+                self.timers[t as usize] = None;
+                self.on_timer(now, t);
+            }
+        }
+    }
+
+    /// Write the next frame to send into `buf` (a device TX buffer) and return
+    /// its length, or `None` when there is nothing to send now.
+    #[must_use]
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
+        let n = self.next_transmit(now, buf);
+        self.stats.frames_sent += n.is_some() as u64;
+        n
+    }
+}

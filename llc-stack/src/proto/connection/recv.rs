@@ -1,0 +1,467 @@
+//! The receive side: which sequenced frames are plausible, where a
+//! fragment's bytes go, in-order delivery of whole messages, and what we
+//! tell the peer back (cumulative ACK, credit, SACK blocks).
+
+use std::sync::Arc;
+
+use super::timers::Timer;
+use super::{Connection, Event};
+use crate::proto::buf_pool::BufPool;
+use crate::proto::error::ConnectionError;
+use crate::proto::placement::{Placement, Sink};
+use crate::proto::seq::Seq;
+use crate::time::Instant;
+use crate::wire::transport::{flags, MAX_SACK_BLOCKS};
+use crate::wire::{FrameType, SackBlock, TransportFrame, TransportHeader};
+
+/// A late duplicate can only be behind the receive window by about one
+/// window (the sender never has more than a window in flight, and links
+/// keep frames nearly in order); frames further behind than this many
+/// windows, or [`MIN_DUPLICATE_HORIZON`] frames, are forged or replayed.
+const DUPLICATE_HORIZON_WINDOWS: u32 = 4;
+
+/// Floor of the duplicate horizon in frames.
+const MIN_DUPLICATE_HORIZON: u32 = 1 << 16;
+
+const _: () = assert!(MIN_DUPLICATE_HORIZON < 1 << 30);
+
+/// What the receiver remembers of a sequenced frame until it is in order.
+#[derive(Copy, Clone, Debug)]
+pub(super) struct RecvMeta {
+    msg_id: u32,
+    last: bool,
+    close: bool,
+}
+
+/// A message being reassembled: its first `keep` bytes in `data`, the rest
+/// (if a [`Placement`] took it) written straight to `sink`.
+pub(super) struct Assembly {
+    data: Vec<u8>,
+    len: usize,
+    keep: usize,
+    sink: Option<Arc<dyn Sink>>,
+}
+
+impl std::fmt::Debug for Assembly {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Assembly")
+            .field("len", &self.len)
+            .field("keep", &self.keep)
+            .field("placed", &self.sink.is_some())
+            .finish()
+    }
+}
+
+impl Assembly {
+    fn put(&mut self, off: usize, bytes: &[u8]) {
+        let end = off + bytes.len();
+        if off < self.keep {
+            let n = end.min(self.keep) - off;
+            self.data[off..off + n].copy_from_slice(&bytes[..n]);
+        }
+        if end > self.keep {
+            if let Some(sink) = &self.sink {
+                let start = off.max(self.keep);
+                sink.write(start - self.keep, &bytes[start - off..]);
+            }
+        }
+    }
+}
+
+impl Connection {
+    /// A sequenced frame is only looked at when its sequence number is below
+    /// the credit we granted and at most a duplicate horizon behind
+    /// `rcv_nxt`: neither bound is ever crossed by the true peer, so frames
+    /// outside are forged (or replayed from long ago). They are counted and
+    /// dropped whole (their acknowledgement fields are not trusted either)
+    /// and not answered, so that forged frames cannot make us send.
+    pub(super) fn seq_plausible(&mut self, seq: Seq) -> bool {
+        if !seq.lt(self.window_end) {
+            self.stats.beyond_window += 1;
+            return false;
+        }
+        let horizon = self
+            .window_frames
+            .saturating_mul(DUPLICATE_HORIZON_WINDOWS)
+            .max(MIN_DUPLICATE_HORIZON);
+        if self.rcv_nxt.diff(seq) > horizon as i32 {
+            self.stats.out_of_window += 1;
+            return false;
+        }
+        true
+    }
+
+    pub(super) fn receive_sequenced(
+        &mut self,
+        now: Instant,
+        frame: &TransportFrame<'_>,
+        placement: Option<&mut dyn Placement>,
+        pool: &mut BufPool,
+    ) {
+        let h = frame.header;
+        // A whole message in one frame, in order: deliver it without the
+        // reassembly map (the common small-message case, whose code stays
+        // small; everything else takes the general path).
+        if Seq(h.seq.get()) == self.rcv_nxt && h.frame_type() == FrameType::Data {
+            let msg_len = h.msg_len.get() as usize;
+            if h.frag_off.get() == 0
+                && frame.payload.len() == msg_len
+                && h.has(flags::LAST_FRAGMENT)
+                && msg_len <= self.cfg.max_message_len
+            {
+                self.deliver_in_order_single(now, h, h.msg_id.get(), frame.payload, pool);
+                return;
+            }
+        }
+        self.receive_sequenced_general(now, frame, placement, pool);
+    }
+
+    /// [`Self::receive_sequenced`] for duplicates, frames out of order,
+    /// fragments and CLOSE.
+    #[inline(never)]
+    fn receive_sequenced_general(
+        &mut self,
+        now: Instant,
+        frame: &TransportFrame<'_>,
+        placement: Option<&mut dyn Placement>,
+        pool: &mut BufPool,
+    ) {
+        let h = frame.header;
+        let seq = Seq(h.seq.get());
+        if seq.lt(self.rcv_nxt) {
+            self.stats.duplicates += 1;
+            self.ack_now = true;
+            // A retransmission of what we have (our ACK was lost): echo its
+            // timestamp, so that the ACK it provokes measures this round
+            // trip and not the time since the original was sent (RFC 7323
+            // 4.3 updates TS.Recent for such segments too).
+            let ts = h.ts_val.get();
+            if (ts.wrapping_sub(self.ts_recent) as i32) > 0 {
+                self.ts_recent = ts;
+            }
+            return;
+        }
+        let idx = seq.diff(self.rcv_nxt) as usize;
+        if idx < self.recv_meta.len() && self.recv_meta[idx].is_some() {
+            self.stats.duplicates += 1;
+            self.ack_now = true;
+            return;
+        }
+        let meta = if h.frame_type() == FrameType::Close {
+            RecvMeta {
+                msg_id: 0,
+                last: false,
+                close: true,
+            }
+        } else {
+            let msg_len = h.msg_len.get() as usize;
+            let off = h.frag_off.get() as usize;
+            let len = frame.payload.len();
+            if msg_len > self.cfg.max_message_len
+                || off + len > msg_len
+                || (len == 0 && msg_len != 0)
+            {
+                self.stats.violations += 1;
+                return;
+            }
+            let msg_id = h.msg_id.get();
+            let asm = self.assemblies.entry(msg_id).or_insert_with(|| {
+                let placed = match placement {
+                    Some(p) if off == 0 => p.place(msg_len, frame.payload),
+                    _ => None,
+                };
+                match placed {
+                    Some((keep, sink)) if keep <= msg_len => Assembly {
+                        data: vec![0u8; keep],
+                        len: msg_len,
+                        keep,
+                        sink: Some(sink),
+                    },
+                    _ => Assembly {
+                        data: pool.zeroed(msg_len),
+                        len: msg_len,
+                        keep: msg_len,
+                        sink: None,
+                    },
+                }
+            });
+            if asm.len != msg_len {
+                self.stats.violations += 1;
+                return;
+            }
+            asm.put(off, frame.payload);
+            self.stats.payload_bytes_received += len as u64;
+            RecvMeta {
+                msg_id,
+                last: h.has(flags::LAST_FRAGMENT),
+                close: false,
+            }
+        };
+        if self.recv_meta.len() <= idx {
+            self.recv_meta.resize(idx + 1, None);
+        }
+        self.recv_meta[idx] = Some(meta);
+        if idx == 0 {
+            self.ts_recent = h.ts_val.get();
+        } else {
+            self.n_out_of_order += 1;
+            self.last_out_of_order = seq;
+            self.ack_now = true;
+        }
+        self.advance_in_order(Some(seq));
+        self.after_sequenced(now, h);
+    }
+
+    /// Move `rcv_nxt` over every frame now in order and deliver the messages
+    /// they complete. `fresh` is the frame just received, which was never
+    /// counted as out of order.
+    fn advance_in_order(&mut self, fresh: Option<Seq>) {
+        while let Some(Some(meta)) = self.recv_meta.front().copied() {
+            self.recv_meta.pop_front();
+            if Some(self.rcv_nxt) != fresh {
+                self.n_out_of_order -= 1;
+            }
+            self.rcv_nxt = self.rcv_nxt.add(1);
+            if meta.close {
+                self.peer_closed = true;
+            } else if meta.last {
+                if let Some(asm) = self.assemblies.remove(&meta.msg_id) {
+                    self.undelivered_bytes += asm.data.len();
+                    self.stats.messages_received += 1;
+                    self.events.push_back(Event::Message {
+                        msg_id: meta.msg_id,
+                        data: asm.data,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Acknowledgement bookkeeping after a new sequenced frame, and the end
+    /// of the connection once the peer's CLOSE is in order.
+    fn after_sequenced(&mut self, now: Instant, h: &TransportHeader) {
+        self.ack_pending += 1;
+        if self.ack_pending >= self.cfg.ack_every || h.has(flags::ACK_NOW) || self.peer_closed {
+            self.ack_now = true;
+        } else {
+            let delay = if h.has(flags::ACK_SOON) {
+                self.cfg.ack_soon_delay
+            } else {
+                self.cfg.ack_delay
+            };
+            let due = now + delay;
+            let t = &mut self.timers[Timer::Ack as usize];
+            *t = Some(t.map_or(due, |d| d.min(due)));
+        }
+        if self.peer_closed {
+            // Everything before the CLOSE is delivered; acknowledge it, then end.
+            let unacked = self.send_msgs.len() + self.inflight.len();
+            self.ack_now = true;
+            if unacked == 0 {
+                self.finish();
+            } else {
+                self.fail(ConnectionError::PeerClosed(self.unacked_messages()));
+            }
+        }
+    }
+
+    fn deliver_in_order_single(
+        &mut self,
+        now: Instant,
+        h: &TransportHeader,
+        msg_id: u32,
+        payload: &[u8],
+        pool: &mut BufPool,
+    ) {
+        self.ts_recent = h.ts_val.get();
+        self.rcv_nxt = self.rcv_nxt.add(1);
+        self.recv_meta.pop_front();
+        self.undelivered_bytes += payload.len();
+        self.stats.payload_bytes_received += payload.len() as u64;
+        self.stats.messages_received += 1;
+        self.events.push_back(Event::Message {
+            msg_id,
+            data: pool.copy_of(payload),
+        });
+        // Frames that arrived early may now be in order.
+        if !self.recv_meta.is_empty() {
+            self.advance_in_order(None);
+        }
+        self.after_sequenced(now, h);
+    }
+
+    pub(super) fn ack_fields(&mut self, h: &mut TransportHeader) {
+        if self.undelivered_bytes < self.cfg.undelivered_limit_bytes {
+            self.window_end = self.window_end.max(self.rcv_nxt.add(self.window_frames));
+        } else {
+            self.window_was_closed = true;
+        }
+        h.ack = self.rcv_nxt.0.into();
+        h.window_end = self.window_end.0.into();
+        h.ts_ecr = self.ts_recent.into();
+        self.ack_pending = 0;
+        self.ack_now = false;
+        self.timers[Timer::Ack as usize] = None;
+    }
+
+    pub(super) fn sack_blocks(&self, room: usize) -> ([SackBlock; MAX_SACK_BLOCKS], usize) {
+        let mut out = [SackBlock::default(); MAX_SACK_BLOCKS];
+        let max = room.min(MAX_SACK_BLOCKS);
+        if self.n_out_of_order == 0 || max == 0 {
+            return (out, 0);
+        }
+        // Runs of frames held beyond `rcv_nxt`, as index ranges: the run
+        // holding the frame that arrived last, and the highest runs.
+        let recent = usize::try_from(self.last_out_of_order.diff(self.rcv_nxt)).ok();
+        let mut highest = [(0usize, 0usize); MAX_SACK_BLOCKS];
+        let (mut runs, mut recent_run, mut start) = (0usize, None, None);
+        let len = self.recv_meta.len();
+        for i in 0..=len {
+            let held = i < len && self.recv_meta[i].is_some();
+            match (held, start) {
+                (true, None) => start = Some(i),
+                (false, Some(s)) => {
+                    highest[runs % MAX_SACK_BLOCKS] = (s, i);
+                    runs += 1;
+                    if recent.is_some_and(|r| s <= r && r < i) {
+                        recent_run = Some((s, i));
+                    }
+                    start = None;
+                }
+                _ => {}
+            }
+        }
+        let block = |(s, e): (usize, usize)| {
+            SackBlock::new(self.rcv_nxt.add(s as u32).0, self.rcv_nxt.add(e as u32).0)
+        };
+        let mut n = 0;
+        if let Some(r) = recent_run {
+            out[0] = block(r);
+            n = 1;
+        }
+        for k in 1..=runs.min(MAX_SACK_BLOCKS) {
+            let r = highest[(runs - k) % MAX_SACK_BLOCKS];
+            if n == max {
+                break;
+            }
+            if Some(r) != recent_run {
+                out[n] = block(r);
+                n += 1;
+            }
+        }
+        (out, n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::harness::{
+        deliver, header, messages, pattern, sacks, transmit, transmit_all, Pair,
+    };
+
+    /// A sends `n` one-frame messages; their frames, not delivered.
+    fn one_frame_messages(p: &mut Pair, n: u8) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+        let msgs: Vec<Vec<u8>> = (0..n).map(|i| pattern(100 + i as usize, i)).collect();
+        for m in &msgs {
+            p.a.send(m.clone().into()).unwrap();
+        }
+        let frames = transmit_all(&mut p.a, p.now);
+        assert_eq!(frames.len(), n as usize);
+        (msgs, frames)
+    }
+
+    #[test]
+    fn frames_out_of_order_are_held_and_delivered_in_order() {
+        let mut p = Pair::new();
+        let (msgs, frames) = one_frame_messages(&mut p, 4);
+        for i in [3, 1, 2] {
+            deliver(&mut p.b, p.now, &frames[i]);
+        }
+        assert!(messages(&mut p.b).is_empty(), "delivered past a hole");
+        assert_eq!(p.b.n_out_of_order, 3);
+        deliver(&mut p.b, p.now, &frames[0]);
+        assert_eq!(messages(&mut p.b), msgs);
+        assert_eq!(p.b.n_out_of_order, 0);
+        assert_eq!(p.b.stats().messages_received, 4);
+        assert_eq!(p.b.stats().duplicates, 0);
+    }
+
+    #[test]
+    fn fragments_out_of_order_reassemble_one_message() {
+        let mut p = Pair::new();
+        let data = pattern(3 * p.a.fragment_len(), 9);
+        p.a.send(data.clone().into()).unwrap();
+        let frames = transmit_all(&mut p.a, p.now);
+        assert_eq!(frames.len(), 3);
+        for i in [2, 0] {
+            deliver(&mut p.b, p.now, &frames[i]);
+        }
+        assert!(messages(&mut p.b).is_empty());
+        deliver(&mut p.b, p.now, &frames[1]);
+        assert_eq!(messages(&mut p.b), [data]);
+    }
+
+    #[test]
+    fn duplicates_are_dropped_counted_and_acknowledged_at_once() {
+        let mut p = Pair::new();
+        let (msgs, frames) = one_frame_messages(&mut p, 3);
+        // In order, then again (its ACK was lost); out of order, then again.
+        deliver(&mut p.b, p.now, &frames[0]);
+        let _ = transmit_all(&mut p.b, p.now);
+        deliver(&mut p.b, p.now, &frames[0]);
+        assert!(p.b.ack_now, "a duplicate is answered at once");
+        deliver(&mut p.b, p.now, &frames[2]);
+        deliver(&mut p.b, p.now, &frames[2]);
+        deliver(&mut p.b, p.now, &frames[1]);
+        assert_eq!(p.b.stats().duplicates, 2);
+        assert_eq!(messages(&mut p.b), msgs);
+        assert_eq!(
+            p.b.stats().payload_bytes_received,
+            msgs.iter().map(|m| m.len() as u64).sum::<u64>()
+        );
+    }
+
+    #[test]
+    fn acknowledgements_carry_sack_blocks_for_what_is_held() {
+        let mut p = Pair::new();
+        let (_, frames) = one_frame_messages(&mut p, 6);
+        let seq = |i: usize| header(&frames[i]).seq.get();
+        // Held: 1, then 4 and 5; missing: 0, 2, 3.
+        for i in [1, 4, 5] {
+            deliver(&mut p.b, p.now, &frames[i]);
+        }
+        let ack = transmit(&mut p.b, p.now).expect("an ACK for frames out of order");
+        assert_eq!(header(&ack).ack.get(), seq(0));
+        // The run holding the frame that arrived last goes first.
+        assert_eq!(sacks(&ack), [(seq(4), seq(5) + 1), (seq(1), seq(2))]);
+        // Once the holes are filled there is nothing left to report.
+        for i in [0, 2, 3] {
+            deliver(&mut p.b, p.now, &frames[i]);
+        }
+        p.b.ack_now = true;
+        let ack = transmit(&mut p.b, p.now).unwrap();
+        assert_eq!(header(&ack).ack.get(), seq(5) + 1);
+        assert!(sacks(&ack).is_empty());
+    }
+
+    #[test]
+    fn frames_beyond_the_credit_are_dropped_and_counted() {
+        let mut p = Pair::new();
+        let (_, frames) = one_frame_messages(&mut p, 1);
+        // The same frame one window further on (the CRC made anew).
+        let mut h = header(&frames[0]);
+        h.seq = h.seq.get().wrapping_add(p.b.window_frames()).into();
+        let mut forged = vec![0u8; 1514];
+        let addr = *p.a.addresses();
+        let n = crate::wire::emit_transport(&mut forged, &addr, &h, &[], &[0u8; 100]).unwrap();
+        forged.truncate(n);
+        let received = p.b.stats().frames_received;
+        deliver(&mut p.b, p.now, &forged);
+        assert_eq!(p.b.stats().beyond_window, 1);
+        assert_eq!(p.b.stats().frames_received, received);
+        assert!(
+            transmit(&mut p.b, p.now).is_none(),
+            "a forged frame was answered"
+        );
+    }
+}

@@ -1,0 +1,624 @@
+//! The send side: messages cut into fragments, frames written in place
+//! (first transmissions, repairs, control frames), and the acknowledgements
+//! and SACK blocks that come back for them.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use super::timers::Timer;
+use super::{wire_ts, Connection, Event, State};
+use crate::proto::seq::Seq;
+use crate::time::Instant;
+use crate::wire::transport::{flags, MAX_SACK_BLOCKS};
+use crate::wire::{self, FrameType, SackBlock, TransportHeader};
+
+/// Acknowledged messages up to this size keep their buffers until the
+/// driver's next idle moment ([`Connection::release_acked`]); larger ones
+/// are freed at once (their free is small beside their transfer).
+const RETIRE_MAX_BYTES: usize = 16 << 10;
+
+/// Most acknowledged buffers held for release; past it they are freed at
+/// once, so a driver that is never idle holds at most this many.
+pub(crate) const RETIRE_LIMIT: usize = 64;
+
+/// One of our messages, kept from `send` until the peer acknowledged its
+/// last fragment. Frames in flight refer to it by id and offset, so cutting
+/// and retransmitting fragments costs no reference counting or allocation.
+/// The message is `head ++ body`: layers above put their own header in front
+/// of a payload they lend, and neither is copied before the frame is written.
+#[derive(Debug)]
+pub(super) struct OutMsg {
+    pub(super) msg_id: u32,
+    pub(super) head: Bytes,
+    pub(super) body: Bytes,
+    /// Offset of the next fragment to cut.
+    pub(super) next_off: usize,
+}
+
+impl OutMsg {
+    fn len(&self) -> usize {
+        self.head.len() + self.body.len()
+    }
+
+    /// Bytes `off..off + len` of `head ++ body`, as at most two slices.
+    fn range(&self, off: usize, len: usize) -> [&[u8]; 2] {
+        let h = self.head.len();
+        let end = off + len;
+        if end <= h {
+            [&self.head[off..end], &[]]
+        } else if off >= h {
+            [&self.body[off - h..end - h], &[]]
+        } else {
+            [&self.head[off..], &self.body[..end - h]]
+        }
+    }
+}
+
+/// What a sequenced frame in flight carries.
+#[derive(Debug)]
+enum Cargo {
+    Data {
+        msg_id: u32,
+        off: u32,
+        len: u32,
+        last: bool,
+    },
+    Close,
+}
+
+#[derive(Debug)]
+pub(super) struct InFlight {
+    cargo: Cargo,
+    pub(super) sent_at: Instant,
+    pub(super) sacked: bool,
+    pub(super) lost: bool,
+    retransmitted: bool,
+}
+
+/// RACK: remember in `rack` the most recently sent frame an ACK delivers.
+/// A retransmitted frame may have been delivered by its original
+/// transmission, so it counts only when the ACK echoes the retransmission's
+/// timestamp (`echoed`; never for SACKed frames).
+#[inline]
+fn note_delivered(rack: &mut Option<(Instant, Seq)>, f: &InFlight, seq: Seq, echoed: bool) {
+    if f.retransmitted && !echoed {
+        return;
+    }
+    if rack.is_none_or(|(t, _)| f.sent_at >= t) {
+        *rack = Some((f.sent_at, seq));
+    }
+}
+
+impl Connection {
+    pub(super) fn next_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
+        match self.state {
+            State::Closed => {
+                // A final acknowledgement (of the peer's CLOSE) may remain.
+                return if self.ack_now {
+                    self.emit_control(now, buf, FrameType::Ack, 0)
+                } else {
+                    None
+                };
+            }
+            State::SynSent => {
+                if !self.syn_ack_due {
+                    return None;
+                }
+                self.syn_ack_due = false;
+                self.syn_attempts += 1;
+                self.timers[Timer::Rto as usize] =
+                    Some(now + self.rtt.rto_backed_off(self.backoff));
+                return self.emit_control(now, buf, FrameType::Syn, 0);
+            }
+            State::SynReceived => {
+                if self.syn_ack_due {
+                    self.syn_ack_due = false;
+                    return self.emit_control(now, buf, FrameType::SynAck, 0);
+                }
+                return None;
+            }
+            State::Established | State::Closing => {}
+        }
+        if let Some(n) = self.poll_retransmit(now, buf) {
+            return Some(n);
+        }
+        if let Some(n) = self.poll_new_frame(now, buf) {
+            return Some(n);
+        }
+        if self.probe_due {
+            self.probe_due = false;
+            return self.emit_control(now, buf, FrameType::Ping, flags::ACK_NOW);
+        }
+        if self.ack_now {
+            self.stats.acks_sent += 1;
+            return self.emit_control(now, buf, FrameType::Ack, 0);
+        }
+        None
+    }
+
+    /// True when `poll_transmit` may produce a frame now (cheap; drivers use
+    /// it to skip asking the device for a transmit buffer).
+    pub fn wants_transmit(&self) -> bool {
+        match self.state {
+            State::Closed => self.ack_now,
+            State::SynSent | State::SynReceived => self.syn_ack_due,
+            State::Established | State::Closing => {
+                self.ack_now
+                    || self.probe_due
+                    || (!self.lost_queue.is_empty() && (self.can_send() || self.probe_credit))
+                    || ((self.has_unsent() || (self.close_requested && !self.close_queued))
+                        && self.snd_nxt.lt(self.peer_window_end)
+                        && self.can_send())
+            }
+        }
+    }
+
+    pub(super) fn has_unsent(&self) -> bool {
+        self.next_unsent < self.send_msgs.len()
+    }
+
+    fn can_send(&self) -> bool {
+        self.flight() < self.cwnd
+    }
+
+    fn poll_retransmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
+        while let Some(&seq) = self.lost_queue.front() {
+            let idx = seq.diff(self.snd_una);
+            let live = idx >= 0
+                && (idx as usize) < self.inflight.len()
+                && self.inflight[idx as usize].lost;
+            if !live {
+                self.lost_queue.pop_front();
+                continue;
+            }
+            if !self.can_send() && !self.probe_credit {
+                return None;
+            }
+            self.probe_credit = false;
+            self.lost_queue.pop_front();
+            self.timers[Timer::Tail as usize] = self.next_probe(now);
+            let f = &mut self.inflight[idx as usize];
+            f.lost = false;
+            f.retransmitted = true;
+            f.sent_at = now;
+            self.n_lost -= 1;
+            self.stats.retransmits += 1;
+            let ack = if self.lost_queue.is_empty() {
+                flags::ACK_NOW
+            } else {
+                0
+            };
+            return self.emit_sequenced(now, buf, seq, idx as usize, ack);
+        }
+        None
+    }
+
+    fn poll_new_frame(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
+        if !self.snd_nxt.lt(self.peer_window_end) || !self.can_send() {
+            return None;
+        }
+        let cargo = if let Some(m) = self.send_msgs.get_mut(self.next_unsent) {
+            let off = m.next_off;
+            let len = (m.len() - off).min(self.frag_len);
+            m.next_off += len;
+            let last = m.next_off == m.len();
+            let cargo = Cargo::Data {
+                msg_id: m.msg_id,
+                off: off as u32,
+                len: len as u32,
+                last,
+            };
+            if last {
+                self.next_unsent += 1;
+            }
+            cargo
+        } else if self.close_requested && !self.close_queued && self.state == State::Closing {
+            self.close_queued = true;
+            Cargo::Close
+        } else {
+            return None;
+        };
+        let seq = self.snd_nxt;
+        self.snd_nxt = self.snd_nxt.add(1);
+        self.inflight.push_back(InFlight {
+            cargo,
+            sent_at: now,
+            sacked: false,
+            lost: false,
+            retransmitted: false,
+        });
+        self.stats.data_frames_sent += 1;
+        self.timers[Timer::Tail as usize] = Some(now + self.probe_timeout());
+        if self.timers[Timer::Rto as usize].is_none() {
+            self.timers[Timer::Rto as usize] = Some(now + self.rtt.rto_backed_off(self.backoff));
+        }
+        // Ask for an immediate ACK when this is the last frame we may send
+        // for now although more is queued: we would otherwise wait for the
+        // delayed-ACK timer. When we have sent all we have, a prompt ACK is
+        // enough (ACK_SOON): it lets a reply from the peer's application
+        // carry it, so a request and its response cost one frame each.
+        let ack = if !self.has_unsent() {
+            flags::ACK_SOON
+        } else if self.snd_nxt.lt(self.peer_window_end) && self.flight() < self.cwnd {
+            0
+        } else {
+            flags::ACK_NOW
+        };
+        let idx = self.inflight.len() - 1;
+        self.emit_sequenced(now, buf, seq, idx, ack)
+    }
+
+    fn base_header(&self, now: Instant, kind: FrameType, flag_bits: u8) -> TransportHeader {
+        TransportHeader {
+            kind: kind.into(),
+            flags: flag_bits,
+            src_port: self.local_port.into(),
+            dst_port: self.peer_port.into(),
+            src_cookie: self.local_cookie.into(),
+            dst_cookie: self.peer_cookie.into(),
+            seq: self.snd_nxt.0.into(),
+            ts_val: wire_ts(now).into(),
+            ..Default::default()
+        }
+    }
+
+    fn emit_control(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        kind: FrameType,
+        flag_bits: u8,
+    ) -> Option<usize> {
+        let mut h = self.base_header(now, kind, flag_bits);
+        match kind {
+            FrameType::Syn => {
+                h.seq = self.isn.0.into();
+                h.msg_len = (self.local_mtu as u32).into();
+            }
+            FrameType::SynAck => {
+                h.seq = self.isn.0.into();
+                h.msg_len = (self.local_mtu as u32).into();
+                self.ack_fields(&mut h);
+            }
+            _ => self.ack_fields(&mut h),
+        }
+        let (sacks, n) = if matches!(kind, FrameType::Ack | FrameType::Ping) {
+            self.sack_blocks(MAX_SACK_BLOCKS)
+        } else {
+            ([SackBlock::default(); MAX_SACK_BLOCKS], 0)
+        };
+        wire::emit_transport_with(buf, &self.addr, &h, &sacks[..n], &[], self.cfg.trailer()).ok()
+    }
+
+    fn emit_sequenced(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        seq: Seq,
+        idx: usize,
+        ack_request: u8,
+    ) -> Option<usize> {
+        let mut h = self.base_header(now, FrameType::Data, ack_request);
+        h.seq = seq.0.into();
+        self.ack_fields(&mut h);
+        let payload: [&[u8]; 2] = match self.inflight[idx].cargo {
+            Cargo::Data {
+                msg_id,
+                off,
+                len,
+                last,
+            } => {
+                let first = self.send_msgs.front().expect("a message in flight").msg_id;
+                let m = &self.send_msgs[msg_id.wrapping_sub(first) as usize];
+                h.msg_id = msg_id.into();
+                h.msg_len = (m.len() as u32).into();
+                h.frag_off = off.into();
+                if last {
+                    h.flags |= flags::LAST_FRAGMENT;
+                }
+                m.range(off as usize, len as usize)
+            }
+            Cargo::Close => {
+                h.kind = FrameType::Close.into();
+                [&[], &[]]
+            }
+        };
+        let payload_len = payload[0].len() + payload[1].len();
+        // Carry SACK blocks when they fit beside the payload within the
+        // fragment size both ends accept.
+        let room =
+            self.frag_len.saturating_sub(payload_len) / crate::wire::transport::SACK_BLOCK_LEN;
+        let (sacks, n) = self.sack_blocks(room);
+        wire::emit_transport_gather(
+            buf,
+            &self.addr,
+            &h,
+            &sacks[..n],
+            payload,
+            self.cfg.trailer(),
+        )
+        .ok()
+    }
+
+    pub(super) fn process_ack(&mut self, now: Instant, h: &TransportHeader, sacks: &[SackBlock]) {
+        let ack = Seq(h.ack.get());
+        if self.snd_nxt.lt(ack) || ack.lt(self.snd_una) {
+            // Acknowledges something never sent, or is older than what we know.
+            if self.snd_nxt.lt(ack) {
+                self.stats.violations += 1;
+            }
+            return;
+        }
+        let window_end = Seq(h.window_end.get());
+        if self.peer_window_end.lt(window_end)
+            && window_end.diff(ack) as u32 <= self.cfg.max_window_frames.max(1 << 16)
+        {
+            self.peer_window_end = window_end;
+        }
+        let mut newly_acked = 0u32;
+        let mut cumulative = 0u32;
+        // The most recently sent frame this ACK delivers (RACK).
+        let mut rack: Option<(Instant, Seq)> = None;
+        let ecr = h.ts_ecr.get();
+        // A retransmitted frame may have been delivered by its original
+        // transmission (a spurious repair): taking its new send time would
+        // declare everything sent before it lost, a cascade of spurious
+        // repairs behind a deep queue. It counts only when the ACK echoes
+        // the retransmission's timestamp (the receiver echoes the frame that
+        // moved its cumulative point), so SACKed retransmissions never do.
+        let echoes = |f: &InFlight| ecr != 0 && ecr.wrapping_sub(wire_ts(f.sent_at)) as i32 >= 0;
+        while self.snd_una.lt(ack) {
+            let Some(f) = self.inflight.pop_front() else {
+                break;
+            };
+            let seq = self.snd_una;
+            self.snd_una = self.snd_una.add(1);
+            newly_acked += 1;
+            cumulative += 1;
+            if f.sacked {
+                self.n_sacked -= 1;
+            } else {
+                note_delivered(&mut rack, &f, seq, echoes(&f));
+            }
+            if f.lost {
+                self.n_lost -= 1;
+            }
+            match f.cargo {
+                Cargo::Data { msg_id, last, .. } => {
+                    if last {
+                        // Frames are acknowledged in order, so this is the
+                        // oldest message.
+                        let m = self
+                            .send_msgs
+                            .pop_front()
+                            .expect("an unacknowledged message");
+                        debug_assert_eq!(m.msg_id, msg_id);
+                        self.next_unsent = self.next_unsent.saturating_sub(1);
+                        self.send_bytes -= m.len();
+                        self.stats.messages_acked += 1;
+                        if self.cfg.acked_events {
+                            self.events.push_back(Event::Acked { msg_id });
+                        }
+                        if m.len() <= RETIRE_MAX_BYTES && self.retired.len() < RETIRE_LIMIT {
+                            self.retired.push(m);
+                        }
+                    }
+                }
+                Cargo::Close => {
+                    self.finish();
+                    return;
+                }
+            }
+        }
+        if !sacks.is_empty() {
+            newly_acked += self.apply_sacks(sacks, &mut rack);
+        }
+        if let Some((t, seq)) = rack {
+            if t > self.rack_time || (t == self.rack_time && self.rack_seq.lt(seq)) {
+                self.rack_time = t;
+                self.rack_seq = seq;
+                self.rack_rtt = now.saturating_duration_since(t);
+            }
+        }
+        if newly_acked > 0 {
+            self.probes_in_a_row = 0;
+            // Only an ACK that moves the cumulative point echoes the
+            // timestamp of the frame that moved it. One that only SACKs
+            // frames beyond a hole echoes the last in-order frame, sent
+            // before the hole: that sample would count the whole time the
+            // hole stayed open and inflate the RTO under loss.
+            if self.rto_undo.is_some() && cumulative > 0 {
+                self.check_rto(ecr);
+            }
+            if ecr != 0 && cumulative > 0 {
+                let rtt_us = wire_ts(now).wrapping_sub(ecr);
+                if rtt_us < 60_000_000 {
+                    self.rtt.sample(Duration::from_micros(rtt_us as u64));
+                    let s = &mut self.stats;
+                    let ns = rtt_us as u64 * 1000;
+                    s.rtt_samples += 1;
+                    s.latest_rtt_ns = ns;
+                    s.min_rtt_ns = if s.min_rtt_ns == 0 {
+                        ns
+                    } else {
+                        s.min_rtt_ns.min(ns)
+                    };
+                    s.srtt_ns = self.rtt.srtt().as_nanos() as u64;
+                }
+            }
+            self.backoff = 0;
+            self.timers[Timer::Rto as usize] = if self.inflight.is_empty() {
+                None
+            } else {
+                Some(now + self.rtt.rto())
+            };
+            self.timers[Timer::Tail as usize] = if self.inflight.is_empty() {
+                None
+            } else {
+                Some(now + self.probe_timeout())
+            };
+        }
+        if let Some(end) = self.recovery_end {
+            if !self.snd_una.lt(end) {
+                self.recovery_end = None;
+            }
+        }
+        if self.n_sacked > 0 {
+            self.detect_losses(now);
+        }
+        if newly_acked > 0 && self.recovery_end.is_none() {
+            if self.cfg.delay_control && self.queue_building() {
+                self.cut_for_delay(now);
+            } else {
+                self.grow_cwnd(newly_acked);
+            }
+        }
+        if self.window_blocked() {
+            self.timers[Timer::Probe as usize] = Some(now + self.probe_interval());
+        }
+    }
+
+    /// Mark the frames `sacks` report as held by the peer; returns how many
+    /// were new. Out of line: loss-free exchanges carry no blocks.
+    #[inline(never)]
+    fn apply_sacks(&mut self, sacks: &[SackBlock], rack: &mut Option<(Instant, Seq)>) -> u32 {
+        let mut newly = 0;
+        for b in sacks.iter().take(MAX_SACK_BLOCKS) {
+            let (start, end) = (Seq(b.start.get()), Seq(b.end.get()));
+            let start = start.max(self.snd_una);
+            if !start.lt(end) || self.snd_nxt.lt(end) {
+                continue;
+            }
+            let (i0, i1) = (
+                start.diff(self.snd_una) as usize,
+                end.diff(self.snd_una) as usize,
+            );
+            let i1 = i1.min(self.inflight.len());
+            if i0 >= i1 {
+                continue;
+            }
+            for (i, f) in self.inflight.range_mut(i0..i1).enumerate() {
+                if !f.sacked {
+                    f.sacked = true;
+                    self.n_sacked += 1;
+                    if f.lost {
+                        f.lost = false;
+                        self.n_lost -= 1;
+                    }
+                    newly += 1;
+                    note_delivered(rack, f, self.snd_una.add((i0 + i) as u32), false);
+                }
+            }
+        }
+        newly
+    }
+
+    pub(super) fn unacked_messages(&self) -> usize {
+        self.send_msgs.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::harness::{
+        deliver, header, messages, pattern, payload_len, transmit_all, Pair,
+    };
+    use super::*;
+    use crate::proto::config::Config;
+    use crate::proto::connection::SendError;
+
+    /// DATA frames A sends at once for a message of `frames` fragments,
+    /// with nothing acknowledged in between.
+    fn burst(p: &mut Pair, frames: usize) -> Vec<Vec<u8>> {
+        let frag = p.a.fragment_len();
+        p.a.send(pattern(frames * frag, 1).into()).unwrap();
+        transmit_all(&mut p.a, p.now)
+    }
+
+    #[test]
+    fn new_frames_stop_at_the_peers_credit() {
+        let b = Config {
+            min_window_frames: 10,
+            max_window_frames: 10,
+            ..Config::default()
+        };
+        let mut p = Pair::with(Config::default(), b);
+        assert_eq!(p.b.window_frames(), 10);
+        assert!(p.a.cwnd() > 10);
+        let frames = burst(&mut p, 40);
+        assert_eq!(frames.len(), 10);
+        // The last frame the credit allows asks for an acknowledgement at once.
+        assert!(header(&frames[9]).has(flags::ACK_NOW));
+        assert!(!header(&frames[8]).has(flags::ACK_NOW));
+        assert!(!p.a.wants_transmit());
+        // Credit returns with the acknowledgement, and the rest follows.
+        for f in &frames {
+            deliver(&mut p.b, p.now, f);
+        }
+        p.settle();
+        assert_eq!(p.a.stats().data_frames_sent, 40);
+        assert_eq!(p.a.stats().retransmits, 0);
+    }
+
+    #[test]
+    fn new_frames_stop_at_the_congestion_window() {
+        let a = Config {
+            initial_cwnd: 5,
+            ..Config::default()
+        };
+        let mut p = Pair::with(a, Config::default());
+        assert!(p.b.window_frames() > 5);
+        assert_eq!(burst(&mut p, 40).len(), 5);
+        assert_eq!(p.a.stats().data_frames_sent, 5);
+    }
+
+    #[test]
+    fn a_message_is_cut_into_fragments_in_order() {
+        let mut p = Pair::new();
+        let frag = p.a.fragment_len();
+        assert_eq!(frag, 1500 - 3 - 56);
+        let data = pattern(2 * frag + 100, 7);
+        let id = p.a.send(data.clone().into()).unwrap();
+        let frames = transmit_all(&mut p.a, p.now);
+        assert_eq!(frames.len(), 3);
+        let seq0 = header(&frames[0]).seq.get();
+        for (i, f) in frames.iter().enumerate() {
+            let h = header(f);
+            assert_eq!(h.frame_type(), FrameType::Data);
+            assert_eq!(h.seq.get(), seq0.wrapping_add(i as u32));
+            assert_eq!(h.msg_id.get(), id);
+            assert_eq!(h.msg_len.get() as usize, data.len());
+            assert_eq!(h.frag_off.get() as usize, i * frag);
+            assert_eq!(h.has(flags::LAST_FRAGMENT), i == 2);
+        }
+        assert_eq!(payload_len(&frames[2]), 100);
+        for f in &frames {
+            deliver(&mut p.b, p.now, f);
+        }
+        assert_eq!(messages(&mut p.b), [data]);
+        assert_eq!(p.a.send_buffered(), 2 * frag + 100);
+        p.settle();
+        assert_eq!(p.a.send_buffered(), 0);
+        assert!(p.a.is_send_idle());
+    }
+
+    #[test]
+    fn send_refuses_what_the_buffer_cannot_hold() {
+        let a = Config {
+            send_buffer_bytes: 1000,
+            ..Config::default()
+        };
+        let mut p = Pair::with(a, Config::default());
+        // A message larger than the buffer goes alone into an empty one.
+        p.a.send(pattern(1500, 0).into()).unwrap();
+        assert_eq!(
+            p.a.send(pattern(10, 0).into()),
+            Err(SendError::BufferFull { queued: 1500 })
+        );
+        p.settle();
+        assert_eq!(p.a.send(pattern(10, 0).into()), Ok(1));
+        p.a.close();
+        assert_eq!(p.a.send(pattern(10, 0).into()), Err(SendError::Closed));
+    }
+}

@@ -1,0 +1,319 @@
+//! The timer table: retransmission (and SYN retry), delayed ACK,
+//! keepalive and window probe, idle limit, tail-loss probe and RACK's
+//! reordering timer. Deadlines are only stored here; the driver asks
+//! [`Connection::poll_timeout`] and calls [`Connection::handle_timeout`].
+
+use std::time::Duration;
+
+use super::congestion::RtoUndo;
+use super::{wire_ts, Connection, State};
+use crate::proto::error::ConnectionError;
+use crate::time::Instant;
+
+/// Timers, indexed into a table.
+#[derive(Copy, Clone, Debug)]
+pub(super) enum Timer {
+    /// Retransmission (and SYN retry).
+    Rto = 0,
+    /// Delayed acknowledgement.
+    Ack = 1,
+    /// Keepalive probe, and window probe while the peer grants no credit.
+    Probe = 2,
+    /// Idle limit / half-open limit.
+    Idle = 3,
+    /// Tail-loss probe: the last frames of a burst went unanswered for a
+    /// couple of round trips (no later frame can reveal their loss).
+    Tail = 4,
+    /// RACK's reordering timer: a frame sent before one already delivered
+    /// becomes lost once it has been out for a round trip plus the
+    /// reordering allowance, without waiting for a later acknowledgement.
+    Reorder = 5,
+}
+
+pub(super) const TIMER_COUNT: usize = 6;
+
+impl Connection {
+    pub(super) fn on_timer(&mut self, now: Instant, t: Timer) {
+        match t {
+            Timer::Idle => match self.state {
+                // Half-open: forget silently; the application never saw it.
+                State::SynReceived => {
+                    self.state = State::Closed;
+                    self.timers = [None; TIMER_COUNT];
+                }
+                State::Established | State::Closing if now < self.idle_deadline() => {
+                    // Heard from the peer since the deadline was set.
+                    self.timers[Timer::Idle as usize] = Some(self.idle_deadline());
+                }
+                _ => self.fail(ConnectionError::IdleTimeout(self.cfg.idle_timeout)),
+            },
+            Timer::Rto => {
+                if self.state == State::SynSent {
+                    if self.syn_attempts > self.cfg.max_syn_retries {
+                        self.fail(if self.cfg.auth_key.is_some() {
+                            ConnectionError::AuthConnectTimeout(self.syn_attempts)
+                        } else {
+                            ConnectionError::ConnectTimeout(self.syn_attempts)
+                        });
+                    } else {
+                        self.backoff += 1;
+                        self.syn_ack_due = true;
+                    }
+                    return;
+                }
+                if self.inflight.is_empty() {
+                    return;
+                }
+                self.backoff += 1;
+                if self.backoff > self.cfg.max_retransmits {
+                    self.fail(ConnectionError::RetransmitLimit(self.backoff - 1));
+                    return;
+                }
+                self.stats.timeouts += 1;
+                if self.rto_undo.is_none() {
+                    self.rto_undo = Some(RtoUndo {
+                        at_ts: wire_ts(now),
+                        cwnd: self.cwnd,
+                        ssthresh: self.ssthresh,
+                    });
+                }
+                self.ssthresh = (self.flight() / 2).max(self.cfg.min_cwnd);
+                self.cwnd = self.cfg.min_cwnd;
+                self.cwnd_acc = 0;
+                self.recovery_end = Some(self.snd_nxt);
+                self.lost_queue.clear();
+                self.n_lost = 0;
+                for (i, f) in self.inflight.iter_mut().enumerate() {
+                    f.lost = !f.sacked;
+                    if f.lost {
+                        self.n_lost += 1;
+                        self.lost_queue.push_back(self.snd_una.add(i as u32));
+                    }
+                }
+                self.timers[Timer::Rto as usize] =
+                    Some(now + self.rtt.rto_backed_off(self.backoff));
+            }
+            Timer::Ack => {
+                if self.ack_pending > 0 {
+                    self.ack_now = true;
+                }
+            }
+            Timer::Probe => {
+                if matches!(self.state, State::Established | State::Closing) {
+                    let due = self.last_rx + self.probe_interval();
+                    if now < due {
+                        // Heard from the peer since the deadline was set.
+                        self.timers[Timer::Probe as usize] = Some(due);
+                        return;
+                    }
+                    self.probe_due = true;
+                    self.timers[Timer::Probe as usize] = Some(now + self.probe_interval());
+                }
+            }
+            Timer::Tail => self.tail_probe(),
+            Timer::Reorder => {
+                if matches!(self.state, State::Established | State::Closing) {
+                    self.detect_losses(now);
+                }
+            }
+        }
+    }
+
+    pub(super) fn rearm_idle(&mut self, now: Instant) {
+        self.timers[Timer::Idle as usize] = Some(now + self.cfg.idle_timeout);
+        if self.timers[Timer::Probe as usize].is_some() {
+            self.timers[Timer::Probe as usize] = Some(now + self.probe_interval());
+        }
+    }
+
+    /// When the connection fails for silence: an idle timeout after the
+    /// last frame heard.
+    fn idle_deadline(&self) -> Instant {
+        self.last_rx + self.cfg.idle_timeout
+    }
+
+    pub(super) fn probe_interval(&self) -> Duration {
+        if self.window_blocked() {
+            self.rtt.rto_backed_off(self.backoff)
+        } else {
+            self.cfg.keepalive_interval
+        }
+    }
+
+    /// Probe timeout after the last transmission: twice the smoothed RTT
+    /// (the receiver acknowledges a burst's last frame at once, ACK_NOW) plus
+    /// scheduling slack, far below the RTO floor.
+    pub(super) fn probe_timeout(&self) -> Duration {
+        self.rtt.srtt() * 2 + Duration::from_micros(50)
+    }
+
+    /// When the next tail-loss probe is due after a retransmission: the
+    /// probe timeout, doubled for every probe already sent without a
+    /// delivery since, and none once that reaches the RTO, which takes over
+    /// (its back-off and retry bound decide a dead peer's fate). The RTO
+    /// floor is fifty round trips on a LAN, so a lost probe (or its lost
+    /// answer) gets a second chance well before it.
+    pub(super) fn next_probe(&self, now: Instant) -> Option<Instant> {
+        let wait = self.probe_timeout() * (1u32 << self.probes_in_a_row.min(16));
+        (wait < self.rtt.rto()).then_some(now + wait)
+    }
+
+    /// Nothing was delivered for a probe timeout: send one frame beyond the
+    /// congestion window, so that its acknowledgement (with SACK) reveals
+    /// what was lost, instead of waiting for the RTO (RACK-TLP, RFC 8985).
+    /// The frame is the first repair already due, else the newest
+    /// unacknowledged frame. Not a congestion signal.
+    #[inline(never)]
+    fn tail_probe(&mut self) {
+        if !matches!(self.state, State::Established | State::Closing) {
+            return;
+        }
+        if self.n_lost == 0 {
+            let Some(i) = self.inflight.iter().rposition(|f| !f.sacked && !f.lost) else {
+                return;
+            };
+            self.inflight[i].lost = true;
+            self.n_lost += 1;
+            self.lost_queue.push_back(self.snd_una.add(i as u32));
+        }
+        self.probe_credit = true;
+        self.probes_in_a_row += 1;
+        self.stats.tail_probes += 1;
+    }
+
+    pub(super) fn window_blocked(&self) -> bool {
+        self.has_unsent() && !self.snd_nxt.lt(self.peer_window_end) && self.inflight.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::harness::{deliver, events, header, messages, pattern, transmit_all, Pair};
+    use super::super::Event;
+    use super::*;
+    use crate::proto::config::Config;
+    use crate::wire::FrameType;
+
+    fn rto_deadline(c: &Connection) -> Instant {
+        c.timers[Timer::Rto as usize].expect("a retransmission timer")
+    }
+
+    #[test]
+    fn the_rto_retransmits_doubles_and_ends_the_connection() {
+        let a = Config {
+            max_retransmits: 3,
+            ..Config::default()
+        };
+        let mut p = Pair::with(a, Config::default());
+        let t0 = p.now;
+        p.a.send(pattern(100, 1).into()).unwrap();
+        let sent = transmit_all(&mut p.a, t0);
+        assert_eq!(sent.len(), 1);
+        let seq = header(&sent[0]).seq.get();
+        // No round trip measured yet: the initial RTO.
+        let rto = Config::default().initial_rto;
+        assert_eq!(rto_deadline(&p.a) - t0, rto);
+        // Each timeout resends the lost frame and waits twice as long.
+        let mut deadline = rto_deadline(&p.a);
+        for n in 1..=3u32 {
+            p.advance_to(deadline);
+            assert_eq!(p.a.stats().timeouts, n as u64);
+            assert_eq!(p.a.backoff, n);
+            let again = transmit_all(&mut p.a, p.now);
+            assert!(
+                again.iter().any(|f| header(f).seq.get() == seq),
+                "not resent"
+            );
+            let next = rto_deadline(&p.a);
+            assert_eq!(next - deadline, rto * (1 << n));
+            deadline = next;
+        }
+        assert!(p.a.stats().retransmits >= 3);
+        // One timeout more than allowed: the connection fails, saying why.
+        p.advance_to(deadline);
+        assert_eq!(p.a.state(), State::Closed);
+        assert_eq!(
+            events(&mut p.a),
+            [Event::Closed(Some(ConnectionError::RetransmitLimit(3)))]
+        );
+        assert_eq!(p.a.poll_timeout(), None);
+    }
+
+    #[test]
+    fn an_acknowledgement_stops_the_rto() {
+        let mut p = Pair::new();
+        p.a.send(pattern(100, 1).into()).unwrap();
+        for f in transmit_all(&mut p.a, p.now) {
+            deliver(&mut p.b, p.now, &f);
+        }
+        assert!(p.a.timers[Timer::Rto as usize].is_some());
+        p.settle();
+        assert_eq!(p.a.timers[Timer::Rto as usize], None);
+        assert_eq!(p.a.stats().timeouts, 0);
+        assert_eq!(messages(&mut p.b).len(), 1);
+    }
+
+    #[test]
+    fn a_silent_peer_is_probed_then_declared_gone() {
+        let mut p = Pair::new();
+        let cfg = Config::default();
+        let heard = p.now;
+        // B is gone: A's frames go nowhere.
+        let mut pings = Vec::new();
+        while p.a.state() != State::Closed {
+            let t = p.a.poll_timeout().expect("a timer while open");
+            p.advance_to(t);
+            for f in transmit_all(&mut p.a, t) {
+                if header(&f).frame_type() == FrameType::Ping {
+                    pings.push(t);
+                }
+            }
+        }
+        assert_eq!(p.now, heard + cfg.idle_timeout);
+        assert_eq!(
+            events(&mut p.a),
+            [Event::Closed(Some(ConnectionError::IdleTimeout(
+                cfg.idle_timeout
+            )))]
+        );
+        // A keepalive each interval before that.
+        let expect: Vec<Instant> = (1..10u32)
+            .map(|i| heard + cfg.keepalive_interval * i)
+            .collect();
+        assert_eq!(pings, expect);
+    }
+
+    #[test]
+    fn answered_keepalives_keep_an_idle_connection_open() {
+        let mut p = Pair::new();
+        let cfg = Config::default();
+        p.run_for(cfg.idle_timeout * 3, cfg.keepalive_interval / 2);
+        assert_eq!(p.a.state(), State::Established);
+        assert_eq!(p.b.state(), State::Established);
+        assert!(events(&mut p.a).is_empty());
+    }
+
+    #[test]
+    fn a_delayed_acknowledgement_goes_out_when_its_timer_fires() {
+        let mut p = Pair::new();
+        p.a.send(pattern(100, 1).into()).unwrap();
+        p.a.send(pattern(100, 2).into()).unwrap();
+        // Neither frame asks for an acknowledgement at once; the last one
+        // asks for one soon.
+        for f in transmit_all(&mut p.a, p.now) {
+            deliver(&mut p.b, p.now, &f);
+        }
+        assert!(p.b.ack_pending());
+        assert!(
+            transmit_all(&mut p.b, p.now).is_empty(),
+            "acknowledged at once"
+        );
+        let due = p.b.timers[Timer::Ack as usize].expect("a delayed ACK");
+        assert_eq!(due - p.now, Config::default().ack_soon_delay);
+        p.advance_to(due);
+        let acks = transmit_all(&mut p.b, p.now);
+        assert_eq!(acks.len(), 1);
+        assert_eq!(header(&acks[0]).frame_type(), FrameType::Ack);
+        assert!(!p.b.ack_pending());
+    }
+}
