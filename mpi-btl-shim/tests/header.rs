@@ -1,5 +1,5 @@
 //! The committed C header `include/llc_shim.h` must be what cbindgen makes
-//! of `src/lib.rs` now. `LLC_SHIM_BLESS=1` rewrites it instead of failing.
+//! of the crate (`src/lib.rs` and the modules it declares) now. `LLC_SHIM_BLESS=1` rewrites it instead of failing.
 
 use std::path::Path;
 

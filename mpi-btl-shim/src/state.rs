@@ -1,0 +1,493 @@
+//! The shim's state behind a C handle: the message-layer endpoint, the C
+//! callbacks registered on it, the one-sided operations and lent sends in
+//! flight, and the counters; and the delivery of the endpoint's events to
+//! the C callbacks.
+//!
+//! The endpoint delivers pull-style (`msg_layer::delivery`): messages, peer
+//! ends, completions of watched puts and gets and releases of lent bodies
+//! wait in one queue, in the order they happened, whoever made the progress
+//! (`llc_shim_progress`, a send, or the background thread). Only
+//! [`LlcShim::progress`] takes them out and calls C, so every C callback
+//! runs on the thread in `llc_shim_progress`, outside every lock (ob1 may
+//! send from inside a receive callback). A nested `llc_shim_progress` from
+//! inside a callback makes progress and leaves delivery to the outer call,
+//! which keeps the order.
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::ffi::{c_char, c_void};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use bytes::Bytes;
+use msg_layer::delivery::{Event, ReleaseNotice};
+use msg_layer::rma::RegionKey;
+use msg_layer::transport::spec::LlcSpec;
+use msg_layer::transport::{AnyTransport, TransportSpec};
+use msg_layer::{Config, Endpoint, Error, PeerEnd, PeerId, Request};
+
+use crate::ffi::{LlcShimConfig, LlcShimRmaFn, LlcShimStats, LlcShimStatus};
+
+pub(crate) type Ep = Endpoint<AnyTransport>;
+
+/// A C pointer carried across threads; only dereferenced by C, on the thread
+/// that calls `llc_shim_progress`.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct CPtr(pub *mut c_void);
+// SAFETY: the pointer is never dereferenced by Rust; it is handed back to C
+// callbacks, which the shim only calls from the thread in `llc_shim_progress`.
+unsafe impl Send for CPtr {}
+// SAFETY: as above: shared references never dereference it.
+unsafe impl Sync for CPtr {}
+
+/// A receive callback and its context.
+pub(crate) type RecvHandler = (
+    unsafe extern "C" fn(*mut c_void, u32, u8, *const u8, usize),
+    CPtr,
+);
+/// A failure callback and its context.
+pub(crate) type FailHandler = (
+    unsafe extern "C" fn(*mut c_void, u32, bool, *const c_char),
+    CPtr,
+);
+/// A lent send's completion and its context.
+pub(crate) type SentHandler = (unsafe extern "C" fn(*mut c_void), CPtr);
+
+/// A put or get waiting for its completion event.
+pub(crate) struct RmaOp {
+    pub cb: LlcShimRmaFn,
+    pub ctx: CPtr,
+    /// For a get: where the data goes.
+    pub dst: Option<(CPtr, usize)>,
+}
+
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub sent: AtomicU64,
+    pub sent_bytes: AtomicU64,
+    pub received: AtomicU64,
+    pub received_bytes: AtomicU64,
+    pub queued: AtomicU64,
+    pub unhandled: AtomicU64,
+    pub puts: AtomicU64,
+    pub gets: AtomicU64,
+    pub peers_failed: AtomicU64,
+    pub background_rounds: AtomicU64,
+    pub sent_lent: AtomicU64,
+}
+
+impl Counters {
+    /// One message of `bytes` handed to the transport.
+    pub fn count_sent(&self, bytes: usize) {
+        self.sent.fetch_add(1, Ordering::Relaxed);
+        self.sent_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    pub fn snapshot(&self) -> LlcShimStats {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        LlcShimStats {
+            sent: get(&self.sent),
+            sent_bytes: get(&self.sent_bytes),
+            received: get(&self.received),
+            received_bytes: get(&self.received_bytes),
+            queued: get(&self.queued),
+            unhandled: get(&self.unhandled),
+            puts: get(&self.puts),
+            gets: get(&self.gets),
+            peers_failed: get(&self.peers_failed),
+            background_rounds: get(&self.background_rounds),
+            sent_lent: get(&self.sent_lent),
+            ..LlcShimStats::default()
+        }
+    }
+}
+
+/// A body lent by the C caller (`llc_shim_send_lent`): the transport holds
+/// it, without a copy, until the peer acknowledged it; its release notice
+/// then reports the token of the caller's completion.
+pub(crate) struct Lent {
+    pub ptr: *const u8,
+    pub len: usize,
+    pub _notice: ReleaseNotice,
+}
+
+// SAFETY: the bytes at `ptr` are only read, and the caller keeps them valid
+// and unchanged until its completion runs, which is after this owner is
+// dropped (the release notice reports the drop), whichever thread drops it.
+unsafe impl Send for Lent {}
+
+impl AsRef<[u8]> for Lent {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: `ptr` is valid for `len` bytes until the completion runs
+        // (see `Send` above), and non-null unless `len` is 0 (checked by
+        // `llc_shim_send_lent`).
+        unsafe { crate::ffi::c_bytes(self.ptr, self.len) }.unwrap_or_default()
+    }
+}
+
+thread_local! {
+    /// Set while this thread delivers events to C: a nested
+    /// `llc_shim_progress` (from inside a callback) then only makes
+    /// progress, and the outer call delivers what it received, in order.
+    static DELIVERING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// An open endpoint. Opaque to C.
+pub struct LlcShim {
+    pub(crate) ep: Arc<Ep>,
+    pub(crate) counters: Arc<Counters>,
+    /// Calls of `llc_shim_progress` so far: the background thread stays out
+    /// while it moves. Counted, not timed: a clock read on every idle turn
+    /// of `opal_progress` cost more than the rest of an idle call. Bumped
+    /// with a load and a store; an increment lost between two racing
+    /// callers still shows a change.
+    progress_calls: Arc<AtomicU64>,
+    recv: Mutex<Vec<Option<RecvHandler>>>,
+    fail: Mutex<Option<FailHandler>>,
+    /// Puts and gets in flight, by request.
+    rma: Mutex<HashMap<Request, RmaOp>>,
+    /// Lent sends in flight, by release token.
+    lent: Mutex<HashMap<u64, SentHandler>>,
+    next_token: AtomicU64,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+    pub(crate) regions: Mutex<Vec<RegionKey>>,
+}
+
+pub(crate) fn init_logging() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if let Ok(filter) = std::env::var("LLC_SHIM_LOG") {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+                .with_writer(std::io::stderr)
+                .try_init();
+        }
+    });
+}
+
+/// Why `llc_shim_open` failed, for the caller's error buffer.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum OpenError {
+    #[error("no interface name given")]
+    NoInterface,
+    #[error("backend: {0}")]
+    Backend(msg_layer::transport::spec::ChoiceError),
+    #[error("opening {backend} on {ifname}: {source}")]
+    Transport {
+        backend: String,
+        ifname: String,
+        source: msg_layer::transport::TransportError,
+    },
+    #[error(transparent)]
+    Endpoint(#[from] Error),
+    #[error("starting the progress thread: {0}")]
+    Thread(std::io::Error),
+}
+
+impl LlcShim {
+    pub(crate) fn open(cfg: &LlcShimConfig) -> Result<LlcShim, OpenError> {
+        init_logging();
+        // SAFETY: the C caller passes NUL-terminated strings or null.
+        let ifname = unsafe { crate::ffi::cstr(cfg.ifname) }.ok_or(OpenError::NoInterface)?;
+        // SAFETY: as above.
+        let backend = unsafe { crate::ffi::cstr(cfg.backend) }
+            .unwrap_or("auto")
+            .parse()
+            .map_err(OpenError::Backend)?;
+        let mut llc = LlcSpec {
+            backend,
+            port: cfg.port,
+            exclusive: cfg.exclusive,
+            ..LlcSpec::new(ifname)
+        };
+        if cfg.sap != 0 {
+            llc.config.sap = cfg.sap;
+        }
+        if cfg.idle_timeout_ms != 0 {
+            llc.set_idle_timeout(Duration::from_millis(cfg.idle_timeout_ms.into()));
+        }
+        let spec = TransportSpec::Llc(llc);
+        tracing::debug!(%spec, "opening");
+        let t = spec.open().map_err(|source| OpenError::Transport {
+            backend: backend.to_string(),
+            ifname: ifname.to_string(),
+            source,
+        })?;
+        for n in t.notes() {
+            tracing::info!(ifname, "{n}");
+        }
+        let mcfg = Config {
+            progress_thread: false,
+            ..Config::default()
+        };
+        let ep = Arc::new(Endpoint::new(t, mcfg)?);
+        ep.set_pull_delivery(true);
+        let counters = Arc::new(Counters::default());
+        let progress_calls = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = if cfg.progress_thread {
+            let period = Duration::from_micros(match cfg.progress_interval_us {
+                0 => 10_000,
+                n => n.into(),
+            });
+            let (ep, counters, calls, stop) = (
+                ep.clone(),
+                counters.clone(),
+                progress_calls.clone(),
+                stop.clone(),
+            );
+            Some(
+                std::thread::Builder::new()
+                    .name("llc-shim-bg".into())
+                    .spawn(move || background(&ep, &counters, &calls, &stop, period))
+                    .map_err(OpenError::Thread)?,
+            )
+        } else {
+            None
+        };
+        Ok(LlcShim {
+            ep,
+            counters,
+            progress_calls,
+            recv: Mutex::new(vec![None; 256]),
+            fail: Mutex::new(None),
+            rma: Mutex::new(HashMap::new()),
+            lent: Mutex::new(HashMap::new()),
+            next_token: AtomicU64::new(1),
+            stop,
+            thread,
+            regions: Mutex::new(Vec::new()),
+        })
+    }
+
+    pub(crate) fn set_recv_handler(&self, tag: u8, h: Option<RecvHandler>) {
+        self.recv.lock().expect("recv")[tag as usize] = h;
+    }
+
+    pub(crate) fn set_fail_handler(&self, h: Option<FailHandler>) {
+        *self.fail.lock().expect("fail") = h;
+    }
+
+    /// Send `head ++ body` with `body` lent: `done` runs from a later
+    /// `progress` once the transport let go of it. Nothing runs when this
+    /// fails.
+    pub(crate) fn send_lent(
+        &self,
+        peer: PeerId,
+        tag: u8,
+        head: &[u8],
+        body: (*const u8, usize),
+        done: SentHandler,
+    ) -> Result<(), Error> {
+        let token = self.next_token.fetch_add(1, Ordering::Relaxed);
+        self.lent.lock().expect("lent").insert(token, done);
+        let lent = Bytes::from_owner(Lent {
+            ptr: body.0,
+            len: body.1,
+            _notice: self.ep.release_notice(token),
+        });
+        let res = self.ep.am_post_parts(peer, tag.into(), head, lent);
+        if res.is_err() {
+            // Refused before anything was queued: the body was dropped
+            // already and its release reported, which must not complete.
+            self.lent.lock().expect("lent").remove(&token);
+        } else {
+            self.counters.count_sent(head.len() + body.1);
+            self.counters.sent_lent.fetch_add(1, Ordering::Relaxed);
+        }
+        res
+    }
+
+    /// Track a put or get until its completion event.
+    pub(crate) fn add_rma(&self, req: Request, op: RmaOp) {
+        self.rma.lock().expect("rma").insert(req, op);
+        self.ep.watch(req);
+    }
+
+    /// Make progress and deliver what is due, on this thread. Returns how
+    /// many events there were.
+    pub(crate) fn progress(&self) -> Result<usize, Error> {
+        let n = self.progress_calls.load(Ordering::Relaxed);
+        self.progress_calls
+            .store(n.wrapping_add(1), Ordering::Relaxed);
+        // What waited since the last call was received outside it (by the
+        // background thread, or by a send's progress).
+        let (early, _) = self.deliver();
+        self.counters.queued.fetch_add(early, Ordering::Relaxed);
+        let res = self.ep.progress();
+        let (now, _) = self.deliver();
+        res.map(|moved| (early + now) as usize + usize::from(moved))
+    }
+
+    /// Hand the endpoint's events to the C callbacks, in order, unless this
+    /// thread is delivering already. Returns (messages, events).
+    fn deliver(&self) -> (u64, u64) {
+        if DELIVERING.with(Cell::get) {
+            return (0, 0);
+        }
+        let Some(first) = self.ep.poll_event() else {
+            return (0, 0);
+        };
+        DELIVERING.with(|d| d.set(true));
+        let (mut messages, mut events) = (0, 0);
+        let mut next = Some(first);
+        while let Some(ev) = next {
+            events += 1;
+            match ev {
+                Event::Message(m) => {
+                    messages += 1;
+                    // BTL tags are the handler ids (0..=255).
+                    self.call_recv(m.peer, m.handler as u8, m.data());
+                    self.ep.recycle(m);
+                }
+                Event::PeerEnded { peer, error } => self.peer_ended(peer, &error),
+                Event::Completed { request, result } => self.complete_rma(request, result),
+                Event::Released(token) => {
+                    let done = self.lent.lock().expect("lent").remove(&token);
+                    if let Some((cb, ctx)) = done {
+                        // SAFETY: the caller of llc_shim_send_lent promised
+                        // `cb` accepts `ctx`; no shim lock is held.
+                        unsafe { cb(ctx.0) }
+                    }
+                }
+            }
+            next = self.ep.poll_event();
+        }
+        DELIVERING.with(|d| d.set(false));
+        (messages, events)
+    }
+
+    fn call_recv(&self, peer: PeerId, tag: u8, data: &[u8]) {
+        let handler = self.recv.lock().expect("recv")[tag as usize];
+        match handler {
+            Some((f, ctx)) => {
+                self.counters.received.fetch_add(1, Ordering::Relaxed);
+                self.counters
+                    .received_bytes
+                    .fetch_add(data.len() as u64, Ordering::Relaxed);
+                // SAFETY: the registrant promised `f` accepts `ctx`; `data`
+                // is valid for `len` bytes during the call.
+                unsafe { f(ctx.0, peer, tag, data.as_ptr(), data.len()) }
+            }
+            None => {
+                self.counters.unhandled.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    peer,
+                    tag,
+                    "message for a tag with no receive callback dropped"
+                );
+            }
+        }
+    }
+
+    /// A peer's connection ended: in order (it finished), or failed.
+    fn peer_ended(&self, peer: PeerId, error: &Error) {
+        let orderly = matches!(
+            error,
+            Error::PeerFailed {
+                end: PeerEnd::Closed,
+                ..
+            }
+        );
+        if !orderly {
+            self.counters.peers_failed.fetch_add(1, Ordering::Relaxed);
+        }
+        // Words for the C side's log; the decision above is by type.
+        let reason = match error {
+            Error::PeerFailed { end, .. } => end.to_string(),
+            other => other.to_string(),
+        };
+        tracing::debug!(peer, orderly, %reason, "peer gone");
+        let handler = *self.fail.lock().expect("fail");
+        if let Some((f, ctx)) = handler {
+            let text = std::ffi::CString::new(reason.replace('\0', " ")).expect("no NUL");
+            // SAFETY: the registrant promised `f` accepts `ctx`; the text
+            // lives through the call.
+            unsafe { f(ctx.0, peer, orderly, text.as_ptr()) }
+        }
+    }
+
+    fn complete_rma(&self, req: Request, res: Result<msg_layer::Completion, Error>) {
+        let Some(op) = self.rma.lock().expect("rma").remove(&req) else {
+            return;
+        };
+        let status = match res {
+            Ok(c) => {
+                if let (Some((dst, len)), Some(data)) = (op.dst, c.data.as_ref()) {
+                    let n = len.min(data.len());
+                    // SAFETY: the caller of llc_shim_get gave `len` writable
+                    // bytes at `dst`, valid until completion.
+                    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst.0.cast::<u8>(), n) }
+                }
+                LlcShimStatus::Ok
+            }
+            Err(Error::PeerFailed { .. }) => LlcShimStatus::PeerFailed,
+            Err(e) => {
+                tracing::warn!(%e, "one-sided operation failed");
+                LlcShimStatus::Error
+            }
+        };
+        if let Some(cb) = op.cb {
+            // SAFETY: the caller promised `cb` accepts `ctx`.
+            unsafe { cb(op.ctx.0, status) }
+        }
+    }
+
+    /// True when nothing is in flight: everything sent acknowledged, every
+    /// put, get and lent send completed (its callback ran).
+    pub(crate) fn idle(&self) -> bool {
+        self.ep.flush(Some(Duration::ZERO)).is_ok()
+            && self.rma.lock().expect("rma").is_empty()
+            && self.lent.lock().expect("lent").is_empty()
+    }
+
+    /// Stop the background thread, forget the callbacks, deliver what is
+    /// queued to no one and close every connection (at most `timeout`).
+    pub(crate) fn close(mut self, timeout: Duration) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        self.set_fail_handler(None);
+        for r in self.recv.lock().expect("recv").iter_mut() {
+            *r = None;
+        }
+        self.rma.lock().expect("rma").clear();
+        self.lent.lock().expect("lent").clear();
+        if let Err(e) = self.ep.close(timeout) {
+            tracing::debug!(%e, "closing: not everything was delivered");
+        }
+        for k in self.regions.lock().expect("regions").drain(..) {
+            self.ep.deregister(k);
+        }
+    }
+}
+
+/// The background keep-alive thread: every `period`, make progress if no
+/// caller did meanwhile (acknowledgements, keepalives, retransmissions).
+/// What it receives waits in the endpoint's event queue for the next
+/// `llc_shim_progress`; it never calls C.
+fn background(
+    ep: &Ep,
+    counters: &Counters,
+    calls: &AtomicU64,
+    stop: &AtomicBool,
+    period: Duration,
+) {
+    let mut seen = calls.load(Ordering::Relaxed);
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(period);
+        let now = calls.load(Ordering::Relaxed);
+        if now != seen {
+            seen = now;
+            continue; // the application made progress itself this period
+        }
+        counters.background_rounds.fetch_add(1, Ordering::Relaxed);
+        if let Err(e) = ep.progress() {
+            tracing::warn!(%e, "background progress");
+        }
+    }
+}
