@@ -9,9 +9,10 @@ pub enum PeerEnd {
     /// It closed its connection in order (it finished, e.g. MPI_Finalize).
     #[error("the peer closed the connection")]
     Closed,
-    /// Its connection failed.
+    /// Its connection failed. (Shared: every request that depended on the
+    /// peer fails with it, and it keeps [`Error`] small.)
     #[error(transparent)]
-    Failed(FailureCause),
+    Failed(std::sync::Arc<FailureCause>),
 }
 
 /// A request's or a call's failure, in words a user can act on.

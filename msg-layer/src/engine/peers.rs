@@ -203,7 +203,10 @@ impl Engine {
             // A second connection from a peer (both sides connected)
             // closing leaves the one we send on.
             if peer.conn == Some(c) || peer.conn.is_none() {
-                self.fail_peer(p, cause.map_or(PeerEnd::Closed, PeerEnd::Failed));
+                self.fail_peer(
+                    p,
+                    cause.map_or(PeerEnd::Closed, |c| PeerEnd::Failed(c.into())),
+                );
             }
         }
     }
@@ -275,7 +278,7 @@ impl Engine {
     pub fn sends_now(&self, p: PeerId) -> bool {
         self.peers
             .get(p as usize)
-            .is_some_and(|peer| peer.state == PeerState::Ready && peer.queue.is_empty())
+            .is_some_and(|peer| matches!(peer.state, PeerState::Ready) && peer.queue.is_empty())
     }
 
     // ----- the send queue -----
@@ -334,7 +337,7 @@ impl Engine {
         let peer = &mut self.peers[p as usize];
         if peer.owed >= (self.cfg.eager_window / 4) as u64
             && peer.queue.is_empty()
-            && peer.state == PeerState::Ready
+            && matches!(peer.state, PeerState::Ready)
         {
             peer.queue
                 .push_back(Out::control(Header::new(Kind::Credit)));
@@ -356,7 +359,7 @@ impl Engine {
         let Some(conn) = peer.conn else {
             return;
         };
-        if peer.state != PeerState::Ready {
+        if !matches!(peer.state, PeerState::Ready) {
             return;
         }
         while let Some(out) = peer.queue.front_mut() {

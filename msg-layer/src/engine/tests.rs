@@ -307,7 +307,7 @@ fn a_failed_peer_fails_what_depends_on_it_and_an_orderly_close_says_so() {
         match done(&mut p.a, r) {
             Err(Error::PeerFailed { peer, end }) => {
                 assert_eq!(peer, p.ab);
-                assert_eq!(end, PeerEnd::Failed(silent.clone()));
+                assert_eq!(end, PeerEnd::Failed(silent.clone().into()));
             }
             other => panic!("expected the peer's failure, got {other:?}"),
         }
