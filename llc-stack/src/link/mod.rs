@@ -12,6 +12,12 @@
 //! [`fault::FaultInjector`] (seeded loss, duplication, reordering, corruption,
 //! delay, partition) and [`pcap::PcapWriter`] (a capture that tshark reads).
 //!
+//! [`any::AnyLink`] is the backend chosen at run time (AF_XDP, falling back
+//! to AF_PACKET with the reason, through [`any::open`]); [`local`] gives each
+//! endpoint of a shared interface its port and carries frames between the
+//! endpoints of one host; [`interfaces`] lists the host's interfaces and
+//! which can carry LLC.
+//!
 //! Calls are generic over the device, so there is no dynamic dispatch per frame.
 
 use std::io;

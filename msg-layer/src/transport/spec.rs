@@ -14,25 +14,25 @@
 //! target  = IFNAME                             (llc: the interface, e.g. eth0)
 //!         | IP ":" PORT | "[" IPv6 "]" ":" PORT (tcp, tcp-uring: the address to bind)
 //! ```
-//! Options of `llc://IFNAME` (defaults in brackets):
-//! - `backend=auto|xdp|packet` [auto]: AF_XDP, AF_PACKET, or AF_XDP falling
+//! Options of `llc://IFNAME`:
+//! - `backend=auto|xdp|packet` (default auto): AF_XDP, AF_PACKET, or AF_XDP falling
 //!   back to AF_PACKET (the fallback is said in [`AnyTransport::notes`]);
-//! - `attach=auto|native|generic` [auto]: the XDP program's hook;
-//! - `port=N` [7]: the endpoint's port on the interface, 0 for any free one;
-//! - `exclusive=true|false` [false]: have the interface's SAP alone (see
+//! - `attach=auto|native|generic` (default auto): the XDP program's hook;
+//! - `port=N` (default 7): the endpoint's port on the interface, 0 for any free one;
+//! - `exclusive=true|false` (default false): have the interface's SAP alone (see
 //!   [`LlcTransport::open_exclusive`]) instead of sharing it by port;
-//! - `sap=0xNN` [0x7c]: the LLC SAP;
-//! - `idle_timeout_ms=N` [10000]: a peer silent this long has failed;
+//! - `sap=0xNN` (default 0x7c): the LLC SAP;
+//! - `idle_timeout_ms=N` (default 10000): a peer silent this long has failed;
 //!   keepalives go out after a quarter of it (at most every second, at
 //!   least every 10 ms) unless
-//! - `keepalive_ms=N` [1000] says otherwise.
+//! - `keepalive_ms=N` (default 1000) says otherwise.
 //!
 //! Options of `tcp://ADDR` and `tcp-uring://ADDR`:
-//! - `busy_poll_us=N|off` [50]: `SO_BUSY_POLL` on every connection;
-//! - `idle_timeout_ms=N|off` [10000]: keepalive and user timeout;
-//! - `connect_timeout_ms=N` [10000];
-//! - `tcp-uring` only: `coop_taskrun=true|false` [false] and
-//!   `ring_entries=N` [256] (see [`TcpConfig`]).
+//! - `busy_poll_us=N|off` (default 50): `SO_BUSY_POLL` on every connection;
+//! - `idle_timeout_ms=N|off` (default 10000): keepalive and user timeout;
+//! - `connect_timeout_ms=N` (default 10000);
+//! - `tcp-uring` only: `coop_taskrun=true|false` (default false) and
+//!   `ring_entries=N` (default 256) (see [`TcpConfig`]).
 //!
 //! Examples: `llc://eth0`, `llc://eth0?backend=xdp&attach=generic&port=0`,
 //! `tcp://0.0.0.0:5201`, `tcp-uring://10.0.0.1:5201?coop_taskrun=true`.

@@ -46,7 +46,7 @@ impl RttStats {
         }
     }
 
-    /// min, avg, max, mdev (as iputils computes it: sqrt(E[x²] - E[x]²)), in µs.
+    /// min, avg, max, mdev (as iputils computes it: `sqrt(E[x²] - E[x]²)`), in µs.
     pub fn min_avg_max_mdev(&self) -> (f64, f64, f64, f64) {
         if self.rtts_ns.is_empty() {
             return (0.0, 0.0, 0.0, 0.0);

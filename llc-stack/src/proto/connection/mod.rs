@@ -23,11 +23,11 @@
 //!
 //! The code is split by concern, one `impl Connection` block per file:
 //! this file holds the state, the public verbs and the dispatch of frames
-//! and timers; [`send`] cuts and transmits frames and takes
-//! acknowledgements, [`recv`] places received frames, delivers messages
-//! and writes acknowledgements and SACK blocks, [`timers`] runs the timer
-//! table, [`congestion`] sizes the congestion window and finds losses, and
-//! [`stats`] holds the counters.
+//! and timers; `send.rs` cuts and transmits frames and takes
+//! acknowledgements, `recv.rs` places received frames, delivers messages
+//! and writes acknowledgements and SACK blocks, `timers.rs` runs the timer
+//! table, `congestion.rs` sizes the congestion window and finds losses, and
+//! `stats.rs` holds the counters.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
