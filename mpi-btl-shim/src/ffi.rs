@@ -125,6 +125,16 @@ fn write_err(buf: *mut c_char, len: usize, msg: &str) {
     }
 }
 
+/// Write `text` NUL-terminated into `buf` when it fits in `len` bytes;
+/// the length it needs, NUL included (a caller with a smaller buffer asks
+/// again).
+fn write_text(buf: *mut c_char, len: usize, text: &str) -> usize {
+    if text.len() < len {
+        write_err(buf, len, text);
+    }
+    text.len() + 1
+}
+
 /// The non-empty items of a comma list (none when absent).
 fn comma_list(s: Option<&str>) -> Vec<&str> {
     s.map(|s| {
@@ -266,11 +276,7 @@ pub unsafe extern "C" fn llc_shim_addr(s: *const LlcShim, buf: *mut c_char, len:
     let Some(s) = (unsafe { shim(s) }) else {
         return 0;
     };
-    let a = s.ep.local_addr().to_string();
-    if a.len() < len {
-        write_err(buf, len, &a);
-    }
-    a.len() + 1
+    write_text(buf, len, &s.ep.local_addr().to_string())
 }
 
 /// What the endpoint runs on (e.g. `llc/af_packet`), like `llc_shim_addr`.
@@ -287,11 +293,7 @@ pub unsafe extern "C" fn llc_shim_transport_name(
     let Some(s) = (unsafe { shim(s) }) else {
         return 0;
     };
-    let a = s.ep.transport_name();
-    if a.len() < len {
-        write_err(buf, len, &a);
-    }
-    a.len() + 1
+    write_text(buf, len, &s.ep.transport_name())
 }
 
 /// Which of the `n` peer addresses in `addrs` this endpoint can reach,

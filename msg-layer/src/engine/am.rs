@@ -14,12 +14,7 @@ impl Engine {
         if let Some(e) = self.peer_error(p) {
             return self.failed_req(e);
         }
-        let status = Status {
-            source: p,
-            tag: 0,
-            context: 0,
-            len: data.len(),
-        };
+        let status = Status::one_sided(p, data.len());
         let r = self.new_req(ReqState::Send {
             peer: p,
             rndv: None,

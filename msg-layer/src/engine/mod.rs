@@ -59,6 +59,19 @@ pub struct Status {
     pub len: usize,
 }
 
+impl Status {
+    /// The status of an active message or RMA operation with `peer` (no
+    /// tag, no context).
+    pub(crate) fn one_sided(peer: PeerId, len: usize) -> Status {
+        Status {
+            source: peer,
+            tag: 0,
+            context: 0,
+            len,
+        }
+    }
+}
+
 /// A completed request: its status and, for receives and gets, the buffer
 /// (cut to the received length).
 #[derive(Clone, Debug, PartialEq, Eq)]

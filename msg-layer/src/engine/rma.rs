@@ -31,12 +31,7 @@ impl Engine {
         if let Some(e) = self.peer_error(p) {
             return self.failed_req(e);
         }
-        let status = Status {
-            source: p,
-            tag: 0,
-            context: 0,
-            len: data.len(),
-        };
+        let status = Status::one_sided(p, data.len());
         let r = self.new_req(ReqState::Put { status });
         let total = data.len() as u64;
         self.push_pieces(p, &data, |off, _, last| {
@@ -57,12 +52,7 @@ impl Engine {
         if let Some(e) = self.peer_error(p) {
             return self.failed_req(e);
         }
-        let status = Status {
-            source: p,
-            tag: 0,
-            context: 0,
-            len: buf.len(),
-        };
+        let status = Status::one_sided(p, buf.len());
         let len = buf.len() as u64;
         let r = self.new_req(ReqState::Get {
             buf,
