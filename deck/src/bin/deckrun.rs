@@ -1,0 +1,2 @@
+//! deckrun: start a DECK job.
+fn main() {}
