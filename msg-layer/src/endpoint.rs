@@ -442,6 +442,27 @@ impl<T: Transport> Endpoint<T> {
         Ok(moved)
     }
 
+    /// Sleep until the transport may have work, the progress thread moved
+    /// something, or `max` passed: for a layer above that keeps its own
+    /// wait loop (its conditions live in its own state, and what it does
+    /// between rounds calls this endpoint) and found a round idle.
+    pub fn wait_ready(&self, max: Duration) {
+        if max.is_zero() {
+            return;
+        }
+        if self.shared.threaded.load(Ordering::Relaxed) {
+            let mut g = self.shared.generation.lock();
+            self.shared.progressed.wait_for(&mut g, max);
+            return;
+        }
+        let mut fds = Vec::new();
+        let allowed = self.core().t.prepare_wait(&mut fds);
+        let sleep = allowed.map_or(max, |a| a.min(max));
+        if !sleep.is_zero() {
+            sys::poll_readable(&fds, sleep);
+        }
+    }
+
     /// Run `f` on the core after a round of progress (skipped when `needed`
     /// says the answer is there already), then run the callbacks that
     /// round collected.
