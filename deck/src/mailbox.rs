@@ -46,6 +46,25 @@ impl Deck {
         Ok(deck)
     }
 
+    /// A job of one node per spec, all in this process (each `Deck` may
+    /// move to a thread of its own): for tests, and for programs that run
+    /// DECK nodes as threads. `clone_wait` bounds `clone_mailbox`.
+    pub fn in_process(
+        specs: &[msg_layer::transport::TransportSpec],
+        clone_wait: std::time::Duration,
+    ) -> Result<Vec<Deck>, DeckError> {
+        Inner::in_process(specs)?
+            .into_iter()
+            .map(|mut inner| {
+                if let Some(i) = Arc::get_mut(&mut inner) {
+                    i.set_clone_wait(clone_wait);
+                }
+                let background = inner.start_background();
+                Ok(Deck { inner, background })
+            })
+            .collect()
+    }
+
     /// This process's node number, 0..numnodes.
     pub fn node(&self) -> u32 {
         self.inner.node()

@@ -282,6 +282,44 @@ impl Inner {
         Ok(inner)
     }
 
+    /// A job of `specs.len()` nodes in this process, one endpoint each
+    /// (tests, and programs that run DECK nodes as threads).
+    pub fn in_process(specs: &[TransportSpec]) -> Result<Vec<Arc<Inner>>, DeckError> {
+        let init = |e: &dyn std::fmt::Display| DeckError::Init(e.to_string());
+        let mut eps = Vec::new();
+        for s in specs {
+            let t = s.open().map_err(|e| init(&format!("opening {s}: {e}")))?;
+            let ep = Endpoint::new(t, msg_layer::Config::default()).map_err(|e| init(&e))?;
+            ep.set_pull_delivery(true);
+            eps.push(ep);
+        }
+        let addrs: Vec<Addr> = eps.iter().map(|e| e.local_addr()).collect();
+        let n = eps.len() as u32;
+        let mut out = Vec::new();
+        for (i, ep) in eps.into_iter().enumerate() {
+            let mut peers = vec![None; addrs.len()];
+            for (j, a) in addrs.iter().enumerate() {
+                if i != j {
+                    peers[j] = Some(ep.add_peer(a).map_err(|e| init(&e))?);
+                }
+            }
+            out.push(Arc::new(Inner::new(
+                i as u32,
+                n,
+                Some(ep),
+                peers,
+                None,
+                DEFAULT_CLONE_WAIT,
+            )));
+        }
+        Ok(out)
+    }
+
+    /// How long `clone` waits for a name not created yet.
+    pub fn set_clone_wait(&mut self, wait: Duration) {
+        self.clone_wait = wait;
+    }
+
     fn new(
         node: u32,
         numnodes: u32,
