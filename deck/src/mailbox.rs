@@ -90,6 +90,19 @@ impl Deck {
         self.inner.stats()
     }
 
+    /// The message-layer endpoint underneath (`None` in a job of one
+    /// node): for measurements that compare DECK with the layer it runs on,
+    /// over the same connections. Its tagged messages in contexts other
+    /// than [`crate::wire::DATA_CONTEXT`] do not disturb DECK.
+    pub fn message_layer(&self) -> Option<&msg_layer::Endpoint<msg_layer::transport::AnyTransport>> {
+        self.inner.endpoint()
+    }
+
+    /// The message layer's peer for `node` (with [`Deck::message_layer`]).
+    pub fn peer_of(&self, node: u32) -> Option<msg_layer::PeerId> {
+        self.inner.peer_of(node)
+    }
+
     /// The message layer's and the transport's counters.
     pub fn counters(&self) -> Vec<(String, u64)> {
         self.inner.counters()

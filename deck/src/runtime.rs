@@ -371,6 +371,15 @@ impl Inner {
         self.numnodes
     }
 
+    pub fn endpoint(&self) -> Option<&Ep> {
+        self.ep.as_ref()
+    }
+
+    /// The endpoint's peer for `node`.
+    pub fn peer_of(&self, node: u32) -> Option<PeerId> {
+        self.peer(node)
+    }
+
     pub fn transport_name(&self) -> &str {
         &self.transport
     }
