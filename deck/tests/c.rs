@@ -1,0 +1,183 @@
+//! The C API as C programs use it: the seed's appendix B program and
+//! `deck_check.c` (every primitive, every error), compiled against
+//! `include/deck.h` and `libdeck.so`, run as jobs by `deckrun`: over TCP on
+//! this host (no privileges), and over LLC on one simulated host (nodes
+//! sharing its NIC) and across two simulated hosts (root; skipped with a
+//! printed reason otherwise).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use vm_tests::{run_bounded, Cluster, JobOutput};
+
+/// One job at a time: they would fight over the 2 cores.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+const JOB_TIMEOUT: Duration = Duration::from_secs(240);
+
+struct Built {
+    appendix_b: PathBuf,
+    deck_check: PathBuf,
+}
+
+/// target/<profile>, two levels above this test executable.
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps/<test>")
+        .to_path_buf()
+}
+
+fn build() -> &'static Built {
+    static BUILT: OnceLock<Built> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let profile = profile_dir();
+        // cargo builds the cdylib in deps/ and copies it up on `cargo build`:
+        // take the newer (a copy left by an earlier build may be stale).
+        let modified = |d: &PathBuf| {
+            std::fs::metadata(d.join("libdeck.so"))
+                .and_then(|m| m.modified())
+                .ok()
+        };
+        let lib_dir = [profile.clone(), profile.join("deps")]
+            .into_iter()
+            .filter(|d| modified(d).is_some())
+            .max_by_key(|d| modified(d))
+            .unwrap_or_else(|| panic!("libdeck.so missing in {}", profile.display()));
+        let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let out_dir = profile.join("deck-c");
+        std::fs::create_dir_all(&out_dir).expect("output directory");
+        let compile = |src: &str, flags: &[&str]| {
+            let exe = out_dir.join(src.trim_end_matches(".c"));
+            let out = Command::new("cc")
+                .args(flags)
+                .arg("-I")
+                .arg(crate_dir.join("include"))
+                .arg(crate_dir.join("tests/c").join(src))
+                .arg("-o")
+                .arg(&exe)
+                .arg("-L")
+                .arg(&lib_dir)
+                .arg(format!("-Wl,-rpath,{}", lib_dir.display()))
+                .args(["-ldeck", "-lpthread"])
+                .output()
+                .expect("running cc (apt install build-essential)");
+            assert!(
+                out.status.success(),
+                "compiling {src} failed:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            exe
+        };
+        Built {
+            // The seed's program as printed: it passes unsigned long to %d,
+            // which compilers warn about; it must compile, not be clean.
+            appendix_b: compile("appendix_b.c", &["-O2"]),
+            deck_check: compile("deck_check.c", &["-O2", "-Wall", "-Wextra", "-Werror"]),
+        }
+    })
+}
+
+/// `deckrun ARGS` on this host, bounded.
+fn deckrun_here(args: &[&str], program: &Path, prog_args: &[&str]) -> JobOutput {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_deckrun"));
+    cmd.args(args)
+        .args(["-x", "DECK_CLONE_WAIT_MS=2000"])
+        .arg(program)
+        .args(prog_args)
+        .env("DECK_CLONE_WAIT_MS", "2000");
+    run_bounded(&mut cmd, JOB_TIMEOUT).expect("running deckrun")
+}
+
+/// `deckrun` on host 0 of `cluster`, placing `per_host` nodes on each host.
+fn deckrun_cluster(
+    cluster: &Cluster,
+    per_host: usize,
+    backend: &str,
+    program: &Path,
+    prog_args: &[&str],
+) -> JobOutput {
+    let hosts: Vec<String> = cluster
+        .hosts()
+        .iter()
+        .map(|h| format!("{}:{per_host}", h.hostname))
+        .collect();
+    let n = (per_host * cluster.hosts().len()).to_string();
+    let mut cmd = cluster.command(0, env!("CARGO_BIN_EXE_deckrun"));
+    cmd.args(["-n", &n, "--host", &hosts.join(","), "--rsh"])
+        .arg(cluster.agent())
+        .args(["--iface", "eth0", "--backend", backend])
+        .args(["-x", "DECK_CLONE_WAIT_MS=2000"])
+        .arg(program)
+        .args(prog_args)
+        .env("DECK_CLONE_WAIT_MS", "2000");
+    run_bounded(&mut cmd, JOB_TIMEOUT).expect("running deckrun")
+}
+
+fn lock() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[test]
+fn the_seeds_example_compiles_unchanged_and_prints_the_right_values() {
+    let b = build();
+    let _g = lock();
+    // Alone: a job of one node.
+    let out = Command::new(&b.appendix_b).output().expect("appendix_b");
+    assert!(out.status.success());
+    let alone = String::from_utf8_lossy(&out.stdout);
+    assert!(alone.contains("caractere = L"), "{alone}");
+    assert!(alone.contains("string = GPPD!"), "{alone}");
+    assert!(alone.contains("inteiro = 0"), "{alone}");
+    // Two nodes: node 1 packs vetor[i] = 1 * i.
+    let out = deckrun_here(&["-n", "2", "--backend", "tcp"], &b.appendix_b, &[]);
+    assert!(out.success(), "{out}");
+    for i in 0..10 {
+        let line = format!("[1] DEBUG nó1: vetor[{i}] = {i}.000000");
+        assert!(out.stdout.contains(&line), "missing {line:?} in\n{out}");
+    }
+    assert!(out.stdout.contains("[1] DEBUG nó1: inteiro = 1"), "{out}");
+    assert!(out.stdout.contains("[0] DEBUG nó0: string = GPPD!"), "{out}");
+}
+
+fn assert_checks_pass(out: &JobOutput, test: &str, n: usize) {
+    assert!(out.success(), "{out}");
+    let want = format!("[0] deck_check {test}: ok ({n} nodes)");
+    assert!(out.stdout.contains(&want), "missing {want:?} in\n{out}");
+}
+
+#[test]
+fn every_primitive_and_error_over_tcp_on_this_host() {
+    let b = build();
+    let _g = lock();
+    let out = deckrun_here(&["-n", "4", "--backend", "tcp"], &b.deck_check, &["all"]);
+    assert_checks_pass(&out, "all", 4);
+}
+
+#[test]
+fn every_primitive_and_error_over_llc_with_four_nodes_on_one_nic() {
+    vm_tests::require_root!();
+    let b = build();
+    let _g = lock();
+    let cluster = Cluster::new(1, 1500).expect("bed");
+    for backend in ["xdp", "packet"] {
+        let out = deckrun_cluster(&cluster, 4, backend, &b.deck_check, &["all"]);
+        assert_checks_pass(&out, "all", 4);
+    }
+}
+
+#[test]
+fn every_primitive_and_error_over_llc_across_two_hosts() {
+    vm_tests::require_root!();
+    let b = build();
+    let _g = lock();
+    let cluster = Cluster::new(2, 9000).expect("bed");
+    let out = deckrun_cluster(&cluster, 2, "xdp", &b.deck_check, &["all"]);
+    assert_checks_pass(&out, "all", 4);
+    assert!(out.stdout.contains("[0] deck_check"), "{out}");
+    let out = deckrun_cluster(&cluster, 1, "packet", &b.deck_check, &["sizes"]);
+    assert_checks_pass(&out, "sizes", 2);
+}
