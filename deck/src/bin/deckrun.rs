@@ -215,6 +215,13 @@ fn plan(args: &Args) -> Result<Plan> {
         };
         plan::resolve_program(prog.as_ref(), std::env::var_os("PATH").as_deref(), &cwd)
             .context("the remote shell agent (--rsh)")?;
+        // The remote `env` would take such a path for one more variable.
+        if program.as_os_str().as_encoded_bytes().contains(&b'=') {
+            bail!(
+                "program {}: a path with '=' cannot be started on other hosts",
+                program.display()
+            );
+        }
     }
 
     let job = plan::random_job_id()?;
