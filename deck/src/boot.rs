@@ -1966,56 +1966,49 @@ mod tests {
     struct TestServer {
         port: u16,
         notices: mpsc::Receiver<String>,
+        /// Notices received but not yet expected.
+        backlog: std::cell::RefCell<Vec<String>>,
         abort: mpsc::Sender<String>,
     }
 
     fn test_server(job: u64, numnodes: u32) -> TestServer {
-        let (tx, rx) = mpsc::channel::<Result<Incoming, String>>();
-        let tx2 = tx.clone();
+        let (tx, rx) = mpsc::channel::<Incoming>();
         let mut server = BootServer::start(job, numnodes, move |i| {
-            let _ = tx2.send(Ok(i));
+            let _ = tx.send(i);
         })
         .unwrap();
         let port = server.port();
         let (ntx, nrx) = mpsc::channel();
         let (atx, arx) = mpsc::channel::<String>();
-        thread::spawn(move || {
-            let _keep = tx;
-            loop {
-                if let Ok(reason) = arx.try_recv() {
+        // The server's owner: ends (dropping the server) when the test
+        // drops its TestServer, whose abort sender then disconnects.
+        thread::spawn(move || loop {
+            match arx.try_recv() {
+                Ok(reason) => {
                     let told = server.abort(&reason);
                     let _ = ntx.send(format!("told {told:?}"));
                 }
-                match rx.recv_timeout(Duration::from_millis(5)) {
-                    Ok(Ok(i)) => {
-                        if let Some(n) = server.handle(i) {
-                            let text = match n {
-                                BootNotice::Connected { node, .. } => format!("connected {node}"),
-                                BootNotice::RoundComplete { round } => format!("round {round}"),
-                                BootNotice::Finished { node } => format!("finished {node}"),
-                                BootNotice::Closed { node, finished, .. } => {
-                                    format!("closed {node} {finished}")
-                                }
-                            };
-                            if ntx.send(text).is_err() {
-                                return;
-                            }
-                        }
-                    }
-                    Ok(Err(_)) => return,
-                    Err(mpsc::RecvTimeoutError::Timeout) => {
-                        // Ends when the test drops its receiver.
-                        if ntx.send(String::new()).is_err() {
-                            return;
-                        }
-                    }
-                    Err(mpsc::RecvTimeoutError::Disconnected) => return,
-                }
+                Err(mpsc::TryRecvError::Disconnected) => return,
+                Err(mpsc::TryRecvError::Empty) => {}
             }
+            let Ok(i) = rx.recv_timeout(Duration::from_millis(5)) else {
+                continue;
+            };
+            let text = match server.handle(i) {
+                None => continue,
+                Some(BootNotice::Connected { node, .. }) => format!("connected {node}"),
+                Some(BootNotice::RoundComplete { round }) => format!("round {round}"),
+                Some(BootNotice::Finished { node }) => format!("finished {node}"),
+                Some(BootNotice::Closed { node, finished, .. }) => {
+                    format!("closed {node} {finished}")
+                }
+            };
+            let _ = ntx.send(text);
         });
         TestServer {
             port,
             notices: nrx,
+            backlog: Default::default(),
             abort: atx,
         }
     }
@@ -2032,14 +2025,18 @@ mod tests {
             }
         }
 
-        /// Waits (bounded) for a notice.
+        /// Waits (bounded) for a notice; others seen meanwhile are kept
+        /// for later calls, so notices may be expected in any order.
         fn expect(&self, want: &str) {
+            let mut seen = self.backlog.borrow_mut();
+            if let Some(i) = seen.iter().position(|n| n == want) {
+                seen.remove(i);
+                return;
+            }
             let deadline = Instant::now() + T;
-            let mut seen = Vec::new();
             while Instant::now() < deadline {
                 match self.notices.recv_timeout(Duration::from_millis(100)) {
                     Ok(n) if n == want => return,
-                    Ok(n) if n.is_empty() => {}
                     Ok(n) => seen.push(n),
                     Err(_) => {}
                 }
