@@ -1,2 +1,322 @@
 //! deckrun: start a DECK job.
-fn main() {}
+//!
+//! Starts N processes of a program, nodes 0..N-1, on this host or on the
+//! hosts given (block placement; remote ones through an rsh agent such as
+//! ssh), serves the bootstrap through which `deck_init` learns the peers
+//! (`deck::boot`), forwards the nodes' output with a `[N] ` prefix, and
+//! stops the whole job when one node fails. See `deck/README.md`.
+
+// A binary's root looks for modules beside it: point at deckrun/.
+#[path = "deckrun/forward.rs"]
+mod forward;
+#[path = "deckrun/job.rs"]
+mod job;
+#[path = "deckrun/plan.rs"]
+mod plan;
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, ValueEnum};
+use deck::boot::{
+    BootServer, ENV_BACKEND, ENV_BOOT, ENV_IFACE, ENV_JOB, ENV_NODE, ENV_NUMNODES, MAX_NODES,
+};
+
+use crate::job::{Event, NodeLaunch};
+use crate::plan::HostSpec;
+
+/// The transport the nodes use (`DECK_BACKEND`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+enum Backend {
+    /// LLC over AF_XDP when it can be set up, else AF_PACKET.
+    Auto,
+    /// LLC over AF_XDP.
+    Xdp,
+    /// LLC over AF_PACKET.
+    Packet,
+    /// Kernel TCP, where LLC cannot run (no shared Ethernet segment, no
+    /// privileges).
+    Tcp,
+}
+
+impl Backend {
+    fn as_str(self) -> &'static str {
+        match self {
+            Backend::Auto => "auto",
+            Backend::Xdp => "xdp",
+            Backend::Packet => "packet",
+            Backend::Tcp => "tcp",
+        }
+    }
+}
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "deckrun",
+    version,
+    about = "Start a DECK job: N processes of PROGRAM, nodes 0..N-1",
+    after_help = "Examples:\n  \
+        deckrun -n 4 --iface eth0 ./ring\n  \
+        deckrun -n 8 --host n1:4,n2:4 --iface eth0 -x OMP_NUM_THREADS=1 ./solver in.dat\n  \
+        deckrun -n 2 --backend tcp ./ring\n\n\
+        Every node gets DECK_NODE, DECK_NUMNODES, DECK_BOOT, DECK_JOB, DECK_BACKEND and\n\
+        DECK_IFACE. deckrun exits 0 when every node exited 0, else with the status of\n\
+        the first node that failed (128+N for signal N), after stopping the others.\n\
+        Log: RUST_LOG=deckrun=debug,deck=debug"
+)]
+struct Args {
+    /// Number of nodes (processes) to start.
+    #[arg(short = 'n', value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_NODES)))]
+    n: u32,
+    /// Hosts to run on, filled in order: H1's slots first, then H2's...
+    /// SLOTS defaults to ceil(N / number of hosts). Default: all on this host.
+    #[arg(
+        long = "host",
+        value_name = "H1[:SLOTS],H2[:SLOTS],...",
+        value_delimiter = ','
+    )]
+    hosts: Vec<HostSpec>,
+    /// Remote shell that starts the nodes of other hosts, called as
+    /// `AGENT HOST COMMAND...` like ssh (may be a script, or carry options:
+    /// "ssh -x").
+    #[arg(long, value_name = "AGENT", default_value = "ssh")]
+    rsh: String,
+    /// The Ethernet interface the hosts share, for LLC (DECK_IFACE).
+    /// Default: deckrun's own DECK_IFACE.
+    #[arg(long, value_name = "IF")]
+    iface: Option<String>,
+    /// Transport between the nodes.
+    #[arg(long, value_enum, default_value_t = Backend::Auto)]
+    backend: Backend,
+    /// Give every node this variable: NAME=VALUE, or NAME for deckrun's
+    /// own value. Repeatable.
+    #[arg(short = 'x', value_name = "NAME[=VALUE]")]
+    export: Vec<String>,
+    /// Seconds every node has to connect to deckrun (call deck_init)
+    /// before the job is stopped.
+    #[arg(long, value_name = "SECS", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    boot_timeout: u64,
+    /// The program, found in PATH as on this host and started with the
+    /// same absolute path on every host, and its arguments.
+    #[arg(
+        value_name = "PROGRAM",
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
+    command: Vec<OsString>,
+}
+
+fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .without_time()
+        .init();
+    let args = Args::parse();
+    let code = match run(args) {
+        Ok(code) => code,
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "deckrun: {e:#}");
+            job::EXIT_LAUNCHER
+        }
+    };
+    std::process::exit(code);
+}
+
+/// Where and how each node starts (everything but the bootstrap port).
+struct Plan {
+    program: PathBuf,
+    args: Vec<OsString>,
+    /// The agent's program and options, split on white space.
+    agent: Vec<String>,
+    /// Per node: host name, and for a remote host the route's source
+    /// address (what its nodes reach deckrun at).
+    nodes: Vec<(String, Option<std::net::IpAddr>)>,
+    /// Distinct source addresses towards the remote hosts: the other
+    /// addresses of DECK_BOOT.
+    sources: Vec<std::net::IpAddr>,
+    /// DECK_NUMNODES, DECK_JOB, DECK_BACKEND, DECK_IFACE and `-x`, for
+    /// every node.
+    common_env: Vec<(String, OsString)>,
+    /// Whether DECK_IFACE is in `common_env` (else local nodes must not
+    /// inherit deckrun's own).
+    has_iface: bool,
+    /// The job's id (DECK_JOB).
+    job: u64,
+}
+
+fn plan(args: &Args) -> Result<Plan> {
+    let iface = match (&args.iface, args.backend) {
+        (Some(i), _) => Some(OsString::from(i)),
+        (None, Backend::Tcp) => None,
+        (None, _) => match std::env::var_os(ENV_IFACE).filter(|v| !v.is_empty()) {
+            Some(i) => Some(i),
+            None => bail!(
+                "--iface is needed for LLC (the Ethernet interface the hosts share); \
+                 --backend tcp runs where LLC cannot"
+            ),
+        },
+    };
+    let exports = args
+        .export
+        .iter()
+        .map(|x| plan::parse_export(x, |name| std::env::var_os(name)))
+        .collect::<Result<Vec<_>>>()?;
+    let (program, prog_args) = args.command.split_first().context("PROGRAM is missing")?;
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    let program = plan::resolve_program(program, std::env::var_os("PATH").as_deref(), &cwd)?;
+
+    let hostname = plan::own_hostname();
+    let placement = plan::place(args.n, &args.hosts)?;
+    let hosts: Vec<String> = if args.hosts.is_empty() {
+        vec![if hostname.is_empty() {
+            "localhost".to_owned()
+        } else {
+            hostname.clone()
+        }]
+    } else {
+        args.hosts.iter().map(|h| h.name.clone()).collect()
+    };
+    // Per host in use: None when local, else the source address of the
+    // route to it.
+    let mut source = vec![None; hosts.len()];
+    let mut sources = Vec::new();
+    for &h in placement.iter().collect::<std::collections::BTreeSet<_>>() {
+        if args.hosts.is_empty() || plan::is_local(&hosts[h], &hostname) {
+            continue;
+        }
+        let ip = plan::resolve(&hosts[h])?;
+        let src = plan::route_source(ip)
+            .with_context(|| format!("no route to host {} ({ip})", hosts[h]))?;
+        if src.is_loopback() {
+            // The name is an alias of this host (e.g. 127.0.1.1 in /etc/hosts).
+            continue;
+        }
+        source[h] = Some(src);
+        if !sources.contains(&src) {
+            sources.push(src);
+        }
+    }
+    let agent: Vec<String> = args.rsh.split_whitespace().map(str::to_owned).collect();
+    if source.iter().any(Option::is_some) {
+        let Some(prog) = agent.first() else {
+            bail!("--rsh is empty");
+        };
+        plan::resolve_program(prog.as_ref(), std::env::var_os("PATH").as_deref(), &cwd)
+            .context("the remote shell agent (--rsh)")?;
+        // The remote `env` would take such a path for one more variable.
+        if program.as_os_str().as_encoded_bytes().contains(&b'=') {
+            bail!(
+                "program {}: a path with '=' cannot be started on other hosts",
+                program.display()
+            );
+        }
+    }
+
+    let job = plan::random_job_id()?;
+    let mut common_env = vec![
+        (ENV_NUMNODES.to_owned(), OsString::from(args.n.to_string())),
+        (ENV_JOB.to_owned(), OsString::from(format!("{job:016x}"))),
+        (ENV_BACKEND.to_owned(), args.backend.as_str().into()),
+    ];
+    let has_iface = iface.is_some();
+    if let Some(i) = iface {
+        common_env.push((ENV_IFACE.to_owned(), i));
+    }
+    common_env.extend(exports);
+    Ok(Plan {
+        program,
+        args: prog_args.to_vec(),
+        agent,
+        nodes: placement
+            .iter()
+            .map(|&h| (hosts[h].clone(), source[h]))
+            .collect(),
+        sources,
+        common_env,
+        has_iface,
+        job,
+    })
+}
+
+/// The commands that start the nodes, given the bootstrap server's port.
+fn launches(plan: &Plan, port: u16) -> Vec<NodeLaunch> {
+    plan.nodes
+        .iter()
+        .enumerate()
+        .map(|(node, (host, source))| {
+            let boot: Vec<String> = match source {
+                None => vec![format!("127.0.0.1:{port}")],
+                Some(first) => std::iter::once(first)
+                    .chain(plan.sources.iter().filter(|s| *s != first))
+                    .map(|ip| std::net::SocketAddr::new(*ip, port).to_string())
+                    .collect(),
+            };
+            let mut env = vec![
+                (ENV_NODE.to_owned(), OsString::from(node.to_string())),
+                (ENV_BOOT.to_owned(), OsString::from(boot.join(","))),
+            ];
+            env.extend(plan.common_env.iter().cloned());
+            let node = node as u32;
+            if source.is_none() {
+                let mut command = Command::new(&plan.program);
+                command.args(&plan.args).envs(env);
+                if !plan.has_iface {
+                    command.env_remove(ENV_IFACE);
+                }
+                NodeLaunch {
+                    node,
+                    host: host.clone(),
+                    command,
+                    what: plan.program.display().to_string(),
+                }
+            } else {
+                let mut command = Command::new(&plan.agent[0]);
+                command
+                    .args(&plan.agent[1..])
+                    .arg(host)
+                    .args(plan::remote_words(&env, &plan.program, &plan.args));
+                NodeLaunch {
+                    node,
+                    host: host.clone(),
+                    command,
+                    what: format!("through {}", plan.agent[0]),
+                }
+            }
+        })
+        .collect()
+}
+
+fn run(args: Args) -> Result<i32> {
+    let plan = plan(&args)?;
+    let (tx, rx) = mpsc::channel::<Event>();
+    let sink = tx.clone();
+    let server = BootServer::start(plan.job, args.n, move |incoming| {
+        let _ = sink.send(Event::Boot(incoming));
+    })?;
+    let nodes = launches(&plan, server.port());
+    let on_signal = tx.clone();
+    ctrlc::set_handler(move || {
+        let _ = on_signal.send(Event::Interrupted);
+    })
+    .context("cannot install the signal handler")?;
+    tracing::debug!(port = server.port(), nodes = nodes.len(), "starting");
+    Ok(job::run(
+        server,
+        nodes,
+        Duration::from_secs(args.boot_timeout),
+        tx,
+        rx,
+    ))
+}
