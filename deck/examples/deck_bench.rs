@@ -62,7 +62,19 @@ enum Cmd {
     },
 }
 
-const SIZES: [usize; 11] = [0, 8, 64, 512, 4096, 16384, 65536, 262_144, 524_288, 1 << 20, 8];
+const SIZES: [usize; 11] = [
+    0,
+    8,
+    64,
+    512,
+    4096,
+    16384,
+    65536,
+    262_144,
+    524_288,
+    1 << 20,
+    8,
+];
 const MSG_CONTEXT: u32 = 0x5151;
 
 fn iterations(size: usize) -> usize {
@@ -98,7 +110,13 @@ fn main() -> Result<()> {
 }
 
 /// One-way time of `iters` ping-pongs of `size` bytes through DECK.
-fn deck_pingpong(d: &Deck, me: &deck::Mailbox, other: &deck::Mailbox, size: usize, iters: usize) -> Result<Duration> {
+fn deck_pingpong(
+    d: &Deck,
+    me: &deck::Mailbox,
+    other: &deck::Mailbox,
+    size: usize,
+    iters: usize,
+) -> Result<Duration> {
     let mut out = Msg::new(size);
     out.pack_bytes(&vec![0x5a; size])?;
     let mut inb = Msg::new(size);
@@ -114,13 +132,19 @@ fn deck_pingpong(d: &Deck, me: &deck::Mailbox, other: &deck::Mailbox, size: usiz
         }
     }
     let el = t.elapsed();
-    anyhow::ensure!(inb.datalen() == size, "received {} of {size} bytes", inb.datalen());
+    anyhow::ensure!(
+        inb.datalen() == size,
+        "received {} of {size} bytes",
+        inb.datalen()
+    );
     Ok(el / (2 * iters as u32))
 }
 
 /// The same through the message layer's tagged send and receive.
 fn msg_pingpong(d: &Deck, size: usize, iters: usize) -> Result<Duration> {
-    let ep = d.message_layer().context("a job of one node has no message layer")?;
+    let ep = d
+        .message_layer()
+        .context("a job of one node has no message layer")?;
     let peer = d.peer_of(1 - d.node()).context("the other node")?;
     let data = Bytes::from(vec![0x5a; size]);
     let mut buf = vec![0u8; size];
@@ -210,13 +234,21 @@ fn bed(mtu: u32, backends: &[String], repeat: usize, rounds: usize) -> Result<()
                 bail!("deck_bench over {b} failed:\n{out}");
             }
             for line in out.stdout.lines() {
-                let Some(json) = line.strip_prefix("[0] ") else { continue };
+                let Some(json) = line.strip_prefix("[0] ") else {
+                    continue;
+                };
                 let v: serde_json::Value = serde_json::from_str(json)?;
                 let size = v["size"].as_u64().context("size")? as usize;
                 let layer = v["layer"].as_str().context("layer")?.to_string();
                 let ns = v["one_way_ns"].as_u64().context("ns")?;
-                names.insert(b.clone(), v["transport"].as_str().unwrap_or("?").to_string());
-                results.entry((b.clone(), layer, size)).or_default().push(ns);
+                names.insert(
+                    b.clone(),
+                    v["transport"].as_str().unwrap_or("?").to_string(),
+                );
+                results
+                    .entry((b.clone(), layer, size))
+                    .or_default()
+                    .push(ns);
             }
             eprintln!("run {}/{repeat}: {b} done", rep + 1);
         }
@@ -238,8 +270,16 @@ fn bed(mtu: u32, backends: &[String], repeat: usize, rounds: usize) -> Result<()
                 v.sort();
                 v.get(v.len() / 2).copied()
             };
-            let (Some(dk), Some(ml)) = (med("deck"), med("msg")) else { continue };
-            let mbs = |ns: u64| if ns == 0 { 0.0 } else { size as f64 * 1e3 / ns as f64 };
+            let (Some(dk), Some(ml)) = (med("deck"), med("msg")) else {
+                continue;
+            };
+            let mbs = |ns: u64| {
+                if ns == 0 {
+                    0.0
+                } else {
+                    size as f64 * 1e3 / ns as f64
+                }
+            };
             println!(
                 "| {size} | {:.2} | {:.2} | {:+.2} | {:.1} | {:.1} | {:.3} |",
                 dk as f64 / 1e3,

@@ -94,7 +94,9 @@ impl Deck {
     /// node): for measurements that compare DECK with the layer it runs on,
     /// over the same connections. Its tagged messages in contexts other
     /// than [`crate::wire::DATA_CONTEXT`] do not disturb DECK.
-    pub fn message_layer(&self) -> Option<&msg_layer::Endpoint<msg_layer::transport::AnyTransport>> {
+    pub fn message_layer(
+        &self,
+    ) -> Option<&msg_layer::Endpoint<msg_layer::transport::AnyTransport>> {
         self.inner.endpoint()
     }
 

@@ -362,7 +362,7 @@ mod tests {
     #[test]
     fn pack_and_unpack_round_trip_in_order() {
         let mut m = Msg::new(64);
-        m.pack(&[b'L']).unwrap();
+        m.pack(b"L").unwrap();
         m.pack(&[42i64]).unwrap();
         m.pack(&[1.5f32, 2.5]).unwrap();
         m.pack_bytes(b"GPPD!\0").unwrap();

@@ -235,7 +235,7 @@ impl Inner {
             )));
         };
         let init = |e: &dyn std::fmt::Display| DeckError::Init(e.to_string());
-        let mut boot = Boot::connect(&env, Duration::from_secs(30)).map_err(|e| init(&e))?;
+        let mut boot = Boot::connect(&env, crate::boot::CONNECT_TIMEOUT).map_err(|e| init(&e))?;
         let spec = transport_spec(&env, &boot)?;
         let t = spec
             .open()

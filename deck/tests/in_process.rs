@@ -97,7 +97,8 @@ fn all_to_one_keeps_each_senders_order_and_content() {
                 m.clear();
                 m.pack(&[u64::from(me), seq]).unwrap();
                 let len = (seq as usize * 7) % 2000;
-                m.pack_bytes(&pattern(u64::from(me) * PER + seq, len)).unwrap();
+                m.pack_bytes(&pattern(u64::from(me) * PER + seq, len))
+                    .unwrap();
                 mb.post(&m).unwrap();
             }
         }
@@ -107,7 +108,16 @@ fn all_to_one_keeps_each_senders_order_and_content() {
 
 #[test]
 fn sizes_from_0_to_16_mib_arrive_byte_for_byte() {
-    let sizes = [0usize, 1, 8, 16 << 10, (16 << 10) + 1, 100_000, 1 << 20, 16 << 20];
+    let sizes = [
+        0usize,
+        1,
+        8,
+        16 << 10,
+        (16 << 10) + 1,
+        100_000,
+        1 << 20,
+        16 << 20,
+    ];
     run(2, move |d| {
         if d.node() == 0 {
             let mb = d.create("sizes").unwrap();
@@ -138,7 +148,13 @@ fn a_message_too_large_stays_first_until_a_larger_message_takes_it() {
             let mut small = Msg::new(100);
             for _ in 0..2 {
                 let e = mb.retrv(&mut small).unwrap_err();
-                assert_eq!(e, DeckError::MsgTooBig { needed: 5000, size: 100 });
+                assert_eq!(
+                    e,
+                    DeckError::MsgTooBig {
+                        needed: 5000,
+                        size: 100
+                    }
+                );
                 assert_eq!(small.needed(), 5000);
             }
             let mut large = Msg::new(5000);
@@ -149,7 +165,13 @@ fn a_message_too_large_stays_first_until_a_larger_message_takes_it() {
             // The same with a large (rendezvous) message.
             d.barrier().unwrap();
             let e = mb.retrv(&mut large).unwrap_err();
-            assert!(matches!(e, DeckError::MsgTooBig { needed: 200_000, .. }));
+            assert!(matches!(
+                e,
+                DeckError::MsgTooBig {
+                    needed: 200_000,
+                    ..
+                }
+            ));
             let mut huge = Msg::new(200_000);
             mb.retrv(&mut huge).unwrap();
             assert_eq!(huge.data(), pattern(2, 200_000).as_slice());
@@ -179,7 +201,10 @@ fn errors_are_clear_and_lose_nothing() {
         if d.node() == 0 {
             let mb = d.create("owned").unwrap();
             // Creating a name twice, anywhere.
-            assert_eq!(d.create("owned").unwrap_err(), DeckError::Exists("owned".into()));
+            assert_eq!(
+                d.create("owned").unwrap_err(),
+                DeckError::Exists("owned".into())
+            );
             d.barrier().unwrap(); // node 1 cloned
             d.barrier().unwrap(); // node 1 tried to create it too
             mb.retrv(&mut m).unwrap();
@@ -187,7 +212,7 @@ fn errors_are_clear_and_lose_nothing() {
             mb.destroy().unwrap();
             d.barrier().unwrap(); // destroyed
             d.barrier().unwrap(); // node 1 saw it
-            // The name is free again.
+                                  // The name is free again.
             let again = d.create("owned").unwrap();
             again.destroy().unwrap();
         } else {
@@ -195,13 +220,19 @@ fn errors_are_clear_and_lose_nothing() {
             let clone = d.clone_mailbox("owned").unwrap();
             assert!(!clone.is_owner());
             assert!(matches!(clone.retrv(&mut m), Err(DeckError::NotOwner(_))));
-            assert_eq!(d.create("owned").unwrap_err(), DeckError::Exists("owned".into()));
+            assert_eq!(
+                d.create("owned").unwrap_err(),
+                DeckError::Exists("owned".into())
+            );
             m.pack_bytes(b"one").unwrap();
             clone.post(&m).unwrap();
             d.barrier().unwrap();
             d.barrier().unwrap();
             // The owner told every node before the barrier's message.
-            assert_eq!(clone.post(&m).unwrap_err(), DeckError::Destroyed("owned".into()));
+            assert_eq!(
+                clone.post(&m).unwrap_err(),
+                DeckError::Destroyed("owned".into())
+            );
             d.barrier().unwrap();
         }
         // A name that never appears.
