@@ -257,7 +257,16 @@ fn launches(plan: &Plan, port: u16) -> Vec<NodeLaunch> {
         .enumerate()
         .map(|(node, (host, source))| {
             let boot: Vec<String> = match source {
-                None => vec![format!("127.0.0.1:{port}")],
+                // Local nodes reach the launcher from the address the other
+                // hosts are reached from (first), so that what they bind
+                // for a TCP transport is reachable from those hosts;
+                // loopback when the job is all here.
+                None => plan
+                    .sources
+                    .iter()
+                    .map(|ip| std::net::SocketAddr::new(*ip, port).to_string())
+                    .chain(std::iter::once(format!("127.0.0.1:{port}")))
+                    .collect(),
                 Some(first) => std::iter::once(first)
                     .chain(plan.sources.iter().filter(|s| *s != first))
                     .map(|ip| std::net::SocketAddr::new(*ip, port).to_string())
