@@ -13,8 +13,9 @@ set -euo pipefail
 # busybox-static: the userland of the QEMU test guests' initramfs.
 # openmpi-bin, libopenmpi-dev (Open MPI 4.1.4 with its devel headers, BTL
 # interface 3.1.0), netpipe-openmpi (NPopenmpi), make: the btl/llc component
-# and its tests (mpi-btl-shim/tests/mpi.rs).
-PACKAGES=(iproute2 iputils-ping util-linux procps tshark
+# and its tests (mpi-btl-shim/tests/mpi.rs). gcc, libc6-dev: the C programs of
+# deck's tests (deck/tests/c.rs: cc, pthreads) and cargo's linker.
+PACKAGES=(iproute2 iputils-ping util-linux procps tshark gcc libc6-dev
           clang llvm libbpf-dev linux-libc-dev libelf-dev zlib1g-dev pkg-config
           busybox-static openmpi-bin libopenmpi-dev netpipe-openmpi make)
 # qemu-system-x86 comes from bookworm-backports: the image carries qemu-utils from

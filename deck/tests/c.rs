@@ -188,4 +188,7 @@ fn every_primitive_and_error_over_llc_across_two_hosts() {
     assert!(out.stdout.contains("[0] deck_check"), "{out}");
     let out = deckrun_cluster(&cluster, 1, "packet", &b.deck_check, &["sizes"]);
     assert_checks_pass(&out, "sizes", 2);
+    // The same program where LLC cannot run: TCP between the hosts' addresses.
+    let out = deckrun_cluster(&cluster, 2, "tcp", &b.deck_check, &["all"]);
+    assert_checks_pass(&out, "all", 4);
 }
