@@ -92,10 +92,10 @@ fn deckrun_here(args: &[&str], program: &Path, prog_args: &[&str]) -> JobOutput 
     run_bounded(&mut cmd, JOB_TIMEOUT).expect("running deckrun")
 }
 
-/// `deckrun` on host 0 of `cluster`, placing `per_host` nodes on each host.
+/// `deckrun` on host 0 of `cluster`, placing `per_host[i]` nodes on host i.
 fn deckrun_cluster(
     cluster: &Cluster,
-    per_host: usize,
+    per_host: &[usize],
     backend: &str,
     program: &Path,
     prog_args: &[&str],
@@ -103,9 +103,10 @@ fn deckrun_cluster(
     let hosts: Vec<String> = cluster
         .hosts()
         .iter()
-        .map(|h| format!("{}:{per_host}", h.hostname))
+        .zip(per_host)
+        .map(|(h, k)| format!("{}:{k}", h.hostname))
         .collect();
-    let n = (per_host * cluster.hosts().len()).to_string();
+    let n = per_host.iter().sum::<usize>().to_string();
     let mut cmd = cluster.command(0, env!("CARGO_BIN_EXE_deckrun"));
     cmd.args(["-n", &n, "--host", &hosts.join(","), "--rsh"])
         .arg(cluster.agent())
@@ -161,19 +162,21 @@ fn assert_checks_pass(out: &JobOutput, test: &str, n: usize) {
 fn every_primitive_and_error_over_tcp_on_this_host() {
     let b = build();
     let _g = lock();
-    let out = deckrun_here(&["-n", "4", "--backend", "tcp"], &b.deck_check, &["all"]);
-    assert_checks_pass(&out, "all", 4);
+    let out = deckrun_here(&["-n", "5", "--backend", "tcp"], &b.deck_check, &["all"]);
+    assert_checks_pass(&out, "all", 5);
 }
 
+/// Five nodes: the all-to-one check then has four senders of 1,000
+/// messages each.
 #[test]
-fn every_primitive_and_error_over_llc_with_four_nodes_on_one_nic() {
+fn every_primitive_and_error_over_llc_with_five_nodes_on_one_nic() {
     vm_tests::require_root!();
     let b = build();
     let _g = lock();
     let cluster = Cluster::new(1, 1500).expect("bed");
     for backend in ["xdp", "packet"] {
-        let out = deckrun_cluster(&cluster, 4, backend, &b.deck_check, &["all"]);
-        assert_checks_pass(&out, "all", 4);
+        let out = deckrun_cluster(&cluster, &[5], backend, &b.deck_check, &["all"]);
+        assert_checks_pass(&out, "all", 5);
     }
 }
 
@@ -183,12 +186,15 @@ fn every_primitive_and_error_over_llc_across_two_hosts() {
     let b = build();
     let _g = lock();
     let cluster = Cluster::new(2, 9000).expect("bed");
-    let out = deckrun_cluster(&cluster, 2, "xdp", &b.deck_check, &["all"]);
-    assert_checks_pass(&out, "all", 4);
-    assert!(out.stdout.contains("[0] deck_check"), "{out}");
-    let out = deckrun_cluster(&cluster, 1, "packet", &b.deck_check, &["sizes"]);
+    // A ring of four, two per host.
+    let out = deckrun_cluster(&cluster, &[2, 2], "xdp", &b.deck_check, &["ring"]);
+    assert_checks_pass(&out, "ring", 4);
+    // Everything with five nodes (four senders to node 0), three on h0.
+    let out = deckrun_cluster(&cluster, &[3, 2], "xdp", &b.deck_check, &["all"]);
+    assert_checks_pass(&out, "all", 5);
+    let out = deckrun_cluster(&cluster, &[1, 1], "packet", &b.deck_check, &["sizes"]);
     assert_checks_pass(&out, "sizes", 2);
     // The same program where LLC cannot run: TCP between the hosts' addresses.
-    let out = deckrun_cluster(&cluster, 2, "tcp", &b.deck_check, &["all"]);
+    let out = deckrun_cluster(&cluster, &[2, 2], "tcp", &b.deck_check, &["all"]);
     assert_checks_pass(&out, "all", 4);
 }
