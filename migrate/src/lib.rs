@@ -1,0 +1,20 @@
+//! Tasks that migrate between hosts while they communicate (seed 003).
+//!
+//! A task has a 64-bit id that never changes; the application sends to ids,
+//! never to hosts. Each host runs a runtime (the seed's communication
+//! processor) that keeps a table of task locations with their freshness,
+//! forwards messages that reach a host their task has left (rewriting their
+//! destination and telling the stale sender where the task is now), holds
+//! messages at a task's home hosts until its location is known, and keeps
+//! per-pair order with sequence numbers and a resequencing queue that
+//! travel with the task. docs/MIGRATION.md specifies the protocol.
+//!
+//! - [`proto`]: the sans-IO core, one [`proto::Node`] per host;
+//! - [`sim`]: many nodes in one process over a simulated network
+//!   (deterministic seeds), with the seed's protocol and two baselines;
+//! - [`Runtime`]: a node over the message layer (LLC or TCP), with tasks'
+//!   mailboxes, migration and events.
+#![deny(unsafe_code)]
+
+pub mod proto;
+pub mod sim;
