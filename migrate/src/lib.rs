@@ -17,4 +17,8 @@
 #![deny(unsafe_code)]
 
 pub mod proto;
+pub mod runtime;
 pub mod sim;
+
+pub use proto::{Config, Event, HostId, Loc, Mode, ProtoError, RefuseReason, Stats, TaskId};
+pub use runtime::{MigrateError, Runtime, AM_ID};

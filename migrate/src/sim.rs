@@ -205,7 +205,7 @@ impl Sim {
                     self.migrations_of.insert(task, migrations);
                     self.recently_arrived.push(task);
                 }
-                Event::Left { .. } => {}
+                Event::Left { .. } | Event::PeerLost { .. } => {}
                 Event::Refused {
                     task,
                     to,
@@ -389,7 +389,7 @@ impl Sim {
         // Messages passing through the failed host go with it: the
         // receiver learns of them as a gap, the sender is not told (no
         // end-to-end acknowledgements: docs/MIGRATION.md).
-        let mut gone = self.nodes[host as usize].held_messages();
+        let gone = self.nodes[host as usize].held_messages();
         for (id, _, bytes) in pending {
             self.lost_in_transit(&bytes);
             self.evs.remove(&id);

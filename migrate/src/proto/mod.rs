@@ -127,6 +127,10 @@ pub enum Event {
         seq: u64,
         reason: RefuseReason,
     },
+    /// `peer`, a task `task` sent to, was last known on a host that
+    /// failed: messages to it not delivered yet are lost with it (later
+    /// sends are refused once its home set knows no newer location).
+    PeerLost { task: TaskId, peer: TaskId },
     /// After a host failure, messages `first..=last` from `from` to `task`
     /// never came (they went through the failed host) and were skipped.
     Gap {
@@ -570,6 +574,13 @@ impl Node {
         self.now = now;
         if host == self.me || !self.dead.insert(host) {
             return;
+        }
+        for (&task, t) in &self.present {
+            for peer in t.sent.keys() {
+                if self.table.get(peer).is_some_and(|l| l.host == host) {
+                    self.events.push_back(Event::PeerLost { task, peer: *peer });
+                }
+            }
         }
         // Messages waiting for a lookup or a location are re-examined later.
         let tasks: Vec<TaskId> = self.held.keys().copied().collect();
