@@ -10,7 +10,7 @@
 //! [`Event::Refused`] with [`RefuseReason::TaskLost`] in bounded time.
 
 use std::collections::{HashMap, VecDeque};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use msg_layer::transport::{AnyTransport, TransportSpec};
 use msg_layer::{Addr, Endpoint, PeerId};
@@ -70,7 +70,6 @@ pub struct Runtime {
     peers: Vec<Option<PeerId>>,
     host_of: HashMap<PeerId, HostId>,
     st: Mutex<State>,
-    start: Instant,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -126,7 +125,6 @@ impl Runtime {
                 node: Node::new(me, hosts, cfg),
                 events: VecDeque::new(),
             }),
-            start: Instant::now(),
         })
     }
 
@@ -164,9 +162,14 @@ impl Runtime {
         self.ep.transport_name()
     }
 
-    /// The clock the node runs on (ns since this runtime started).
+    /// The clock the node runs on: the system's real-time clock in ns, so
+    /// that a migration's start stamp (carried with the task) means the
+    /// same on every host of one machine or of a synchronized cluster. The
+    /// node's timers use differences only.
     fn now(&self) -> u64 {
-        self.start.elapsed().as_nanos() as u64
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
     }
 
     /// The node's counters.
@@ -328,7 +331,11 @@ impl Runtime {
     }
 }
 
-fn open_endpoint(spec: &TransportSpec) -> Result<Endpoint<AnyTransport>, MigrateError> {
+/// Open `spec` as an endpoint for [`Runtime::with_endpoint`]: a job whose
+/// hosts start separately opens every endpoint first (so each listens) and
+/// only then adds the peers (the TCP transport connects when a peer is
+/// added).
+pub fn open_endpoint(spec: &TransportSpec) -> Result<Endpoint<AnyTransport>, MigrateError> {
     let err = |source| MigrateError::Open {
         spec: spec.to_string(),
         source,
