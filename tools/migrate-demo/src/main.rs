@@ -252,7 +252,13 @@ fn host(a: HostArgs) -> Result<()> {
     let mut quiet = false;
     loop {
         let now = Instant::now();
-        if !quiet && now.duration_since(start) >= run && migrations_left == 0 {
+        // Stop once the time is up and this host made its migrations (or
+        // cannot: every task left it, or twice the time has passed).
+        let elapsed = now.duration_since(start);
+        if !quiet
+            && elapsed >= run
+            && (migrations_left == 0 || books.is_empty() || elapsed >= 2 * run)
+        {
             quiet = true;
             writeln!(out, "{}", json!({"quiet": a.index}))?;
             out.flush()?;
