@@ -511,8 +511,8 @@ impl Sim {
                     .filter(|s| !excused.is_some_and(|e| e.contains(s)))
                     .count();
                 self.r.lost += missing as u64;
-                if missing > 0 && std::env::var("MIGRATE_SIM_DEBUG").is_ok() {
-                    eprintln!("lost: {src} -> {dst}: got {got} of {n}, excused {excused:?}, src at {:?}, dst at {:?}", self.at.get(&src), self.at.get(&dst));
+                if missing > 0 {
+                    tracing::warn!(%src, %dst, got, sent = n, "messages lost");
                 }
             }
         }

@@ -159,7 +159,32 @@ fn senders_to_a_task_of_a_host_that_ended_are_told_in_bounded_time() {
         assert!(start.elapsed() < DEADLINE);
     };
     assert_eq!(first.1, b"hello");
-    // Host 2 goes away with task 2.
+    // Task 2 answers, so host 0 knows where it is and talks to host 2
+    // directly; then host 2 goes away with task 2.
+    rts[2].send(TaskId(2), TaskId(1), b"hi".to_vec()).unwrap();
+    let reply = loop {
+        for r in &rts[1..] {
+            r.progress().unwrap();
+        }
+        if let Some(m) = rts[0].try_recv(TaskId(1)).unwrap() {
+            break m;
+        }
+        assert!(start.elapsed() < DEADLINE);
+    };
+    assert_eq!(reply, (TaskId(2), b"hi".to_vec()));
+    let forwarded = rts[1].stats().forwarded;
+    rts[0]
+        .send(TaskId(1), TaskId(2), b"direct".to_vec())
+        .unwrap();
+    let direct = loop {
+        rts[0].progress().unwrap();
+        if let Some(m) = rts[2].try_recv(TaskId(2)).unwrap() {
+            break m;
+        }
+        assert!(start.elapsed() < DEADLINE);
+    };
+    assert_eq!(direct.1, b"direct");
+    assert_eq!(rts[1].stats().forwarded, forwarded, "sent direct");
     let gone = rts.pop().unwrap();
     gone.close(Duration::from_secs(5)).unwrap();
     drop(gone);
@@ -194,7 +219,7 @@ fn senders_to_a_task_of_a_host_that_ended_are_told_in_bounded_time() {
         Event::Refused {
             task: TaskId(1),
             to: TaskId(2),
-            seq: 2,
+            seq: 3,
             reason: RefuseReason::TaskLost
         }
     );
