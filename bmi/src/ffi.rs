@@ -179,9 +179,12 @@ fn posted(p: Posted, id: *mut bmi_op_id_t, actual: *mut bmi_size_t) -> Result<c_
             unsafe {
                 put(id, d.op);
             }
-            let n = d.result?;
+            // A receive that failed at once still says the message's size
+            // when it was too long for the buffer.
+            let (_, n) = code_of(&d);
             // SAFETY: as above.
-            unsafe { put(actual, n as bmi_size_t) };
+            unsafe { put(actual, n) };
+            d.result?;
             Ok(1)
         }
         Posted::Pending(op) => {

@@ -1,0 +1,232 @@
+//! The C API as C programs use it: `bmi_check.c` (every call, every error),
+//! compiled against `include/bmi.h` and `libbmi.so`, run as one server and
+//! several client processes, plus a client that vanishes while the server
+//! waits on it: over bmi_tcp on this host (no privileges), over bmi_llc with
+//! every process on one simulated host's NIC, and across three simulated
+//! hosts over bmi_llc and bmi_tcp (root; skipped with a printed reason
+//! otherwise).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use testbed::Background;
+use vm_tests::{run_bounded, Cluster, JobOutput};
+
+/// One job at a time: they would fight over the 2 cores.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+const JOB_TIMEOUT: Duration = Duration::from_secs(240);
+
+fn lock() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// target/<profile>, two levels above this test executable.
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps/<test>")
+        .to_path_buf()
+}
+
+/// `bmi_check`, compiled once per run.
+fn bmi_check() -> &'static Path {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let profile = profile_dir();
+        // cargo builds the cdylib in deps/ and copies it up on `cargo build`:
+        // take the newer (a copy left by an earlier build may be stale).
+        let modified = |d: &PathBuf| {
+            std::fs::metadata(d.join("libbmi.so"))
+                .and_then(|m| m.modified())
+                .ok()
+        };
+        let lib_dir = [profile.clone(), profile.join("deps")]
+            .into_iter()
+            .filter(|d| modified(d).is_some())
+            .max_by_key(|d| modified(d))
+            .unwrap_or_else(|| panic!("libbmi.so missing in {}", profile.display()));
+        let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let out_dir = profile.join("bmi-c");
+        std::fs::create_dir_all(&out_dir).expect("output directory");
+        let exe = out_dir.join("bmi_check");
+        let out = Command::new("cc")
+            .args(["-O2", "-Wall", "-Wextra", "-Werror", "-I"])
+            .arg(crate_dir.join("include"))
+            .arg(crate_dir.join("tests/c/bmi_check.c"))
+            .arg("-o")
+            .arg(&exe)
+            .arg("-L")
+            .arg(&lib_dir)
+            .arg(format!("-Wl,-rpath,{}", lib_dir.display()))
+            .arg("-lbmi")
+            .output()
+            .expect("running cc (apt install gcc libc6-dev)");
+        assert!(
+            out.status.success(),
+            "compiling bmi_check.c failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        exe
+    })
+}
+
+/// Where each process runs: a command for host `i` (this host when there
+/// is no cluster).
+struct Place<'a> {
+    cluster: Option<&'a Cluster>,
+    env: Vec<(&'static str, String)>,
+}
+
+impl Place<'_> {
+    fn command(&self, host: usize) -> Command {
+        let mut cmd = match self.cluster {
+            // In the host's network namespace but not a PID namespace of
+            // its own (as `Cluster::command` would give): processes of one
+            // host must see each other to share its NIC's XDP program, as
+            // they do on a real host.
+            Some(c) => c.hosts()[host].ns.command(bmi_check()),
+            None => Command::new(bmi_check()),
+        };
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        cmd
+    }
+}
+
+/// The server on host 0; `clients[i]` is the host of client `i`; clients
+/// listed in `crash` vanish while the server waits on them.
+fn run(
+    place: &Place,
+    method: &str,
+    listen: &str,
+    server_addr: &str,
+    clients: &[usize],
+    crash: &[usize],
+) {
+    let mut server = place.command(0);
+    server
+        .args(["server", method, listen])
+        .arg(clients.len().to_string())
+        .arg(crash.len().to_string());
+    let mut server = Background::spawn(&mut server, "ready", Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("the server did not start: {e}"));
+    let jobs: Vec<(String, std::thread::JoinHandle<JobOutput>)> = clients
+        .iter()
+        .enumerate()
+        .map(|(i, &h)| ("client", i, h))
+        .chain(
+            crash
+                .iter()
+                .enumerate()
+                .map(|(i, &h)| ("crash", 100 + i, h)),
+        )
+        .map(|(role, i, h)| {
+            let mut cmd = place.command(h);
+            cmd.args([role, method, server_addr]).arg(i.to_string());
+            let name = format!("{role} {i} on host {h}");
+            (
+                name,
+                std::thread::spawn(move || {
+                    run_bounded(&mut cmd, JOB_TIMEOUT).expect("client runs")
+                }),
+            )
+        })
+        .collect();
+    let mut failed = Vec::new();
+    for (name, j) in jobs {
+        let out = j.join().expect("client thread");
+        let vanished = name.starts_with("crash") && out.stdout.contains("vanishing");
+        if !(out.success() || vanished) {
+            failed.push(format!("{name}:\n{out}"));
+        }
+    }
+    let status = server.wait_timeout(JOB_TIMEOUT);
+    let output = server.output();
+    assert!(
+        failed.is_empty(),
+        "{}\n--- server:\n{output}",
+        failed.join("\n")
+    );
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "server: {status:?}\n{output}"
+    );
+    let want = format!(
+        "bmi_check server: ok ({} clients, {} vanished)",
+        clients.len(),
+        crash.len()
+    );
+    assert!(output.contains(&want), "missing {want:?} in\n{output}");
+}
+
+fn free_tcp_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+#[test]
+fn every_call_and_error_over_bmi_tcp_on_this_host() {
+    let _g = lock();
+    let port = free_tcp_port();
+    let addr = format!("tcp://127.0.0.1:{port}");
+    let place = Place {
+        cluster: None,
+        env: Vec::new(),
+    };
+    run(&place, "bmi_tcp", &addr, &addr, &[0, 0, 0], &[0]);
+}
+
+fn llc_env(backend: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("BMI_LLC_IFACE", "eth0".into()),
+        ("BMI_LLC_BACKEND", backend.into()),
+    ]
+}
+
+fn mac(c: &Cluster, i: usize) -> String {
+    let m = c.hosts()[i].mac;
+    m.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+#[test]
+fn every_call_and_error_over_bmi_llc_with_every_process_on_one_nic() {
+    vm_tests::require_root!();
+    let _g = lock();
+    let cluster = Cluster::new(1, 1500).expect("bed");
+    let server = format!("llc://{}/3334", mac(&cluster, 0));
+    for backend in ["xdp", "packet"] {
+        let place = Place {
+            cluster: Some(&cluster),
+            env: llc_env(backend),
+        };
+        let listen = format!("llc://eth0/3334?backend={backend}&idle_timeout_ms=2000");
+        run(&place, "bmi_llc", &listen, &server, &[0, 0, 0], &[0]);
+    }
+}
+
+#[test]
+fn every_call_and_error_across_three_hosts_over_bmi_llc_and_bmi_tcp() {
+    vm_tests::require_root!();
+    let _g = lock();
+    let cluster = Cluster::new(3, 9000).expect("bed");
+    let place = Place {
+        cluster: Some(&cluster),
+        env: llc_env("xdp"),
+    };
+    let server = format!("llc://{}/3334", mac(&cluster, 0));
+    let listen = "llc://eth0/3334?backend=xdp&idle_timeout_ms=2000";
+    run(&place, "bmi_llc", listen, &server, &[1, 1, 2, 2, 0], &[2]);
+    let ip = cluster.hosts()[0].ipv4;
+    let addr = format!("tcp://{ip}:3335");
+    run(&place, "bmi_tcp", &addr, &addr, &[1, 2, 2], &[1]);
+}
