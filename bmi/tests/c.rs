@@ -35,43 +35,46 @@ fn profile_dir() -> PathBuf {
 /// `bmi_check`, compiled once per run.
 fn bmi_check() -> &'static Path {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let profile = profile_dir();
-        // cargo builds the cdylib in deps/ and copies it up on `cargo build`:
-        // take the newer (a copy left by an earlier build may be stale).
-        let modified = |d: &PathBuf| {
-            std::fs::metadata(d.join("libbmi.so"))
-                .and_then(|m| m.modified())
-                .ok()
-        };
-        let lib_dir = [profile.clone(), profile.join("deps")]
-            .into_iter()
-            .filter(|d| modified(d).is_some())
-            .max_by_key(|d| modified(d))
-            .unwrap_or_else(|| panic!("libbmi.so missing in {}", profile.display()));
-        let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let out_dir = profile.join("bmi-c");
-        std::fs::create_dir_all(&out_dir).expect("output directory");
-        let exe = out_dir.join("bmi_check");
-        let out = Command::new("cc")
-            .args(["-O2", "-Wall", "-Wextra", "-Werror", "-I"])
-            .arg(crate_dir.join("include"))
-            .arg(crate_dir.join("tests/c/bmi_check.c"))
-            .arg("-o")
-            .arg(&exe)
-            .arg("-L")
-            .arg(&lib_dir)
-            .arg(format!("-Wl,-rpath,{}", lib_dir.display()))
-            .arg("-lbmi")
-            .output()
-            .expect("running cc (apt install gcc libc6-dev)");
-        assert!(
-            out.status.success(),
-            "compiling bmi_check.c failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        exe
-    })
+    BUILT.get_or_init(|| compile("bmi_check.c"))
+}
+
+/// Compile `tests/c/SRC` against `include/bmi.h` and `libbmi.so`.
+fn compile(src: &str) -> PathBuf {
+    let profile = profile_dir();
+    // cargo builds the cdylib in deps/ and copies it up on `cargo build`:
+    // take the newer (a copy left by an earlier build may be stale).
+    let modified = |d: &PathBuf| {
+        std::fs::metadata(d.join("libbmi.so"))
+            .and_then(|m| m.modified())
+            .ok()
+    };
+    let lib_dir = [profile.clone(), profile.join("deps")]
+        .into_iter()
+        .filter(|d| modified(d).is_some())
+        .max_by_key(|d| modified(d))
+        .unwrap_or_else(|| panic!("libbmi.so missing in {}", profile.display()));
+    let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out_dir = profile.join("bmi-c");
+    std::fs::create_dir_all(&out_dir).expect("output directory");
+    let exe = out_dir.join(src.trim_end_matches(".c"));
+    let out = Command::new("cc")
+        .args(["-O2", "-Wall", "-Wextra", "-Werror", "-I"])
+        .arg(crate_dir.join("include"))
+        .arg(crate_dir.join("tests/c").join(src))
+        .arg("-o")
+        .arg(&exe)
+        .arg("-L")
+        .arg(&lib_dir)
+        .arg(format!("-Wl,-rpath,{}", lib_dir.display()))
+        .arg("-lbmi")
+        .output()
+        .expect("running cc (apt install gcc libc6-dev)");
+    assert!(
+        out.status.success(),
+        "compiling {src} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    exe
 }
 
 /// Where each process runs: a command for host `i` (this host when there
@@ -229,4 +232,88 @@ fn every_call_and_error_across_three_hosts_over_bmi_llc_and_bmi_tcp() {
     let ip = cluster.hosts()[0].ipv4;
     let addr = format!("tcp://{ip}:3335");
     run(&place, "bmi_tcp", &addr, &addr, &[1, 2, 2], &[1]);
+}
+
+/// The README's example is this file, and it does what the README says.
+#[test]
+fn the_readme_example_serves_a_request() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/readme_example.c");
+    let text = std::fs::read_to_string(&src).expect("example source");
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+            .expect("README");
+    assert!(
+        readme.contains(&text),
+        "README.md's BMI example differs from {}",
+        src.display()
+    );
+    let exe = compile("readme_example.c");
+    let _g = lock();
+    let addr = format!("tcp://127.0.0.1:{}", free_tcp_port());
+    let mut s = Command::new(&exe);
+    s.args(["s", &addr]);
+    let mut server = Background::spawn(&mut s, "listening at", Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("the example server did not start: {e}"));
+    let client = run_bounded(Command::new(&exe).args(["c", &addr]), JOB_TIMEOUT).expect("client");
+    assert!(client.success(), "{client}");
+    assert!(
+        client.stdout.contains("reply: hello back (11 bytes)"),
+        "{client}"
+    );
+    assert!(server
+        .wait_timeout(JOB_TIMEOUT)
+        .is_some_and(|s| s.success()));
+    assert!(
+        server.output().contains(": hello from the client"),
+        "{}",
+        server.output()
+    );
+}
+
+/// `bmi_bench serverload --json` runs both methods and reports every client.
+#[test]
+fn the_serverload_benchmark_reports_every_client() {
+    vm_tests::require_root!();
+    let exe = profile_dir().join("examples/bmi_bench");
+    assert!(
+        exe.exists(),
+        "{} not built (cargo test builds examples)",
+        exe.display()
+    );
+    let _g = lock();
+    let out = run_bounded(
+        Command::new(&exe).args([
+            "serverload",
+            "--clients",
+            "2,5",
+            "--reply",
+            "10000",
+            "--rounds",
+            "30",
+            "--hosts",
+            "3",
+            "--json",
+        ]),
+        JOB_TIMEOUT,
+    )
+    .expect("bmi_bench");
+    assert!(out.success(), "{out}");
+    let v: serde_json::Value = serde_json::from_str(out.stdout.trim()).expect("one JSON object");
+    let runs = v["runs"].as_array().expect("runs");
+    assert_eq!(runs.len(), 4, "{v}");
+    for r in runs {
+        let n = r["clients"].as_u64().unwrap() as usize;
+        let per = r["per_client"].as_array().unwrap();
+        assert_eq!(per.len(), n, "{r}");
+        for c in per {
+            assert_eq!(c["rounds"], 30);
+            assert_eq!(c["bytes"], 300_000);
+            assert!(c["min_us"].as_f64().unwrap() > 0.0);
+            assert!(c["min_us"].as_f64() <= c["avg_us"].as_f64());
+            assert!(c["avg_us"].as_f64() <= c["max_us"].as_f64());
+        }
+        assert!(r["aggregate_mbytes_per_s"].as_f64().unwrap() > 0.0);
+    }
+    let methods: Vec<&str> = runs.iter().map(|r| r["method"].as_str().unwrap()).collect();
+    assert_eq!(methods, ["bmi_llc", "bmi_tcp", "bmi_llc", "bmi_tcp"]);
 }
