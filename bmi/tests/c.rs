@@ -111,6 +111,20 @@ fn run(
     clients: &[usize],
     crash: &[usize],
 ) {
+    let all: Vec<_> = clients.iter().map(|&h| (h, method, server_addr)).collect();
+    run_mixed(place, method, listen, &all, crash);
+}
+
+/// As [`run`], each client with its own method and server address (a
+/// server listening on several methods).
+fn run_mixed(
+    place: &Place,
+    method: &str,
+    listen: &str,
+    clients: &[(usize, &str, &str)],
+    crash: &[usize],
+) {
+    let (_, crash_method, crash_addr) = clients[0];
     let mut server = place.command(0);
     server
         .args(["server", method, listen])
@@ -121,16 +135,16 @@ fn run(
     let jobs: Vec<(String, std::thread::JoinHandle<JobOutput>)> = clients
         .iter()
         .enumerate()
-        .map(|(i, &h)| ("client", i, h))
+        .map(|(i, &(h, m, a))| ("client", i, h, m, a))
         .chain(
             crash
                 .iter()
                 .enumerate()
-                .map(|(i, &h)| ("crash", 100 + i, h)),
+                .map(|(i, &h)| ("crash", 100 + i, h, crash_method, crash_addr)),
         )
-        .map(|(role, i, h)| {
+        .map(|(role, i, h, m, a)| {
             let mut cmd = place.command(h);
-            cmd.args([role, method, server_addr]).arg(i.to_string());
+            cmd.args([role, m, a]).arg(i.to_string());
             let name = format!("{role} {i} on host {h}");
             (
                 name,
@@ -232,6 +246,17 @@ fn every_call_and_error_across_three_hosts_over_bmi_llc_and_bmi_tcp() {
     let ip = cluster.hosts()[0].ipv4;
     let addr = format!("tcp://{ip}:3335");
     run(&place, "bmi_tcp", &addr, &addr, &[1, 2, 2], &[1]);
+    // Both methods in one server, clients of each.
+    let addr = format!("tcp://{ip}:3336");
+    let server = format!("llc://{}/3337", mac(&cluster, 0));
+    let listen = format!("llc://eth0/3337?backend=xdp,{addr}");
+    let clients = [
+        (1, "bmi_llc", server.as_str()),
+        (2, "bmi_tcp", addr.as_str()),
+        (2, "bmi_llc", server.as_str()),
+        (1, "bmi_tcp", addr.as_str()),
+    ];
+    run_mixed(&place, "bmi_llc,bmi_tcp", &listen, &clients, &[]);
 }
 
 /// The README's example is this file, and it does what the README says.
