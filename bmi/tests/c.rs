@@ -11,6 +11,7 @@ use std::process::Command;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
+use testbed::cdylib::{compile_c, profile_dir};
 use testbed::Background;
 use vm_tests::{run_bounded, Cluster, JobOutput};
 
@@ -23,15 +24,6 @@ fn lock() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// target/<profile>, two levels above this test executable.
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps/<test>")
-        .to_path_buf()
-}
-
 /// `bmi_check`, compiled once per run.
 fn bmi_check() -> &'static Path {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
@@ -40,41 +32,16 @@ fn bmi_check() -> &'static Path {
 
 /// Compile `tests/c/SRC` against `include/bmi.h` and `libbmi.so`.
 fn compile(src: &str) -> PathBuf {
-    let profile = profile_dir();
-    // cargo builds the cdylib in deps/ and copies it up on `cargo build`:
-    // take the newer (a copy left by an earlier build may be stale).
-    let modified = |d: &PathBuf| {
-        std::fs::metadata(d.join("libbmi.so"))
-            .and_then(|m| m.modified())
-            .ok()
-    };
-    let lib_dir = [profile.clone(), profile.join("deps")]
-        .into_iter()
-        .filter(|d| modified(d).is_some())
-        .max_by_key(|d| modified(d))
-        .unwrap_or_else(|| panic!("libbmi.so missing in {}", profile.display()));
-    let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let out_dir = profile.join("bmi-c");
-    std::fs::create_dir_all(&out_dir).expect("output directory");
-    let exe = out_dir.join(src.trim_end_matches(".c"));
-    let out = Command::new("cc")
-        .args(["-O2", "-Wall", "-Wextra", "-Werror", "-I"])
-        .arg(crate_dir.join("include"))
-        .arg(crate_dir.join("tests/c").join(src))
-        .arg("-o")
-        .arg(&exe)
-        .arg("-L")
-        .arg(&lib_dir)
-        .arg(format!("-Wl,-rpath,{}", lib_dir.display()))
-        .arg("-lbmi")
-        .output()
-        .expect("running cc (apt install gcc libc6-dev)");
-    assert!(
-        out.status.success(),
-        "compiling {src} failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    exe
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = profile_dir().join("bmi-c").join(src.trim_end_matches(".c"));
+    compile_c(
+        &dir.join("tests/c").join(src),
+        &dir.join("include"),
+        "bmi",
+        &out,
+        &["-O2", "-Wall", "-Wextra", "-Werror"],
+        &[],
+    )
 }
 
 /// Where each process runs: a command for host `i` (this host when there
