@@ -445,27 +445,12 @@ impl Inner {
     /// Start the thread that makes progress (acknowledgements,
     /// retransmissions, rendezvous) while the application does not call BMI.
     pub fn start_background(self: &Arc<Self>) -> Option<JoinHandle<()>> {
-        let me = Arc::downgrade(self);
-        std::thread::Builder::new()
-            .name("bmi-progress".into())
-            .spawn(move || {
-                let mut seen = u64::MAX;
-                loop {
-                    std::thread::sleep(BACKGROUND_PERIOD);
-                    let Some(inner) = me.upgrade() else { return };
-                    if inner.stop.load(Ordering::Relaxed) {
-                        return;
-                    }
-                    let now = inner.calls.load(Ordering::Relaxed);
-                    if now != seen {
-                        seen = now;
-                        continue;
-                    }
-                    inner.background_rounds.fetch_add(1, Ordering::Relaxed);
-                    let _ = inner.progress_once();
-                }
-            })
-            .ok()
+        msg_layer::keepalive::spawn_keepalive(
+            "bmi-progress",
+            Arc::downgrade(self),
+            BACKGROUND_PERIOD,
+        )
+        .ok()
     }
 
     /// Stop the background thread, deliver what is queued (bounded) and
@@ -1250,6 +1235,17 @@ impl Inner {
             .get(method)
             .and_then(Method::ep)
             .map(|e| e.local_addr().to_string())
+    }
+}
+
+impl msg_layer::keepalive::KeepAlive for Inner {
+    fn activity(&self) -> Option<u64> {
+        (!self.stop.load(Ordering::Relaxed)).then(|| self.calls.load(Ordering::Relaxed))
+    }
+
+    fn round(&self) {
+        self.background_rounds.fetch_add(1, Ordering::Relaxed);
+        let _ = self.progress_once();
     }
 }
 
