@@ -294,6 +294,98 @@ impl Report {
         s
     }
 
+    /// The OSU micro-benchmarks' layout: per transport and link MTU, one
+    /// block per test in the format of osu_latency, osu_bw, osu_bibw and
+    /// osu_mbw_mr (`%-10s%20s` headers, `%-10d%20.2f` rows, decimal MB/s,
+    /// mean one-way latency in µs). Lines that are not data start with `#`,
+    /// as OSU's do, so tools that read OSU output read this too.
+    pub fn osu(&self) -> String {
+        let mut s = String::new();
+        let version = self.version;
+        for r in &self.results {
+            let mut block = |name: &str,
+                             columns: &[&str],
+                             extra: Option<String>,
+                             rows: Vec<(usize, Vec<f64>)>| {
+                if rows.is_empty() {
+                    return;
+                }
+                if !s.is_empty() {
+                    s.push('\n');
+                }
+                let _ = writeln!(s, "# llc-perf {name} Test v{version}");
+                let _ = writeln!(
+                    s,
+                    "# Transport: {} ({}), link MTU {}",
+                    r.transport,
+                    r.detail,
+                    mtu_str(r.mtu)
+                );
+                if let Some(e) = extra {
+                    let _ = writeln!(s, "{e}");
+                }
+                let _ = write!(s, "{:<10}", "# Size");
+                for c in columns {
+                    let _ = write!(s, "{c:>20}");
+                }
+                s.push('\n');
+                for (bytes, vals) in rows {
+                    let _ = write!(s, "{bytes:<10}");
+                    for v in vals {
+                        let _ = write!(s, "{v:>20.2}");
+                    }
+                    s.push('\n');
+                }
+            };
+            block(
+                "Latency",
+                &["Latency (us)"],
+                None,
+                r.latency
+                    .iter()
+                    .map(|p| (p.bytes, vec![p.one_way_mean_us]))
+                    .collect(),
+            );
+            // OSU's MB/s are decimal: bytes / 1e6 per second.
+            let mb_s = |gbit_s: f64| gbit_s * 1e9 / 8.0 / 1e6;
+            block(
+                "Bandwidth",
+                &["Bandwidth (MB/s)"],
+                None,
+                r.bandwidth
+                    .iter()
+                    .map(|p| (p.bytes, vec![mb_s(p.gbit_s)]))
+                    .collect(),
+            );
+            block(
+                "Bi-Directional Bandwidth",
+                &["Bandwidth (MB/s)"],
+                None,
+                r.bibw
+                    .iter()
+                    .map(|p| (p.bytes, vec![mb_s(p.gbit_s)]))
+                    .collect(),
+            );
+            let window = r.msgrate.first().map_or(0, |p| p.window);
+            block(
+                "Multiple Bandwidth / Message Rate",
+                &["MB/s", "Messages/s"],
+                Some(format!("# [ pairs: 1 ] [ window size: {window} ]")),
+                r.msgrate
+                    .iter()
+                    .map(|p| (p.bytes, vec![mb_s(p.gbit_s), p.msgs_per_s]))
+                    .collect(),
+            );
+            if let Some(e) = &r.error {
+                let _ = writeln!(s, "# {}: stopped: {e}", r.transport);
+            }
+        }
+        for (k, why) in &self.unavailable {
+            let _ = writeln!(s, "# {k}: not measured: {why}");
+        }
+        s
+    }
+
     /// The readable tables.
     pub fn tables(&self) -> String {
         let mut s = String::new();
