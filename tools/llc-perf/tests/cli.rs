@@ -327,6 +327,14 @@ fn osu_row(line: &str, columns: usize) -> (usize, Vec<f64>) {
     (bytes, vals)
 }
 
+/// An OSU block: test name, extra header line, columns, sizes of a quick run.
+type OsuBlock = (
+    &'static str,
+    Option<&'static str>,
+    &'static [&'static str],
+    &'static [usize],
+);
+
 #[test]
 fn osu_format_prints_the_osu_layout() {
     require_root!();
@@ -347,8 +355,7 @@ fn osu_format_prints_the_osu_layout() {
     assert!(o.status.success(), "{}", stderr(&o));
     let text = String::from_utf8(o.stdout).unwrap();
     let version = env!("CARGO_PKG_VERSION");
-    // (test name, extra header line, columns, sizes of a quick run)
-    let blocks: [(&str, Option<&str>, &[&str], &[usize]); 4] = [
+    let blocks: [OsuBlock; 4] = [
         ("Latency", None, &["Latency (us)"], &[1, 8, 1024, 65536]),
         (
             "Bandwidth",
