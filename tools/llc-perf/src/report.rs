@@ -15,6 +15,10 @@ pub struct HostInfo {
     pub kernel: String,
     /// CPUs online.
     pub cpus: usize,
+    /// The host's name.
+    pub hostname: String,
+    /// When the run started, UTC, `YYYY-MM-DD HH:MM`.
+    pub started_utc: String,
     /// /proc/loadavg when the run started.
     pub load_avg_start: String,
     /// /proc/loadavg when it ended.
@@ -32,6 +36,8 @@ impl HostInfo {
         HostInfo {
             kernel: read("/proc/sys/kernel/osrelease"),
             cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
+            hostname: read("/proc/sys/kernel/hostname"),
+            started_utc: utc_now(),
             load_avg_start: read("/proc/loadavg"),
             load_avg_end: String::new(),
         }
@@ -43,6 +49,31 @@ impl HostInfo {
             .map(|s| s.trim().to_string())
             .unwrap_or_default();
     }
+}
+
+/// The current time, UTC, as `YYYY-MM-DD HH:MM` (no time-zone database
+/// needed: days since the epoch to a civil date, as in Howard Hinnant's
+/// `civil_from_days`).
+pub fn utc_now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    utc_string(secs)
+}
+
+fn utc_string(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let (hh, mm) = ((secs % 86_400) / 3600, (secs % 3600) / 60);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02} {hh:02}:{mm:02}")
 }
 
 /// One figure of the comparison.
@@ -651,5 +682,17 @@ pub fn fmt_num(v: f64) -> String {
         format!("{v:.3}")
     } else {
         format!("{v:.2e}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::utc_string;
+
+    #[test]
+    fn utc_dates() {
+        assert_eq!(utc_string(0), "1970-01-01 00:00");
+        assert_eq!(utc_string(951_782_400), "2000-02-29 00:00");
+        assert_eq!(utc_string(1_795_547_302), "2026-11-24 19:08");
     }
 }
