@@ -19,7 +19,7 @@ use llc_stack::link::pcap::PcapWriter;
 use llc_stack::link::sim::{Sim, SimConfig, SimPort};
 use llc_stack::proto::{Config as StackConfig, ConnHandle, ConnectionError, Event};
 use llc_stack::rng::Rng;
-use llc_stack::wire::{self, Body, MacAddr, WireError};
+use llc_stack::wire::{self, AuthKey, Body, MacAddr, WireError};
 use llc_stack::{Instant, Stack};
 use msg_layer::transport::llc::{LlcConfig, LlcTransport};
 use msg_layer::{Config, Endpoint, Source, Tag};
@@ -145,6 +145,33 @@ struct Bed {
 }
 
 impl Bed {
+    /// A (captured to `path`) and B on a simulated segment with MTU 9000.
+    fn new(path: &Path, cfg: StackConfig, a_faults: FaultConfig, b_faults: FaultConfig) -> Bed {
+        let sim = Sim::new(SimConfig {
+            mtu: 9000,
+            ..SimConfig::default()
+        });
+        let a = Stack::new(
+            PcapWriter::create(FaultInjector::new(sim.port(), a_faults, SEED), path).unwrap(),
+            cfg.clone(),
+            MAC_A,
+            Rng::new(SEED + 1),
+        );
+        let b = Stack::new(
+            FaultInjector::new(sim.port(), b_faults, SEED + 2),
+            cfg,
+            MAC_B,
+            Rng::new(SEED + 3),
+        );
+        Bed {
+            a,
+            b,
+            now: Instant::from_millis(1),
+            events_a: Vec::new(),
+            events_b: Vec::new(),
+        }
+    }
+
     fn round(&mut self) {
         self.a.poll_rx(self.now);
         while let Some(ev) = self.a.endpoint_mut().poll_event() {
@@ -207,11 +234,6 @@ struct Sent {
 /// (retransmissions, SACK blocks) and A receives 4% of its frames corrupted,
 /// then a connection to a port nobody listens on (RESET).
 fn transport_capture(path: &Path) -> Sent {
-    let sim = Sim::new(SimConfig {
-        mtu: 9000,
-        ..SimConfig::default()
-    });
-    let cfg = StackConfig::default();
     let a_faults = FaultConfig {
         corrupt: 0.04,
         ..FaultConfig::default()
@@ -220,25 +242,7 @@ fn transport_capture(path: &Path) -> Sent {
         loss: 0.08,
         ..FaultConfig::default()
     };
-    let a = Stack::new(
-        PcapWriter::create(FaultInjector::new(sim.port(), a_faults, SEED), path).unwrap(),
-        cfg.clone(),
-        MAC_A,
-        Rng::new(SEED + 1),
-    );
-    let b = Stack::new(
-        FaultInjector::new(sim.port(), b_faults, SEED + 2),
-        cfg,
-        MAC_B,
-        Rng::new(SEED + 3),
-    );
-    let mut bed = Bed {
-        a,
-        b,
-        now: Instant::from_millis(1),
-        events_a: Vec::new(),
-        events_b: Vec::new(),
-    };
+    let mut bed = Bed::new(path, StackConfig::default(), a_faults, b_faults);
     bed.b.endpoint_mut().listen(PORT_B);
     let now = bed.now;
     let conn = bed
@@ -527,6 +531,80 @@ fn tshark_decodes_transport_frames() {
     );
     assert!(retransmissions > 0 && sack_frames > 0 && resets > 0 && bad_crc > 0);
     assert!(jumbo > 0 && length_form > 0);
+}
+
+/// With a job key every frame carries an authentication tag, which the CRC
+/// covers (PROTOCOL.md 3.12): the dissector shows the tag and still finds
+/// every CRC good.
+#[test]
+fn tshark_checks_the_crc_over_the_auth_trailer() {
+    if let Err(why) = tshark() {
+        println!("SKIPPED tshark_checks_the_crc_over_the_auth_trailer: {why}");
+        return;
+    }
+    let (dir, _scratch) = capture_dir("auth");
+    let pcap = dir.join("auth.pcap");
+    let cfg = StackConfig {
+        auth_key: Some(AuthKey::derive(b"wireshark test job")),
+        ..StackConfig::default()
+    };
+    let mut bed = Bed::new(&pcap, cfg, FaultConfig::default(), FaultConfig::default());
+    bed.b.endpoint_mut().listen(PORT_B);
+    let now = bed.now;
+    let conn = bed
+        .a
+        .endpoint_mut()
+        .connect(now, MAC_B, PORT_B, None)
+        .unwrap();
+    bed.run(Duration::from_secs(5), "handshake", |b| {
+        b.events_a
+            .iter()
+            .any(|e| e.0 == conn && e.1 == Event::Connected)
+    });
+    for len in [5usize, 20_000] {
+        bed.a.endpoint_mut().send(conn, vec![7u8; len]).unwrap();
+    }
+    bed.run(Duration::from_secs(5), "delivery", |b| {
+        b.events_b
+            .iter()
+            .filter(|e| matches!(e.1, Event::Message { .. }))
+            .count()
+            == 2
+    });
+    drop(bed);
+    let frames = pcap_frames(&pcap);
+    let rows = tshark_fields(
+        &pcap,
+        &[
+            "llcstack.flags.auth",
+            "llcstack.crc.status",
+            "llcstack.auth_tag",
+        ],
+        None,
+    );
+    assert_eq!(rows.len(), frames.len());
+    assert!(frames.len() >= 6, "handshake and two messages");
+    for (frame, row) in frames.iter().zip(&rows) {
+        let Ok(parsed) = wire::parse(frame, Some(wire::llc::DEFAULT_SAP)) else {
+            panic!("the stack accepts every frame of a clean link");
+        };
+        let Body::Transport(t) = parsed.body else {
+            continue;
+        };
+        let tag = t.auth_tag.expect("every transport frame carries a tag");
+        let ctx = format!("{row:?}");
+        assert_eq!(
+            row.get("llcstack.flags.auth").map(String::as_str),
+            Some("1"),
+            "{ctx}"
+        );
+        assert_eq!(num(row, "llcstack.crc.status"), Some(1), "{ctx}");
+        assert_eq!(
+            row.get("llcstack.auth_tag").map(|t| t.replace(':', "")),
+            Some(hex(tag)),
+            "{ctx}"
+        );
+    }
 }
 
 type CapturedEndpoint = Endpoint<LlcTransport<PcapWriter<SimPort>>>;
