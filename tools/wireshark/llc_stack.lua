@@ -24,8 +24,20 @@ local HEADER_LEN = 56
 local MSG_HEADER_LEN = 48
 local TAG_LEN = 16
 
-local bits = bit32 or bit
-local band, bxor, rshift = bits.band, bits.bxor, bits.rshift
+-- Bit operations: bit32 (Lua 5.2, Wireshark up to 4.2) or Wireshark's
+-- BitOp module; on Lua 5.3+ without either, the native operators, compiled
+-- from a string so that a Lua 5.2 parser never sees them.
+local band, bxor, rshift
+local bits = rawget(_G, "bit32") or rawget(_G, "bit")
+if bits then
+    band, bxor, rshift = bits.band, bits.bxor, bits.rshift
+else
+    band, bxor, rshift = load([[
+        return function(a, b) return a & b end,
+               function(a, b) return a ~ b end,
+               function(a, n) return (a & 0xFFFFFFFF) >> n end
+    ]])()
+end
 
 local p_llc = Proto("llcstack", "LLC stack transport")
 local p_msg = Proto("llcmsg", "LLC stack message layer")
