@@ -53,8 +53,11 @@ pub const MAX_MESSAGE: u64 = i64::MAX as u64;
 
 /// The background thread progresses when no BMI call did for this long.
 const BACKGROUND_PERIOD: Duration = Duration::from_millis(5);
-/// A test call busy-polls this long after the last movement, then sleeps.
-const SPIN: Duration = Duration::from_micros(100);
+/// A test call busy-polls this long after the last movement, then sleeps
+/// (`BMI_SPIN_US` sets it): waking a sleeping process costs tens to
+/// hundreds of microseconds, more than a round trip, so a process that has
+/// a core to itself spins longer.
+const DEFAULT_SPIN: Duration = Duration::from_micros(100);
 /// Longest sleep of a waiting test call between rounds.
 const MAX_SLEEP: Duration = Duration::from_millis(1);
 
@@ -346,6 +349,7 @@ pub(crate) struct Inner {
     calls: AtomicU64,
     background_rounds: AtomicU64,
     stop: AtomicBool,
+    spin: Duration,
 }
 
 fn peer_error(text: &str, e: &msg_layer::Error) -> BmiError {
@@ -439,6 +443,7 @@ impl Inner {
             calls: AtomicU64::new(0),
             background_rounds: AtomicU64::new(0),
             stop: AtomicBool::new(false),
+            spin: spin_from_env()?,
         })
     }
 
@@ -1085,7 +1090,7 @@ impl Inner {
                 last_move = now;
                 continue;
             }
-            if now.duration_since(last_move) < SPIN {
+            if now.duration_since(last_move) < self.spin {
                 std::hint::spin_loop();
                 continue;
             }
@@ -1246,6 +1251,22 @@ impl msg_layer::keepalive::KeepAlive for Inner {
     fn round(&self) {
         self.background_rounds.fetch_add(1, Ordering::Relaxed);
         let _ = self.progress_once();
+    }
+}
+
+/// The spin budget of test calls: `BMI_SPIN_US`, or the default.
+fn spin_from_env() -> Result<Duration, BmiError> {
+    match std::env::var("BMI_SPIN_US") {
+        Ok(v) => v
+            .trim()
+            .parse::<u64>()
+            .map(Duration::from_micros)
+            .map_err(|_| {
+                BmiError::Invalid(format!(
+                    "BMI_SPIN_US={v:?}: expected a number of microseconds"
+                ))
+            }),
+        Err(_) => Ok(DEFAULT_SPIN),
     }
 }
 
