@@ -56,8 +56,9 @@ enum Cmd {
         /// Methods, in the order each repetition runs them.
         #[arg(long, value_delimiter = ',', default_value = "bmi_llc,bmi_tcp")]
         methods: Vec<String>,
-        /// LLC backend.
-        #[arg(long, default_value = "xdp")]
+        /// LLC backend (auto: AF_XDP, and AF_PACKET for the clients beyond
+        /// the 16 a NIC's shared AF_XDP pool takes).
+        #[arg(long, default_value = "auto")]
         backend: String,
         /// Times every configuration runs (methods alternating).
         #[arg(long, default_value_t = 1)]
@@ -157,6 +158,13 @@ struct ClientFigures {
     start_us: u64,
     end_us: u64,
     bytes: u64,
+    /// The transport under the method (AF_XDP or AF_PACKET for bmi_llc).
+    #[serde(default)]
+    transport: String,
+    /// Retransmissions, drops and timeouts the client's endpoint counted
+    /// (the non-zero ones).
+    #[serde(default)]
+    trouble: BTreeMap<String, u64>,
 }
 
 fn now_us() -> u64 {
@@ -299,6 +307,21 @@ fn client(method: &str, server: &str, id: usize, rounds: usize, reply: usize) ->
         start_us,
         end_us,
         bytes,
+        transport: b
+            .transports()
+            .first()
+            .map(|t| t.1.clone())
+            .unwrap_or_default(),
+        trouble: b
+            .counters()
+            .into_iter()
+            .filter(|(k, v)| {
+                *v > 0
+                    && ["retrans", "drop", "timeout", "stall"]
+                        .iter()
+                        .any(|w| k.contains(w))
+            })
+            .collect(),
     };
     println!("{}", serde_json::to_string(&f)?);
     Ok(())

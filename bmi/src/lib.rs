@@ -256,6 +256,17 @@ impl Bmi {
             .ok_or_else(|| BmiError::UnknownMethod(kind.name().into()))
     }
 
+    /// The transport under each open method, as it names itself (e.g.
+    /// whether `bmi_llc` runs on AF_XDP or fell back to AF_PACKET).
+    pub fn transports(&self) -> Vec<(MethodKind, String)> {
+        (0..self.inner.methods.len())
+            .filter_map(|m| {
+                let name = self.inner.transport_name(m)?;
+                Some((self.inner.methods[m].kind, name))
+            })
+            .collect()
+    }
+
     /// The methods, in the order of the method list.
     pub fn methods(&self) -> Vec<MethodKind> {
         self.inner.methods.iter().map(|m| m.kind).collect()

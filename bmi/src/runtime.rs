@@ -1234,6 +1234,14 @@ impl Inner {
         out
     }
 
+    /// The transport under a method's endpoint, as it names itself (once open).
+    pub fn transport_name(&self, method: usize) -> Option<String> {
+        self.methods
+            .get(method)
+            .and_then(Method::ep)
+            .map(|e| e.transport_name())
+    }
+
     /// The local address of a method's endpoint (open).
     pub fn local_addr(&self, method: usize) -> Option<String> {
         self.methods
