@@ -63,6 +63,13 @@ enum Cmd {
         /// Times every configuration runs (methods alternating).
         #[arg(long, default_value_t = 1)]
         repeat: usize,
+        /// How long the server busy-polls before sleeping (BMI_SPIN_US;
+        /// default: BMI's).
+        #[arg(long)]
+        server_spin_us: Option<u64>,
+        /// How long each client busy-polls before sleeping.
+        #[arg(long)]
+        client_spin_us: Option<u64>,
         /// One JSON object instead of the table.
         #[arg(long)]
         json: bool,
@@ -483,6 +490,7 @@ fn serverload(
     methods: &[String],
     backend: &str,
     repeat: usize,
+    spin: (Option<u64>, Option<u64>),
     json: bool,
 ) -> Result<()> {
     testbed::check_privileges()
@@ -503,6 +511,9 @@ fn serverload(
                     let (saddr, listen) = addresses(&cluster, method, backend, port);
                     let mut s = on_host(&cluster, 0, &exe, backend);
                     s.args(["server", method, &listen, &n.to_string()]);
+                    if let Some(us) = spin.0 {
+                        s.env("BMI_SPIN_US", us.to_string());
+                    }
                     let mut server =
                         testbed::Background::spawn(&mut s, "ready", Duration::from_secs(60))
                             .map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -510,6 +521,9 @@ fn serverload(
                         .map(|i| {
                             let h = 1 + i % (hosts - 1);
                             let mut cmd = on_host(&cluster, h, &exe, backend);
+                            if let Some(us) = spin.1 {
+                                cmd.env("BMI_SPIN_US", us.to_string());
+                            }
                             cmd.args(["client", method, &saddr]).args([
                                 i.to_string(),
                                 rounds.to_string(),
@@ -729,9 +743,20 @@ fn main() -> Result<()> {
             methods,
             backend,
             repeat,
+            server_spin_us,
+            client_spin_us,
             json,
         } => serverload(
-            &clients, &reply, rounds, hosts, mtu, &methods, &backend, repeat, json,
+            &clients,
+            &reply,
+            rounds,
+            hosts,
+            mtu,
+            &methods,
+            &backend,
+            repeat,
+            (server_spin_us, client_spin_us),
+            json,
         ),
         Cmd::Stream {
             sizes,
