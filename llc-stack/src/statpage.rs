@@ -262,16 +262,25 @@ impl Publisher {
         }
         remove_stale(dir);
         let pid = std::process::id();
-        let n = NEXT_PAGE.fetch_add(1, Ordering::Relaxed);
-        let path = dir.join(format!("{pid}.{n}.stat"));
-        let tmp = dir.join(format!(".{pid}.{n}.tmp"));
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o644)
-            .open(&tmp)?;
+        // A fresh name, never an existing file: the directory is writable by
+        // all, and following someone's symlink would write where they chose.
+        let mut tries = 0;
+        let (path, tmp, file) = loop {
+            tries += 1;
+            let n = NEXT_PAGE.fetch_add(1, Ordering::Relaxed);
+            let tmp = dir.join(format!(".{pid}.{n}.tmp"));
+            match OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .mode(0o644)
+                .open(&tmp)
+            {
+                Ok(f) => break (dir.join(format!("{pid}.{n}.stat")), tmp, f),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists && tries < 16 => continue,
+                Err(e) => return Err(e),
+            }
+        };
         let built = (|| {
             file.set_len((page_words(CAPACITY) * 8) as u64)?;
             let words = SharedWords::map(&file)?;
@@ -689,6 +698,8 @@ pub fn read_dir(dir: &Path) -> io::Result<Vec<Result<Snapshot, StatError>>> {
         .flatten()
         .map(|e| e.path())
         .filter(|p| p.extension().is_some_and(|x| x == "stat"))
+        // Regular files only: not a FIFO or a symlink someone left there.
+        .filter(|p| fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_file()))
         .collect();
     paths.sort_by_key(|p| (page_pid(p), p.clone()));
     Ok(paths
