@@ -15,9 +15,10 @@ set -euo pipefail
 # interface 3.1.0), netpipe-openmpi (NPopenmpi), make: the btl/llc component
 # and its tests (mpi-btl-shim/tests/mpi.rs). gcc, libc6-dev: the C programs of
 # deck's tests (deck/tests/c.rs: cc, pthreads) and cargo's linker.
+# librsvg2-bin (rsvg-convert): llc-perf's plot test renders the SVG to PNG.
 # binutils (readelf), pkg-config: scripts/install.sh's test checks the installed
 # component's run-time path and builds a C program with the installed .pc files.
-PACKAGES=(iproute2 iputils-ping util-linux procps tshark gcc libc6-dev
+PACKAGES=(iproute2 iputils-ping util-linux procps tshark librsvg2-bin gcc libc6-dev
           clang llvm libbpf-dev linux-libc-dev libelf-dev zlib1g-dev pkg-config
           busybox-static openmpi-bin libopenmpi-dev netpipe-openmpi make
           binutils)
@@ -78,6 +79,16 @@ if [ $(( ${#missing[@]} + ${#missing_bpo[@]} )) -gt 0 ]; then
     if [ ${#missing_bpo[@]} -gt 0 ]; then
         $SUDO apt-get install -y -q --no-install-recommends -t bookworm-backports "${missing_bpo[@]}"
     fi
+fi
+
+# cargo-fuzz, so that scripts/test.sh's bounded fuzz runs happen on a fresh
+# machine too. It runs on the stable toolchain: the fuzz targets are built
+# with RUSTC_BOOTSTRAP=1 (scripts/test.sh), no nightly needed. Pinned to the
+# release checked here; installed for the user running this script.
+CARGO_FUZZ_VERSION=0.13.2
+if ! cargo fuzz --version >/dev/null 2>&1; then
+    echo "install-deps: installing cargo-fuzz $CARGO_FUZZ_VERSION"
+    cargo install cargo-fuzz --locked --version "$CARGO_FUZZ_VERSION"
 fi
 
 # The QEMU tests' guest kernel: a pinned Debian package, downloaded once into

@@ -402,27 +402,12 @@ impl Inner {
     /// call DECK.
     pub fn start_background(self: &Arc<Self>) -> Option<JoinHandle<()>> {
         self.ep.as_ref()?;
-        let me = Arc::downgrade(self);
-        std::thread::Builder::new()
-            .name("deck-progress".into())
-            .spawn(move || {
-                let mut seen = u64::MAX;
-                loop {
-                    std::thread::sleep(BACKGROUND_PERIOD);
-                    let Some(inner) = me.upgrade() else { return };
-                    if inner.stop.load(Ordering::Relaxed) {
-                        return;
-                    }
-                    let now = inner.calls.load(Ordering::Relaxed);
-                    if now != seen {
-                        seen = now;
-                        continue;
-                    }
-                    inner.background_rounds.fetch_add(1, Ordering::Relaxed);
-                    let _ = inner.progress_once();
-                }
-            })
-            .ok()
+        msg_layer::keepalive::spawn_keepalive(
+            "deck-progress",
+            Arc::downgrade(self),
+            BACKGROUND_PERIOD,
+        )
+        .ok()
     }
 
     pub fn stop_background(&self) {
@@ -1171,6 +1156,17 @@ pub trait RecvTarget {
     /// Put it back, holding a message of `buf.len()` bytes (empty: lost,
     /// allocate anew); `from` is what was taken.
     fn restore_buffer(&mut self, buf: Vec<u8>, from: Taken);
+}
+
+impl msg_layer::keepalive::KeepAlive for Inner {
+    fn activity(&self) -> Option<u64> {
+        (!self.stop.load(Ordering::Relaxed)).then(|| self.calls.load(Ordering::Relaxed))
+    }
+
+    fn round(&self) {
+        self.background_rounds.fetch_add(1, Ordering::Relaxed);
+        let _ = self.progress_once();
+    }
 }
 
 fn check_name(name: &str) -> Result<(), DeckError> {

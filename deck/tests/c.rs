@@ -10,6 +10,7 @@ use std::process::Command;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
+use testbed::cdylib::{compile_c, profile_dir};
 use vm_tests::{run_bounded, Cluster, JobOutput};
 
 /// One job at a time: they would fight over the 2 cores.
@@ -22,55 +23,22 @@ struct Built {
     deck_check: PathBuf,
 }
 
-/// target/<profile>, two levels above this test executable.
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps/<test>")
-        .to_path_buf()
-}
-
 fn build() -> &'static Built {
     static BUILT: OnceLock<Built> = OnceLock::new();
     BUILT.get_or_init(|| {
-        let profile = profile_dir();
-        // cargo builds the cdylib in deps/ and copies it up on `cargo build`:
-        // take the newer (a copy left by an earlier build may be stale).
-        let modified = |d: &PathBuf| {
-            std::fs::metadata(d.join("libdeck.so"))
-                .and_then(|m| m.modified())
-                .ok()
-        };
-        let lib_dir = [profile.clone(), profile.join("deps")]
-            .into_iter()
-            .filter(|d| modified(d).is_some())
-            .max_by_key(|d| modified(d))
-            .unwrap_or_else(|| panic!("libdeck.so missing in {}", profile.display()));
-        let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let out_dir = profile.join("deck-c");
-        std::fs::create_dir_all(&out_dir).expect("output directory");
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
         let compile = |src: &str, flags: &[&str]| {
-            let exe = out_dir.join(src.trim_end_matches(".c"));
-            let out = Command::new("cc")
-                .args(flags)
-                .arg("-I")
-                .arg(crate_dir.join("include"))
-                .arg(crate_dir.join("tests/c").join(src))
-                .arg("-o")
-                .arg(&exe)
-                .arg("-L")
-                .arg(&lib_dir)
-                .arg(format!("-Wl,-rpath,{}", lib_dir.display()))
-                .args(["-ldeck", "-lpthread"])
-                .output()
-                .expect("running cc (apt install build-essential)");
-            assert!(
-                out.status.success(),
-                "compiling {src} failed:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            exe
+            let out = profile_dir()
+                .join("deck-c")
+                .join(src.trim_end_matches(".c"));
+            compile_c(
+                &dir.join("tests/c").join(src),
+                &dir.join("include"),
+                "deck",
+                &out,
+                flags,
+                &["-lpthread"],
+            )
         };
         Built {
             // The seed's program as printed: it passes unsigned long to %d,

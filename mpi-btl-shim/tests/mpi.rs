@@ -34,16 +34,6 @@ struct Built {
     shim_dir: PathBuf,
 }
 
-/// The directory cargo put this build's libmpi_btl_shim.so in
-/// (target/<profile>, two levels above this test executable).
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps/<test>")
-        .to_path_buf()
-}
-
 fn build() -> &'static Built {
     static BUILT: OnceLock<Built> = OnceLock::new();
     BUILT.get_or_init(|| {
@@ -58,25 +48,8 @@ fn build() -> &'static Built {
                 "{tool} not found: run scripts/install-deps.sh (openmpi-bin, libopenmpi-dev)"
             );
         }
-        let profile = profile_dir();
-        // cargo builds the cdylib next to the rlib in deps/ and `cargo build`
-        // copies it up to the profile directory: take the newer of the two
-        // (a copy left by an earlier `cargo build` may be stale).
-        let modified = |d: &PathBuf| {
-            std::fs::metadata(d.join("libmpi_btl_shim.so"))
-                .and_then(|m| m.modified())
-                .ok()
-        };
-        let shim_dir = [profile.clone(), profile.join("deps")]
-            .into_iter()
-            .filter(|d| modified(d).is_some())
-            .max_by_key(|d| modified(d))
-            .unwrap_or_else(|| {
-                panic!(
-                    "libmpi_btl_shim.so missing in {}: cargo builds the cdylib with the tests",
-                    profile.display()
-                )
-            });
+        let profile = vm_tests::cdylib::profile_dir();
+        let shim_dir = vm_tests::cdylib::cdylib_dir("libmpi_btl_shim.so");
         let dir = profile.join("btl-llc");
         std::fs::create_dir_all(&dir).expect("output directory");
         let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));

@@ -20,6 +20,7 @@ pub mod delivery;
 mod endpoint;
 mod engine;
 pub mod error;
+pub mod keepalive;
 pub mod matching;
 mod placement;
 pub mod rma;

@@ -13,6 +13,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod cdylib;
 pub mod netns;
 pub mod process;
 mod sys;

@@ -30,6 +30,6 @@ pub use netns::MultiPort;
 // The namespace beds and background processes live in `testbed` (the tools build their
 // demos' beds with it at run time); the harness's users name them through this crate.
 pub use testbed::{
-    check_privileges, cleanup_stale, format_mac, interface_mac, interface_mtu, process,
+    cdylib, check_privileges, cleanup_stale, format_mac, interface_mac, interface_mtu, process,
     require_root, run_checked, Background, Bridged, HarnessError, Host, Netns, TwoHosts,
 };

@@ -49,6 +49,9 @@ pub struct Settings {
     pub target_ms: f64,
     /// Check every payload.
     pub verify: bool,
+    /// Sweep powers of two only (the OSU micro-benchmarks' sizes) instead
+    /// of NetPIPE's sizes around them.
+    pub pow2_sizes: bool,
     /// Tiny sweeps (tests of the tool).
     pub quick: bool,
     /// Message size of the overlap test.
@@ -79,6 +82,8 @@ pub struct LatencyPoint {
     pub one_way_min_us: f64,
     /// Median one-way time (RTT/2).
     pub one_way_median_us: f64,
+    /// Mean one-way time: what osu_latency reports.
+    pub one_way_mean_us: f64,
     /// 99th percentile.
     pub one_way_p99_us: f64,
 }
@@ -297,6 +302,8 @@ pub fn run(
             Test::Latency => {
                 let sizes = if s.quick {
                     vec![1, 8, 1024, 65536]
+                } else if s.pow2_sizes {
+                    pow2_sizes(s.max_size)
                 } else {
                     netpipe_sizes(s.max_size)
                 };
@@ -305,7 +312,7 @@ pub fn run(
             Test::Bandwidth | Test::Bibw | Test::Msgrate => {
                 let sizes = match (t, s.quick) {
                     (Test::Msgrate, true) => vec![8],
-                    (Test::Msgrate, false) => vec![1, 8, 64, 512],
+                    (Test::Msgrate, false) if !s.pow2_sizes => vec![1, 8, 64, 512],
                     (_, true) => vec![8, 4096, 1 << 20],
                     (_, false) => pow2_sizes(s.max_size),
                 };
@@ -404,6 +411,7 @@ fn latency_sweep(
                 bytes: size,
                 reps: v.len(),
                 one_way_min_us: v.iter().copied().fold(f64::MAX, f64::min),
+                one_way_mean_us: v.iter().sum::<f64>() / v.len() as f64,
                 one_way_median_us: median(v),
                 one_way_p99_us: quantile(v, 0.99),
             });

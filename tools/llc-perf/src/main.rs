@@ -104,9 +104,10 @@ struct Measure {
     /// Interleaved repetitions of every point; figures are medians over them.
     #[arg(long, default_value_t = 3)]
     rounds: usize,
-    /// Outstanding isends per window in bandwidth tests (Q).
-    #[arg(short = 'Q', long, default_value_t = 16)]
-    window: usize,
+    /// Outstanding isends per window in bandwidth tests (Q); default 16,
+    /// or 64 with `--format osu` (osu_bw's window).
+    #[arg(short = 'Q', long)]
+    window: Option<usize>,
     /// Largest message of the sweeps, bytes.
     #[arg(long, default_value_t = 4 << 20)]
     max_size: usize,
@@ -132,9 +133,43 @@ struct Output {
     /// Print CSV rows (transport, detail, mtu, test, bytes, key, value).
     #[arg(long, conflicts_with = "json")]
     csv: bool,
+    /// Output layout: `table` (default), `json`, `csv`, or `osu`: the OSU
+    /// micro-benchmarks' layout and units (osu_latency, osu_bw, osu_bibw,
+    /// osu_mbw_mr), one block per transport, with powers-of-two sizes,
+    /// mean latency and a window of 64, so runs diff against OSU's.
+    #[arg(long, value_enum, conflicts_with_all = ["json", "csv"])]
+    format: Option<Format>,
     /// Draw latency and bandwidth curves into this SVG file.
     #[arg(long, value_name = "FILE.svg")]
     plot: Option<PathBuf>,
+}
+
+/// What `--format` prints.
+#[derive(clap::ValueEnum, Copy, Clone, Debug, PartialEq, Eq)]
+enum Format {
+    /// Readable tables and the comparison against TCP.
+    Table,
+    /// One JSON document.
+    Json,
+    /// CSV rows.
+    Csv,
+    /// The OSU micro-benchmarks' layout.
+    Osu,
+}
+
+impl Output {
+    /// JSON on stdout (and nothing else): `--json` or `--format json`.
+    fn json(&self) -> bool {
+        self.json || self.format == Some(Format::Json)
+    }
+
+    fn csv(&self) -> bool {
+        self.csv || self.format == Some(Format::Csv)
+    }
+
+    fn osu(&self) -> bool {
+        self.format == Some(Format::Osu)
+    }
 }
 
 #[derive(Args, Debug)]
@@ -220,8 +255,10 @@ fn main() -> ExitCode {
     }
 }
 
-fn settings(m: &Measure, default_tests: &[Test]) -> Result<Settings> {
-    if m.rounds == 0 || m.window == 0 {
+fn settings(m: &Measure, default_tests: &[Test], osu: bool) -> Result<Settings> {
+    // osu_bw, osu_bibw and osu_mbw_mr keep 64 messages in flight.
+    let window = m.window.unwrap_or(if osu { 64 } else { 16 });
+    if m.rounds == 0 || window == 0 {
         bail!("--rounds and --window must be at least 1");
     }
     if m.max_size == 0 || m.max_size > 64 << 20 {
@@ -238,7 +275,7 @@ fn settings(m: &Measure, default_tests: &[Test]) -> Result<Settings> {
     Ok(Settings {
         tests,
         rounds: m.rounds,
-        window: m.window,
+        window,
         max_size: m.max_size,
         target_ms: if m.quick {
             m.target_ms.min(3.0)
@@ -247,6 +284,7 @@ fn settings(m: &Measure, default_tests: &[Test]) -> Result<Settings> {
         },
         verify: m.verify,
         quick: m.quick,
+        pow2_sizes: osu,
         overlap_bytes: if m.quick {
             m.overlap_bytes.min(256 << 10)
         } else {
@@ -256,7 +294,7 @@ fn settings(m: &Measure, default_tests: &[Test]) -> Result<Settings> {
 }
 
 fn say(out: &Output, s: &str) {
-    if !out.json {
+    if !out.json() {
         eprintln!("{s}");
     }
 }
@@ -268,10 +306,12 @@ fn emit(report: &mut Report, out: &Output) -> Result<()> {
         plot::write(report, p)?;
         say(out, &format!("plot written to {}", p.display()));
     }
-    if out.json {
+    if out.json() {
         println!("{}", serde_json::to_string_pretty(report)?);
-    } else if out.csv {
+    } else if out.csv() {
         print!("{}", report.csv());
+    } else if out.osu() {
+        print!("{}", report.osu());
     } else {
         print!("{}", report.tables());
     }
@@ -389,7 +429,7 @@ fn local_ip_towards(peer: IpAddr) -> Result<IpAddr> {
 
 fn client(a: &ClientArgs) -> Result<()> {
     let peers = Peers::parse(&a.peer)?;
-    let s = settings(&a.measure, &[Test::Latency, Test::Bandwidth])?;
+    let s = settings(&a.measure, &[Test::Latency, Test::Bandwidth], a.out.osu())?;
     if s.tests.contains(&Test::Incast) {
         bail!(
             "incast needs several senders at once: `llc-perf demo --tests incast` builds a \
@@ -437,7 +477,7 @@ fn client(a: &ClientArgs) -> Result<()> {
         say(&a.out, &format!("{k}: connected to {server}"));
     }
     let mut report = new_report("client", &s);
-    report.results = driver::run(&links, &s, a.mtu, !a.out.json)?;
+    report.results = driver::run(&links, &s, a.mtu, !a.out.json())?;
     close(links);
     emit(&mut report, &a.out)
 }
@@ -566,7 +606,7 @@ fn demo_phase(
         if pin {
             affinity::pin_current(&[0]).context("pinning the measuring thread to CPU 0")?;
         }
-        let r = driver::run(&links, s, Some(mtu), !out.json);
+        let r = driver::run(&links, s, Some(mtu), !out.json());
         if pin {
             let _ = affinity::pin_current(&[]);
         }
@@ -602,6 +642,7 @@ fn demo(a: &DemoArgs) -> Result<()> {
             Test::Overlap,
             Test::Incast,
         ],
+        a.out.osu(),
     )?;
     if !(1..=32).contains(&a.incast_senders) {
         bail!("--incast-senders must be 1 to 32");
@@ -768,4 +809,44 @@ fn incast_phase(a: &DemoArgs, s: &Settings, kinds: &[Kind], report: &mut Report)
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn measure(args: &[&str]) -> (Measure, Output) {
+        let cli = Cli::try_parse_from(
+            ["llc-perf", "client", "-I", "x", "02:00:00:00:00:01"]
+                .iter()
+                .chain(args),
+        )
+        .unwrap();
+        match cli.cmd {
+            Command::Client(a) => (a.measure, a.out),
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn osu_format_uses_osu_window_and_sizes() {
+        let (m, out) = measure(&["--format", "osu"]);
+        assert!(out.osu() && !out.json());
+        let s = settings(&m, &[Test::Latency], out.osu()).unwrap();
+        assert_eq!(s.window, 64, "osu_bw's window");
+        assert!(s.pow2_sizes);
+        let (m, out) = measure(&[]);
+        let s = settings(&m, &[Test::Latency], out.osu()).unwrap();
+        assert_eq!(s.window, 16);
+        assert!(!s.pow2_sizes);
+        // An explicit window wins.
+        let (m, out) = measure(&["--format", "osu", "-Q", "8"]);
+        assert_eq!(settings(&m, &[Test::Latency], out.osu()).unwrap().window, 8);
+        let (_, out) = measure(&["--format", "json"]);
+        assert!(out.json());
+        assert!(Cli::try_parse_from([
+            "llc-perf", "client", "--json", "--format", "osu", "10.0.0.1"
+        ])
+        .is_err());
+    }
 }

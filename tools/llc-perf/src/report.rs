@@ -15,6 +15,10 @@ pub struct HostInfo {
     pub kernel: String,
     /// CPUs online.
     pub cpus: usize,
+    /// The host's name.
+    pub hostname: String,
+    /// When the run started, UTC, `YYYY-MM-DD HH:MM`.
+    pub started_utc: String,
     /// /proc/loadavg when the run started.
     pub load_avg_start: String,
     /// /proc/loadavg when it ended.
@@ -32,6 +36,8 @@ impl HostInfo {
         HostInfo {
             kernel: read("/proc/sys/kernel/osrelease"),
             cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
+            hostname: read("/proc/sys/kernel/hostname"),
+            started_utc: utc_now(),
             load_avg_start: read("/proc/loadavg"),
             load_avg_end: String::new(),
         }
@@ -43,6 +49,31 @@ impl HostInfo {
             .map(|s| s.trim().to_string())
             .unwrap_or_default();
     }
+}
+
+/// The current time, UTC, as `YYYY-MM-DD HH:MM` (no time-zone database
+/// needed: days since the epoch to a civil date, as in Howard Hinnant's
+/// `civil_from_days`).
+pub fn utc_now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    utc_string(secs)
+}
+
+fn utc_string(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let (hh, mm) = ((secs % 86_400) / 3600, (secs % 3600) / 60);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02} {hh:02}:{mm:02}")
 }
 
 /// One figure of the comparison.
@@ -290,6 +321,98 @@ impl Report {
                     }
                 }
             }
+        }
+        s
+    }
+
+    /// The OSU micro-benchmarks' layout: per transport and link MTU, one
+    /// block per test in the format of osu_latency, osu_bw, osu_bibw and
+    /// osu_mbw_mr (`%-10s%20s` headers, `%-10d%20.2f` rows, decimal MB/s,
+    /// mean one-way latency in µs). Lines that are not data start with `#`,
+    /// as OSU's do, so tools that read OSU output read this too.
+    pub fn osu(&self) -> String {
+        let mut s = String::new();
+        let version = self.version;
+        for r in &self.results {
+            let mut block = |name: &str,
+                             columns: &[&str],
+                             extra: Option<String>,
+                             rows: Vec<(usize, Vec<f64>)>| {
+                if rows.is_empty() {
+                    return;
+                }
+                if !s.is_empty() {
+                    s.push('\n');
+                }
+                let _ = writeln!(s, "# llc-perf {name} Test v{version}");
+                let _ = writeln!(
+                    s,
+                    "# Transport: {} ({}), link MTU {}",
+                    r.transport,
+                    r.detail,
+                    mtu_str(r.mtu)
+                );
+                if let Some(e) = extra {
+                    let _ = writeln!(s, "{e}");
+                }
+                let _ = write!(s, "{:<10}", "# Size");
+                for c in columns {
+                    let _ = write!(s, "{c:>20}");
+                }
+                s.push('\n');
+                for (bytes, vals) in rows {
+                    let _ = write!(s, "{bytes:<10}");
+                    for v in vals {
+                        let _ = write!(s, "{v:>20.2}");
+                    }
+                    s.push('\n');
+                }
+            };
+            block(
+                "Latency",
+                &["Latency (us)"],
+                None,
+                r.latency
+                    .iter()
+                    .map(|p| (p.bytes, vec![p.one_way_mean_us]))
+                    .collect(),
+            );
+            // OSU's MB/s are decimal: bytes / 1e6 per second.
+            let mb_s = |gbit_s: f64| gbit_s * 1e9 / 8.0 / 1e6;
+            block(
+                "Bandwidth",
+                &["Bandwidth (MB/s)"],
+                None,
+                r.bandwidth
+                    .iter()
+                    .map(|p| (p.bytes, vec![mb_s(p.gbit_s)]))
+                    .collect(),
+            );
+            block(
+                "Bi-Directional Bandwidth",
+                &["Bandwidth (MB/s)"],
+                None,
+                r.bibw
+                    .iter()
+                    .map(|p| (p.bytes, vec![mb_s(p.gbit_s)]))
+                    .collect(),
+            );
+            let window = r.msgrate.first().map_or(0, |p| p.window);
+            block(
+                "Multiple Bandwidth / Message Rate",
+                &["MB/s", "Messages/s"],
+                Some(format!("# [ pairs: 1 ] [ window size: {window} ]")),
+                r.msgrate
+                    .iter()
+                    .map(|p| (p.bytes, vec![mb_s(p.gbit_s), p.msgs_per_s]))
+                    .collect(),
+            );
+            if let Some(e) = &r.error {
+                let _ = writeln!(s, "# {}: stopped: {e}", r.transport);
+            }
+        }
+        for (k, why) in &self.unavailable {
+            let _ = writeln!(s, "# {k}: not measured: {why}");
         }
         s
     }
@@ -559,5 +682,17 @@ pub fn fmt_num(v: f64) -> String {
         format!("{v:.3}")
     } else {
         format!("{v:.2e}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::utc_string;
+
+    #[test]
+    fn utc_dates() {
+        assert_eq!(utc_string(0), "1970-01-01 00:00");
+        assert_eq!(utc_string(951_782_400), "2000-02-29 00:00");
+        assert_eq!(utc_string(1_795_547_302), "2026-11-24 19:08");
     }
 }

@@ -302,3 +302,113 @@ fn client_and_server_in_namespaces() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// One data row of OSU's layout: `%-10d` then `%20.2f` per column, read
+/// strictly (the text must be exactly what that format prints).
+fn osu_row(line: &str, columns: usize) -> (usize, Vec<f64>) {
+    assert_eq!(line.len(), 10 + 20 * columns, "row width: {line:?}");
+    let bytes: usize = line[..10]
+        .trim_end()
+        .parse()
+        .unwrap_or_else(|e| panic!("size in {line:?}: {e}"));
+    assert_eq!(format!("{bytes:<10}"), line[..10], "size column: {line:?}");
+    let vals: Vec<f64> = (0..columns)
+        .map(|c| {
+            let cell = &line[10 + 20 * c..30 + 20 * c];
+            let v: f64 = cell
+                .trim_start()
+                .parse()
+                .unwrap_or_else(|e| panic!("value in {line:?}: {e}"));
+            assert_eq!(format!("{v:>20.2}"), cell, "two decimals: {line:?}");
+            assert!(v > 0.0, "{line:?}");
+            v
+        })
+        .collect();
+    (bytes, vals)
+}
+
+/// An OSU block: test name, extra header line, columns, sizes of a quick run.
+type OsuBlock = (
+    &'static str,
+    Option<&'static str>,
+    &'static [&'static str],
+    &'static [usize],
+);
+
+#[test]
+fn osu_format_prints_the_osu_layout() {
+    require_root!();
+    let o = run(&[
+        "demo",
+        "--quick",
+        "--format",
+        "osu",
+        "--rounds",
+        "1",
+        "--big-mtu",
+        "0",
+        "--tests",
+        "latency,bandwidth,bibw,msgrate",
+        "--transport",
+        "llc-packet",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8(o.stdout).unwrap();
+    let version = env!("CARGO_PKG_VERSION");
+    let blocks: [OsuBlock; 4] = [
+        ("Latency", None, &["Latency (us)"], &[1, 8, 1024, 65536]),
+        (
+            "Bandwidth",
+            None,
+            &["Bandwidth (MB/s)"],
+            &[8, 4096, 1 << 20],
+        ),
+        (
+            "Bi-Directional Bandwidth",
+            None,
+            &["Bandwidth (MB/s)"],
+            &[8, 4096, 1 << 20],
+        ),
+        (
+            "Multiple Bandwidth / Message Rate",
+            Some("# [ pairs: 1 ] [ window size: 64 ]"),
+            &["MB/s", "Messages/s"],
+            &[8],
+        ),
+    ];
+    let mut lines = text.lines();
+    for (i, (name, extra, columns, sizes)) in blocks.iter().enumerate() {
+        if i > 0 {
+            assert_eq!(lines.next(), Some(""), "blank line between blocks:\n{text}");
+        }
+        assert_eq!(
+            lines.next(),
+            Some(format!("# llc-perf {name} Test v{version}").as_str()),
+            "{text}"
+        );
+        let t = lines.next().unwrap();
+        assert!(
+            t.starts_with("# Transport: llc-packet (llc/af_packet") && t.ends_with("link MTU 1500"),
+            "{t}"
+        );
+        if let Some(e) = extra {
+            assert_eq!(lines.next(), Some(*e), "{text}");
+        }
+        // OSU's header: printf("%-*s%*s\n", 10, "# Size", FIELD_WIDTH, ...).
+        let mut head = format!("{:<10}", "# Size");
+        for c in *columns {
+            head.push_str(&format!("{c:>20}"));
+        }
+        assert_eq!(lines.next(), Some(head.as_str()), "{text}");
+        for &want in *sizes {
+            let (bytes, vals) = osu_row(lines.next().expect("a row"), columns.len());
+            assert_eq!(bytes, want, "{text}");
+            if columns.len() == 2 {
+                // MB/s = size x messages/s / 1e6 (decimal MB), as OSU computes it.
+                let mb = bytes as f64 * vals[1] / 1e6;
+                assert!((mb - vals[0]).abs() <= 0.01 + mb * 1e-3, "{text}");
+            }
+        }
+    }
+    assert_eq!(lines.next(), None, "nothing after the last block:\n{text}");
+}

@@ -1,0 +1,267 @@
+//! BMI's address strings and which method each belongs to.
+//!
+//! - `bmi_llc`: a peer is `llc://MAC/PORT[?sap=0xNN]` (what the message
+//!   layer prints for an LLC endpoint); a listen address is
+//!   `llc://IFACE/PORT[?OPTION=VALUE&...]` with the message layer's LLC
+//!   transport options (`backend=xdp|packet|auto`, `attach=`, ...).
+//! - `bmi_tcp`: `tcp://HOST:PORT` for both; a host name is resolved when
+//!   the address is first used (lookups are lazy), an IP literal at once.
+
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::str::FromStr;
+
+use msg_layer::addr::LlcAddr;
+use msg_layer::transport::spec::TransportSpec;
+use msg_layer::Addr;
+
+use crate::error::BmiError;
+
+/// A network method: one transport under BMI.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum MethodKind {
+    /// The LLC stack over raw Ethernet (AF_XDP or AF_PACKET).
+    Llc,
+    /// The message layer over kernel TCP.
+    Tcp,
+}
+
+impl MethodKind {
+    /// The method's name in a method list (`bmi_llc`, `bmi_tcp`).
+    pub fn name(self) -> &'static str {
+        match self {
+            MethodKind::Llc => "bmi_llc",
+            MethodKind::Tcp => "bmi_tcp",
+        }
+    }
+
+    /// The method a name in a method list means.
+    pub fn from_name(name: &str) -> Result<MethodKind, BmiError> {
+        match name.trim() {
+            "bmi_llc" => Ok(MethodKind::Llc),
+            "bmi_tcp" => Ok(MethodKind::Tcp),
+            other => Err(BmiError::UnknownMethod(other.to_string())),
+        }
+    }
+
+    /// The method an address string's scheme belongs to.
+    pub fn of_address(s: &str) -> Result<MethodKind, BmiError> {
+        match s.split_once("://") {
+            Some(("llc", _)) => Ok(MethodKind::Llc),
+            Some(("tcp", _)) => Ok(MethodKind::Tcp),
+            Some((scheme, _)) => Err(BmiError::UnknownMethod(format!("{scheme}://"))),
+            None => Err(bad(
+                s,
+                "expected SCHEME://..., e.g. llc://02:00:00:00:00:01/7 or tcp://server:3334",
+            )),
+        }
+    }
+}
+
+fn bad(addr: &str, reason: impl Into<String>) -> BmiError {
+    BmiError::BadAddress {
+        addr: addr.to_string(),
+        reason: reason.into(),
+    }
+}
+
+/// A peer's address as looked up: checked for form at once, resolved to a
+/// transport address when first used.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PeerName {
+    /// An LLC endpoint.
+    Llc(LlcAddr),
+    /// A TCP endpoint, host not resolved yet.
+    Tcp {
+        /// Host name or IP literal.
+        host: String,
+        /// Port.
+        port: u16,
+    },
+}
+
+impl PeerName {
+    /// Parse a peer address of either method.
+    pub fn parse(s: &str) -> Result<PeerName, BmiError> {
+        match MethodKind::of_address(s)? {
+            MethodKind::Llc => LlcAddr::from_str(s)
+                .map(PeerName::Llc)
+                .map_err(|e| bad(s, e.to_string())),
+            MethodKind::Tcp => {
+                let (host, port) = split_host_port(s)?;
+                if host.parse::<IpAddr>().is_ok_and(|ip| ip.is_unspecified()) || port == 0 {
+                    return Err(bad(
+                        s,
+                        "a peer needs a specific host and a port other than 0",
+                    ));
+                }
+                Ok(PeerName::Tcp { host, port })
+            }
+        }
+    }
+
+    /// The method of this address.
+    pub fn method(&self) -> MethodKind {
+        match self {
+            PeerName::Llc(_) => MethodKind::Llc,
+            PeerName::Tcp { .. } => MethodKind::Tcp,
+        }
+    }
+
+    /// The transport address (resolving a host name, the first IPv4
+    /// answer preferred).
+    pub fn resolve(&self) -> Result<Addr, BmiError> {
+        match self {
+            PeerName::Llc(a) => Ok(Addr::Llc(*a)),
+            PeerName::Tcp { host, port } => resolve(host, *port).map(Addr::Tcp),
+        }
+    }
+}
+
+fn resolve(host: &str, port: u16) -> Result<SocketAddr, BmiError> {
+    let all: Vec<SocketAddr> = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| {
+            bad(
+                &format!("tcp://{host}:{port}"),
+                format!("cannot resolve {host:?}: {e}"),
+            )
+        })?
+        .collect();
+    all.iter()
+        .find(|a| a.is_ipv4())
+        .or(all.first())
+        .copied()
+        .ok_or_else(|| {
+            bad(
+                &format!("tcp://{host}:{port}"),
+                format!("{host:?} has no address"),
+            )
+        })
+}
+
+/// `tcp://HOST:PORT` or `tcp://[V6]:PORT` into host and port.
+fn split_host_port(s: &str) -> Result<(String, u16), BmiError> {
+    let rest = s
+        .strip_prefix("tcp://")
+        .ok_or_else(|| bad(s, "expected tcp://HOST:PORT"))?;
+    let (host, port) = if let Some(v6) = rest.strip_prefix('[') {
+        let (h, p) = v6
+            .split_once("]:")
+            .ok_or_else(|| bad(s, "expected tcp://[IPv6]:PORT"))?;
+        (h, p)
+    } else {
+        rest.rsplit_once(':')
+            .ok_or_else(|| bad(s, "expected tcp://HOST:PORT"))?
+    };
+    if host.is_empty() || host.contains(['/', '?', ' ']) {
+        return Err(bad(s, format!("{host:?} is not a host name or IP address")));
+    }
+    let port: u16 = port
+        .parse()
+        .map_err(|_| bad(s, format!("port {port:?} is not a number 0..=65535")))?;
+    Ok((host.to_string(), port))
+}
+
+/// A listen address into the transport to open.
+pub fn listen_spec(s: &str) -> Result<(MethodKind, TransportSpec), BmiError> {
+    let kind = MethodKind::of_address(s)?;
+    let spec = match kind {
+        MethodKind::Llc => {
+            let rest = &s["llc://".len()..];
+            let (main, query) = match rest.split_once('?') {
+                Some((m, q)) => (m, Some(q)),
+                None => (rest, None),
+            };
+            let (iface, port) = main
+                .rsplit_once('/')
+                .ok_or_else(|| bad(s, "expected llc://IFACE/PORT, e.g. llc://eth0/7"))?;
+            if iface.is_empty() || iface.len() > 15 {
+                return Err(bad(s, format!("{iface:?} is not an interface name")));
+            }
+            let port: u16 = port
+                .parse()
+                .map_err(|_| bad(s, format!("port {port:?} is not a number 0..=65535")))?;
+            let mut text = format!("llc://{iface}?port={port}");
+            if let Some(q) = query {
+                text.push('&');
+                text.push_str(q);
+            }
+            TransportSpec::from_str(&text).map_err(|e| bad(s, e.to_string()))?
+        }
+        MethodKind::Tcp => {
+            let (host, port) = split_host_port(s)?;
+            let addr = resolve(&host, port)?;
+            TransportSpec::from_str(&format!("tcp://{addr}")).map_err(|e| bad(s, e.to_string()))?
+        }
+    };
+    Ok((kind, spec))
+}
+
+/// The local IP a TCP client should bind so that `to` can reach it back
+/// (the source address of the route to `to`).
+pub fn route_source(to: SocketAddr) -> Option<IpAddr> {
+    let any: SocketAddr = if to.is_ipv4() {
+        "0.0.0.0:0".parse().ok()?
+    } else {
+        "[::]:0".parse().ok()?
+    };
+    let s = std::net::UdpSocket::bind(any).ok()?;
+    s.connect(to).ok()?;
+    s.local_addr().ok().map(|a| a.ip())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peers_parse_and_bad_ones_say_why() {
+        assert_eq!(
+            PeerName::parse("llc://02:00:00:00:00:01/7")
+                .unwrap()
+                .method(),
+            MethodKind::Llc
+        );
+        assert_eq!(
+            PeerName::parse("tcp://server:3334").unwrap(),
+            PeerName::Tcp {
+                host: "server".into(),
+                port: 3334
+            }
+        );
+        assert!(PeerName::parse("tcp://[::1]:5").is_ok());
+        for s in [
+            "llc://02:00:00:00:00:01",
+            "llc://zz:00:00:00:00:01/7",
+            "llc://ff:ff:ff:ff:ff:ff/7",
+            "tcp://host",
+            "tcp://host:99999",
+            "tcp://:5",
+            "tcp://0.0.0.0:5",
+            "no-scheme",
+        ] {
+            let e = PeerName::parse(s).unwrap_err();
+            assert_eq!(e.code(), -libc::EADDRNOTAVAIL, "{s}: {e}");
+        }
+        assert_eq!(
+            PeerName::parse("gm://host:5").unwrap_err().code(),
+            -libc::EPROTONOSUPPORT
+        );
+    }
+
+    #[test]
+    fn listen_addresses_become_transport_specs() {
+        let (k, spec) = listen_spec("llc://eth0/9?backend=packet").unwrap();
+        assert_eq!(k, MethodKind::Llc);
+        assert_eq!(spec.to_string(), "llc://eth0?backend=packet&port=9");
+        let (k, spec) = listen_spec("tcp://127.0.0.1:0").unwrap();
+        assert_eq!(k, MethodKind::Tcp);
+        assert_eq!(spec.to_string(), "tcp://127.0.0.1:0");
+        assert!(listen_spec("llc://eth0").is_err());
+        assert!(listen_spec("llc://eth0/7?colour=red").is_err());
+        assert_eq!(
+            MethodKind::from_name("bmi_gm").unwrap_err().code(),
+            -libc::EPROTONOSUPPORT
+        );
+    }
+}
