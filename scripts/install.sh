@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install the LLC stack like an Open MPI component: the C libraries of the
-# C-ABI crates (libmpi_btl_shim.so, libdeck.so, and libbmi.so once bmi/
-# exists) with their headers and pkg-config files, the tools, and
+# C-ABI crates (libmpi_btl_shim.so, libdeck.so, libbmi.so: every workspace
+# member with include/*.h) with their headers and pkg-config files, the tools, and
 # mca_btl_llc.so in Open MPI's own component directory, so that
 #   mpirun --mca pml ob1 --mca btl self,vader,llc ./app
 # works with nothing else set. Every file it writes is listed in a manifest;
@@ -118,7 +118,8 @@ case "$COMPONENT_DIR" in /*) ;; *) die "the component directory must be absolute
 
 # --- what to install ------------------------------------------------------
 # C-ABI crates: a workspace member with include/*.h gives lib<name>.so, its
-# headers and one pkg-config file per header. bmi joins the day it lands.
+# headers and one pkg-config file per header (a crate listed here but not
+# in the workspace, or without headers, is skipped).
 C_CRATES=()
 for crate in mpi-btl-shim deck bmi; do
     if [ -f "$ROOT/$crate/Cargo.toml" ] && grep -q "\"$crate\"" "$ROOT/Cargo.toml" &&

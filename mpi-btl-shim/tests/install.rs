@@ -432,7 +432,8 @@ fn user_install_runs_mpi_jobs_llc_stat_watches_a_rank_and_uninstall_leaves_nothi
     let t = run_bounded(user_env(&mut table), Duration::from_secs(20)).unwrap();
     assert!(t.success(), "{t}");
     assert!(
-        t.stdout.contains("pingpong_until (MPI rank 0)"),
+        t.stdout
+            .contains("pingpong_until (MPI rank 0, msg-layer): llc"),
         "{}",
         t.stdout
     );

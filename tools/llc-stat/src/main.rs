@@ -261,9 +261,19 @@ fn table(scan: &Scan, dir: &std::path::Path) -> String {
     }
     for e in &scan.entries {
         let s = &e.snap;
-        let who = match e.mpi_rank {
-            Some(r) => format!("{} (MPI rank {r})", e.process),
-            None => e.process.clone(),
+        // The process, then what it is when that says more: its MPI rank,
+        // and who opened the endpoint unless that is the process's name.
+        let mut about = Vec::new();
+        if let Some(r) = e.mpi_rank {
+            about.push(format!("MPI rank {r}"));
+        }
+        if !s.label.is_empty() && s.label != e.process {
+            about.push(s.label.clone());
+        }
+        let who = if about.is_empty() {
+            e.process.clone()
+        } else {
+            format!("{} ({})", e.process, about.join(", "))
         };
         let port = s.port.map_or("-".into(), |p| p.to_string());
         let age = age_ms(s).map_or("never".into(), |a| format!("{:.1}s ago", a as f64 / 1000.0));
@@ -273,9 +283,8 @@ fn table(scan: &Scan, dir: &std::path::Path) -> String {
             "  STALE (process gone)"
         };
         out += &format!(
-            "pid {} {who}: {}  {} {}/{port} sap {:#04x} mtu {}  {}  updated {age}{stale}\n",
+            "pid {} {who}: {} {}/{port} sap {:#04x} mtu {} {}, updated {age}{stale}\n",
             s.pid,
-            s.label,
             s.ifname,
             mac(&s.mac),
             s.sap,

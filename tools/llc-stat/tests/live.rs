@@ -177,6 +177,15 @@ fn sees_a_running_llc_ping_with_counters_that_move() {
         (c["messages_received"].as_u64() > Some(0)).then(|| (ep.clone(), c.clone()))
     });
     assert_eq!(r.0["label"], "llc-ping responder, port 7", "{}", r.0);
+    let (code, out, _) = stat(&["-p", &resp.id().to_string()], None);
+    assert_eq!(code, 0);
+    assert!(
+        out.starts_with(&format!(
+            "pid {} llc-ping (llc-ping responder, port 7): ",
+            resp.id()
+        )),
+        "{out}"
+    );
     assert_eq!(r.1["peer"], format_mac(&hosts.a.mac));
     assert_eq!(r.1["inbound"], true);
     assert_eq!(r.1["local_port"], 7);
@@ -185,7 +194,11 @@ fn sees_a_running_llc_ping_with_counters_that_move() {
     let (code, out, err) = stat(&["-p", &pid.to_string()], None);
     assert_eq!(code, 0, "{out}{err}");
     assert!(
-        out.starts_with(&format!("pid {pid} llc-ping: llc-ping  {}", hosts.a.ifname)),
+        out.starts_with(&format!(
+            "pid {pid} llc-ping: {} {peer_a}/- sap 0x7c mtu 1500 af_packet",
+            hosts.a.ifname,
+            peer_a = format_mac(&hosts.a.mac)
+        )),
         "{out}"
     );
     assert!(
