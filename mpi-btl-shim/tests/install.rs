@@ -355,6 +355,15 @@ fn user_install_runs_mpi_jobs_llc_stat_watches_a_rank_and_uninstall_leaves_nothi
     ] {
         assert!(f.is_file(), "{} not installed", f.display());
     }
+    // BMI's C library joins when the crate is in the workspace.
+    if Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../bmi/include/bmi.h")
+        .is_file()
+    {
+        for f in ["lib/libbmi.so", "include/bmi.h", "lib/pkgconfig/bmi.pc"] {
+            assert!(prefix.join(f).is_file(), "{f} not installed");
+        }
+    }
 
     // A C program built with pkg-config's flags links and runs.
     let c = work.join("deck_errors.c");
