@@ -166,11 +166,55 @@ for b in "${BINS[@]}"; do
     [ -f "$PROFILE_DIR/$b" ] || die "$PROFILE_DIR/$b is missing: build the tools (drop --no-build)"
 done
 
+# --- what goes where: everything prepared before anything is written -----
+STAGE="$(mktemp -d)"
+trap 'rm -rf "$STAGE"' EXIT
+MODES=() SOURCES=() DESTS=()
+plan() { MODES+=("$1"); SOURCES+=("$2"); DESTS+=("$3"); }
+
+for crate in "${C_CRATES[@]}"; do
+    lib="$(lib_name "$crate")"
+    plan 0755 "$PROFILE_DIR/$lib" "$LIBDIR/$lib"
+    for h in "$ROOT/$crate"/include/*.h; do
+        header="$(basename "$h")"
+        name="${header%.h}"
+        name="${name//_/-}"
+        plan 0644 "$h" "$INCLUDEDIR/$header"
+        cat > "$STAGE/$name.pc" <<EOF
+prefix=$PREFIX
+libdir=\${prefix}/lib
+includedir=\${prefix}/include
+mca_component_dir=$COMPONENT_DIR
+
+Name: $name
+Description: $(pkg_description "$crate")
+Version: $(pkg_version "$crate")
+Libs: -L\${libdir} -Wl,-rpath,\${libdir} -l$(basename "${lib#lib}" .so)
+Cflags: -I\${includedir}
+EOF
+        plan 0644 "$STAGE/$name.pc" "$PCDIR/$name.pc"
+    done
+done
+for b in "${BINS[@]}"; do
+    plan 0755 "$PROFILE_DIR/$b" "$BINDIR/$b"
+done
+# The Open MPI component, linked to the installed shim (run-time path P/lib).
+mkdir "$STAGE/component"
+make -s -C "$ROOT/mpi-btl-shim/component" SHIM_DIR="$PROFILE_DIR" OUT="$STAGE/component" RPATH="$LIBDIR" >&2 ||
+    die "building mca_btl_llc.so failed (needs libopenmpi-dev, mpicc, make)"
+plan 0755 "$STAGE/component/mca_btl_llc.so" "$COMPONENT_DIR/mca_btl_llc.so"
+
 # --- install, recording every file and created directory -------------------
 if [ -f "$DESTDIR$MANIFEST" ]; then
     echo "install: an earlier installation is there: removing it first"
     "$0" --prefix "$PREFIX" ${DESTDIR:+--destdir "$DESTDIR"} --uninstall
 fi
+# Our earlier installation is gone: a file still there belongs to someone
+# else (a package, a copy by hand) and stays; nothing is written then.
+for d in "${DESTS[@]}"; do
+    [ ! -e "$DESTDIR$d" ] ||
+        die "$DESTDIR$d exists and no manifest of ours lists it: remove it or choose another --prefix/--component-dir (nothing was installed)"
+done
 
 FILES=()
 DIRS=()
@@ -182,11 +226,6 @@ make_dir() {
         DIRS+=("$d")
     done
 }
-put() { # put MODE SOURCE DEST_PATH
-    make_dir "$(dirname "$3")"
-    install -m "$1" -- "$2" "$DESTDIR$3"
-    FILES+=("$3")
-}
 write_manifest() {
     make_dir "$(dirname "$MANIFEST")"
     {
@@ -194,46 +233,16 @@ write_manifest() {
         for d in "${DIRS[@]}"; do echo "d $d"; done
     } > "$DESTDIR$MANIFEST"
 }
-# A failure half-way leaves a manifest of what was written, so --uninstall
-# can still clean up.
-trap 'write_manifest' EXIT
-
-for crate in "${C_CRATES[@]}"; do
-    lib="$(lib_name "$crate")"
-    put 0755 "$PROFILE_DIR/$lib" "$LIBDIR/$lib"
-    for h in "$ROOT/$crate"/include/*.h; do
-        header="$(basename "$h")"
-        put 0644 "$h" "$INCLUDEDIR/$header"
-        pc="$(mktemp)"
-        name="${header%.h}"
-        cat > "$pc" <<EOF
-prefix=$PREFIX
-libdir=\${prefix}/lib
-includedir=\${prefix}/include
-mca_component_dir=$COMPONENT_DIR
-
-Name: ${name//_/-}
-Description: $(pkg_description "$crate")
-Version: $(pkg_version "$crate")
-Libs: -L\${libdir} -Wl,-rpath,\${libdir} -l$(basename "${lib#lib}" .so)
-Cflags: -I\${includedir}
-EOF
-        put 0644 "$pc" "$PCDIR/${name//_/-}.pc"
-        rm -f "$pc"
-    done
-done
-for b in "${BINS[@]}"; do
-    put 0755 "$PROFILE_DIR/$b" "$BINDIR/$b"
+# A failure half-way (a full disk) still leaves a manifest of what was
+# written, so --uninstall can clean up.
+trap 'write_manifest; rm -rf "$STAGE"' EXIT
+for i in "${!DESTS[@]}"; do
+    make_dir "$(dirname "${DESTS[i]}")"
+    install -m "${MODES[i]}" -- "${SOURCES[i]}" "$DESTDIR${DESTS[i]}"
+    FILES+=("${DESTS[i]}")
 done
 
-# The Open MPI component, linked to the installed shim (run-time path P/lib).
-build_dir="$(mktemp -d)"
-make -s -C "$ROOT/mpi-btl-shim/component" SHIM_DIR="$PROFILE_DIR" OUT="$build_dir" RPATH="$LIBDIR" >&2 ||
-    { rm -rf "$build_dir"; die "building mca_btl_llc.so failed (needs libopenmpi-dev, mpicc, make)"; }
-put 0755 "$build_dir/mca_btl_llc.so" "$COMPONENT_DIR/mca_btl_llc.so"
-rm -rf "$build_dir"
-
-trap - EXIT
+trap 'rm -rf "$STAGE"' EXIT
 write_manifest
 [ -n "$DESTDIR" ] || [ "$(id -u)" -ne 0 ] || ! command -v ldconfig >/dev/null || ldconfig
 echo "install: ${#FILES[@]} files${DESTDIR:+ under $DESTDIR}: libraries and headers in $PREFIX, tools in $BINDIR, mca_btl_llc.so in $COMPONENT_DIR"

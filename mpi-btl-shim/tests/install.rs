@@ -90,6 +90,13 @@ fn user_env(cmd: &mut Command) -> &mut Command {
 
 /// `scripts/install.sh ARGS` with this build's profile; must succeed.
 fn install(args: &[&str], home: Option<&Path>) -> JobOutput {
+    let out = run_install(args, home);
+    assert!(out.success(), "install.sh {args:?} failed:\n{out}");
+    out
+}
+
+/// `scripts/install.sh ARGS` with this build's profile, as it ends.
+fn run_install(args: &[&str], home: Option<&Path>) -> JobOutput {
     let (profile, target) = build_profile();
     let mut cmd = Command::new("bash");
     cmd.arg(script())
@@ -100,9 +107,7 @@ fn install(args: &[&str], home: Option<&Path>) -> JobOutput {
     if let Some(h) = home {
         cmd.env("HOME", h);
     }
-    let out = run_bounded(&mut cmd, INSTALL_TIMEOUT).expect("running install.sh");
-    assert!(out.success(), "install.sh {args:?} failed:\n{out}");
-    out
+    run_bounded(&mut cmd, INSTALL_TIMEOUT).expect("running install.sh")
 }
 
 /// Open MPI's component directory, as the script finds it.
@@ -543,6 +548,22 @@ fn destdir_stages_the_final_layout_and_uninstall_empties_it() {
     let scratch = Scratch::new("destdir");
     let d = scratch.0.join("stage");
     let ds = d.to_str().unwrap();
+    // A file of someone else's where a tool would go: refused, nothing written.
+    let foreign = d.join("usr/local/bin/llc-stat");
+    std::fs::create_dir_all(foreign.parent().unwrap()).unwrap();
+    std::fs::write(&foreign, b"not ours").unwrap();
+    let refused = run_install(&["--destdir", ds], None);
+    assert!(!refused.success(), "{refused}");
+    assert!(
+        refused
+            .stderr
+            .contains("exists and no manifest of ours lists it"),
+        "{refused}"
+    );
+    assert_eq!(files_under(&d), vec![foreign.clone()], "wrote something");
+    assert_eq!(std::fs::read(&foreign).unwrap(), b"not ours");
+    std::fs::remove_dir_all(&d).unwrap();
+
     install(&["--destdir", ds], None);
     let pkglibdir = ompi_pkglibdir();
     let staged = |p: &Path| d.join(p.strip_prefix("/").unwrap());
