@@ -9,7 +9,7 @@
 # empty).
 #
 #   scripts/install.sh [--prefix P] [--destdir D] [--component-dir DIR | --user-component]
-#                      [--profile PROFILE] [--no-build] [--uninstall]
+#                      [--profile PROFILE] [--no-build] [--uninstall] [--deb FILE]
 #
 # --prefix P        libraries in P/lib, headers in P/include, pkg-config files in
 #                   P/lib/pkgconfig, tools in P/bin (default /usr/local).
@@ -23,6 +23,9 @@
 # --profile         the cargo profile to build and install (default release).
 # --no-build        install what the profile's target directory already holds.
 # --uninstall       remove what the install with the same --prefix/--destdir wrote.
+# --deb FILE        build a Debian package instead (dpkg-deb): prefix /usr unless
+#                   given, component in Open MPI's directory; dpkg then tracks the
+#                   files (`dpkg -i FILE`, `dpkg -r llc-stack`).
 # CARGO and CARGO_TARGET_DIR are honoured as cargo does.
 set -euo pipefail
 
@@ -34,13 +37,17 @@ USER_COMPONENT=0
 PROFILE=release
 BUILD=1
 UNINSTALL=0
+DEB=""
+PREFIX_GIVEN=0
 
 die() { echo "install: $*" >&2; exit 1; }
 
 while [ $# -gt 0 ]; do
     case "$1" in
-        --prefix) [ $# -ge 2 ] || die "--prefix needs a directory"; PREFIX="$2"; shift 2 ;;
-        --prefix=*) PREFIX="${1#*=}"; shift ;;
+        --prefix) [ $# -ge 2 ] || die "--prefix needs a directory"; PREFIX="$2"; PREFIX_GIVEN=1; shift 2 ;;
+        --prefix=*) PREFIX="${1#*=}"; PREFIX_GIVEN=1; shift ;;
+        --deb) [ $# -ge 2 ] || die "--deb needs a file name"; DEB="$2"; shift 2 ;;
+        --deb=*) DEB="${1#*=}"; shift ;;
         --destdir) [ $# -ge 2 ] || die "--destdir needs a directory"; DESTDIR="$2"; shift 2 ;;
         --destdir=*) DESTDIR="${1#*=}"; shift ;;
         --component-dir) [ $# -ge 2 ] || die "--component-dir needs a directory"; COMPONENT_DIR="$2"; shift 2 ;;
@@ -54,6 +61,48 @@ while [ $# -gt 0 ]; do
         *) die "unknown argument '$1' (see --help)" ;;
     esac
 done
+
+# A Debian package: install into a stage with prefix /usr, then pack it.
+if [ -n "$DEB" ]; then
+    [ "$UNINSTALL" = 0 ] && [ -z "$DESTDIR" ] && [ "$USER_COMPONENT" = 0 ] ||
+        die "--deb takes no --uninstall, --destdir or --user-component (dpkg installs and removes the package)"
+    command -v dpkg-deb >/dev/null || die "--deb needs dpkg-deb (Debian's dpkg package)"
+    case "$DEB" in /*) ;; *) DEB="$PWD/$DEB" ;; esac
+    [ "$PREFIX_GIVEN" = 1 ] || PREFIX=/usr
+    root="$(mktemp -d)"
+    trap 'rm -rf "$root"' EXIT
+    args=(--prefix "$PREFIX" --destdir "$root/pkg" --profile "$PROFILE")
+    [ "$BUILD" = 1 ] || args+=(--no-build)
+    [ -z "$COMPONENT_DIR" ] || args+=(--component-dir "$COMPONENT_DIR")
+    "$0" "${args[@]}" >/dev/null
+    # As Debian's packages are: without debugging symbols (debug builds carry
+    # hundreds of MB of them).
+    if command -v strip >/dev/null; then
+        find "$root/pkg" -type f \( -name '*.so' -o -path '*/bin/*' \) -exec strip --strip-unneeded {} +
+    fi
+    # dpkg keeps its own list of the package's files.
+    rm -f "$root/pkg$PREFIX/share/llc-stack/install-manifest"
+    rmdir "$root/pkg$PREFIX/share/llc-stack" "$root/pkg$PREFIX/share" 2>/dev/null || true
+    version="$(awk '/^\[package\]/{p=1;next} /^\[/{p=0} p && /^version *=/{gsub(/"/,"");print $3;exit}' "$ROOT/mpi-btl-shim/Cargo.toml")"
+    mkdir -p "$root/pkg/DEBIAN"
+    cat > "$root/pkg/DEBIAN/control" <<EOF
+Package: llc-stack
+Version: $version
+Architecture: $(dpkg --print-architecture)
+Maintainer: llc-stack developers <llc-stack@localhost>
+Depends: openmpi-bin, libopenmpi3
+Section: net
+Priority: optional
+Installed-Size: $(du -sk "$root/pkg" | cut -f1)
+Description: kernel-bypass LLC transport: Open MPI btl/llc, DECK, BMI, tools
+ The Open MPI component mca_btl_llc.so (mpirun --mca btl self,vader,llc),
+ the C libraries libmpi_btl_shim, libdeck and libbmi with headers and
+ pkg-config files, and llc-ping, llc-perf, llc-xfer, llc-stat, deckrun.
+EOF
+    dpkg-deb --root-owner-group --build "$root/pkg" "$DEB" >/dev/null
+    echo "install: built $DEB (dpkg -i $DEB; dpkg -r llc-stack)"
+    exit 0
+fi
 
 case "$PREFIX" in /*) ;; *) die "--prefix must be an absolute path, not '$PREFIX'" ;; esac
 PREFIX="${PREFIX%/}"

@@ -610,3 +610,51 @@ fn destdir_stages_the_final_layout_and_uninstall_empties_it() {
         "directories left"
     );
 }
+
+/// `--deb`: a Debian package with the component in Open MPI's directory,
+/// everything else under /usr, and no manifest (dpkg keeps the list).
+/// Installing it with dpkg is what the system install above does by hand.
+#[test]
+fn deb_package_holds_the_component_libraries_headers_and_tools() {
+    require_root!();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let scratch = Scratch::new("deb");
+    let deb = scratch.0.join("llc-stack.deb");
+    install(&["--deb", deb.to_str().unwrap()], None);
+    let list = Command::new("dpkg-deb")
+        .arg("-c")
+        .arg(&deb)
+        .output()
+        .unwrap();
+    assert!(list.status.success());
+    let list = String::from_utf8_lossy(&list.stdout);
+    let files: Vec<&str> = list
+        .lines()
+        .filter_map(|l| l.split_whitespace().last())
+        .filter(|p| !p.ends_with('/'))
+        .collect();
+    let component = format!(".{}/mca_btl_llc.so", ompi_pkglibdir().display());
+    for f in [
+        component.as_str(),
+        "./usr/lib/libmpi_btl_shim.so",
+        "./usr/lib/libdeck.so",
+        "./usr/include/llc_shim.h",
+        "./usr/lib/pkgconfig/llc-shim.pc",
+        "./usr/bin/llc-stat",
+        "./usr/bin/deckrun",
+    ] {
+        assert!(files.contains(&f), "{f} not in the package: {files:?}");
+    }
+    assert!(
+        !files.iter().any(|f| f.contains("install-manifest")),
+        "{files:?}"
+    );
+    let info = Command::new("dpkg-deb")
+        .arg("-I")
+        .arg(&deb)
+        .output()
+        .unwrap();
+    let info = String::from_utf8_lossy(&info.stdout);
+    assert!(info.contains("Package: llc-stack"), "{info}");
+    assert!(info.contains("Depends: openmpi-bin, libopenmpi3"), "{info}");
+}
