@@ -4,6 +4,7 @@
 //! (`llc_stack::statpage`, under /dev/shm/llc-stack/). Reading maps each
 //! page read-only and copies it under its seqlock: the endpoints are not
 //! slowed and never wait for llc-stat.
+#![deny(unsafe_code)]
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
