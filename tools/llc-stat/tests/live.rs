@@ -237,8 +237,35 @@ fn sees_a_running_llc_ping_with_counters_that_move() {
     assert_eq!(sent.len(), 3, "{out}");
     assert!(sent.windows(2).all(|w| w[0] <= w[1]), "{sent:?}");
     assert!(sent[2] > sent[0], "moving while watched: {sent:?}");
-    drop(client);
-    drop(resp);
+
+    // Ended normally (SIGTERM: llc-ping stops and closes), an endpoint
+    // takes its page with it: nothing left, not even as stale.
+    let (mut client, mut resp) = (client, resp);
+    for p in [&mut client, &mut resp] {
+        let pid = p.id().to_string();
+        assert!(Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success());
+        assert!(
+            p.wait_timeout(Duration::from_secs(10)).is_some(),
+            "llc-ping {pid} did not end on SIGTERM"
+        );
+    }
+    let (code, out, err) = stat(&["--all", "--json"], None);
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    for gone in [client.id(), resp.id()] {
+        assert!(
+            !v["endpoints"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|e| e["pid"] == gone),
+            "page of {gone} left: {v}"
+        );
+    }
 }
 
 #[test]
