@@ -16,9 +16,12 @@ set -euo pipefail
 # and its tests (mpi-btl-shim/tests/mpi.rs). gcc, libc6-dev: the C programs of
 # deck's tests (deck/tests/c.rs: cc, pthreads) and cargo's linker.
 # librsvg2-bin (rsvg-convert): llc-perf's plot test renders the SVG to PNG.
+# binutils (readelf), pkg-config: scripts/install.sh's test checks the installed
+# component's run-time path and builds a C program with the installed .pc files.
 PACKAGES=(iproute2 iputils-ping util-linux procps tshark librsvg2-bin gcc libc6-dev
           clang llvm libbpf-dev linux-libc-dev libelf-dev zlib1g-dev pkg-config
-          busybox-static openmpi-bin libopenmpi-dev netpipe-openmpi make)
+          busybox-static openmpi-bin libopenmpi-dev netpipe-openmpi make
+          binutils)
 # qemu-system-x86 comes from bookworm-backports: the image carries qemu-utils from
 # there, and bookworm's own qemu-system-x86 conflicts with it.
 BACKPORTS_PACKAGES=(qemu-system-x86)

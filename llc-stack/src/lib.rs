@@ -7,6 +7,7 @@
 //! - [`proto`]: the reliable connection as a sans-IO state machine fed frames and time.
 //! - [`pace`]: the spin-then-sleep policy of every loop that waits.
 //! - [`stack`]: the I/O edge that drives `proto` over a `link` device with a real clock.
+//! - [`statpage`]: the live counters an endpoint publishes for `llc-stat`.
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -15,6 +16,7 @@ pub mod pace;
 pub mod proto;
 pub mod rng;
 pub mod stack;
+pub mod statpage;
 #[allow(unsafe_code)]
 pub(crate) mod sys;
 pub mod time;

@@ -17,6 +17,7 @@ use crate::link::{Device, RxToken, TxToken};
 use crate::pace::{Pace, Pacer};
 use crate::proto::{Config, Endpoint};
 use crate::rng::Rng;
+use crate::statpage::{self, PageInfo, Publisher};
 use crate::time::Instant;
 use crate::wire::MacAddr;
 
@@ -31,6 +32,9 @@ pub struct Stack<D: Device> {
     ep: Endpoint,
     burst: usize,
     spin: Duration,
+    /// The live statistics page, when published (boxed: the frames' path
+    /// reads only whether it is there and when it is due).
+    publisher: Option<Box<Publisher>>,
 }
 
 impl<D: Device> Stack<D> {
@@ -53,6 +57,38 @@ impl<D: Device> Stack<D> {
             dev,
             ep,
             spin: DEFAULT_SPIN,
+            publisher: None,
+        }
+    }
+
+    /// Publish this endpoint's counters for `llc-stat` in a page under
+    /// [`statpage::dir_from_env`] (see [`statpage`]) until the stack is
+    /// dropped. Returns the page, or `None` when `LLC_STAT=0` turned
+    /// publishing off. Failing to create the page (a read-only /dev/shm)
+    /// is an error the caller may report and ignore: nothing else depends
+    /// on it.
+    pub fn publish_stats(&mut self, mut info: PageInfo) -> io::Result<Option<&std::path::Path>> {
+        if !statpage::enabled_by_env() {
+            return Ok(None);
+        }
+        let caps = self.dev.capabilities();
+        info.backend = caps.backend;
+        info.mtu = caps.mtu;
+        let p = Publisher::create_in(
+            &statpage::dir_from_env(),
+            &info,
+            statpage::interval_from_env(),
+        )?;
+        let p = self.publisher.insert(Box::new(p));
+        p.publish(&self.ep, Instant::now());
+        Ok(Some(p.path()))
+    }
+
+    /// Publish now if something moved since the last publication: called
+    /// before sleeping, so an idle endpoint's page is current.
+    fn flush_stats(&mut self, now: Instant) {
+        if let Some(p) = &mut self.publisher {
+            p.flush(&self.ep, now);
         }
     }
 
@@ -106,6 +142,10 @@ impl<D: Device> Stack<D> {
             // path of the frames that carried them.
             self.ep.release_acked();
         }
+        if let Some(p) = &mut self.publisher {
+            // One comparison per pass; the page is rewritten once per interval.
+            p.tick(&self.ep, now);
+        }
         n
     }
 
@@ -149,6 +189,7 @@ impl<D: Device> Stack<D> {
         if timeout == Some(Duration::ZERO) {
             return Ok(());
         }
+        self.flush_stats(now);
         self.dev.wait(timeout)
     }
 
@@ -164,6 +205,7 @@ impl<D: Device> Stack<D> {
             .ep
             .poll_timeout()
             .map(|t| t.saturating_duration_since(now));
+        self.flush_stats(now);
         match (self.dev.prepare_wait(fds), timer) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),

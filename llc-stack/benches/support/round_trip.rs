@@ -103,6 +103,27 @@ impl Reliable {
         }
     }
 
+    /// The same pair with both ends publishing their llc-stat pages (in
+    /// `LLC_STAT_DIR`, as a real endpoint does). The clock stands still
+    /// here, so after the first publication each pass pays only the check
+    /// whether the next one is due: the per-pass cost of publishing; the
+    /// publication itself is measured apart (`Publisher::publish`).
+    #[allow(dead_code)] // not every user of this module publishes
+    pub fn publishing() -> Self {
+        let mut r = Self::new();
+        for s in [&mut r.a, &mut r.b] {
+            let info = llc_stack::statpage::PageInfo::default();
+            assert!(s.publish_stats(info).unwrap().is_some(), "LLC_STAT=0 set");
+        }
+        r
+    }
+
+    /// The sending end's endpoint (one established connection).
+    #[allow(dead_code)]
+    pub fn endpoint(&self) -> &llc_stack::proto::Endpoint {
+        self.a.endpoint()
+    }
+
     pub fn round_trip(&mut self) {
         self.a
             .endpoint_mut()

@@ -52,6 +52,11 @@ impl RttEstimator {
         Duration::from_nanos(self.srtt)
     }
 
+    /// Mean deviation of the samples (zero before the first sample).
+    pub fn rttvar(&self) -> Duration {
+        Duration::from_nanos(self.rttvar)
+    }
+
     /// Most recent sample.
     pub fn latest(&self) -> Duration {
         Duration::from_nanos(self.latest)

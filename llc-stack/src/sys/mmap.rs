@@ -1,7 +1,7 @@
 //! Memory mappings: owned, unmapped on drop. The one place that calls
 //! `mmap`: the TPACKET ring and the AF_XDP rings (a socket's memory), the
-//! UMEM of a private AF_XDP socket (anonymous) and the UMEM of a pool shared
-//! between processes (a memfd).
+//! UMEM of a private AF_XDP socket (anonymous), the UMEM of a pool shared
+//! between processes (a memfd) and the statistics page (a file in /dev/shm).
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
@@ -18,8 +18,10 @@ pub(crate) fn page_size() -> usize {
     }
 }
 
-/// A readable and writable memory mapping, populated when made; unmapped on
-/// drop. Its owner (a ring, a socket) decides who may touch which bytes, and
+const RW: libc::c_int = libc::PROT_READ | libc::PROT_WRITE;
+
+/// A memory mapping (readable and writable unless made read-only);
+/// unmapped on drop. Its owner (a ring, a socket) decides who may touch which bytes, and
 /// lends no slice into it that outlives itself.
 pub(crate) struct Mapping {
     /// First byte (page-aligned).
@@ -33,29 +35,42 @@ impl Mapping {
     /// other processes: a socket's ring (the offset selects which ring) or a
     /// memfd.
     pub(super) fn shared(fd: BorrowedFd<'_>, len: usize, offset: libc::off_t) -> io::Result<Self> {
-        Self::map(len, libc::MAP_SHARED, fd.as_raw_fd(), offset)
+        Self::map(
+            len,
+            RW,
+            libc::MAP_SHARED | libc::MAP_POPULATE,
+            fd.as_raw_fd(),
+            offset,
+        )
     }
 
     /// A private anonymous mapping of `len` bytes.
     pub(super) fn anonymous(len: usize) -> io::Result<Self> {
-        Self::map(len, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE;
+        Self::map(len, RW, flags, -1, 0)
     }
 
-    fn map(len: usize, flags: libc::c_int, fd: RawFd, offset: libc::off_t) -> io::Result<Self> {
+    /// `len` bytes of a regular file shared with other processes, writable
+    /// or read-only, not populated (a sparse statistics page allocates only
+    /// the pages written).
+    pub(super) fn file(fd: BorrowedFd<'_>, len: usize, writable: bool) -> io::Result<Self> {
+        let prot = if writable { RW } else { libc::PROT_READ };
+        Self::map(len, prot, libc::MAP_SHARED, fd.as_raw_fd(), 0)
+    }
+
+    fn map(
+        len: usize,
+        prot: libc::c_int,
+        flags: libc::c_int,
+        fd: RawFd,
+        offset: libc::off_t,
+    ) -> io::Result<Self> {
         // SAFETY: a fresh mapping at an address the kernel chooses (no fixed
         // address), so no existing memory is affected; `fd` is open for the
-        // call (a borrowed descriptor) or -1 with MAP_ANONYMOUS. Populated
-        // now so the first frames do not fault.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                flags | libc::MAP_POPULATE,
-                fd,
-                offset,
-            )
-        };
+        // call (a borrowed descriptor) or -1 with MAP_ANONYMOUS. Rings and
+        // UMEMs are populated now (MAP_POPULATE) so the first frames do not
+        // fault.
+        let ptr = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, flags, fd, offset) };
         if ptr == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }

@@ -14,8 +14,9 @@
 //! One file per concern: the clock ([`clock`]), interface queries
 //! ([`iface`]), packet sockets and socket options ([`packet`]), readiness
 //! ([`poll`]), memory mappings ([`mmap`]), the TPACKET_V2 RX ring ([`ring`]),
-//! `sendmmsg` batches ([`batch`]), AF_XDP sockets ([`xsk`]) and CRC32C
-//! ([`crc`]). What the rest of the crate uses is re-exported here.
+//! `sendmmsg` batches ([`batch`]), AF_XDP sockets ([`xsk`]), the shared
+//! statistics page ([`shm`]) and CRC32C ([`crc`]). What the rest of the
+//! crate uses is re-exported here.
 
 use std::io;
 
@@ -42,6 +43,7 @@ mod mmap;
 mod packet;
 mod poll;
 mod ring;
+mod shm;
 pub(crate) mod xsk;
 
 pub(crate) use batch::FrameBatch;
@@ -59,6 +61,7 @@ pub(crate) use packet::{
 };
 pub(crate) use poll::{poll_first_of, poll_in, Readiness};
 pub(crate) use ring::{RingGeometry, RxRing, RxSlot, RX_MAC_OFFSET};
+pub(crate) use shm::{ReadOnlyWords, SharedWords};
 
 /// `x` rounded up to a multiple of the power of two `align`.
 pub(crate) const fn align_up(x: usize, align: usize) -> usize {

@@ -14,6 +14,7 @@ use llc_stack::link::afxdp::{self, AfXdpConfig};
 use llc_stack::link::any::{self, AnyLink};
 use llc_stack::proto::{ConnHandle, Event};
 use llc_stack::rng::Rng;
+use llc_stack::statpage::PageInfo;
 use llc_stack::{Device, Instant, Stack};
 
 use super::spec::{AttachMode, Backend, LlcSpec};
@@ -212,6 +213,15 @@ impl LlcTransport<AnyLink> {
         let port = link.port().unwrap_or(port);
         let mut t = LlcTransport::new(link, mac, port, cfg, Rng::from_entropy());
         t.notes = notes;
+        // Live counters for llc-stat; a host without /dev/shm loses only those.
+        let info = PageInfo {
+            label: "msg-layer".into(),
+            ifname: ifname.into(),
+            ..PageInfo::default()
+        };
+        if let Err(e) = t.stack.publish_stats(info) {
+            tracing::warn!("llc-stat page not published: {e}");
+        }
         Ok(t)
     }
 }

@@ -573,6 +573,7 @@ fn ping_reliable<D: Device>(
     let cfg = transport_config(args)?;
     let mut stack = Stack::new(dev, cfg, mac, Rng::from_entropy());
     stack.set_spin(spin_budget(args));
+    publish_stats(&mut stack, "llc-ping", args);
     let now = Instant::now();
     let conn = stack.endpoint_mut().connect(now, peer, args.port, None)?;
     // The handshake has its own bounded retries; it ends in Connected or Closed.
@@ -672,6 +673,18 @@ fn ping_reliable<D: Device>(
     Ok((st, Some(extra)))
 }
 
+/// Live counters for llc-stat; without them (no /dev/shm) ping still works.
+fn publish_stats<D: Device>(stack: &mut Stack<D>, label: &str, args: &Args) {
+    let info = llc_stack::statpage::PageInfo {
+        label: label.into(),
+        ifname: args.interface.clone(),
+        ..Default::default()
+    };
+    if let Err(e) = stack.publish_stats(info) {
+        tracing::warn!("llc-stat page not published: {e}");
+    }
+}
+
 fn respond<D: Device>(
     dev: D,
     mac: MacAddr,
@@ -686,6 +699,11 @@ fn respond<D: Device>(
     };
     let mut stack = Stack::new(dev, cfg, mac, Rng::from_entropy());
     stack.endpoint_mut().listen(args.port);
+    publish_stats(
+        &mut stack,
+        &format!("llc-ping responder, port {}", args.port),
+        args,
+    );
     // Tests and scripts wait for this line before they start pinging.
     println!(
         "llc-ping: responding on {} ({mac}, {backend}), SAP {:#04x}, echo port {}{auth}",

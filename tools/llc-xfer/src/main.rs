@@ -133,6 +133,15 @@ fn run(args: &Args) -> Result<()> {
         // Sharing the interface: every connection leaves from our port.
         stack.endpoint_mut().bind(p);
     }
+    // Live counters for llc-stat; without them (no /dev/shm) the transfer still works.
+    let info = llc_stack::statpage::PageInfo {
+        label: "llc-xfer".into(),
+        ifname: args.interface.clone(),
+        ..Default::default()
+    };
+    if let Err(e) = stack.publish_stats(info) {
+        eprintln!("llc-xfer: llc-stat page not published: {e}");
+    }
     let deadline = Instant::now() + Duration::from_secs_f64(args.timeout);
     let (verb, messages, digest, conn) = match args.peer {
         None => {

@@ -401,6 +401,22 @@ impl Connection {
         self.rtt.srtt()
     }
 
+    /// Mean deviation of the RTT samples (RFC 6298's RTTVAR).
+    pub fn rtt_var(&self) -> Duration {
+        self.rtt.rttvar()
+    }
+
+    /// Frames the peer's credit still lets us send (its window end minus
+    /// our next sequence number).
+    pub fn send_credit(&self) -> u32 {
+        self.peer_window_end.diff(self.snd_nxt).max(0) as u32
+    }
+
+    /// Frames sent and not yet acknowledged cumulatively.
+    pub fn in_flight(&self) -> usize {
+        self.inflight.len()
+    }
+
     /// Congestion window in frames.
     pub fn cwnd(&self) -> u32 {
         self.cwnd
@@ -467,6 +483,8 @@ impl Connection {
         let msg_id = self.next_msg_id;
         self.next_msg_id = self.next_msg_id.wrapping_add(1);
         self.send_bytes += len;
+        self.stats.messages_sent += 1;
+        self.stats.payload_bytes_sent += len as u64;
         self.send_msgs.push_back(OutMsg {
             msg_id,
             head,

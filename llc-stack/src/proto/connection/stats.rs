@@ -29,6 +29,10 @@ pub struct ConnStats {
     pub violations: u64,
     /// Messages delivered to the application.
     pub messages_received: u64,
+    /// Messages the application queued (`send` took them).
+    pub messages_sent: u64,
+    /// Bytes of the messages the application queued.
+    pub payload_bytes_sent: u64,
     /// Messages fully acknowledged by the peer.
     pub messages_acked: u64,
     /// Loss episodes (the window halves only when a queue shows).
@@ -52,7 +56,7 @@ pub struct ConnStats {
 impl ConnStats {
     /// Every counter with its name, in declaration order (for tools that
     /// print or serialise them).
-    pub fn counters(&self) -> [(&'static str, u64); 21] {
+    pub fn counters(&self) -> [(&'static str, u64); 23] {
         [
             ("data_frames_sent", self.data_frames_sent),
             ("retransmits", self.retransmits),
@@ -66,11 +70,13 @@ impl ConnStats {
             ("out_of_window", self.out_of_window),
             ("violations", self.violations),
             ("messages_received", self.messages_received),
+            ("messages_sent", self.messages_sent),
             ("messages_acked", self.messages_acked),
             ("loss_episodes", self.loss_episodes),
             ("delay_cuts", self.delay_cuts),
             ("frames_sent", self.frames_sent),
             ("payload_bytes_received", self.payload_bytes_received),
+            ("payload_bytes_sent", self.payload_bytes_sent),
             ("rtt_samples", self.rtt_samples),
             ("srtt_ns", self.srtt_ns),
             ("min_rtt_ns", self.min_rtt_ns),
@@ -101,6 +107,8 @@ mod tests {
         assert_eq!(a.data_frames_sent - a0.data_frames_sent, 4);
         assert_eq!(a.frames_sent - a0.frames_sent, 4);
         assert_eq!(a.messages_acked, 3);
+        assert_eq!(a.messages_sent, 3);
+        assert_eq!(a.payload_bytes_sent, 2310);
         assert_eq!(a.retransmits + a.timeouts + a.tail_probes, 0);
         assert_eq!(b.frames_received - b0.frames_received, 4);
         assert_eq!(b.messages_received, 3);
@@ -117,7 +125,7 @@ mod tests {
     #[test]
     fn counters_name_every_field_once() {
         let mut s = ConnStats::default();
-        let fields: [&mut u64; 21] = [
+        let fields: [&mut u64; 23] = [
             &mut s.data_frames_sent,
             &mut s.retransmits,
             &mut s.timeouts,
@@ -130,11 +138,13 @@ mod tests {
             &mut s.out_of_window,
             &mut s.violations,
             &mut s.messages_received,
+            &mut s.messages_sent,
             &mut s.messages_acked,
             &mut s.loss_episodes,
             &mut s.delay_cuts,
             &mut s.frames_sent,
             &mut s.payload_bytes_received,
+            &mut s.payload_bytes_sent,
             &mut s.rtt_samples,
             &mut s.srtt_ns,
             &mut s.min_rtt_ns,
@@ -146,10 +156,10 @@ mod tests {
         let c = s.counters();
         let names: HashSet<_> = c.iter().map(|(n, _)| *n).collect();
         let values: HashSet<_> = c.iter().map(|(_, v)| *v).collect();
-        assert_eq!(names.len(), 21);
-        assert_eq!(values, (1..=21).collect());
+        assert_eq!(names.len(), 23);
+        assert_eq!(values, (1..=23).collect());
         assert_eq!(c[1], ("retransmits", s.retransmits));
         assert_eq!(c[2], ("tail_probes", s.tail_probes));
-        assert_eq!(c[20], ("latest_rtt_ns", s.latest_rtt_ns));
+        assert_eq!(c[22], ("latest_rtt_ns", s.latest_rtt_ns));
     }
 }
