@@ -14,8 +14,8 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(200);
     println!("{seeds} seeds each; tasks 64, 1,000 messages and 100 migrations per seed; all runs checked (exactly once, per-pair order, content, hop bound)\n");
-    println!("| hosts | protocol | control msgs at start | control msgs per migration | forwarded per delivered message | max forwards of one message | violations |");
-    println!("|---:|---|---:|---:|---:|---:|---:|");
+    println!("| hosts | protocol | control msgs at start | control msgs per migration | forwarded per delivered message | max forwards of one message | ACK packets per delivered message | violations |");
+    println!("|---:|---|---:|---:|---:|---:|---:|---:|");
     for hosts in [16u32, 64] {
         for (name, mode) in [
             ("seed 003 (home sets + freshness + LOCAL)", Mode::Seed),
@@ -39,13 +39,15 @@ fn main() {
                 t.control += r.control;
                 t.control_after_start += r.control_after_start;
                 t.max_hops = t.max_hops.max(r.max_hops);
+                t.acks += r.acks;
             }
             println!(
-                "| {hosts} | {name} | {:.1} | {:.2} | {:.3} | {} | {bad} |",
+                "| {hosts} | {name} | {:.1} | {:.2} | {:.3} | {} | {:.3} | {bad} |",
                 (t.control - t.control_after_start) as f64 / seeds as f64,
                 t.control_after_start as f64 / t.migrations as f64,
                 t.forwarded as f64 / t.delivered as f64,
-                t.max_hops
+                t.max_hops,
+                t.acks as f64 / t.delivered as f64
             );
         }
     }

@@ -12,6 +12,7 @@ mod kind {
     pub const REFUSED: u8 = 4;
     pub const WHERE: u8 = 5;
     pub const HERE: u8 = 6;
+    pub const ACK: u8 = 7;
 }
 
 /// INTER flag: the sender's runtime does not know the destination's
@@ -78,6 +79,27 @@ pub struct TaskImage {
     pub mailbox: Vec<(TaskId, Vec<u8>)>,
     /// When the migration started, on the sender's clock (ns; for figures).
     pub started_ns: u64,
+    /// Messages this task sent and no receiver acknowledged yet, in send
+    /// order per addressee: (addressee, seq, payload). They move with the
+    /// sender so that it can send them again after a host failure.
+    pub unacked: Vec<(TaskId, u64, Vec<u8>)>,
+    /// Failed hosts its old host knew of (it resent for those already).
+    pub dead: Vec<HostId>,
+}
+
+/// One pair's cumulative acknowledgement: `dst` has every message of the
+/// pair `src -> dst` up to `seq` (delivered or skipped in order).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct AckEntry {
+    /// The sending task, and where the acknowledging runtime believes it is.
+    pub src: TaskId,
+    pub src_loc: Loc,
+    pub dst: TaskId,
+    pub seq: u64,
+}
+
+impl AckEntry {
+    pub const LEN: usize = 8 + 8 + 8 + 8;
 }
 
 /// Everything runtimes send each other.
@@ -107,6 +129,8 @@ pub enum Packet {
         task: TaskId,
         loc: Option<Loc>,
     },
+    /// Cumulative per-pair acknowledgements, batched per sender host.
+    Ack(Vec<AckEntry>),
 }
 
 /// A packet that does not parse.
@@ -276,6 +300,16 @@ impl Packet {
                     w.u64(from.0);
                     w.bytes(b);
                 }
+                w.u32(t.unacked.len() as u32);
+                for (dst, seq, b) in &t.unacked {
+                    w.u64(dst.0);
+                    w.u64(*seq);
+                    w.bytes(b);
+                }
+                w.u32(t.dead.len() as u32);
+                for h in &t.dead {
+                    w.u32(*h);
+                }
             }
             Packet::Refused {
                 reason,
@@ -301,6 +335,16 @@ impl Packet {
                 w.u8(loc.is_some() as u8);
                 w.loc(loc.unwrap_or_default());
             }
+            Packet::Ack(entries) => {
+                w.u8(kind::ACK);
+                w.u32(entries.len() as u32);
+                for e in entries {
+                    w.u64(e.src.0);
+                    w.loc(e.src_loc);
+                    w.u64(e.dst.0);
+                    w.u64(e.seq);
+                }
+            }
         }
         w.0
     }
@@ -320,6 +364,7 @@ impl Packet {
             kind::REFUSED => "REFUSED",
             kind::WHERE => "WHERE",
             kind::HERE => "HERE",
+            kind::ACK => "ACK",
             other => return Err(WireError::Unknown(other)),
         };
         let mut r = R {
@@ -366,6 +411,16 @@ impl Packet {
                 for _ in 0..n {
                     mailbox.push((r.task()?, r.bytes()?));
                 }
+                let n = r.count(20)?;
+                let mut unacked = Vec::with_capacity(n);
+                for _ in 0..n {
+                    unacked.push((r.task()?, r.u64()?, r.bytes()?));
+                }
+                let n = r.count(4)?;
+                let mut dead = Vec::with_capacity(n);
+                for _ in 0..n {
+                    dead.push(r.u32()?);
+                }
                 Packet::Migrate(Box::new(TaskImage {
                     id,
                     migrations,
@@ -375,6 +430,8 @@ impl Packet {
                     ahead,
                     mailbox,
                     started_ns,
+                    unacked,
+                    dead,
                 }))
             }
             kind::REFUSED => {
@@ -393,6 +450,19 @@ impl Packet {
                 }
             }
             kind::WHERE => Packet::Where { task: r.task()? },
+            kind::ACK => {
+                let n = r.count(AckEntry::LEN)?;
+                let mut v = Vec::with_capacity(n);
+                for _ in 0..n {
+                    v.push(AckEntry {
+                        src: r.task()?,
+                        src_loc: r.loc()?,
+                        dst: r.task()?,
+                        seq: r.u64()?,
+                    });
+                }
+                Packet::Ack(v)
+            }
             _ => {
                 let task = r.task()?;
                 let some = r.u8()? != 0;
@@ -450,7 +520,23 @@ mod tests {
                 ahead: vec![inter()],
                 mailbox: vec![(TaskId(1), b"x".to_vec())],
                 started_ns: 42,
+                unacked: vec![(TaskId(2), 6, b"yz".to_vec())],
+                dead: vec![3],
             })),
+            Packet::Ack(vec![
+                AckEntry {
+                    src: TaskId(1),
+                    src_loc: Loc { host: 2, fresh: 3 },
+                    dst: TaskId(4),
+                    seq: 17,
+                },
+                AckEntry {
+                    src: TaskId(5),
+                    src_loc: Loc { host: 0, fresh: 1 },
+                    dst: TaskId(4),
+                    seq: 2,
+                },
+            ]),
             Packet::Refused {
                 reason: RefuseReason::TaskLost,
                 src: TaskId(1),
