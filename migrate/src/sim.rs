@@ -112,8 +112,10 @@ pub struct SimReport {
     /// the failed host, or held there, when it failed: the senders' resends
     /// must deliver them.
     pub through_failed: u64,
-    /// ACK packets, and messages sent again after the failure.
+    /// ACK packets, the pair entries they carried, and messages sent
+    /// again after the failure.
     pub acks: u64,
+    pub ack_entries: u64,
     pub resent: u64,
     /// Copies the receivers dropped by seq (after resends).
     pub dropped_copies: u64,
@@ -582,6 +584,7 @@ impl Sim {
             self.r.forwarded += s.forwarded;
             self.r.control += s.control();
             self.r.acks += s.ack_sent;
+            self.r.ack_entries += s.ack_entries;
             self.r.resent += s.resent;
             // Without a failure nothing is resent, so a copy is a bug.
             if self.failed.is_some() {

@@ -176,8 +176,9 @@ pub struct Stats {
     pub delivered: u64,
     /// Messages that arrived twice (dropped by seq; only after a resend).
     pub duplicates: u64,
-    /// ACK packets sent (first sends and forwards).
+    /// ACK packets sent (first sends and forwards), and pair entries in them.
     pub ack_sent: u64,
+    pub ack_entries: u64,
     /// Messages sent again after a host failure.
     pub resent: u64,
     pub local_sent: u64,
@@ -1070,6 +1071,7 @@ impl Node {
     fn push_acks(&mut self, out: BTreeMap<HostId, Vec<AckEntry>>) {
         for (h, v) in out {
             self.stats.ack_sent += 1;
+            self.stats.ack_entries += v.len() as u64;
             self.out.push_back((h, Packet::Ack(v)));
         }
     }
