@@ -116,6 +116,8 @@ pub struct SimReport {
     /// again after the failure.
     pub acks: u64,
     pub ack_entries: u64,
+    /// ACK entries that rode on INTER packets.
+    pub ack_piggybacked: u64,
     pub resent: u64,
     /// Copies the receivers dropped by seq (after resends).
     pub dropped_copies: u64,
@@ -585,6 +587,7 @@ impl Sim {
             self.r.control += s.control();
             self.r.acks += s.ack_sent;
             self.r.ack_entries += s.ack_entries;
+            self.r.ack_piggybacked += s.ack_piggybacked;
             self.r.resent += s.resent;
             // Without a failure nothing is resent, so a copy is a bug.
             if self.failed.is_some() {

@@ -179,6 +179,8 @@ pub struct Stats {
     /// ACK packets sent (first sends and forwards), and pair entries in them.
     pub ack_sent: u64,
     pub ack_entries: u64,
+    /// ACK entries that rode on INTER packets instead.
+    pub ack_piggybacked: u64,
     /// Messages sent again after a host failure.
     pub resent: u64,
     pub local_sent: u64,
@@ -562,6 +564,7 @@ impl Node {
             dst,
             dst_loc,
             payload,
+            acks: Vec::new(),
         };
         self.stats.inter_sent += 1;
         let seq = m.seq;
@@ -606,6 +609,7 @@ impl Node {
                 dst,
                 dst_loc,
                 payload,
+                acks: Vec::new(),
             });
         }
     }
@@ -819,7 +823,15 @@ impl Node {
     /// Next packet to send: (host, bytes).
     #[must_use]
     pub fn poll_transmit(&mut self) -> Option<(HostId, Vec<u8>)> {
-        self.out.pop_front().map(|(h, p)| (h, p.encode()))
+        let (h, mut p) = self.out.pop_front()?;
+        if let Packet::Inter(m) = &mut p {
+            // Due ACKs for senders on that host ride along for free.
+            if !self.ack_due.is_empty() {
+                m.acks = self.take_acks(h);
+                self.stats.ack_piggybacked += m.acks.len() as u64;
+            }
+        }
+        Some((h, p.encode()))
     }
 
     #[must_use]
@@ -831,6 +843,10 @@ impl Node {
 
     /// Figure 4: an INTER from another runtime.
     fn on_inter(&mut self, mut m: Inter) {
+        let acks = std::mem::take(&mut m.acks);
+        if !acks.is_empty() {
+            self.on_ack(acks);
+        }
         if self.learn(m.src, m.src_loc) {
             self.flush_held(m.src);
         }
@@ -1034,6 +1050,35 @@ impl Node {
             let host = self.known(src).map(|l| l.host);
             self.send_acks(move |_, l| l.map(|l| l.host) == host);
         }
+    }
+
+    /// The due ACKs whose senders are known on `host`, taken off the due
+    /// list (at most what one INTER carries).
+    fn take_acks(&mut self, host: HostId) -> Vec<AckEntry> {
+        let keys: Vec<(TaskId, TaskId)> = self
+            .ack_due
+            .keys()
+            .filter(|(_, s)| self.known(*s).is_some_and(|l| l.host == host))
+            .take(u16::MAX as usize)
+            .copied()
+            .collect();
+        let mut v = Vec::new();
+        for (dst, src) in keys {
+            self.ack_due.remove(&(dst, src));
+            let seq = self.present.get(&dst).and_then(|t| t.recvd.get(&src));
+            if let (Some(seq), Some(src_loc)) = (seq, self.known(src)) {
+                v.push(AckEntry {
+                    src,
+                    src_loc,
+                    dst,
+                    seq: *seq,
+                });
+            }
+        }
+        if self.ack_due.is_empty() {
+            self.ack_since = None;
+        }
+        v
     }
 
     /// Acknowledge the due pairs `pick` chooses (addressee here, the
@@ -1288,6 +1333,7 @@ impl Node {
                 dst: task,
                 dst_loc: Loc::default(),
                 payload: Vec::new(),
+                acks: Vec::new(),
             };
             // Pretend the last missing one arrived as a tombstone.
             let t = self.present.get_mut(&task).expect("present");

@@ -21,6 +21,9 @@ pub const FLAG_STALE: u8 = 1;
 /// INTER flag: a tombstone for a message a home refused; it carries no
 /// payload and only moves the receiver's per-pair sequence on.
 pub const FLAG_SKIP: u8 = 2;
+/// INTER flag: acknowledgements ride along (n u16 + n ACK entries between
+/// the header and the payload). Set by the encoder, never kept.
+pub const FLAG_ACKS: u8 = 4;
 
 /// A message between tasks, with both ends' locations as its carrier knew them.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -35,6 +38,9 @@ pub struct Inter {
     pub dst: TaskId,
     pub dst_loc: Loc,
     pub payload: Vec<u8>,
+    /// Acknowledgements for the next runtime, piggybacked on this packet
+    /// (hop by hop: taken off where it arrives).
+    pub acks: Vec<AckEntry>,
 }
 
 impl Inter {
@@ -169,9 +175,11 @@ impl W {
         self.u32(b.len() as u32);
         self.0.extend_from_slice(b);
     }
-    fn inter(&mut self, m: &Inter) {
+    /// An INTER header (with its piggybacked ACKs when `acks`).
+    fn inter(&mut self, m: &Inter, acks: bool) {
+        let acks = acks && !m.acks.is_empty();
         self.u8(kind::INTER);
-        self.u8(m.flags);
+        self.u8(m.flags & !FLAG_ACKS | if acks { FLAG_ACKS } else { 0 });
         self.u8(m.hops);
         self.u8(0);
         self.u64(m.seq);
@@ -179,6 +187,19 @@ impl W {
         self.loc(m.src_loc);
         self.u64(m.dst.0);
         self.loc(m.dst_loc);
+        if acks {
+            self.0
+                .extend_from_slice(&(m.acks.len() as u16).to_le_bytes());
+            for e in &m.acks {
+                self.ack(e);
+            }
+        }
+    }
+    fn ack(&mut self, e: &AckEntry) {
+        self.u64(e.src.0);
+        self.loc(e.src_loc);
+        self.u64(e.dst.0);
+        self.u64(e.seq);
     }
 }
 
@@ -234,13 +255,21 @@ impl<'a> R<'a> {
         }
         Ok(n)
     }
+    fn ack(&mut self) -> Result<AckEntry, WireError> {
+        Ok(AckEntry {
+            src: self.task()?,
+            src_loc: self.loc()?,
+            dst: self.task()?,
+            seq: self.u64()?,
+        })
+    }
     /// An INTER after its kind byte.
     fn inter(&mut self) -> Result<Inter, WireError> {
         let flags = self.u8()?;
         let hops = self.u8()?;
         self.u8()?;
-        Ok(Inter {
-            flags,
+        let mut m = Inter {
+            flags: flags & !FLAG_ACKS,
             hops,
             seq: self.u64()?,
             src: self.task()?,
@@ -248,7 +277,21 @@ impl<'a> R<'a> {
             dst: self.task()?,
             dst_loc: self.loc()?,
             payload: Vec::new(),
-        })
+            acks: Vec::new(),
+        };
+        if flags & FLAG_ACKS != 0 {
+            let n = u16::from_le_bytes(self.take(2)?.try_into().expect("2")) as usize;
+            if n * AckEntry::LEN > self.b.len() {
+                return Err(WireError::Truncated {
+                    what: self.what,
+                    len: self.len,
+                });
+            }
+            for _ in 0..n {
+                m.acks.push(self.ack()?);
+            }
+        }
+        Ok(m)
     }
 }
 
@@ -268,8 +311,8 @@ impl Packet {
         let mut w = W(Vec::with_capacity(64));
         match self {
             Packet::Inter(m) => {
-                w.0.reserve(Inter::HEADER + m.payload.len());
-                w.inter(m);
+                w.0.reserve(Inter::HEADER + m.payload.len() + 2 + m.acks.len() * AckEntry::LEN);
+                w.inter(m, true);
                 w.0.extend_from_slice(&m.payload);
             }
             Packet::Local { task, loc } => {
@@ -292,7 +335,7 @@ impl Packet {
                 }
                 w.u32(t.ahead.len() as u32);
                 for m in &t.ahead {
-                    w.inter(m);
+                    w.inter(m, false);
                     w.bytes(&m.payload);
                 }
                 w.u32(t.mailbox.len() as u32);
@@ -339,10 +382,7 @@ impl Packet {
                 w.u8(kind::ACK);
                 w.u32(entries.len() as u32);
                 for e in entries {
-                    w.u64(e.src.0);
-                    w.loc(e.src_loc);
-                    w.u64(e.dst.0);
-                    w.u64(e.seq);
+                    w.ack(e);
                 }
             }
         }
@@ -454,12 +494,7 @@ impl Packet {
                 let n = r.count(AckEntry::LEN)?;
                 let mut v = Vec::with_capacity(n);
                 for _ in 0..n {
-                    v.push(AckEntry {
-                        src: r.task()?,
-                        src_loc: r.loc()?,
-                        dst: r.task()?,
-                        seq: r.u64()?,
-                    });
+                    v.push(r.ack()?);
                 }
                 Packet::Ack(v)
             }
@@ -490,6 +525,7 @@ mod tests {
             dst: TaskId(9),
             dst_loc: Loc { host: 0, fresh: 0 },
             payload: b"hello".to_vec(),
+            acks: Vec::new(),
         }
     }
 
@@ -507,6 +543,15 @@ mod tests {
     fn every_kind_round_trips_and_truncation_is_an_error() {
         let packets = vec![
             Packet::Inter(inter()),
+            Packet::Inter(Inter {
+                acks: vec![AckEntry {
+                    src: TaskId(9),
+                    src_loc: Loc { host: 3, fresh: 2 },
+                    dst: TaskId(1),
+                    seq: 5,
+                }],
+                ..inter()
+            }),
             Packet::Local {
                 task: TaskId(5),
                 loc: Loc { host: 1, fresh: 4 },
