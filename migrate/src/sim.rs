@@ -163,6 +163,9 @@ struct Sim {
     order: u64,
     /// Arrival time of the last packet on each channel (FIFO).
     last: Vec<u64>,
+    /// Each node's earliest timer scheduled (one event per wake-up, not
+    /// one per call on the node).
+    timer_at: Vec<Option<u64>>,
     /// The scheduler's view: where each task is (None: in transit).
     at: HashMap<TaskId, Option<HostId>>,
     migrations_of: HashMap<TaskId, u32>,
@@ -272,7 +275,11 @@ impl Sim {
             }
         }
         if let Some(t) = self.nodes[h as usize].poll_timeout() {
-            self.schedule(t.max(self.now), Ev::Timer(h));
+            let t = t.max(self.now);
+            if self.timer_at[h as usize].is_none_or(|x| t < x) {
+                self.timer_at[h as usize] = Some(t);
+                self.schedule(t, Ev::Timer(h));
+            }
         }
     }
 
@@ -535,6 +542,7 @@ impl Sim {
                     self.op(migrate);
                 }
                 Ev::Timer(h) => {
+                    self.timer_at[h as usize] = None;
                     if self.alive(h) {
                         self.nodes[h as usize].handle_timeout(self.now);
                         self.drain(h);
@@ -613,6 +621,7 @@ pub fn run(cfg: SimConfig) -> SimReport {
         evs: HashMap::new(),
         order: 0,
         last: vec![0; n * n],
+        timer_at: vec![None; n],
         at: HashMap::new(),
         migrations_of: HashMap::new(),
         recently_arrived: Vec::new(),
