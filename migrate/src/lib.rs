@@ -7,7 +7,10 @@
 //! destination and telling the stale sender where the task is now), holds
 //! messages at a task's home hosts until its location is known, and keeps
 //! per-pair order with sequence numbers and a resequencing queue that
-//! travel with the task. docs/MIGRATION.md specifies the protocol.
+//! travel with the task. Beyond the seed, a task keeps what it sent until
+//! the receiver's runtime acknowledges it and sends it again when a host
+//! fails, so a failure loses only the failed host's own tasks.
+//! docs/MIGRATION.md specifies the protocol.
 //!
 //! - [`proto`]: the sans-IO core, one [`proto::Node`] per host;
 //! - [`sim`]: many nodes in one process over a simulated network

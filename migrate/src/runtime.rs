@@ -325,8 +325,15 @@ impl Runtime {
     }
 
     /// Send what is queued and close the endpoint, waiting up to `timeout`.
+    /// Due acknowledgements go first, so that senders do not resend (and
+    /// see refused) what was delivered here.
     pub fn close(&self, timeout: Duration) -> Result<(), MigrateError> {
         let _ = self.progress();
+        {
+            let mut st = self.st.lock();
+            st.node.ack_now();
+            self.flush(&mut st);
+        }
         self.ep.close(timeout).map_err(MigrateError::Transport)
     }
 }

@@ -17,7 +17,9 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use crate::proto::wire::peek_inter;
-use crate::proto::{home_set, Config, Event, HostId, Loc, Mode, Node, RefuseReason, TaskId};
+use crate::proto::{
+    home_set, Config, Event, HostId, Loc, Mode, Node, Packet, RefuseReason, TaskId,
+};
 
 /// What one run does.
 #[derive(Clone, Debug)]
@@ -37,6 +39,9 @@ pub struct SimConfig {
     pub max_delay_ns: u64,
     /// Fail this host after this fraction of the operations (0..1).
     pub fail: Option<(HostId, f64)>,
+    /// Instead of `fail`'s host, fail the host then forwarding or holding
+    /// the most messages between tasks of other hosts.
+    pub fail_busiest: bool,
     /// How long after a failure the other hosts learn of it (ns).
     pub detect_ns: u64,
     /// The nodes' configuration (its mode is overwritten by `mode`).
@@ -56,6 +61,7 @@ impl Default for SimConfig {
             min_delay_ns: 2_000,
             max_delay_ns: 100_000,
             fail: None,
+            fail_busiest: false,
             detect_ns: 50_000,
             node: Config {
                 dead_wait_ns: 2_000_000,
@@ -93,12 +99,30 @@ pub struct SimReport {
     pub refused_alive: u64,
     /// Messages skipped by receivers after a failure.
     pub skipped: u64,
+    /// Gaps reported for a sender that did not fail (its resends must
+    /// have filled them).
+    pub gaps_alive: u64,
     /// Longest time from a message's send (or the failure's detection, if
     /// later) to its refusal (ns).
     pub max_refusal_ns: u64,
-    /// Messages that were in flight to or from the failed host, or held
-    /// there, when it failed.
+    /// Messages whose sender failed with its host that were in flight to
+    /// or from the failed host, or held there, when it failed.
     pub dropped_with_host: u64,
+    /// Messages between two surviving tasks that were in flight to or from
+    /// the failed host, or held there, when it failed: the senders' resends
+    /// must deliver them.
+    pub through_failed: u64,
+    /// ACK packets, the pair entries they carried, and messages sent
+    /// again after the failure.
+    pub acks: u64,
+    pub ack_entries: u64,
+    /// ACK entries that rode on INTER packets.
+    pub ack_piggybacked: u64,
+    pub resent: u64,
+    /// Copies the receivers dropped by seq (after resends).
+    pub dropped_copies: u64,
+    /// Messages of live tasks still unacknowledged when the network went quiet.
+    pub unacked: u64,
     /// Messages still held or queued when the network went quiet.
     pub stuck: u64,
 }
@@ -112,7 +136,9 @@ impl SimReport {
             && self.lost == 0
             && self.hop_violations == 0
             && self.refused_alive == 0
+            && self.gaps_alive == 0
             && self.stuck == 0
+            && self.unacked == 0
     }
 }
 
@@ -137,6 +163,9 @@ struct Sim {
     order: u64,
     /// Arrival time of the last packet on each channel (FIFO).
     last: Vec<u64>,
+    /// Each node's earliest timer scheduled (one event per wake-up, not
+    /// one per call on the node).
+    timer_at: Vec<Option<u64>>,
     /// The scheduler's view: where each task is (None: in transit).
     at: HashMap<TaskId, Option<HostId>>,
     migrations_of: HashMap<TaskId, u32>,
@@ -232,6 +261,9 @@ impl Sim {
                     first,
                     last,
                 } => {
+                    if !self.lost_tasks.contains(&from) {
+                        self.r.gaps_alive += 1;
+                    }
                     let e = self.excused.entry((from, task)).or_default();
                     for s in first..=last {
                         self.r.skipped += 1;
@@ -243,7 +275,11 @@ impl Sim {
             }
         }
         if let Some(t) = self.nodes[h as usize].poll_timeout() {
-            self.schedule(t.max(self.now), Ev::Timer(h));
+            let t = t.max(self.now);
+            if self.timer_at[h as usize].is_none_or(|x| t < x) {
+                self.timer_at[h as usize] = Some(t);
+                self.schedule(t, Ev::Timer(h));
+            }
         }
     }
 
@@ -354,19 +390,48 @@ impl Sim {
 
     /// A packet to or from the failed host that will never arrive.
     fn lost_in_transit(&mut self, bytes: &[u8]) {
-        match crate::proto::Packet::decode(bytes) {
-            Ok(crate::proto::Packet::Migrate(img)) => {
+        match Packet::decode(bytes) {
+            Ok(Packet::Migrate(img)) => {
                 self.lost_tasks.insert(img.id);
             }
-            Ok(crate::proto::Packet::Inter(m)) => {
-                self.r.dropped_with_host += 1;
-                self.excused
-                    .entry((m.src, m.dst))
-                    .or_default()
-                    .insert(m.seq);
-            }
+            Ok(Packet::Inter(m)) => self.gone_with_host(m.src, m.dst, m.seq),
             _ => {}
         }
+    }
+
+    /// A message gone with the failed host: excused only if its sender
+    /// failed too (it cannot send it again).
+    fn gone_with_host(&mut self, src: TaskId, dst: TaskId, seq: u64) {
+        if self.lost_tasks.contains(&src) {
+            self.r.dropped_with_host += 1;
+            self.excused.entry((src, dst)).or_default().insert(seq);
+        } else if !self.lost_tasks.contains(&dst) {
+            self.r.through_failed += 1;
+        }
+    }
+
+    /// The host forwarding or holding the most messages between tasks of
+    /// other hosts now.
+    fn busiest(&self) -> HostId {
+        let mut score = vec![0u64; self.cfg.hosts as usize];
+        let elsewhere = |t: &TaskId, h: HostId| self.at.get(t).copied().flatten() != Some(h);
+        for ev in self.evs.values() {
+            if let Ev::Packet { from, to, bytes } = ev {
+                if let Ok(Packet::Inter(m)) = Packet::decode(bytes) {
+                    for h in [*from, *to] {
+                        if elsewhere(&m.src, h) && elsewhere(&m.dst, h) {
+                            score[h as usize] += 1;
+                        }
+                    }
+                }
+            }
+        }
+        for (h, n) in self.nodes.iter().enumerate() {
+            score[h] += n.held_count() as u64;
+        }
+        (0..self.cfg.hosts)
+            .max_by_key(|h| (score[*h as usize], Reverse(*h)))
+            .unwrap_or(0)
     }
 
     fn fail(&mut self, host: HostId) {
@@ -377,26 +442,27 @@ impl Sim {
             }
         }
         // A task in transit to or from the failed host: its MIGRATE is
-        // dropped below, and the task with it.
+        // dropped below, and the task with it (first, so that the messages
+        // below are judged by whether their sender survived).
         let mut pending = Vec::new();
         for (id, ev) in self.evs.iter() {
             if let Ev::Packet { from, to, bytes } = ev {
                 if *from == host || *to == host {
-                    pending.push((*id, *to, bytes.clone()));
+                    let migrate = matches!(Packet::decode(bytes), Ok(Packet::Migrate(_)));
+                    pending.push((!migrate, *id, bytes.clone()));
                 }
             }
         }
-        // Messages passing through the failed host go with it: the
-        // receiver learns of them as a gap, the sender is not told (no
-        // end-to-end acknowledgements: docs/MIGRATION.md).
+        pending.sort_unstable_by_key(|(later, id, _)| (*later, *id));
+        // Messages passing through the failed host go with it; their
+        // senders, when they survive, send them again.
         let gone = self.nodes[host as usize].held_messages();
-        for (id, _, bytes) in pending {
+        for (_, id, bytes) in pending {
             self.lost_in_transit(&bytes);
             self.evs.remove(&id);
         }
         for (src, dst, seq) in gone {
-            self.r.dropped_with_host += 1;
-            self.excused.entry((src, dst)).or_default().insert(seq);
+            self.gone_with_host(src, dst, seq);
         }
         for h in 0..self.cfg.hosts {
             if h != host {
@@ -459,6 +525,11 @@ impl Sim {
                 Ev::Op => {
                     if let Some((h, at)) = fail_at {
                         if done == at && self.failed.is_none() {
+                            let h = if self.cfg.fail_busiest {
+                                self.busiest()
+                            } else {
+                                h
+                            };
                             self.fail(h);
                         }
                     }
@@ -471,6 +542,7 @@ impl Sim {
                     self.op(migrate);
                 }
                 Ev::Timer(h) => {
+                    self.timer_at[h as usize] = None;
                     if self.alive(h) {
                         self.nodes[h as usize].handle_timeout(self.now);
                         self.drain(h);
@@ -493,6 +565,7 @@ impl Sim {
         for (h, n) in self.nodes.iter().enumerate() {
             if self.alive(h as HostId) {
                 self.r.stuck += n.held_count() as u64;
+                self.r.unacked += n.unacked_count() as u64;
             }
         }
         let sent: Vec<_> = self.sent.iter().map(|(k, v)| (*k, *v)).collect();
@@ -520,7 +593,16 @@ impl Sim {
             let s = n.stats();
             self.r.forwarded += s.forwarded;
             self.r.control += s.control();
-            self.r.duplicates += s.duplicates;
+            self.r.acks += s.ack_sent;
+            self.r.ack_entries += s.ack_entries;
+            self.r.ack_piggybacked += s.ack_piggybacked;
+            self.r.resent += s.resent;
+            // Without a failure nothing is resent, so a copy is a bug.
+            if self.failed.is_some() {
+                self.r.dropped_copies += s.duplicates;
+            } else {
+                self.r.duplicates += s.duplicates;
+            }
         }
         self.r.control_after_start = self.r.control - start_control;
         self.r
@@ -539,6 +621,7 @@ pub fn run(cfg: SimConfig) -> SimReport {
         evs: HashMap::new(),
         order: 0,
         last: vec![0; n * n],
+        timer_at: vec![None; n],
         at: HashMap::new(),
         migrations_of: HashMap::new(),
         recently_arrived: Vec::new(),

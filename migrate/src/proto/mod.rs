@@ -12,7 +12,7 @@ pub mod wire;
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
-pub use wire::{Inter, Packet, RefuseReason, TaskImage, WireError};
+pub use wire::{AckEntry, Inter, Packet, RefuseReason, TaskImage, WireError};
 use wire::{FLAG_SKIP, FLAG_STALE};
 
 /// A host of the job: its index in the job's host list.
@@ -69,6 +69,16 @@ pub struct Config {
     pub dead_wait_ns: u64,
     /// Broadcast baseline: re-ask after this long when nobody knew.
     pub lookup_retry_ns: u64,
+    /// A receiver acknowledges a pair at once after this many messages in
+    /// order since its last ACK for it (and every pending pair of the same
+    /// sender host with it) ...
+    pub ack_every: u64,
+    /// ... and otherwise this long after the first unacknowledged one, all
+    /// pending pairs of the node at once, one ACK packet per sender host.
+    pub ack_delay_ns: u64,
+    /// Bytes (payload + INTER header each) a task may keep unacknowledged
+    /// per addressee; beyond it `send` fails with [`ProtoError::Unacked`].
+    pub retain_bytes: usize,
 }
 
 impl Default for Config {
@@ -80,6 +90,9 @@ impl Default for Config {
             max_hops: 64,
             dead_wait_ns: 2_000_000_000,
             lookup_retry_ns: 1_000_000,
+            ack_every: 32,
+            ack_delay_ns: 1_000_000,
+            retain_bytes: 1 << 20,
         }
     }
 }
@@ -105,6 +118,15 @@ pub enum ProtoError {
     /// Every host of the task's home set failed and its location is unknown.
     #[error("{0}: every host of its home set has failed")]
     NoHome(TaskId),
+    /// The pair's unacknowledged messages fill `Config::retain_bytes`: the
+    /// receiver has not acknowledged them yet (backpressure; retry after
+    /// progress).
+    #[error("{task} -> {peer}: unacknowledged messages fill the {bound}-byte bound")]
+    Unacked {
+        task: TaskId,
+        peer: TaskId,
+        bound: usize,
+    },
 }
 
 /// What a node tells its user.
@@ -132,7 +154,9 @@ pub enum Event {
     /// sends are refused once its home set knows no newer location).
     PeerLost { task: TaskId, peer: TaskId },
     /// After a host failure, messages `first..=last` from `from` to `task`
-    /// never came (they went through the failed host) and were skipped.
+    /// never came and were skipped: `from` was lost with the failed host
+    /// before it could send them again (a surviving sender resends its
+    /// unacknowledged messages, so its gaps fill).
     Gap {
         task: TaskId,
         from: TaskId,
@@ -150,8 +174,15 @@ pub struct Stats {
     pub forwarded: u64,
     /// Messages put in a task's mailbox here.
     pub delivered: u64,
-    /// Messages that arrived twice (never expected; counted and dropped).
+    /// Messages that arrived twice (dropped by seq; only after a resend).
     pub duplicates: u64,
+    /// ACK packets sent (first sends and forwards), and pair entries in them.
+    pub ack_sent: u64,
+    pub ack_entries: u64,
+    /// ACK entries that rode on INTER packets instead.
+    pub ack_piggybacked: u64,
+    /// Messages sent again after a host failure.
+    pub resent: u64,
     pub local_sent: u64,
     pub where_sent: u64,
     pub here_sent: u64,
@@ -167,9 +198,42 @@ pub struct Stats {
 }
 
 impl Stats {
-    /// Control packets (LOCAL, WHERE, HERE) sent.
+    /// Control packets (LOCAL, WHERE, HERE) sent; ACKs are counted apart.
     pub fn control(&self) -> u64 {
         self.local_sent + self.where_sent + self.here_sent
+    }
+}
+
+/// A pair's sending side, kept by the sending task.
+#[derive(Debug, Default)]
+struct Pair {
+    /// Last sequence number used.
+    seq: u64,
+    /// Sent and not acknowledged yet: (seq, payload), in seq order.
+    unacked: VecDeque<(u64, Vec<u8>)>,
+    /// Their cost against `Config::retain_bytes`.
+    bytes: usize,
+}
+
+impl Pair {
+    fn cost(payload: &[u8]) -> usize {
+        Inter::HEADER + payload.len()
+    }
+
+    /// The receiver has everything up to `seq`.
+    fn ack(&mut self, seq: u64) {
+        while self.unacked.front().is_some_and(|(s, _)| *s <= seq) {
+            let (_, p) = self.unacked.pop_front().expect("front");
+            self.bytes -= Pair::cost(&p);
+        }
+    }
+
+    /// `seq` was refused: it will never be acknowledged.
+    fn forget(&mut self, seq: u64) {
+        if let Some(i) = self.unacked.iter().position(|(s, _)| *s == seq) {
+            let (_, p) = self.unacked.remove(i).expect("index");
+            self.bytes -= Pair::cost(&p);
+        }
     }
 }
 
@@ -178,8 +242,8 @@ impl Stats {
 struct Task {
     migrations: u32,
     app: Vec<u8>,
-    /// Correspondents this task sent to: last sequence number used.
-    sent: HashMap<TaskId, u64>,
+    /// Correspondents this task sent to.
+    sent: HashMap<TaskId, Pair>,
     /// Correspondents this task received from: last sequence delivered.
     recvd: HashMap<TaskId, u64>,
     /// The resequencing queue: messages ahead of their turn, per sender.
@@ -190,10 +254,15 @@ struct Task {
 }
 
 impl Task {
-    fn image(self, id: TaskId, started_ns: u64) -> TaskImage {
-        let mut sent: Vec<_> = self.sent.into_iter().collect();
+    fn image(self, id: TaskId, started_ns: u64, dead: Vec<HostId>) -> TaskImage {
+        let mut pairs: Vec<_> = self.sent.into_iter().collect();
+        pairs.sort_unstable_by_key(|(d, _)| *d);
+        let sent = pairs.iter().map(|(d, p)| (*d, p.seq)).collect();
+        let unacked = pairs
+            .into_iter()
+            .flat_map(|(d, p)| p.unacked.into_iter().map(move |(s, b)| (d, s, b)))
+            .collect();
         let mut recvd: Vec<_> = self.recvd.into_iter().collect();
-        sent.sort_unstable();
         recvd.sort_unstable();
         TaskImage {
             id,
@@ -208,6 +277,8 @@ impl Task {
                 .collect(),
             mailbox: self.mailbox.into(),
             started_ns,
+            unacked,
+            dead,
         }
     }
 }
@@ -243,6 +314,17 @@ pub struct Node {
     held_bytes: usize,
     lookups: HashMap<TaskId, Lookup>,
     dead: HashSet<HostId>,
+    /// When this node last learned of a failure (gaps wait from then on).
+    failed_at: u64,
+    /// Pairs (receiver here, sender) with messages in order not yet
+    /// acknowledged: how many.
+    ack_due: HashMap<(TaskId, TaskId), u64>,
+    /// When the oldest of `ack_due` became due.
+    ack_since: Option<u64>,
+    /// ACKs for tasks on their way here: sender -> addressee -> seq.
+    early_acks: HashMap<TaskId, HashMap<TaskId, u64>>,
+    /// Refusals for tasks on their way here: (reason, addressee, seq).
+    early_refused: HashMap<TaskId, Vec<(RefuseReason, TaskId, u64)>>,
     now: u64,
     out: VecDeque<(HostId, Packet)>,
     events: VecDeque<Event>,
@@ -283,6 +365,11 @@ impl Node {
             held_bytes: 0,
             lookups: HashMap::new(),
             dead: HashSet::new(),
+            failed_at: 0,
+            ack_due: HashMap::new(),
+            ack_since: None,
+            early_acks: HashMap::new(),
+            early_refused: HashMap::new(),
             now: 0,
             out: VecDeque::new(),
             events: VecDeque::new(),
@@ -330,6 +417,15 @@ impl Node {
                 .values()
                 .map(|l| l.waiting.len())
                 .sum::<usize>()
+    }
+
+    /// Messages tasks here sent that no receiver acknowledged yet.
+    pub fn unacked_count(&self) -> usize {
+        self.present
+            .values()
+            .flat_map(|t| t.sent.values())
+            .map(|p| p.unacked.len())
+            .sum()
     }
 
     /// Messages in order waiting in `task`'s mailbox, and messages ahead of
@@ -446,27 +542,76 @@ impl Node {
             None if self.cfg.mode == Mode::Seed => return Err(ProtoError::NoHome(dst)),
             None => Loc::default(),
         };
+        let bound = self.cfg.retain_bytes;
         let t = self.present.get_mut(&src).expect("present");
-        let seq = t.sent.entry(dst).or_insert(0);
-        *seq += 1;
+        let pair = t.sent.entry(dst).or_default();
+        if pair.bytes + Pair::cost(&payload) > bound {
+            return Err(ProtoError::Unacked {
+                task: src,
+                peer: dst,
+                bound,
+            });
+        }
+        pair.seq += 1;
+        pair.bytes += Pair::cost(&payload);
+        pair.unacked.push_back((pair.seq, payload.clone()));
         let m = Inter {
             flags: 0,
             hops: 0,
-            seq: *seq,
+            seq: pair.seq,
             src,
             src_loc,
             dst,
             dst_loc,
             payload,
+            acks: Vec::new(),
         };
         self.stats.inter_sent += 1;
         let seq = m.seq;
-        if self.cfg.mode == Mode::Broadcast && self.known(dst).is_none() {
+        self.dispatch(m);
+        Ok(seq)
+    }
+
+    /// Figure 2's last step for a message of a task present here.
+    fn dispatch(&mut self, m: Inter) {
+        if self.cfg.mode == Mode::Broadcast && self.known(m.dst).is_none() {
             self.look_up(m);
         } else {
             self.route(m, false);
         }
-        Ok(seq)
+    }
+
+    /// Send every unacknowledged message of `task` (present here) again,
+    /// towards the freshest location known of each addressee.
+    fn resend(&mut self, task: TaskId) {
+        let Some(t) = self.present.get(&task) else {
+            return;
+        };
+        let src_loc = Loc {
+            host: self.me,
+            fresh: t.migrations + 1,
+        };
+        let mut again: Vec<(TaskId, u64, Vec<u8>)> = t
+            .sent
+            .iter()
+            .flat_map(|(d, p)| p.unacked.iter().map(|(s, b)| (*d, *s, b.clone())))
+            .collect();
+        again.sort_unstable_by_key(|(d, s, _)| (*d, *s));
+        for (dst, seq, payload) in again {
+            let dst_loc = self.location(dst).unwrap_or_default();
+            self.stats.resent += 1;
+            self.dispatch(Inter {
+                flags: 0,
+                hops: 0,
+                seq,
+                src: task,
+                src_loc,
+                dst,
+                dst_loc,
+                payload,
+                acks: Vec::new(),
+            });
+        }
     }
 
     /// Take the next message of `task`'s mailbox: (sender, payload).
@@ -510,10 +655,16 @@ impl Node {
         if self.dead.contains(&to) {
             return Err(ProtoError::HostDown(to));
         }
-        let Some(mut t) = self.present.remove(&task) else {
+        if !self.present.contains_key(&task) {
             return Err(ProtoError::NotHere(task));
-        };
+        }
+        // What it received here is acknowledged from here: the ACK state
+        // stays behind, the received list travels.
+        self.send_acks(|dst, _| dst == task);
+        let mut t = self.present.remove(&task).expect("present");
         t.migrations += 1;
+        let mut dead: Vec<HostId> = self.dead.iter().copied().collect();
+        dead.sort_unstable();
         self.table.insert(
             task,
             Loc {
@@ -523,7 +674,7 @@ impl Node {
         );
         self.stats.migrations_out += 1;
         self.out
-            .push_back((to, Packet::Migrate(Box::new(t.image(task, now)))));
+            .push_back((to, Packet::Migrate(Box::new(t.image(task, now, dead)))));
         self.events.push_back(Event::Left { task, to });
         Ok(())
     }
@@ -565,6 +716,7 @@ impl Node {
                 self.out.push_back((from, Packet::Here { task, loc }));
             }
             Packet::Here { task, loc } => self.on_here(task, loc),
+            Packet::Ack(entries) => self.on_ack(entries),
         }
     }
 
@@ -575,12 +727,19 @@ impl Node {
         if host == self.me || !self.dead.insert(host) {
             return;
         }
+        self.failed_at = now;
         for (&task, t) in &self.present {
             for peer in t.sent.keys() {
                 if self.table.get(peer).is_some_and(|l| l.host == host) {
                     self.events.push_back(Event::PeerLost { task, peer: *peer });
                 }
             }
+        }
+        // Any unacknowledged message may have been passing through the
+        // failed host: send them all again, routed afresh around it.
+        let tasks: Vec<TaskId> = self.present.keys().copied().collect();
+        for t in tasks {
+            self.resend(t);
         }
         // Messages waiting for a lookup or a location are re-examined later.
         let tasks: Vec<TaskId> = self.held.keys().copied().collect();
@@ -603,11 +762,12 @@ impl Node {
         } else {
             self.present
                 .values()
-                .flat_map(|t| t.ahead_since.values())
+                .flat_map(|t| t.ahead_since.iter())
+                .map(|(src, since)| self.gap_due(*src, *since))
                 .min()
-                .map(|s| s + self.cfg.dead_wait_ns)
         };
-        [held, look, gap].into_iter().flatten().min()
+        let ack = self.ack_since.map(|s| s + self.cfg.ack_delay_ns);
+        [held, look, gap, ack].into_iter().flatten().min()
     }
 
     /// Expire what is due; a call before anything is due does nothing.
@@ -637,6 +797,12 @@ impl Node {
         if !self.dead.is_empty() {
             self.skip_gaps();
         }
+        if self
+            .ack_since
+            .is_some_and(|s| s + self.cfg.ack_delay_ns <= now)
+        {
+            self.send_acks(|_, _| true);
+        }
         let retry: Vec<TaskId> = self
             .lookups
             .iter()
@@ -648,10 +814,24 @@ impl Node {
         }
     }
 
+    /// Acknowledge every due pair now (a runtime about to close, so that
+    /// its senders do not resend and get refusals for what was delivered).
+    pub fn ack_now(&mut self) {
+        self.send_acks(|_, _| true);
+    }
+
     /// Next packet to send: (host, bytes).
     #[must_use]
     pub fn poll_transmit(&mut self) -> Option<(HostId, Vec<u8>)> {
-        self.out.pop_front().map(|(h, p)| (h, p.encode()))
+        let (h, mut p) = self.out.pop_front()?;
+        if let Packet::Inter(m) = &mut p {
+            // Due ACKs for senders on that host ride along for free.
+            if !self.ack_due.is_empty() {
+                m.acks = self.take_acks(h);
+                self.stats.ack_piggybacked += m.acks.len() as u64;
+            }
+        }
+        Some((h, p.encode()))
     }
 
     #[must_use]
@@ -663,6 +843,10 @@ impl Node {
 
     /// Figure 4: an INTER from another runtime.
     fn on_inter(&mut self, mut m: Inter) {
+        let acks = std::mem::take(&mut m.acks);
+        if !acks.is_empty() {
+            self.on_ack(acks);
+        }
         if self.learn(m.src, m.src_loc) {
             self.flush_held(m.src);
         }
@@ -815,7 +999,9 @@ impl Node {
         let t = self.present.get_mut(&m.dst).expect("present");
         let last = t.recvd.get(&m.src).copied().unwrap_or(0);
         if m.seq <= last {
+            // A resent copy: its sender may have missed our ACK.
             self.stats.duplicates += 1;
+            self.ack_later(m.dst, m.src, 0);
             return;
         }
         if m.seq > last + 1 {
@@ -826,9 +1012,11 @@ impl Node {
             }
             return;
         }
-        let src = m.src;
+        let (src, dst) = (m.src, m.dst);
+        let mut moved = 0;
         let mut next = Some(m);
         while let Some(m) = next {
+            moved += 1;
             t.recvd.insert(src, m.seq);
             if !m.skip() {
                 t.mailbox.push_back((src, m.payload));
@@ -845,15 +1033,165 @@ impl Node {
         if !t.ahead.contains_key(&src) {
             t.ahead_since.remove(&src);
         }
+        self.ack_later(dst, src, moved);
+    }
+
+    // ----- acknowledgements (beyond the seed) -----
+
+    /// `moved` more messages of `src -> dst` (here) are in order: note the
+    /// pair for the next ACK, and send the ACKs of its sender's host now
+    /// if the pair reached `ack_every`.
+    fn ack_later(&mut self, dst: TaskId, src: TaskId, moved: u64) {
+        let n = self.ack_due.entry((dst, src)).or_insert(0);
+        *n += moved;
+        let full = *n >= self.cfg.ack_every;
+        self.ack_since.get_or_insert(self.now);
+        if full {
+            let host = self.known(src).map(|l| l.host);
+            self.send_acks(move |_, l| l.map(|l| l.host) == host);
+        }
+    }
+
+    /// The due ACKs whose senders are known on `host`, taken off the due
+    /// list (at most what one INTER carries).
+    fn take_acks(&mut self, host: HostId) -> Vec<AckEntry> {
+        let keys: Vec<(TaskId, TaskId)> = self
+            .ack_due
+            .keys()
+            .filter(|(_, s)| self.known(*s).is_some_and(|l| l.host == host))
+            .take(u16::MAX as usize)
+            .copied()
+            .collect();
+        let mut v = Vec::new();
+        for (dst, src) in keys {
+            self.ack_due.remove(&(dst, src));
+            let seq = self.present.get(&dst).and_then(|t| t.recvd.get(&src));
+            if let (Some(seq), Some(src_loc)) = (seq, self.known(src)) {
+                v.push(AckEntry {
+                    src,
+                    src_loc,
+                    dst,
+                    seq: *seq,
+                });
+            }
+        }
+        if self.ack_due.is_empty() {
+            self.ack_since = None;
+        }
+        v
+    }
+
+    /// Acknowledge the due pairs `pick` chooses (addressee here, the
+    /// sender's known location): one ACK packet per sender host.
+    fn send_acks(&mut self, pick: impl Fn(TaskId, Option<Loc>) -> bool) {
+        let keys: Vec<(TaskId, TaskId)> = self
+            .ack_due
+            .keys()
+            .filter(|(d, s)| pick(*d, self.known(*s)))
+            .copied()
+            .collect();
+        let mut out = BTreeMap::new();
+        for (dst, src) in keys {
+            self.ack_due.remove(&(dst, src));
+            let Some(seq) = self.present.get(&dst).and_then(|t| t.recvd.get(&src)) else {
+                continue;
+            };
+            let Some(src_loc) = self.known(src) else {
+                continue;
+            };
+            let e = AckEntry {
+                src,
+                src_loc,
+                dst,
+                seq: *seq,
+            };
+            self.ack_to(e, &mut out);
+        }
+        if self.ack_due.is_empty() {
+            self.ack_since = None;
+        }
+        self.push_acks(out);
+    }
+
+    fn push_acks(&mut self, out: BTreeMap<HostId, Vec<AckEntry>>) {
+        for (h, v) in out {
+            self.stats.ack_sent += 1;
+            self.stats.ack_entries += v.len() as u64;
+            self.out.push_back((h, Packet::Ack(v)));
+        }
+    }
+
+    /// Apply an ACK to its sending task if it is here, else send it on
+    /// towards the freshest location known (each forward goes to a
+    /// strictly fresher one, as INTERs do), or keep it for a task on its
+    /// way here. An ACK for a task on a failed host is dropped: the task's
+    /// messages died with it.
+    fn ack_to(&mut self, e: AckEntry, out: &mut BTreeMap<HostId, Vec<AckEntry>>) {
+        if let Some(t) = self.present.get_mut(&e.src) {
+            if let Some(p) = t.sent.get_mut(&e.dst) {
+                p.ack(e.seq);
+            }
+            return;
+        }
+        let loc = match self.known(e.src) {
+            Some(l) if l.fresh > e.src_loc.fresh => l,
+            _ => e.src_loc,
+        };
+        if self.dead.contains(&loc.host) {
+            tracing::debug!(src = %e.src, "ACK for a task on a failed host");
+        } else if loc.host == self.me {
+            let seq = self
+                .early_acks
+                .entry(e.src)
+                .or_default()
+                .entry(e.dst)
+                .or_insert(0);
+            *seq = (*seq).max(e.seq);
+        } else {
+            out.entry(loc.host)
+                .or_default()
+                .push(AckEntry { src_loc: loc, ..e });
+        }
+    }
+
+    fn on_ack(&mut self, entries: Vec<AckEntry>) {
+        let mut out = BTreeMap::new();
+        for e in entries {
+            self.ack_to(e, &mut out);
+        }
+        self.push_acks(out);
     }
 
     /// A task arrived (the other half of [`Node::migrate`]).
     fn arrive(&mut self, img: TaskImage) {
         let id = img.id;
+        let mut sent: HashMap<TaskId, Pair> = img
+            .sent
+            .into_iter()
+            .map(|(d, seq)| {
+                (
+                    d,
+                    Pair {
+                        seq,
+                        ..Pair::default()
+                    },
+                )
+            })
+            .collect();
+        for (d, seq, b) in img.unacked {
+            let p = sent.entry(d).or_default();
+            p.bytes += Pair::cost(&b);
+            p.unacked.push_back((seq, b));
+        }
+        for (d, seq) in self.early_acks.remove(&id).unwrap_or_default() {
+            if let Some(p) = sent.get_mut(&d) {
+                p.ack(seq);
+            }
+        }
         let mut t = Task {
             migrations: img.migrations,
             app: img.app,
-            sent: img.sent.into_iter().collect(),
+            sent,
             recvd: img.recvd.into_iter().collect(),
             ahead: HashMap::new(),
             ahead_since: HashMap::new(),
@@ -880,6 +1218,14 @@ impl Node {
         });
         self.announce(id);
         self.flush_held(id);
+        // A host its old host did not know had failed may have taken what
+        // it had unacknowledged.
+        if self.dead.iter().any(|h| !img.dead.contains(h)) {
+            self.resend(id);
+        }
+        for (reason, dst, seq) in self.early_refused.remove(&id).unwrap_or_default() {
+            self.on_refused(reason, id, Loc::default(), dst, seq);
+        }
     }
 
     /// Tell `m`'s sender that `m` cannot be delivered.
@@ -896,7 +1242,10 @@ impl Node {
         dst: TaskId,
         seq: u64,
     ) {
-        if self.present.contains_key(&src) {
+        if let Some(t) = self.present.get_mut(&src) {
+            if let Some(p) = t.sent.get_mut(&dst) {
+                p.forget(seq);
+            }
             self.events.push_back(Event::Refused {
                 task: src,
                 to: dst,
@@ -909,7 +1258,15 @@ impl Node {
             Some(l) if l.fresh > src_loc.fresh => l,
             _ => src_loc,
         };
-        if loc.host == self.me || self.dead.contains(&loc.host) {
+        if loc.host == self.me {
+            // On its way here: told when it arrives.
+            self.early_refused
+                .entry(src)
+                .or_default()
+                .push((reason, dst, seq));
+            return;
+        }
+        if self.dead.contains(&loc.host) {
             tracing::debug!(%src, %dst, seq, ?reason, "refusal for a task that is gone");
             return;
         }
@@ -925,17 +1282,32 @@ impl Node {
         ));
     }
 
-    /// After a failure: messages that went through the failed host will
-    /// never come; move a pair's order past what has been missing for
-    /// `dead_wait_ns`.
+    /// When a gap in `src`'s messages that opened at `since` is skipped
+    /// (after a failure only). A surviving sender resends what a failure
+    /// may have taken, so its gaps fill; a sender last seen on a failed
+    /// host is given `dead_wait_ns` from the failure to show it survived
+    /// (its resends carry its new location), one last seen elsewhere (it
+    /// may have moved to the failed host since) four times that.
+    fn gap_due(&self, src: TaskId, since: u64) -> u64 {
+        let on_dead = self.known(src).is_some_and(|l| self.dead.contains(&l.host));
+        let wait = if on_dead {
+            self.cfg.dead_wait_ns
+        } else {
+            self.cfg.dead_wait_ns.saturating_mul(4)
+        };
+        since.max(self.failed_at).saturating_add(wait)
+    }
+
+    /// After a failure: messages a lost sender sent through the failed
+    /// host will never come; move a pair's order past them (`gap_due`).
     fn skip_gaps(&mut self) {
         let mut gaps = Vec::new();
-        let due = self.now.saturating_sub(self.cfg.dead_wait_ns);
-        for (&task, t) in self.present.iter_mut() {
+        let now = self.now;
+        for (&task, t) in self.present.iter() {
             let srcs: Vec<TaskId> = t
                 .ahead_since
                 .iter()
-                .filter(|(_, s)| **s <= due)
+                .filter(|(src, s)| self.gap_due(**src, **s) <= now)
                 .map(|(src, _)| *src)
                 .collect();
             for src in srcs {
@@ -961,6 +1333,7 @@ impl Node {
                 dst: task,
                 dst_loc: Loc::default(),
                 payload: Vec::new(),
+                acks: Vec::new(),
             };
             // Pretend the last missing one arrived as a tombstone.
             let t = self.present.get_mut(&task).expect("present");

@@ -51,6 +51,17 @@ impl Net {
         }
     }
 
+    /// [`Net::settle`] with host `gone` failed: what goes to or from it is lost.
+    fn settle_without(&mut self, gone: HostId) {
+        self.collect();
+        while let Some((from, to, b)) = self.wire.pop_front() {
+            if from != gone && to != gone {
+                self.nodes[to as usize].receive(0, from, &b);
+            }
+            self.collect();
+        }
+    }
+
     fn events(&mut self, h: usize) -> Vec<Event> {
         std::iter::from_fn(|| self.nodes[h].poll_event()).collect()
     }
@@ -175,4 +186,53 @@ fn the_mailbox_and_the_resequencing_queue_travel_with_the_task() {
         .collect();
     assert_eq!(got, vec![b"1".to_vec(), b"2".to_vec(), b"3".to_vec()]);
     assert_eq!(net.nodes[1].recv(b), Err(ProtoError::NotHere(b)));
+}
+
+#[test]
+fn unacknowledged_messages_are_bounded_and_acks_release_them() {
+    let cfg = Config {
+        retain_bytes: 2 * (Inter::HEADER + 4),
+        ..Config::default()
+    };
+    let mut net = Net::new(2, cfg);
+    let (a, b) = (TaskId(1), TaskId(2));
+    net.nodes[0].spawn(a, vec![]).unwrap();
+    net.nodes[1].spawn(b, vec![]).unwrap();
+    net.settle();
+    net.nodes[0].send(a, b, vec![1; 4]).unwrap();
+    net.nodes[0].send(a, b, vec![2; 4]).unwrap();
+    let full = net.nodes[0].send(a, b, vec![3; 4]);
+    assert!(matches!(full, Err(ProtoError::Unacked { .. })), "{full:?}");
+    net.settle();
+    // Delivered, but the ACK waits for its delay (batching).
+    assert_eq!(net.nodes[0].unacked_count(), 2);
+    let due = net.nodes[1].poll_timeout().expect("an ACK is due");
+    net.nodes[1].handle_timeout(due);
+    net.settle();
+    assert_eq!(net.nodes[0].unacked_count(), 0);
+    assert_eq!(net.nodes[1].stats().ack_sent, 1);
+    assert_eq!(net.nodes[0].send(a, b, vec![3; 4]), Ok(3));
+}
+
+#[test]
+fn a_message_held_at_a_home_that_fails_is_sent_again_and_arrives_once() {
+    let mut net = Net::new(8, Config::default());
+    let a = TaskId(1);
+    net.nodes[0].spawn(a, vec![]).unwrap();
+    let b = task_homed_away(8, &[0, 1]);
+    let home = net.nodes[0].location(b).unwrap().host;
+    net.nodes[0].send(a, b, b"early".to_vec()).unwrap();
+    net.settle();
+    assert_eq!(net.nodes[home as usize].held_count(), 1);
+    // The home fails with the message; the others learn of it.
+    for h in (0..8).filter(|h| *h != home) {
+        net.nodes[h as usize].host_failed(1, home);
+    }
+    net.settle_without(home);
+    net.nodes[1].spawn(b, vec![]).unwrap();
+    net.settle_without(home);
+    assert_eq!(net.nodes[1].recv(b).unwrap(), Some((a, b"early".to_vec())));
+    assert_eq!(net.nodes[1].recv(b).unwrap(), None);
+    assert_eq!(net.nodes[0].stats().resent, 1);
+    assert!(net.events(1).is_empty(), "no gap");
 }

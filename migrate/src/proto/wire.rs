@@ -12,6 +12,7 @@ mod kind {
     pub const REFUSED: u8 = 4;
     pub const WHERE: u8 = 5;
     pub const HERE: u8 = 6;
+    pub const ACK: u8 = 7;
 }
 
 /// INTER flag: the sender's runtime does not know the destination's
@@ -20,6 +21,9 @@ pub const FLAG_STALE: u8 = 1;
 /// INTER flag: a tombstone for a message a home refused; it carries no
 /// payload and only moves the receiver's per-pair sequence on.
 pub const FLAG_SKIP: u8 = 2;
+/// INTER flag: acknowledgements ride along (n u16 + n ACK entries between
+/// the header and the payload). Set by the encoder, never kept.
+pub const FLAG_ACKS: u8 = 4;
 
 /// A message between tasks, with both ends' locations as its carrier knew them.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -34,6 +38,9 @@ pub struct Inter {
     pub dst: TaskId,
     pub dst_loc: Loc,
     pub payload: Vec<u8>,
+    /// Acknowledgements for the next runtime, piggybacked on this packet
+    /// (hop by hop: taken off where it arrives).
+    pub acks: Vec<AckEntry>,
 }
 
 impl Inter {
@@ -78,6 +85,27 @@ pub struct TaskImage {
     pub mailbox: Vec<(TaskId, Vec<u8>)>,
     /// When the migration started, on the sender's clock (ns; for figures).
     pub started_ns: u64,
+    /// Messages this task sent and no receiver acknowledged yet, in send
+    /// order per addressee: (addressee, seq, payload). They move with the
+    /// sender so that it can send them again after a host failure.
+    pub unacked: Vec<(TaskId, u64, Vec<u8>)>,
+    /// Failed hosts its old host knew of (it resent for those already).
+    pub dead: Vec<HostId>,
+}
+
+/// One pair's cumulative acknowledgement: `dst` has every message of the
+/// pair `src -> dst` up to `seq` (delivered or skipped in order).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct AckEntry {
+    /// The sending task, and where the acknowledging runtime believes it is.
+    pub src: TaskId,
+    pub src_loc: Loc,
+    pub dst: TaskId,
+    pub seq: u64,
+}
+
+impl AckEntry {
+    pub const LEN: usize = 8 + 8 + 8 + 8;
 }
 
 /// Everything runtimes send each other.
@@ -107,6 +135,8 @@ pub enum Packet {
         task: TaskId,
         loc: Option<Loc>,
     },
+    /// Cumulative per-pair acknowledgements, batched per sender host.
+    Ack(Vec<AckEntry>),
 }
 
 /// A packet that does not parse.
@@ -145,9 +175,11 @@ impl W {
         self.u32(b.len() as u32);
         self.0.extend_from_slice(b);
     }
-    fn inter(&mut self, m: &Inter) {
+    /// An INTER header (with its piggybacked ACKs when `acks`).
+    fn inter(&mut self, m: &Inter, acks: bool) {
+        let acks = acks && !m.acks.is_empty();
         self.u8(kind::INTER);
-        self.u8(m.flags);
+        self.u8(m.flags & !FLAG_ACKS | if acks { FLAG_ACKS } else { 0 });
         self.u8(m.hops);
         self.u8(0);
         self.u64(m.seq);
@@ -155,6 +187,19 @@ impl W {
         self.loc(m.src_loc);
         self.u64(m.dst.0);
         self.loc(m.dst_loc);
+        if acks {
+            self.0
+                .extend_from_slice(&(m.acks.len() as u16).to_le_bytes());
+            for e in &m.acks {
+                self.ack(e);
+            }
+        }
+    }
+    fn ack(&mut self, e: &AckEntry) {
+        self.u64(e.src.0);
+        self.loc(e.src_loc);
+        self.u64(e.dst.0);
+        self.u64(e.seq);
     }
 }
 
@@ -210,13 +255,21 @@ impl<'a> R<'a> {
         }
         Ok(n)
     }
+    fn ack(&mut self) -> Result<AckEntry, WireError> {
+        Ok(AckEntry {
+            src: self.task()?,
+            src_loc: self.loc()?,
+            dst: self.task()?,
+            seq: self.u64()?,
+        })
+    }
     /// An INTER after its kind byte.
     fn inter(&mut self) -> Result<Inter, WireError> {
         let flags = self.u8()?;
         let hops = self.u8()?;
         self.u8()?;
-        Ok(Inter {
-            flags,
+        let mut m = Inter {
+            flags: flags & !FLAG_ACKS,
             hops,
             seq: self.u64()?,
             src: self.task()?,
@@ -224,7 +277,21 @@ impl<'a> R<'a> {
             dst: self.task()?,
             dst_loc: self.loc()?,
             payload: Vec::new(),
-        })
+            acks: Vec::new(),
+        };
+        if flags & FLAG_ACKS != 0 {
+            let n = u16::from_le_bytes(self.take(2)?.try_into().expect("2")) as usize;
+            if n * AckEntry::LEN > self.b.len() {
+                return Err(WireError::Truncated {
+                    what: self.what,
+                    len: self.len,
+                });
+            }
+            for _ in 0..n {
+                m.acks.push(self.ack()?);
+            }
+        }
+        Ok(m)
     }
 }
 
@@ -244,8 +311,8 @@ impl Packet {
         let mut w = W(Vec::with_capacity(64));
         match self {
             Packet::Inter(m) => {
-                w.0.reserve(Inter::HEADER + m.payload.len());
-                w.inter(m);
+                w.0.reserve(Inter::HEADER + m.payload.len() + 2 + m.acks.len() * AckEntry::LEN);
+                w.inter(m, true);
                 w.0.extend_from_slice(&m.payload);
             }
             Packet::Local { task, loc } => {
@@ -268,13 +335,23 @@ impl Packet {
                 }
                 w.u32(t.ahead.len() as u32);
                 for m in &t.ahead {
-                    w.inter(m);
+                    w.inter(m, false);
                     w.bytes(&m.payload);
                 }
                 w.u32(t.mailbox.len() as u32);
                 for (from, b) in &t.mailbox {
                     w.u64(from.0);
                     w.bytes(b);
+                }
+                w.u32(t.unacked.len() as u32);
+                for (dst, seq, b) in &t.unacked {
+                    w.u64(dst.0);
+                    w.u64(*seq);
+                    w.bytes(b);
+                }
+                w.u32(t.dead.len() as u32);
+                for h in &t.dead {
+                    w.u32(*h);
                 }
             }
             Packet::Refused {
@@ -301,6 +378,13 @@ impl Packet {
                 w.u8(loc.is_some() as u8);
                 w.loc(loc.unwrap_or_default());
             }
+            Packet::Ack(entries) => {
+                w.u8(kind::ACK);
+                w.u32(entries.len() as u32);
+                for e in entries {
+                    w.ack(e);
+                }
+            }
         }
         w.0
     }
@@ -320,6 +404,7 @@ impl Packet {
             kind::REFUSED => "REFUSED",
             kind::WHERE => "WHERE",
             kind::HERE => "HERE",
+            kind::ACK => "ACK",
             other => return Err(WireError::Unknown(other)),
         };
         let mut r = R {
@@ -366,6 +451,16 @@ impl Packet {
                 for _ in 0..n {
                     mailbox.push((r.task()?, r.bytes()?));
                 }
+                let n = r.count(20)?;
+                let mut unacked = Vec::with_capacity(n);
+                for _ in 0..n {
+                    unacked.push((r.task()?, r.u64()?, r.bytes()?));
+                }
+                let n = r.count(4)?;
+                let mut dead = Vec::with_capacity(n);
+                for _ in 0..n {
+                    dead.push(r.u32()?);
+                }
                 Packet::Migrate(Box::new(TaskImage {
                     id,
                     migrations,
@@ -375,6 +470,8 @@ impl Packet {
                     ahead,
                     mailbox,
                     started_ns,
+                    unacked,
+                    dead,
                 }))
             }
             kind::REFUSED => {
@@ -393,6 +490,14 @@ impl Packet {
                 }
             }
             kind::WHERE => Packet::Where { task: r.task()? },
+            kind::ACK => {
+                let n = r.count(AckEntry::LEN)?;
+                let mut v = Vec::with_capacity(n);
+                for _ in 0..n {
+                    v.push(r.ack()?);
+                }
+                Packet::Ack(v)
+            }
             _ => {
                 let task = r.task()?;
                 let some = r.u8()? != 0;
@@ -420,6 +525,7 @@ mod tests {
             dst: TaskId(9),
             dst_loc: Loc { host: 0, fresh: 0 },
             payload: b"hello".to_vec(),
+            acks: Vec::new(),
         }
     }
 
@@ -437,6 +543,15 @@ mod tests {
     fn every_kind_round_trips_and_truncation_is_an_error() {
         let packets = vec![
             Packet::Inter(inter()),
+            Packet::Inter(Inter {
+                acks: vec![AckEntry {
+                    src: TaskId(9),
+                    src_loc: Loc { host: 3, fresh: 2 },
+                    dst: TaskId(1),
+                    seq: 5,
+                }],
+                ..inter()
+            }),
             Packet::Local {
                 task: TaskId(5),
                 loc: Loc { host: 1, fresh: 4 },
@@ -450,7 +565,23 @@ mod tests {
                 ahead: vec![inter()],
                 mailbox: vec![(TaskId(1), b"x".to_vec())],
                 started_ns: 42,
+                unacked: vec![(TaskId(2), 6, b"yz".to_vec())],
+                dead: vec![3],
             })),
+            Packet::Ack(vec![
+                AckEntry {
+                    src: TaskId(1),
+                    src_loc: Loc { host: 2, fresh: 3 },
+                    dst: TaskId(4),
+                    seq: 17,
+                },
+                AckEntry {
+                    src: TaskId(5),
+                    src_loc: Loc { host: 0, fresh: 1 },
+                    dst: TaskId(4),
+                    seq: 2,
+                },
+            ]),
             Packet::Refused {
                 reason: RefuseReason::TaskLost,
                 src: TaskId(1),
