@@ -142,9 +142,14 @@ impl Connection {
 
     /// Probe timeout after the last transmission: twice the smoothed RTT
     /// (the receiver acknowledges a burst's last frame at once, ACK_NOW) plus
-    /// scheduling slack, far below the RTO floor.
+    /// scheduling slack, far below the RTO floor; and no earlier than the
+    /// RTT's own spread says an acknowledgement may still come (srtt + 4
+    /// rttvar). A peer whose process shares its cores with many others
+    /// answers late and irregularly; probing inside that spread only
+    /// resends what arrived (spurious probes cost both ends a frame).
     pub(super) fn probe_timeout(&self) -> Duration {
-        self.rtt.srtt() * 2 + Duration::from_micros(50)
+        let srtt = self.rtt.srtt();
+        (srtt * 2).max(srtt + self.rtt.rttvar() * 4) + Duration::from_micros(50)
     }
 
     /// When the next tail-loss probe is due after a retransmission: the
