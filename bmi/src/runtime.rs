@@ -838,7 +838,20 @@ impl Inner {
         Self::check_ctx(&st, ctx)?;
         let expected_len = usize::try_from(expected)
             .map_err(|_| BmiError::Invalid(format!("expected size {expected}")))?;
-        let (method, peer, ep) = self.peer_for(&mut st, a)?;
+        // A peer that ended may have sent messages before it did: the
+        // message layer still matches those and fails the receive otherwise.
+        let (method, peer, ep) = match Self::entry(&st, a)? {
+            AddrEntry {
+                dead: Some(_),
+                peer: Some(p),
+                method,
+                ..
+            } => {
+                let ep = self.methods[*method].ep().expect("a peer has an endpoint");
+                (*method, *p, ep)
+            }
+            _ => self.peer_for(&mut st, a)?,
+        };
         let text = st_text(&st, a);
         let mut buf = st.pool.pop().unwrap_or_default();
         buf.clear();

@@ -300,6 +300,35 @@ fn a_peer_that_ends_fails_pending_operations() {
 }
 
 #[test]
+fn what_a_client_sent_before_it_ended_is_still_received() {
+    let (s, saddr) = server();
+    let sctx = s.open_context();
+    let c = client();
+    let cctx = c.open_context();
+    let to = c.addr_lookup(&saddr).unwrap();
+    let back = s_peer(&s, &c, to, cctx);
+    // A receive of another tag learns of the client's end.
+    let Posted::Pending(watch) = s.post_recv(back, 8, 9, 0, sctx).unwrap() else {
+        panic!("nothing was sent with tag 9")
+    };
+    let body = pattern(100, 3);
+    finish(&c, c.post_send(to, body.clone(), 3, 0, cctx).unwrap(), cctx);
+    drop(c);
+    let d = s.test(watch, sctx, WAIT).unwrap().expect("the end is seen");
+    assert!(matches!(d.result, Err(BmiError::PeerClosed(_))), "{d:?}");
+    // The message it sent before it ended is the server's to receive.
+    let d = finish(&s, s.post_recv(back, 100, 3, 0, sctx).unwrap(), sctx);
+    assert_eq!(d.result, Ok(100));
+    assert_eq!(d.data.as_deref(), Some(&body[..]));
+    // Past it, receives from the client fail with its end.
+    let r = match s.post_recv(back, 100, 3, 0, sctx) {
+        Err(e) => Err(e),
+        Ok(p) => finish(&s, p, sctx).result,
+    };
+    assert!(matches!(r, Err(BmiError::PeerClosed(_))), "{r:?}");
+}
+
+#[test]
 fn testcontext_and_testsome_report_each_completion_once() {
     let (s, saddr) = server();
     let c = client();

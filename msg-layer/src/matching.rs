@@ -194,24 +194,29 @@ impl<R, M> Matcher<R, M> {
     }
 
     /// Remove the receives posted for `peer` and the messages waiting from it
-    /// (the peer failed): the receives come back to be completed with an error.
-    pub fn remove_peer(&mut self, peer: PeerId) -> Vec<R> {
+    /// that `keep` refuses (the peer failed): the receives come back to be
+    /// completed with an error, with the number of messages dropped. Messages
+    /// `keep` accepts stay for later receives: what arrived whole before a
+    /// peer ended is still the application's to receive.
+    pub fn remove_peer(&mut self, peer: PeerId, keep: impl Fn(&M) -> bool) -> (Vec<R>, usize) {
         let mut out = Vec::new();
-        let mut keep = VecDeque::with_capacity(self.posted.len());
+        let mut kept = VecDeque::with_capacity(self.posted.len());
         for p in self.posted.drain(..) {
             if p.pattern.source == Source::Peer(peer) {
                 out.push(p.recv);
             } else {
-                keep.push_back(p);
+                kept.push_back(p);
             }
         }
-        self.posted = keep;
+        self.posted = kept;
         let before = self.unexpected.len();
-        self.unexpected.retain(|u| u.env.source != peer);
-        if self.unexpected.len() != before {
+        self.unexpected
+            .retain(|u| u.env.source != peer || keep(&u.msg));
+        let dropped = before - self.unexpected.len();
+        if dropped != 0 {
             self.unexpected_bytes = self.unexpected.iter().map(|u| u.len).sum();
         }
-        out
+        (out, dropped)
     }
 
     /// Bytes of messages waiting unexpected.
@@ -339,10 +344,12 @@ mod tests {
         );
         m.post(pat(Source::Peer(5), Tag::Is(99)), 8);
         m.post(pat(Source::Any, Tag::Is(99)), 9);
-        assert_eq!(m.remove_peer(5), vec![8]);
+        assert_eq!(m.remove_peer(5, |_| false), (vec![8], 1));
         assert_eq!(m.posted_len(), 1);
         assert_eq!((m.unexpected_len(), m.unexpected_bytes()), (1, 42));
-        assert_eq!(m.remove_peer(3), Vec::<u32>::new());
+        assert_eq!(m.remove_peer(3, |_| true), (Vec::<u32>::new(), 0));
+        assert_eq!((m.unexpected_len(), m.unexpected_bytes()), (1, 42), "kept");
+        assert_eq!(m.remove_peer(3, |_| false), (Vec::<u32>::new(), 1));
         assert_eq!((m.unexpected_len(), m.unexpected_bytes()), (0, 0));
     }
 

@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 
 use bytes::Bytes;
 
-use super::{Completion, Engine, Outlet, PeerFailure, ReqState};
+use super::{Completion, Engine, Outlet, PeerFailure, ReqState, Unexpected};
 use crate::addr::Addr;
 use crate::config::INITIAL_CREDIT;
 use crate::error::{Error, PeerEnd};
@@ -228,8 +228,16 @@ impl Engine {
                 self.finish(r, Err(err.clone()));
             }
         }
-        self.unexpected_bytes -= std::mem::take(&mut self.peers[p as usize].unexpected);
-        for r in self.matcher.remove_peer(p) {
+        // Eager messages that arrived whole stay for the receives the
+        // application has yet to post (a client that sends and exits); an
+        // announced rendezvous can no longer deliver and goes.
+        let (recvs, dropped) = self
+            .matcher
+            .remove_peer(p, |m| matches!(m, Unexpected::Eager(_)));
+        let cost = dropped * HEADER_LEN;
+        self.peers[p as usize].unexpected -= cost;
+        self.unexpected_bytes -= cost;
+        for r in recvs {
             self.finish(r, Err(err.clone()));
         }
         let doomed: Vec<u64> = self

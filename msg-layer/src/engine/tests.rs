@@ -332,6 +332,40 @@ fn a_failed_peer_fails_what_depends_on_it_and_an_orderly_close_says_so() {
 }
 
 #[test]
+fn what_a_peer_sent_before_it_ended_can_still_be_received() {
+    let mut p = Pair::new(Config::default());
+    let big = Config::default().eager_limit + 1;
+    // A sends two eager messages and announces a rendezvous, then closes;
+    // B posts nothing until after the close (a client that sends and exits).
+    p.a.isend(p.ab, 1, 0, Bytes::from_static(b"first"));
+    p.a.isend(p.ab, 1, 0, Bytes::from_static(b"second"));
+    p.a.isend(p.ab, 2, 0, Bytes::from(vec![7; big]));
+    p.pump();
+    assert_eq!(p.b.unexpected_bytes(), 3 * HEADER_LEN + 11);
+    p.b.handle_event(TransportEvent::Closed(CONN, None));
+    assert_eq!(p.b.failures.len(), 1, "the end is reported at once");
+    // The rendezvous can no longer deliver: its announcement is gone.
+    assert_eq!(p.b.unexpected_bytes(), 2 * HEADER_LEN + 11);
+    for want in [&b"first"[..], b"second"] {
+        let r = p.b.irecv(any_from(p.ba, 1), vec![0; 64]);
+        assert_eq!(done(&mut p.b, r).unwrap().data.as_deref(), Some(want));
+    }
+    assert_eq!(p.b.unexpected_bytes(), 0);
+    // Past what arrived, receives naming the peer fail with its end.
+    for tag in [1, 2] {
+        let r = p.b.irecv(any_from(p.ba, tag), vec![0; big]);
+        assert!(matches!(
+            done(&mut p.b, r),
+            Err(Error::PeerFailed {
+                end: PeerEnd::Closed,
+                ..
+            })
+        ));
+    }
+    p.pump();
+}
+
+#[test]
 fn malformed_and_out_of_place_packets_are_dropped_and_counted() {
     let mut p = Pair::new(Config::default());
     let before = p.b.stats().bad_packets;
