@@ -237,7 +237,7 @@ fn exchange(seed: u64, n: u64) -> (Outcome, Pair, FaultConfig) {
             // which must arrive as the one message they make.
             let mut m = bytes::Bytes::from(message(seed, 0, sent_a, max_len, frag));
             let head = m.split_to((sent_a as usize * 977) % (m.len() + 1));
-            if p.a.endpoint_mut().send_parts(ca, head, m).is_ok() {
+            if p.a.endpoint_mut().send_parts(ca, &head, m).is_ok() {
                 sent_a += 1;
             }
         }

@@ -137,6 +137,10 @@ impl<T: Transport> Core<T> {
                 self.engine.handle_event(ev);
             }
             self.events = events;
+            // Packets copied into receive buffers go back for the next ones.
+            for packet in self.engine.spent.drain(..) {
+                self.t.recycle(packet);
+            }
             self.engine.transmit(&mut self.t);
             if self.engine.handed() == handed_before {
                 break;
@@ -612,8 +616,8 @@ impl<T: Transport> Endpoint<T> {
         ReleaseNotice::new(token, Arc::downgrade(&self.shared.queue))
     }
 
-    /// Give a delivered message's buffer back for later large messages
-    /// (fresh ones cost page faults and clearing); small ones are freed.
+    /// Give a delivered message's buffer back for later messages (a fresh
+    /// large one costs page faults and clearing, a small one an allocation).
     pub fn recycle(&self, msg: ActiveMessage) {
         if msg.packet.capacity() >= RECYCLE_FROM {
             self.core().t.recycle(msg.packet);
@@ -894,8 +898,9 @@ impl<T: Transport> Shared<T> {
 }
 
 /// Delivered packets at least this large are given back to the transport
-/// ([`Transport::recycle`]); smaller ones are simply freed.
-const RECYCLE_FROM: usize = 64 << 10;
+/// ([`Transport::recycle`]), which keeps what it can reuse; smaller ones
+/// are simply freed.
+const RECYCLE_FROM: usize = 512;
 
 /// The progress thread, paced by [`Pacer`] like every waiter: progress
 /// while anything moves and for the spin budget after, then sleep in

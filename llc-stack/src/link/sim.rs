@@ -52,6 +52,23 @@ struct Segment {
     ports: Vec<Port>,
     overflow_drops: u64,
     delivered: u64,
+    /// Frame buffers received and done with, for the next frames sent: the
+    /// simulated wire allocates nothing per frame, so allocation counts of
+    /// the stack above it are the stack's own.
+    spare: Vec<Vec<u8>>,
+}
+
+/// Most spare frame buffers a segment keeps.
+const MAX_SPARE: usize = 256;
+
+impl Segment {
+    /// A buffer holding `frame`, reused when one is spare.
+    fn copy_of(&mut self, frame: &[u8]) -> Vec<u8> {
+        let mut buf = self.spare.pop().unwrap_or_default();
+        buf.clear();
+        buf.extend_from_slice(frame);
+        buf
+    }
 }
 
 /// A simulated Ethernet segment (a hub).
@@ -69,6 +86,7 @@ impl Sim {
                 ports: Vec::new(),
                 overflow_drops: 0,
                 delivered: 0,
+                spare: Vec::new(),
             })),
         }
     }
@@ -117,13 +135,21 @@ pub struct SimPort {
     tx_buf: Vec<u8>,
 }
 
-/// A received frame, owned.
+/// A received frame, owned; its buffer goes back to the segment once read.
 #[derive(Debug)]
-pub struct SimRx(Vec<u8>);
+pub struct SimRx {
+    frame: Vec<u8>,
+    sim: Sim,
+}
 
 impl RxToken for SimRx {
     fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
-        f(&self.0)
+        let r = f(&self.frame);
+        let mut seg = self.sim.lock();
+        if seg.spare.len() < MAX_SPARE {
+            seg.spare.push(self.frame);
+        }
+        r
     }
 }
 
@@ -138,7 +164,7 @@ impl TxToken for SimTx<'_> {
     fn consume<F: FnOnce(&mut [u8]) -> usize>(self, f: F) -> usize {
         let n = f(&mut self.port.tx_buf).min(self.port.tx_buf.len());
         if n > 0 {
-            let frame = self.port.tx_buf[..n].to_vec();
+            let frame = &self.port.tx_buf[..n];
             let mut seg = self.port.sim.lock();
             let cfg = seg.cfg.clone();
             let me = self.port.index;
@@ -156,7 +182,8 @@ impl TxToken for SimTx<'_> {
                 if seg.ports[i].rx.len() >= cfg.rx_queue_frames {
                     seg.overflow_drops += 1;
                 } else {
-                    seg.ports[i].rx.push_back((arrival, frame.clone()));
+                    let copy = seg.copy_of(frame);
+                    seg.ports[i].rx.push_back((arrival, copy));
                     seg.delivered += 1;
                 }
             }
@@ -180,7 +207,10 @@ impl Device for SimPort {
         let mut seg = self.sim.lock();
         let q = &mut seg.ports[self.index].rx;
         if q.front().is_some_and(|f| f.0 <= now) {
-            q.pop_front().map(|f| SimRx(f.1))
+            q.pop_front().map(|f| SimRx {
+                frame: f.1,
+                sim: self.sim.clone(),
+            })
         } else {
             None
         }

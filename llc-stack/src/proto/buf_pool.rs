@@ -10,19 +10,27 @@
 //! [`Endpoint::recycle`](super::Endpoint::recycle), and the next large
 //! message is reassembled into it.
 
-/// Buffers smaller than this are not kept: the allocator serves them from
-/// its own free lists cheaply.
+/// Buffers at least this large are kept for large messages (at most
+/// [`MAX_BUFFERS`] and [`MAX_BYTES`]); smaller ones join the small list.
 pub const MIN_CAPACITY: usize = 64 << 10;
 /// At most this many buffers are kept...
 pub const MAX_BUFFERS: usize = 32;
 /// ...holding at most this many bytes together.
 pub const MAX_BYTES: usize = 64 << 20;
 
+/// Small messages are copied into buffers of at least this capacity, and
+/// buffers of capacity `SMALL_CAPACITY..MIN_CAPACITY` given back are kept
+/// (at most [`MAX_SMALL`]): a small message then costs no allocation.
+pub const SMALL_CAPACITY: usize = 512;
+/// At most this many small buffers are kept.
+pub const MAX_SMALL: usize = 64;
+
 /// A bounded set of spare message buffers.
 #[derive(Debug, Default)]
 pub struct BufPool {
     bufs: Vec<Vec<u8>>,
     bytes: usize,
+    small: Vec<Vec<u8>>,
 }
 
 impl BufPool {
@@ -30,6 +38,13 @@ impl BufPool {
     /// the pool is full).
     pub fn put(&mut self, mut buf: Vec<u8>) {
         let cap = buf.capacity();
+        if (SMALL_CAPACITY..MIN_CAPACITY).contains(&cap) {
+            if self.small.len() < MAX_SMALL {
+                buf.clear();
+                self.small.push(buf);
+            }
+            return;
+        }
         if cap < MIN_CAPACITY || self.bufs.len() >= MAX_BUFFERS || self.bytes + cap > MAX_BYTES {
             return;
         }
@@ -49,15 +64,21 @@ impl BufPool {
         }
     }
 
-    /// A copy of `data` in a kept buffer if one fits, else in a new one.
+    /// A copy of `data` in a kept buffer if one fits, else in a new one
+    /// (of at least [`SMALL_CAPACITY`], so that it can be kept later).
     pub fn copy_of(&mut self, data: &[u8]) -> Vec<u8> {
-        match self.take(data.len()) {
-            Some(mut buf) => {
-                buf.extend_from_slice(data);
-                buf
+        let mut buf = if data.len() <= SMALL_CAPACITY {
+            self.small
+                .pop()
+                .unwrap_or_else(|| Vec::with_capacity(SMALL_CAPACITY))
+        } else {
+            match self.take(data.len()) {
+                Some(buf) => buf,
+                None => return data.to_vec(),
             }
-            None => data.to_vec(),
-        }
+        };
+        buf.extend_from_slice(data);
+        buf
     }
 
     /// An empty kept buffer with room for `len` bytes, at most four times
@@ -119,10 +140,31 @@ mod tests {
     }
 
     #[test]
+    fn small_messages_reuse_small_buffers() {
+        let mut pool = BufPool::default();
+        let first = pool.copy_of(b"eight by");
+        assert_eq!(first, b"eight by");
+        let ptr = first.as_ptr();
+        pool.put(first);
+        let again = pool.copy_of(&[3u8; 100]);
+        assert_eq!(again.as_ptr(), ptr, "the small buffer is reused");
+        assert_eq!(again, [3u8; 100]);
+        pool.put(vec![0u8; 16]);
+        for _ in 0..2 * MAX_SMALL {
+            pool.put(Vec::with_capacity(SMALL_CAPACITY));
+        }
+        assert_eq!(pool.small.len(), MAX_SMALL, "bounded, tiny ones dropped");
+        assert!(pool.is_empty(), "small buffers do not count as large ones");
+    }
+
+    #[test]
     fn keeps_only_what_is_worth_keeping() {
         let mut pool = BufPool::default();
-        pool.put(vec![0u8; MIN_CAPACITY - 1]);
-        assert!(pool.is_empty(), "small buffers are not kept");
+        pool.put(vec![0u8; 100]);
+        assert!(
+            pool.is_empty() && pool.small.is_empty(),
+            "tiny buffers are not kept"
+        );
         pool.put(vec![0u8; 1 << 20]);
         // Too large for a small message: a fresh buffer instead.
         assert_eq!(pool.zeroed(MIN_CAPACITY).capacity(), MIN_CAPACITY);

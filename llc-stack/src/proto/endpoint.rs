@@ -261,6 +261,8 @@ pub struct Endpoint {
     /// Connections that hold acknowledged buffers for `release_acked`
     /// (so that an idle pass does not visit every connection).
     acked_holders: Vec<ConnHandle>,
+    /// The connections whose timers are due (kept for its allocation).
+    due: Vec<ConnHandle>,
     placement: Option<PlacementBox>,
     /// Delivered buffers given back ([`Endpoint::recycle`]) for the next
     /// large messages.
@@ -300,6 +302,7 @@ impl Endpoint {
             next_timer: Cell::new(None),
             timers_dirty: Cell::new(true),
             acked_holders: Vec::new(),
+            due: Vec::new(),
             pool: BufPool::default(),
             placement: None,
         }
@@ -523,11 +526,12 @@ impl Endpoint {
     }
 
     /// Queue the message `head ++ body` on a connection without joining the
-    /// two (a header of the layer above in front of a payload it lends).
+    /// two (a header of the layer above in front of a payload it lends). The
+    /// head is copied, inside the message when short; the body is not.
     pub fn send_parts(
         &mut self,
         h: ConnHandle,
-        head: Bytes,
+        head: &[u8],
         body: Bytes,
     ) -> Result<u32, SendError> {
         match self.conns.get_mut(&h) {
@@ -631,18 +635,21 @@ impl Endpoint {
 
     /// Run every timer due at `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
-        let due: Vec<ConnHandle> = self
-            .conns
-            .iter()
-            .filter(|(_, e)| e.conn.poll_timeout().is_some_and(|t| t <= now))
-            .map(|(h, _)| *h)
-            .collect();
-        for h in due {
+        let mut due = std::mem::take(&mut self.due);
+        due.extend(
+            self.conns
+                .iter()
+                .filter(|(_, e)| e.conn.poll_timeout().is_some_and(|t| t <= now))
+                .map(|(h, _)| *h),
+        );
+        for &h in &due {
             if let Some(e) = self.conns.get_mut(&h) {
                 e.conn.handle_timeout(now);
             }
             self.collect(h);
         }
+        due.clear();
+        self.due = due;
     }
 
     /// Move a connection's events to the endpoint queue, and forget it once

@@ -233,6 +233,9 @@ pub(crate) struct Engine {
     handed: u64,
     pub(crate) am_deliveries: Vec<AmDelivery>,
     pub(crate) failures: Vec<PeerFailure>,
+    /// Packets whose payload was copied out, for the endpoint to give back
+    /// to the transport ([`Transport::recycle`]).
+    pub(crate) spent: Vec<Vec<u8>>,
     stats: Stats,
 }
 
@@ -259,6 +262,7 @@ impl Engine {
             handed: 0,
             am_deliveries: Vec::new(),
             failures: Vec::new(),
+            spent: Vec::new(),
             stats: Stats::default(),
         })
     }

@@ -163,6 +163,7 @@ impl Engine {
                         buffer_len: buf.len(),
                     })
                 };
+                self.spent.push(packet);
                 self.reqs.insert(recv, ReqState::Done(res));
             }
             Unexpected::Rts { sreq } => {

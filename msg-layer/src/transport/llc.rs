@@ -338,7 +338,7 @@ impl<D: Device + Send + 'static> Transport for LlcTransport<D> {
     fn send(&mut self, conn: ConnId, head: &[u8], body: Bytes) -> Result<(), SendError> {
         use llc_stack::proto::SendError as E;
         let ep = self.stack.endpoint_mut();
-        match ep.send_parts(ConnHandle(conn), Bytes::copy_from_slice(head), body) {
+        match ep.send_parts(ConnHandle(conn), head, body) {
             Ok(_) => Ok(()),
             Err(E::BufferFull { .. }) => Err(SendError::WouldBlock),
             Err(E::Closed) => Err(SendError::Closed),

@@ -463,11 +463,11 @@ impl Connection {
 
     /// Queue a message. Returns its id, which a later `Acked` event names.
     pub fn send(&mut self, data: Bytes) -> Result<u32, SendError> {
-        self.send_parts(Bytes::new(), data)
+        self.send_parts(&[], data)
     }
 
     /// Queue the message `head ++ body` without joining the two.
-    pub fn send_parts(&mut self, head: Bytes, body: Bytes) -> Result<u32, SendError> {
+    pub fn send_parts(&mut self, head: &[u8], body: Bytes) -> Result<u32, SendError> {
         if self.close_requested || self.state == State::Closed {
             return Err(SendError::Closed);
         }
@@ -487,7 +487,7 @@ impl Connection {
         self.stats.payload_bytes_sent += len as u64;
         self.send_msgs.push_back(OutMsg {
             msg_id,
-            head,
+            head: send::MsgHead::new(head),
             body,
             next_off: 0,
         });

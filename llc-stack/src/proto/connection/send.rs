@@ -26,11 +26,12 @@ pub(crate) const RETIRE_LIMIT: usize = 64;
 /// last fragment. Frames in flight refer to it by id and offset, so cutting
 /// and retransmitting fragments costs no reference counting or allocation.
 /// The message is `head ++ body`: layers above put their own header in front
-/// of a payload they lend, and neither is copied before the frame is written.
+/// of a payload they lend; the header is kept in the message (inline when
+/// short) and the payload is not copied before the frame is written.
 #[derive(Debug)]
 pub(super) struct OutMsg {
     pub(super) msg_id: u32,
-    pub(super) head: Bytes,
+    pub(super) head: MsgHead,
     pub(super) body: Bytes,
     /// Offset of the next fragment to cut.
     pub(super) next_off: usize,
@@ -43,15 +44,55 @@ impl OutMsg {
 
     /// Bytes `off..off + len` of `head ++ body`, as at most two slices.
     fn range(&self, off: usize, len: usize) -> [&[u8]; 2] {
-        let h = self.head.len();
+        let head = self.head.as_slice();
+        let h = head.len();
         let end = off + len;
         if end <= h {
-            [&self.head[off..end], &[]]
+            [&head[off..end], &[]]
         } else if off >= h {
             [&self.body[off - h..end - h], &[]]
         } else {
-            [&self.head[off..], &self.body[..end - h]]
+            [&head[off..], &self.body[..end - h]]
         }
+    }
+}
+
+/// Heads up to this long are kept inside the message (a message-layer
+/// header and a short prefix fit).
+const INLINE_HEAD: usize = 64;
+
+/// The layer above's header of one message. Short ones (all of the message
+/// layer's) are kept inline, so queueing a message allocates nothing for
+/// its header; longer ones are copied once into shared memory.
+#[derive(Debug)]
+pub(super) enum MsgHead {
+    Inline { len: u8, bytes: [u8; INLINE_HEAD] },
+    Shared(Bytes),
+}
+
+impl MsgHead {
+    pub(super) fn new(head: &[u8]) -> Self {
+        if head.len() <= INLINE_HEAD {
+            let mut bytes = [0u8; INLINE_HEAD];
+            bytes[..head.len()].copy_from_slice(head);
+            MsgHead::Inline {
+                len: head.len() as u8,
+                bytes,
+            }
+        } else {
+            MsgHead::Shared(Bytes::copy_from_slice(head))
+        }
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            MsgHead::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            MsgHead::Shared(b) => b,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.as_slice().len()
     }
 }
 
