@@ -39,6 +39,7 @@ mod am;
 mod dispatch;
 mod p2p;
 mod peers;
+mod reqs;
 mod rma;
 #[cfg(test)]
 mod tests;
@@ -221,8 +222,7 @@ pub(crate) struct Engine {
     by_addr: FxHashMap<Addr, PeerId>,
     by_conn: FxHashMap<ConnId, ConnRole>,
     matcher: Matcher<u64, Unexpected>,
-    reqs: FxHashMap<u64, ReqState>,
-    next_req: u64,
+    reqs: reqs::ReqTable,
     regions: FxHashMap<u64, Arc<dyn MemoryRegion>>,
     /// Receive buffers the transport may fill directly.
     placements: Registry,
@@ -254,8 +254,7 @@ impl Engine {
             by_addr: FxHashMap::default(),
             by_conn: FxHashMap::default(),
             matcher: Matcher::new(),
-            reqs: FxHashMap::default(),
-            next_req: 1,
+            reqs: reqs::ReqTable::default(),
             regions: FxHashMap::default(),
             rng: Rng::from_entropy(),
             unexpected_bytes: 0,
@@ -302,10 +301,7 @@ impl Engine {
     // ----- requests -----
 
     fn new_req(&mut self, st: ReqState) -> u64 {
-        let r = self.next_req;
-        self.next_req += 1;
-        self.reqs.insert(r, st);
-        r
+        self.reqs.alloc(st)
     }
 
     fn finish(&mut self, r: u64, res: Result<Completion, Error>) {
@@ -326,7 +322,7 @@ impl Engine {
     pub fn take(&mut self, r: u64) -> Option<Result<Completion, Error>> {
         match self.reqs.get(&r) {
             None => Some(Err(Error::UnknownRequest(r))),
-            Some(ReqState::Done(_)) => match self.reqs.remove(&r) {
+            Some(ReqState::Done(_)) => match self.reqs.release(r) {
                 Some(ReqState::Done(res)) => Some(res),
                 _ => unreachable!("checked above"),
             },

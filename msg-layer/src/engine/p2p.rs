@@ -79,11 +79,15 @@ impl Engine {
                 }
             }
         }
-        let r = self.next_req;
-        self.next_req += 1;
+        let r = self.reqs.alloc(ReqState::Posted {
+            buf,
+            post: PostId(0),
+        });
         match self.matcher.post(pattern, r) {
             Posting::Queued(post) => {
-                self.reqs.insert(r, ReqState::Posted { buf, post });
+                if let Some(ReqState::Posted { post: p, .. }) = self.reqs.get_mut(&r) {
+                    *p = post;
+                }
             }
             Posting::Matched(m) => {
                 let cost = match m.msg {
@@ -92,13 +96,6 @@ impl Engine {
                 };
                 self.peers[m.env.source as usize].unexpected -= cost;
                 self.unexpected_bytes -= cost;
-                self.reqs.insert(
-                    r,
-                    ReqState::Posted {
-                        buf,
-                        post: PostId(0),
-                    },
-                );
                 self.matched(m);
             }
         }

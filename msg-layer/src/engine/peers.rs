@@ -250,7 +250,7 @@ impl Engine {
                 | ReqState::Get { status, .. } => status.source == p,
                 ReqState::Posted { .. } | ReqState::Done(_) => false,
             })
-            .map(|(&r, _)| r)
+            .map(|(r, _)| r)
             .collect();
         for r in doomed {
             self.placements
