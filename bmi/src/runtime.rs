@@ -308,31 +308,6 @@ struct State {
     stats: BmiStats,
 }
 
-/// A lent send body: the transport holds the caller's bytes, without a
-/// copy, until the peer acknowledged them.
-struct Lent {
-    ptr: *const u8,
-    len: usize,
-    _notice: msg_layer::ReleaseNotice,
-}
-
-// SAFETY: the bytes at `ptr` are only read, and BMI's contract keeps them
-// valid and unchanged until the send completes, which it does only after
-// this owner was dropped (the release notice reports that), on whatever
-// thread drops it.
-unsafe impl Send for Lent {}
-
-impl AsRef<[u8]> for Lent {
-    fn as_ref(&self) -> &[u8] {
-        if self.len == 0 {
-            return &[];
-        }
-        // SAFETY: valid for `len` bytes and unchanged while this owner
-        // lives (see `Send` above).
-        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
-    }
-}
-
 /// What a send carries.
 pub(crate) enum SendBody {
     /// Owned bytes.
@@ -773,11 +748,10 @@ impl Inner {
                 let token = st.next_token;
                 st.next_token += 1;
                 lent = Some(token);
-                Bytes::from_owner(Lent {
-                    ptr: p,
-                    len: l,
-                    _notice: ep.release_notice(token),
-                })
+                // SAFETY: BMI's contract: `len` readable bytes at `p`,
+                // unchanged until the send completes, which it does only
+                // after the release is reported.
+                unsafe { msg_layer::lent::lend(p, l, ep.release_notice(token)) }
             }
         };
         let r = ep.isend(peer, tag as u32, EXPECTED_CONTEXT, data);

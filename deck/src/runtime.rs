@@ -182,31 +182,6 @@ pub(crate) struct Inner {
     transport: String,
 }
 
-/// A lent message body: the transport holds it, without a copy, until the
-/// peer acknowledged it; dropping it reports `Event::Released`.
-struct Lent {
-    ptr: *const u8,
-    len: usize,
-    _notice: msg_layer::ReleaseNotice,
-}
-
-// SAFETY: the bytes at `ptr` are only read, and the post that lent them
-// does not return (so its caller cannot change or free them) until this
-// owner is dropped, which the release notice reports, whichever thread
-// drops it.
-unsafe impl Send for Lent {}
-
-impl AsRef<[u8]> for Lent {
-    fn as_ref(&self) -> &[u8] {
-        if self.len == 0 {
-            return &[];
-        }
-        // SAFETY: `ptr` is valid for `len` bytes and unchanged while this
-        // owner lives (see `Send` above).
-        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
-    }
-}
-
 fn transport_err(e: impl std::fmt::Display) -> DeckError {
     DeckError::Transport(e.to_string())
 }
@@ -958,11 +933,15 @@ impl Inner {
         };
         ep.am_post(peer, am::RTS, rts.encode().to_vec())
             .map_err(failed)?;
-        let lent = Bytes::from_owner(Lent {
-            ptr: data.as_ptr(),
-            len: data.len(),
-            _notice: ep.release_notice(u64::from(token)),
-        });
+        // SAFETY: `data` is borrowed for this call, which does not return
+        // until the transport released the body (waited for below).
+        let lent = unsafe {
+            msg_layer::lent::lend(
+                data.as_ptr(),
+                data.len(),
+                ep.release_notice(u64::from(token)),
+            )
+        };
         let r = ep.isend(peer, token, wire::DATA_CONTEXT, lent);
         ep.watch(r);
         // The data is the caller's: wait until the transport let go of it,

@@ -21,8 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use bytes::Bytes;
-use msg_layer::delivery::{Event, ReleaseNotice};
+use msg_layer::delivery::Event;
 use msg_layer::rma::RegionKey;
 use msg_layer::transport::spec::LlcSpec;
 use msg_layer::transport::{AnyTransport, TransportSpec};
@@ -101,29 +100,6 @@ impl Counters {
             sent_lent: get(&self.sent_lent),
             ..LlcShimStats::default()
         }
-    }
-}
-
-/// A body lent by the C caller (`llc_shim_send_lent`): the transport holds
-/// it, without a copy, until the peer acknowledged it; its release notice
-/// then reports the token of the caller's completion.
-pub(crate) struct Lent {
-    pub ptr: *const u8,
-    pub len: usize,
-    pub _notice: ReleaseNotice,
-}
-
-// SAFETY: the bytes at `ptr` are only read, and the caller keeps them valid
-// and unchanged until its completion runs, which is after this owner is
-// dropped (the release notice reports the drop), whichever thread drops it.
-unsafe impl Send for Lent {}
-
-impl AsRef<[u8]> for Lent {
-    fn as_ref(&self) -> &[u8] {
-        // SAFETY: `ptr` is valid for `len` bytes until the completion runs
-        // (see `Send` above), and non-null unless `len` is 0 (checked by
-        // `llc_shim_send_lent`).
-        unsafe { crate::ffi::c_bytes(self.ptr, self.len) }.unwrap_or_default()
     }
 }
 
@@ -284,11 +260,11 @@ impl LlcShim {
     ) -> Result<(), Error> {
         let token = self.next_token.fetch_add(1, Ordering::Relaxed);
         self.lent.lock().expect("lent").insert(token, done);
-        let lent = Bytes::from_owner(Lent {
-            ptr: body.0,
-            len: body.1,
-            _notice: self.ep.release_notice(token),
-        });
+        // SAFETY: the C caller keeps `len` bytes at `ptr` valid and
+        // unchanged until its completion runs, which is after the release is
+        // reported (`llc_shim_send_lent` checked `ptr` is non-null unless
+        // `len` is 0).
+        let lent = unsafe { msg_layer::lent::lend(body.0, body.1, self.ep.release_notice(token)) };
         let res = self.ep.am_post_parts(peer, tag.into(), head, lent);
         if res.is_err() {
             // Refused before anything was queued: the body was dropped

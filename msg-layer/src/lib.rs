@@ -21,6 +21,8 @@ mod endpoint;
 mod engine;
 pub mod error;
 pub mod keepalive;
+#[allow(unsafe_code)]
+pub mod lent;
 pub mod matching;
 mod placement;
 pub mod rma;
