@@ -102,8 +102,8 @@ impl Pair {
         let next = [
             self.a.device().inner().next_arrival(),
             self.b.device().inner().next_arrival(),
-            self.a.endpoint().poll_timeout(),
-            self.b.endpoint().poll_timeout(),
+            self.a.endpoint_mut().poll_timeout(),
+            self.b.endpoint_mut().poll_timeout(),
             self.a.device().next_release(),
             self.b.device().next_release(),
         ]

@@ -6,43 +6,73 @@
 //!
 //! ```sh
 //! cargo build --release -p msg-layer --example msg_round_trip_cost
-//! valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.out \
-//!     target/release/examples/msg_round_trip_cost 100000 [IDLE_PEERS]
+//! valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.out --toggle-collect='*round_trips*' \
+//!     target/release/examples/msg_round_trip_cost 100000 [IDLE_PEERS [CONNECTED_PEERS]]
 //! ```
 //!
 //! `IDLE_PEERS` (default 0) more peers are known to both ends and stay
 //! silent, as the other ranks of a large job do: the round trip should not
-//! cost more for them.
+//! cost more for them. `CONNECTED_PEERS` (default 0) more endpoints, on a
+//! switched segment, each connect to both ends and exchange a message with
+//! them before the measurement, then fall silent: the connections of a job
+//! whose ranks all talked once. Keepalives are pushed out of the
+//! measurement (a minute), so the count is the round trip's own.
 
 use std::time::{Duration, Instant};
 
-use llc_stack::link::sim::{Sim, SimConfig};
+use llc_stack::link::sim::{Sim, SimConfig, SimPort};
 use llc_stack::rng::Rng;
 use llc_stack::wire::MacAddr;
 use msg_layer::transport::llc::{LlcConfig, LlcTransport};
-use msg_layer::{Config, Endpoint, Source, Tag};
+use msg_layer::{Config, Endpoint, PeerId, Request, Source, Tag};
 
 fn main() {
     let mut args = std::env::args().skip(1);
     let n: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(200_000);
     let idle_peers: u16 = args.next().and_then(|s| s.parse().ok()).unwrap_or(0);
+    let connected_peers: u16 = args.next().and_then(|s| s.parse().ok()).unwrap_or(0);
     // A wire with no delay and no line rate: what is left is CPU time.
     let sim = Sim::new(SimConfig {
         latency: Duration::ZERO,
         rate_bps: 0,
+        switched: true,
         ..SimConfig::default()
     });
-    let open = |i: u8| {
-        let t = LlcTransport::new(
-            sim.port(),
-            MacAddr([2, 0, 0, 0, 0, i]),
-            7,
-            LlcConfig::default(),
-            Rng::new(u64::from(i)),
-        );
+    let open = |mac: [u8; 6], seed: u64| {
+        let cfg = LlcConfig {
+            keepalive_interval: Duration::from_secs(60),
+            idle_timeout: Duration::from_secs(600),
+            ..LlcConfig::default()
+        };
+        let t = LlcTransport::new(sim.port(), MacAddr(mac), 7, cfg, Rng::new(seed));
         Endpoint::new(t, Config::default()).expect("endpoint")
     };
-    let (a, b) = (open(1), open(2));
+    let (a, b) = (open([2, 0, 0, 0, 0, 1], 1), open([2, 0, 0, 0, 0, 2], 2));
+    let others: Vec<Endpoint<_>> = (0..connected_peers)
+        .map(|i| {
+            let [hi, lo] = i.to_be_bytes();
+            open([2, 0, 0, 1, hi, lo], 100 + u64::from(i))
+        })
+        .collect();
+    for o in &others {
+        for end in [&a, &b] {
+            let p = o.add_peer(&end.local_addr()).expect("add peer");
+            let q = end.add_peer(&o.local_addr()).expect("add peer");
+            let r = end.irecv(Source::Peer(q), Tag::Is(2), 0, vec![0; 8]);
+            let s = o.isend(p, 2, 0, bytes::Bytes::from_static(&[1; 8]));
+            let (mut sent, mut got) = (false, false);
+            while !(sent && got) {
+                if let Some(done) = o.test(&s) {
+                    done.expect("a connected peer's send");
+                    sent = true;
+                }
+                if let Some(done) = end.test(&r) {
+                    done.expect("a connected peer's message");
+                    got = true;
+                }
+            }
+        }
+    }
     // MPI style: of the pair, one end connects and the other waits, so
     // both directions share one connection and acknowledgements can ride
     // on replies.
@@ -58,10 +88,34 @@ fn main() {
         a.add_peer(&addr).expect("add peer");
         b.add_peer(&addr).expect("add peer");
     }
-    let msg = bytes::Bytes::from_static(&[0xa5; 8]);
-    let mut served = b.irecv(Source::Peer(pa), Tag::Is(1), 0, vec![0; 8]);
-    let mut abuf = vec![0u8; 8];
+    let served = b.irecv(Source::Peer(pa), Tag::Is(1), 0, vec![0; 8]);
     let t = Instant::now();
+    round_trips(&a, &b, pb, pa, served, n);
+    for (name, ep) in [("a", &a), ("b", &b)] {
+        let c: Vec<String> = ep
+            .counters()
+            .into_iter()
+            .filter(|(_, v)| *v != 0)
+            .map(|(k, v)| format!("{k}={:.2}", v as f64 / n as f64))
+            .collect();
+        println!("{name} per round trip: {}", c.join(" "));
+    }
+    println!(
+        "message layer over LLC (Sim): {:.1} ns per 8-byte round trip",
+        t.elapsed().as_nanos() as f64 / n as f64
+    );
+}
+
+type SimEndpoint = Endpoint<LlcTransport<SimPort>>;
+
+/// `n` round trips from `a` to `b` and back, `served` being `b`'s posted
+/// receive. Its own function, so that callgrind can count it alone
+/// (`--toggle-collect`), without the set-up.
+#[inline(never)]
+fn round_trips(a: &SimEndpoint, b: &SimEndpoint, pb: PeerId, pa: PeerId, served: Request, n: u64) {
+    let msg = bytes::Bytes::from_static(&[0xa5; 8]);
+    let mut served = served;
+    let mut abuf = vec![0u8; 8];
     for _ in 0..n {
         let r = a.irecv(Source::Peer(pb), Tag::Is(1), 0, abuf);
         let s = a.isend(pb, 1, 0, msg.clone());
@@ -78,17 +132,4 @@ fn main() {
         };
         a.wait(s).expect("a's send");
     }
-    for (name, ep) in [("a", &a), ("b", &b)] {
-        let c: Vec<String> = ep
-            .counters()
-            .into_iter()
-            .filter(|(_, v)| *v != 0)
-            .map(|(k, v)| format!("{k}={:.2}", v as f64 / n as f64))
-            .collect();
-        println!("{name} per round trip: {}", c.join(" "));
-    }
-    println!(
-        "message layer over LLC (Sim): {:.1} ns per 8-byte round trip",
-        t.elapsed().as_nanos() as f64 / n as f64
-    );
 }

@@ -189,8 +189,8 @@ impl Bed {
         let next = [
             self.a.device().inner().inner().next_arrival(),
             self.b.device().inner().next_arrival(),
-            self.a.endpoint().poll_timeout(),
-            self.b.endpoint().poll_timeout(),
+            self.a.endpoint_mut().poll_timeout(),
+            self.b.endpoint_mut().poll_timeout(),
             self.a.device().inner().next_release(),
             self.b.device().next_release(),
         ]

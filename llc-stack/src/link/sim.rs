@@ -26,6 +26,11 @@ pub struct SimConfig {
     /// Frames a port's receive queue holds; more are dropped like a NIC
     /// ring overflow would (counted in [`Sim::overflow_drops`]).
     pub rx_queue_frames: usize,
+    /// A switch instead of a hub: a frame to a unicast address the segment
+    /// has seen sending goes to that port only (others, and broadcasts,
+    /// still go everywhere). A segment of hundreds of ports needs it, as a
+    /// real cluster's does: on a hub every frame is every port's work.
+    pub switched: bool,
 }
 
 impl Default for SimConfig {
@@ -35,6 +40,7 @@ impl Default for SimConfig {
             latency: Duration::from_micros(5),
             rate_bps: 10_000_000_000,
             rx_queue_frames: 1 << 16,
+            switched: false,
         }
     }
 }
@@ -56,6 +62,8 @@ struct Segment {
     /// simulated wire allocates nothing per frame, so allocation counts of
     /// the stack above it are the stack's own.
     spare: Vec<Vec<u8>>,
+    /// Where each source address was last seen (a switched segment).
+    learned: rustc_hash::FxHashMap<[u8; 6], usize>,
 }
 
 /// Most spare frame buffers a segment keeps.
@@ -87,6 +95,7 @@ impl Sim {
                 overflow_drops: 0,
                 delivered: 0,
                 spare: Vec::new(),
+                learned: Default::default(),
             })),
         }
     }
@@ -175,7 +184,26 @@ impl TxToken for SimTx<'_> {
             let start = seg.ports[me].tx_free_at.max(self.now);
             seg.ports[me].tx_free_at = start + serialise;
             let arrival = start + serialise + cfg.latency;
-            for i in 0..seg.ports.len() {
+            let to = if cfg.switched && n >= 12 {
+                let src: [u8; 6] = frame[6..12].try_into().expect("6 bytes");
+                if seg.learned.get(&src) != Some(&me) {
+                    seg.learned.insert(src, me);
+                }
+                let dst: [u8; 6] = frame[..6].try_into().expect("6 bytes");
+                // A group address (lowest bit of the first byte) floods.
+                if dst[0] & 1 == 0 {
+                    seg.learned.get(&dst).copied()
+                } else {
+                    None
+                }
+            } else {
+                None
+            };
+            let ports = match to {
+                Some(i) => i..i + 1,
+                None => 0..seg.ports.len(),
+            };
+            for i in ports {
                 if i == me {
                     continue;
                 }
@@ -265,5 +293,37 @@ mod tests {
         // A cancelled transmission sends nothing.
         a.transmit(t1).unwrap().consume(|_| 0);
         assert_eq!(sim.next_arrival(), None);
+    }
+
+    #[test]
+    fn a_switched_segment_sends_unicast_to_the_learned_port_only() {
+        let sim = Sim::new(SimConfig {
+            latency: Duration::ZERO,
+            rate_bps: 0,
+            switched: true,
+            ..Default::default()
+        });
+        let mut ports: Vec<SimPort> = (0..3).map(|_| sim.port()).collect();
+        let now = Instant::from_micros(1);
+        let send = |p: &mut SimPort, dst: [u8; 6], src: [u8; 6]| {
+            p.transmit(now).unwrap().consume(|buf| {
+                buf[..6].copy_from_slice(&dst);
+                buf[6..12].copy_from_slice(&src);
+                60
+            });
+        };
+        let (a, b, c) = ([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2], [2, 0, 0, 0, 0, 3]);
+        // b is not known yet: the frame floods, and the segment learns a.
+        send(&mut ports[0], b, a);
+        assert_eq!(sim.delivered(), 2);
+        send(&mut ports[1], a, b);
+        assert_eq!(sim.delivered(), 3, "a is known: only its port");
+        assert!(ports[0].receive(now).is_some());
+        assert!(ports[0].receive(now).is_none());
+        assert!(ports[2].receive(now).is_some(), "the flooded frame only");
+        assert!(ports[2].receive(now).is_none());
+        // A group address still floods.
+        send(&mut ports[2], [0xff; 6], c);
+        assert_eq!(sim.delivered(), 5);
     }
 }

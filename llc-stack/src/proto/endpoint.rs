@@ -12,8 +12,9 @@
 //! `poll_transmit` until it returns `None`. Taking events before transmitting
 //! lets replies carry the acknowledgement instead of a separate ACK frame.
 
-use std::cell::Cell;
-use std::collections::{HashSet, VecDeque};
+use std::cmp::Reverse;
+use std::collections::binary_heap::PeekMut;
+use std::collections::{BinaryHeap, HashSet, VecDeque};
 
 use bytes::Bytes;
 
@@ -222,6 +223,56 @@ struct Entry {
     inbound: bool,
     announced: bool,
     peer: MacAddr,
+    /// In the transmit queue ([`Endpoint::ready`]).
+    queued: bool,
+    /// In [`Endpoint::changed`]: its deadline may have moved.
+    changed: bool,
+    /// The deadline this connection has in the timer queue, if any: the
+    /// queue's other entries for it are stale.
+    armed: Option<Instant>,
+}
+
+/// What [`Entry::note`] files a changed connection in.
+#[derive(Debug, Default)]
+struct Queues {
+    /// Connections that changed since they last sent (and so may have a
+    /// frame to send), each once, served round robin: the busy-poll loop
+    /// asks on every pass, and with a thousand connected peers walking them
+    /// all would cost more than the message.
+    ready: VecDeque<ConnHandle>,
+    /// Connections changed since the timer queue was last brought up to
+    /// date: a frame changes its connection's deadline several times, and
+    /// only the last one counts.
+    changed: Vec<ConnHandle>,
+}
+
+impl Entry {
+    /// After anything that may have changed this connection (`h`): queue
+    /// it to be asked for a frame, and note that its deadline may have
+    /// moved.
+    #[inline]
+    fn note(&mut self, h: ConnHandle, q: &mut Queues) {
+        if !self.queued {
+            self.queued = true;
+            q.ready.push_back(h);
+        }
+        if !self.changed {
+            self.changed = true;
+            q.changed.push(h);
+        }
+    }
+
+    fn new(conn: Connection, inbound: bool, peer: MacAddr) -> Self {
+        Entry {
+            conn,
+            inbound,
+            announced: !inbound,
+            peer,
+            queued: false,
+            changed: false,
+            armed: None,
+        }
+    }
 }
 
 type Key = (MacAddr, u16, u16);
@@ -249,15 +300,16 @@ pub struct Endpoint {
     bound: Option<u16>,
     next_handle: u32,
     next_ephemeral: u16,
-    rr_cursor: u32,
+    /// Connections to transmit from, and connections whose deadlines moved.
+    queues: Queues,
+    /// Every connection's next deadline (a min-heap; an entry whose time is
+    /// no longer its connection's `armed` is stale and skipped), so that
+    /// finding and running due timers does not visit idle connections.
+    timers: BinaryHeap<Reverse<(Instant, ConnHandle)>>,
     half_open: usize,
     control: VecDeque<ControlFrame>,
     events: VecDeque<(ConnHandle, Event)>,
     stats: EndpointStats,
-    /// Earliest connection timer, valid unless `timers_dirty`: drivers ask
-    /// on every busy-poll pass, and scanning connections each time is waste.
-    next_timer: Cell<Option<Instant>>,
-    timers_dirty: Cell<bool>,
     /// Connections that hold acknowledged buffers for `release_acked`
     /// (so that an idle pass does not visit every connection).
     acked_holders: Vec<ConnHandle>,
@@ -294,13 +346,12 @@ impl Endpoint {
             probe_answers: HashSet::new(),
             next_handle: 1,
             next_ephemeral: EPHEMERAL_START,
-            rr_cursor: 0,
+            queues: Queues::default(),
+            timers: BinaryHeap::new(),
             half_open: 0,
             control: VecDeque::new(),
             events: VecDeque::new(),
             stats: EndpointStats::default(),
-            next_timer: Cell::new(None),
-            timers_dirty: Cell::new(true),
             acked_holders: Vec::new(),
             due: Vec::new(),
             pool: BufPool::default(),
@@ -476,17 +527,9 @@ impl Endpoint {
         );
         let h = self.new_handle();
         self.by_key.insert(key, h);
-        self.touch();
-        self.conns.insert(
-            h,
-            Entry {
-                conn,
-                inbound: false,
-                announced: true,
-                peer,
-            },
-        );
+        self.conns.insert(h, Entry::new(conn, false, peer));
         self.share_receive_budget();
+        self.refresh(h);
         Ok(h)
     }
 
@@ -499,6 +542,11 @@ impl Endpoint {
         let share = budget / (self.conns.len().max(1) as u32);
         for e in self.conns.values_mut() {
             e.conn.set_window_share(Some(share.max(MIN_WINDOW_SHARE)));
+        }
+        // Connections come and go one at a time: this walk is theirs.
+        let handles: Vec<ConnHandle> = self.conns.iter().map(|(h, _)| *h).collect();
+        for h in handles {
+            self.refresh(h);
         }
     }
 
@@ -520,7 +568,11 @@ impl Endpoint {
     /// Queue a message on a connection.
     pub fn send(&mut self, h: ConnHandle, data: impl Into<Bytes>) -> Result<u32, SendError> {
         match self.conns.get_mut(&h) {
-            Some(e) => e.conn.send(data.into()),
+            Some(e) => {
+                let r = e.conn.send(data.into());
+                e.note(h, &mut self.queues);
+                r
+            }
             None => Err(SendError::Closed),
         }
     }
@@ -535,7 +587,11 @@ impl Endpoint {
         body: Bytes,
     ) -> Result<u32, SendError> {
         match self.conns.get_mut(&h) {
-            Some(e) => e.conn.send_parts(head, body),
+            Some(e) => {
+                let r = e.conn.send_parts(head, body);
+                e.note(h, &mut self.queues);
+                r
+            }
             None => Err(SendError::Closed),
         }
     }
@@ -579,6 +635,7 @@ impl Endpoint {
         if let Some(e) = self.conns.get_mut(&h) {
             e.conn.close();
         }
+        self.refresh(h);
     }
 
     /// Fail a connection now; the peer is not told.
@@ -596,6 +653,7 @@ impl Endpoint {
         if let (h, Event::Message { data, .. }) = &ev {
             if let Some(e) = self.conns.get_mut(h) {
                 e.conn.message_consumed(data.len());
+                e.note(*h, &mut self.queues);
             }
         }
         Some(ev)
@@ -615,33 +673,31 @@ impl Endpoint {
 
     /// Earliest timer of any connection.
     #[must_use]
-    pub fn poll_timeout(&self) -> Option<Instant> {
-        if self.timers_dirty.get() {
-            let t = self
-                .conns
-                .values()
-                .filter_map(|e| e.conn.poll_timeout())
-                .min();
-            self.next_timer.set(t);
-            self.timers_dirty.set(false);
+    #[inline]
+    pub fn poll_timeout(&mut self) -> Option<Instant> {
+        if !self.queues.changed.is_empty() {
+            self.update_timers();
         }
-        self.next_timer.get()
-    }
-
-    /// Connection state (and so possibly a timer) changed.
-    fn touch(&self) {
-        self.timers_dirty.set(true);
+        self.timers.peek().map(|Reverse((t, _))| *t)
     }
 
     /// Run every timer due at `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.update_timers();
         let mut due = std::mem::take(&mut self.due);
-        due.extend(
-            self.conns
-                .iter()
-                .filter(|(_, e)| e.conn.poll_timeout().is_some_and(|t| t <= now))
-                .map(|(h, _)| *h),
-        );
+        while let Some(&Reverse((t, h))) = self.timers.peek() {
+            if t > now {
+                break;
+            }
+            self.timers.pop();
+            if let Some(e) = self.conns.get_mut(&h) {
+                if e.armed == Some(t) {
+                    // Disarmed: `refresh` arms what the timer leaves.
+                    e.armed = None;
+                    due.push(h);
+                }
+            }
+        }
         for &h in &due {
             if let Some(e) = self.conns.get_mut(&h) {
                 e.conn.handle_timeout(now);
@@ -652,10 +708,62 @@ impl Endpoint {
         self.due = due;
     }
 
+    /// [`Entry::note`] for connection `h`, if it is there.
+    fn refresh(&mut self, h: ConnHandle) {
+        if let Some(e) = self.conns.get_mut(&h) {
+            e.note(h, &mut self.queues);
+        }
+    }
+
+    /// Give the timer queue the deadlines of the connections that changed,
+    /// and leave a live entry on top.
+    fn update_timers(&mut self) {
+        for h in self.queues.changed.drain(..) {
+            let Some(e) = self.conns.get_mut(&h) else {
+                continue;
+            };
+            e.changed = false;
+            let t = e.conn.poll_timeout();
+            if t == e.armed {
+                continue;
+            }
+            let old = std::mem::replace(&mut e.armed, t);
+            let on_top = self
+                .timers
+                .peek()
+                .is_some_and(|Reverse(top)| old == Some(top.0) && top.1 == h);
+            if on_top {
+                // The busy connection's entry is usually the earliest: move
+                // it in place instead of burying a stale one.
+                let mut top = self.timers.peek_mut().expect("on top");
+                match t {
+                    // Sifted down when `top` drops.
+                    Some(t) => top.0 .0 = t,
+                    None => drop(PeekMut::pop(top)),
+                }
+            } else if let Some(t) = t {
+                self.timers.push(Reverse((t, h)));
+            }
+        }
+        while let Some(&Reverse((t, h))) = self.timers.peek() {
+            if self.conns.get(&h).is_some_and(|e| e.armed == Some(t)) {
+                break;
+            }
+            self.timers.pop();
+        }
+        // Stale entries buried inside go when they reach the top; should
+        // they pile up, rebuild from what is armed.
+        if self.timers.len() > 2 * self.conns.len() + 16 {
+            // In place: the queue keeps its allocation.
+            let mut v = std::mem::take(&mut self.timers).into_vec();
+            v.retain(|Reverse((t, h))| self.conns.get(h).is_some_and(|e| e.armed == Some(*t)));
+            self.timers = BinaryHeap::from(v);
+        }
+    }
+
     /// Move a connection's events to the endpoint queue, and forget it once
     /// it is finished.
     fn collect(&mut self, h: ConnHandle) {
-        self.touch();
         let Some(e) = self.conns.get_mut(&h) else {
             return;
         };
@@ -679,6 +787,9 @@ impl Endpoint {
             self.by_key
                 .remove(&(e.peer, e.conn.peer_port(), e.conn.local_port()));
             self.share_receive_budget();
+            // Its timer and transmit queue entries go when reached.
+        } else {
+            e.note(h, &mut self.queues);
         }
     }
 
@@ -833,6 +944,7 @@ impl Endpoint {
                 .expect("keyed connection exists");
             if e.conn.peer_cookie() == h.src_cookie.get() {
                 e.conn.resend_syn_ack();
+                self.refresh(existing);
                 return;
             }
             if e.conn.state() == State::SynSent {
@@ -876,17 +988,9 @@ impl Endpoint {
         self.half_open += 1;
         self.stats.accepted += 1;
         self.by_key.insert(key, handle);
-        self.touch();
-        self.conns.insert(
-            handle,
-            Entry {
-                conn,
-                inbound: true,
-                announced: false,
-                peer,
-            },
-        );
+        self.conns.insert(handle, Entry::new(conn, true, peer));
         self.share_receive_budget();
+        self.refresh(handle);
     }
 
     fn queue_control(&mut self, f: ControlFrame) -> bool {
@@ -920,9 +1024,22 @@ impl Endpoint {
 
     /// True when `poll_transmit` may produce a frame now. Cheap enough to call
     /// on every busy-poll pass, so that an idle driver does not ask the
-    /// device for transmit buffers it would hand back unused.
-    pub fn wants_transmit(&self) -> bool {
-        !self.control.is_empty() || self.conns.values().any(|e| e.conn.wants_transmit())
+    /// device for transmit buffers it would hand back unused. Forgets the
+    /// queued connections in front that have nothing to send.
+    #[inline]
+    pub fn wants_transmit(&mut self) -> bool {
+        if !self.control.is_empty() {
+            return true;
+        }
+        while let Some(&h) = self.queues.ready.front() {
+            match self.conns.get_mut(&h) {
+                Some(e) if e.conn.wants_transmit() => return true,
+                Some(e) => e.queued = false,
+                None => {}
+            }
+            self.queues.ready.pop_front();
+        }
+        false
     }
 
     /// Write the next frame to send into `buf`; `None` when nothing is due.
@@ -945,31 +1062,51 @@ impl Endpoint {
                 return Some(n);
             }
         }
-        // Round robin over connections, starting after the last one served;
-        // walking the ordered table keeps this allocation-free and
-        // deterministic.
-        let mut cursor = ConnHandle(self.rr_cursor);
-        for _ in 0..self.conns.len() {
-            let Some(h) = self.conns.next_from(cursor) else {
+        // Round robin over the connections that asked: one frame from the
+        // first, which goes to the back if it has more. Each is looked at
+        // once per call at most, so one that wants to send but cannot (its
+        // frame does not fit `buf`) does not hold the loop.
+        for _ in 0..self.queues.ready.len() {
+            let Some(h) = self.queues.ready.pop_front() else {
                 break;
             };
-            cursor = ConnHandle(h.0.wrapping_add(1));
-            let e = self.conns.get_mut(&h).expect("listed");
+            let Some(e) = self.conns.get_mut(&h) else {
+                continue;
+            };
+            e.queued = false;
             if !e.conn.wants_transmit() {
                 // Nothing to send, and nothing changed: no events to collect,
-                // no timer to recompute (the busy-poll loop comes here on
-                // every pass).
+                // no timer to move.
                 continue;
             }
             let sent = e.conn.poll_transmit(now, buf);
             self.collect(h);
             if let Some(n) = sent {
-                self.rr_cursor = cursor.0;
                 self.stats.tx_frames += 1;
                 return Some(n);
             }
         }
+        self.debug_check_queued();
         None
+    }
+
+    /// Every connection that wants to send is in the transmit queue: a
+    /// change to a connection that skipped [`Endpoint::refresh`] would leave
+    /// its frames unsent. Checked in debug builds, for endpoints small
+    /// enough that the walk costs nothing.
+    fn debug_check_queued(&self) {
+        if cfg!(debug_assertions) && self.conns.len() <= 64 {
+            for (h, e) in self.conns.iter() {
+                debug_assert!(
+                    e.queued || !e.conn.wants_transmit(),
+                    "connection {h:?} wants to send but is not queued"
+                );
+                debug_assert!(
+                    e.changed || e.armed == e.conn.poll_timeout(),
+                    "connection {h:?}'s deadline is not in the timer queue"
+                );
+            }
+        }
     }
 }
 
