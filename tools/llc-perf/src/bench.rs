@@ -2,6 +2,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -205,6 +206,57 @@ fn bibw_window_loop(
 
 // ---------------------------------------------------------------- client
 
+/// A start line for the threads of a message-rate test with several pairs:
+/// each passes once every pair's server is ready, so that the pairs stream
+/// at the same time. A pair that fails before it gets there calls
+/// [`Gate::abort`], and the others give up instead of waiting for it
+/// (they also give up after [`WAIT`]).
+pub struct Gate {
+    parties: usize,
+    state: Mutex<(usize, bool)>,
+    changed: Condvar,
+}
+
+impl Gate {
+    /// A gate for `parties` threads.
+    pub fn new(parties: usize) -> Gate {
+        Gate {
+            parties,
+            state: Mutex::new((0, false)),
+            changed: Condvar::new(),
+        }
+    }
+
+    /// Arrive and wait for the others.
+    pub fn pass(&self) -> Result<()> {
+        let limit = WAIT.expect("set");
+        let mut st = self.state.lock().expect("gate");
+        st.0 += 1;
+        self.changed.notify_all();
+        let (st, timeout) = self
+            .changed
+            .wait_timeout_while(st, limit, |(n, aborted)| *n < self.parties && !*aborted)
+            .expect("gate");
+        if st.1 {
+            bail!("another pair failed before the start");
+        }
+        if timeout.timed_out() {
+            bail!(
+                "only {} of {} pairs were ready after {limit:?}",
+                st.0,
+                self.parties
+            );
+        }
+        Ok(())
+    }
+
+    /// A pair will not come: let the others go (with an error).
+    pub fn abort(&self) {
+        self.state.lock().expect("gate").1 = true;
+        self.changed.notify_all();
+    }
+}
+
 /// Send `cmd` and wait for the server's READY.
 pub fn command(ep: &Ep, p: PeerId, cmd: &Cmd, timeout: Duration) -> Result<()> {
     let r = ep.irecv(Source::Peer(p), Tag::Is(READY), 0, vec![0; CTRL_MAX]);
@@ -271,7 +323,9 @@ pub fn latency(
 }
 
 /// Stream `iters` windows of `window` messages (one warm-up window first);
-/// returns the timed duration and the messages it covered.
+/// returns the timed duration and the messages it covered. With `start`,
+/// the first window leaves only when every party of that gate (the other
+/// pairs of a message-rate test) has its server ready too.
 pub fn stream(
     ep: &Ep,
     p: PeerId,
@@ -279,6 +333,7 @@ pub fn stream(
     iters: usize,
     window: usize,
     verify: bool,
+    start: Option<&Gate>,
 ) -> Result<(Duration, usize)> {
     let total = iters + 1;
     command(
@@ -292,6 +347,9 @@ pub fn stream(
         },
         WAIT.expect("set"),
     )?;
+    if let Some(g) = start {
+        g.pass()?;
+    }
     let fixed = Bytes::from(vec![0xa5; size]);
     let mut start = Instant::now();
     for it in 0..total {

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{anyhow, bail, Context, Result};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use msg_layer::PeerId;
 use serde::Serialize;
@@ -56,6 +56,14 @@ pub struct Settings {
     pub quick: bool,
     /// Message size of the overlap test.
     pub overlap_bytes: usize,
+    /// Sender/receiver pairs of the message-rate test, streaming at once,
+    /// each over its own endpoints and on its own thread (osu_mbw_mr's
+    /// pairs); the other tests use pair 0 alone.
+    pub pairs: usize,
+    /// CPU of each pair's sending thread, when the demo pins them (empty:
+    /// they run where the measuring thread may).
+    #[serde(skip)]
+    pub pair_cpus: Vec<usize>,
 }
 
 /// One transport as the client sees it.
@@ -69,6 +77,16 @@ pub struct Link {
     /// A second endpoint for the overlap test when the main one is set up
     /// for a single thread (tcp/io_uring with cooperative task running).
     pub overlap: Option<(Ep, PeerId)>,
+    /// The endpoints of pairs 1.. of the message-rate test (pair 0 is
+    /// `ep`), each connected to its own server endpoint.
+    pub pairs: Vec<(Ep, PeerId)>,
+}
+
+impl Link {
+    /// Endpoint and server of every message-rate pair, pair 0 first.
+    fn all_pairs(&self) -> impl Iterator<Item = (&Ep, PeerId)> {
+        std::iter::once((&self.ep, self.peer)).chain(self.pairs.iter().map(|(e, p)| (e, *p)))
+    }
 }
 
 /// A latency point.
@@ -97,10 +115,18 @@ pub struct RatePoint {
     pub window: usize,
     /// Messages timed (all rounds; both directions for bibw).
     pub messages: usize,
-    /// Payload rate, median of rounds.
+    /// Payload rate, median of rounds (of all pairs together).
     pub gbit_s: f64,
-    /// Messages per second, median of rounds.
+    /// Messages per second, median of rounds: for the message-rate test
+    /// the sum of the pairs' rates, each pair timed on its own, as
+    /// osu_mbw_mr adds them.
     pub msgs_per_s: f64,
+    /// Sender/receiver pairs streaming at once (1 but for msgrate).
+    pub pairs: usize,
+    /// Message-rate test: each pair's messages per second, median of
+    /// rounds, pair 0 first.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub per_pair_msgs_per_s: Vec<f64>,
 }
 
 /// CPU overheads by the gap-minus-compute method.
@@ -438,9 +464,11 @@ fn rate_sweep(
     let mut bar = Bar::new(progress, sizes.len() * s.rounds * links.len(), what.clone());
     let mut last: HashMap<Kind, (usize, f64)> = HashMap::new();
     let max_iters = if s.quick { 20 } else { 100_000 };
+    let pairs = if t == Test::Msgrate { s.pairs } else { 1 };
     for &size in sizes {
         let mut gbit = vec![Vec::new(); links.len()];
         let mut rate = vec![Vec::new(); links.len()];
+        let mut per_pair = vec![vec![Vec::new(); pairs]; links.len()];
         let mut msgs = vec![0usize; links.len()];
         for _ in 0..s.rounds {
             for (i, l) in links.iter().enumerate() {
@@ -452,21 +480,33 @@ fn rate_sweep(
                 let iters = ((target.as_secs_f64() * 1e6 / (est_us * window as f64)) as usize)
                     .clamp(2, max_iters);
                 let r = match t {
-                    Test::Bibw => bench::bibw(&l.ep, l.peer, size, iters, window, s.verify),
-                    _ => bench::stream(&l.ep, l.peer, size, iters, window, s.verify),
+                    Test::Bibw => {
+                        bench::bibw(&l.ep, l.peer, size, iters, window, s.verify).map(|x| vec![x])
+                    }
+                    _ if pairs > 1 => streams(l, pairs, size, iters, window, s),
+                    _ => bench::stream(&l.ep, l.peer, size, iters, window, s.verify, None)
+                        .map(|x| vec![x]),
                 };
-                let (el, n) = match r {
+                let runs = match r {
                     Ok(x) => x,
                     Err(e) => {
                         failed(&mut out[i], format!("{what} at {size} B: {e:#}"));
                         continue;
                     }
                 };
-                let secs = el.as_secs_f64().max(1e-9);
-                last.insert(l.kind, (size, secs * 1e6 / n as f64));
-                gbit[i].push((n * size) as f64 * 8.0 / secs / 1e9);
-                rate[i].push(n as f64 / secs);
-                msgs[i] += n;
+                // Each pair timed on its own; the aggregate is the sum of
+                // their rates (osu_mbw_mr's), the payload rate likewise.
+                let (mut r_sum, mut slowest) = (0.0, 0.0f64);
+                for (j, &(el, n)) in runs.iter().enumerate() {
+                    let secs = el.as_secs_f64().max(1e-9);
+                    slowest = slowest.max(secs * 1e6 / n as f64);
+                    r_sum += n as f64 / secs;
+                    per_pair[i][j].push(n as f64 / secs);
+                    msgs[i] += n;
+                }
+                last.insert(l.kind, (size, slowest));
+                gbit[i].push(r_sum * size as f64 * 8.0 / 1e9);
+                rate[i].push(r_sum);
                 bar.tick();
             }
         }
@@ -480,6 +520,12 @@ fn rate_sweep(
                 messages: msgs[i],
                 gbit_s: median(&mut gbit[i]),
                 msgs_per_s: median(&mut rate[i]),
+                pairs,
+                per_pair_msgs_per_s: if t == Test::Msgrate {
+                    per_pair[i].iter_mut().map(|v| median(v)).collect()
+                } else {
+                    vec![]
+                },
             };
             match t {
                 Test::Bibw => out[i].bibw.push(p),
@@ -489,6 +535,59 @@ fn rate_sweep(
         }
     }
     Ok(())
+}
+
+/// The message-rate test over `pairs` pairs of `l` at once: one thread per
+/// pair (on `s.pair_cpus[j]` when given), all starting their streams
+/// together. Returns each pair's timed duration and messages, pair 0 first;
+/// fails if any pair failed.
+fn streams(
+    l: &Link,
+    pairs: usize,
+    size: usize,
+    iters: usize,
+    window: usize,
+    s: &Settings,
+) -> Result<Vec<(Duration, usize)>> {
+    if 1 + l.pairs.len() < pairs {
+        bail!("{pairs} pairs asked, {} connected", 1 + l.pairs.len());
+    }
+    let gate = bench::Gate::new(pairs);
+    let results: Vec<Result<(Duration, usize)>> = std::thread::scope(|scope| {
+        let threads: Vec<_> = l
+            .all_pairs()
+            .take(pairs)
+            .enumerate()
+            .map(|(j, (ep, peer))| {
+                let gate = &gate;
+                let cpu = s.pair_cpus.get(j).copied();
+                std::thread::Builder::new()
+                    .name(format!("msgrate-pair-{j}"))
+                    .spawn_scoped(scope, move || {
+                        if let Some(c) = cpu {
+                            if let Err(e) = crate::affinity::pin_current(&[c]) {
+                                tracing::warn!("pinning pair {j} to CPU {c}: {e}");
+                            }
+                        }
+                        let r = bench::stream(ep, peer, size, iters, window, s.verify, Some(gate))
+                            .with_context(|| format!("pair {j}"));
+                        if r.is_err() {
+                            gate.abort();
+                        }
+                        r
+                    })
+                    .expect("spawning a pair's thread")
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| {
+                t.join()
+                    .unwrap_or_else(|_| Err(anyhow!("a pair's thread panicked")))
+            })
+            .collect()
+    });
+    results.into_iter().collect()
 }
 
 /// Gap-minus-compute on one side: the gap with no computation, then the

@@ -121,6 +121,7 @@ pub fn measure(
             port: SERVER_PORT,
             uring_coop: true,
             xdp_attach,
+            pair: 0,
         }
     }
     let o = open(rx, true, xdp_attach);

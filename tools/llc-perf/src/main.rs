@@ -30,7 +30,7 @@ use msg_layer::transport::spec::AttachMode;
 
 use driver::{Link, Settings, Test, TransportResult};
 use report::{HostInfo, Report};
-use transports::{Kind, Open, Peers, SERVER_PORT};
+use transports::{pair_port, Kind, Open, Peers, MAX_PAIRS, SERVER_PORT};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -72,6 +72,10 @@ struct ServerArgs {
     /// XDP attach mode of llc-xdp.
     #[arg(long, value_enum, default_value_t = XdpAttach::Auto)]
     xdp_attach: XdpAttach,
+    /// Endpoints per transport, for clients measuring the message rate of
+    /// several pairs (`--pairs N`): pair i's listens on the base port plus 2i.
+    #[arg(long, default_value_t = 1)]
+    pairs: usize,
 }
 
 /// How llc-xdp attaches the XDP program.
@@ -123,6 +127,12 @@ struct Measure {
     /// Message size of the overlap test.
     #[arg(long, default_value_t = 1 << 20)]
     overlap_bytes: usize,
+    /// Sender/receiver pairs of the msgrate test, streaming at the same
+    /// time over the same link, each over endpoints of its own and on its
+    /// own thread (osu_mbw_mr's pairs); reports the sum of their rates and
+    /// each pair's. A server needs as many (`llc-perf server --pairs N`).
+    #[arg(long, default_value_t = 1)]
+    pairs: usize,
 }
 
 #[derive(Args, Debug)]
@@ -272,6 +282,10 @@ fn settings(m: &Measure, default_tests: &[Test], osu: bool) -> Result<Settings> 
     } else {
         m.tests.clone()
     };
+    check_pairs(m.pairs)?;
+    if m.pairs > 1 && !tests.contains(&Test::Msgrate) {
+        bail!("--pairs applies to the msgrate test: add it to --tests (e.g. --tests msgrate)");
+    }
     Ok(Settings {
         tests,
         rounds: m.rounds,
@@ -290,7 +304,16 @@ fn settings(m: &Measure, default_tests: &[Test], osu: bool) -> Result<Settings> 
         } else {
             m.overlap_bytes
         },
+        pairs: m.pairs,
+        pair_cpus: vec![],
     })
+}
+
+fn check_pairs(pairs: usize) -> Result<()> {
+    if !(1..=MAX_PAIRS).contains(&pairs) {
+        bail!("--pairs must be 1 to {MAX_PAIRS}");
+    }
+    Ok(())
 }
 
 fn say(out: &Output, s: &str) {
@@ -328,35 +351,47 @@ fn server(a: &ServerArgs) -> Result<()> {
         Kind::ALL.to_vec()
     };
     let ip = a.ip.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+    check_pairs(a.pairs)?;
     let mut eps = Vec::new();
     for k in kinds {
-        let opened = match (&a.iface, k.is_llc()) {
-            (None, true) => Err(anyhow!(
-                "{k} needs an interface: give -I IFACE (or --transport tcp,tcp-uring)"
-            )),
-            (iface, _) => transports::open(
-                k,
-                &Open {
-                    ifname: iface.as_deref().unwrap_or(""),
-                    ip,
-                    server: true,
-                    port: a.port,
-                    uring_coop: true,
-                    xdp_attach: a.xdp_attach.into(),
-                },
-            ),
-        };
-        match opened {
-            Ok(ep) => {
-                println!(
-                    "llc-perf server: {k:<10} {} ({})",
-                    ep.local_addr(),
-                    ep.transport_name()
-                );
-                eps.push(ep);
+        for pair in 0..a.pairs {
+            let opened = match (&a.iface, k.is_llc()) {
+                (None, true) => Err(anyhow!(
+                    "{k} needs an interface: give -I IFACE (or --transport tcp,tcp-uring)"
+                )),
+                (iface, _) => transports::open(
+                    k,
+                    &Open {
+                        ifname: iface.as_deref().unwrap_or(""),
+                        ip,
+                        server: true,
+                        port: a.port,
+                        uring_coop: true,
+                        xdp_attach: a.xdp_attach.into(),
+                        pair,
+                    },
+                ),
+            };
+            let which = if a.pairs > 1 {
+                format!("{k} pair {pair}")
+            } else {
+                k.to_string()
+            };
+            match opened {
+                Ok(ep) => {
+                    println!(
+                        "llc-perf server: {which:<10} {} ({})",
+                        ep.local_addr(),
+                        ep.transport_name()
+                    );
+                    eps.push(ep);
+                }
+                Err(e) if explicit => return Err(e),
+                Err(e) => {
+                    eprintln!("llc-perf server: {which:<10} not served: {e:#}");
+                    break;
+                }
             }
-            Err(e) if explicit => return Err(e),
-            Err(e) => eprintln!("llc-perf server: {k:<10} not served: {e:#}"),
         }
     }
     if eps.is_empty() {
@@ -380,13 +415,17 @@ fn server(a: &ServerArgs) -> Result<()> {
 // ------------------------------------------------------------------ client
 
 /// Open the client side of `kind` (inside the right namespace), connect to
-/// the server and check that it answers.
+/// the server and check that it answers; with `pairs` above 1, also the
+/// endpoints of the message-rate test's other pairs, each to its own server
+/// endpoint (`mac`/`ip`: the server's, `port`: its base port).
 fn connect_link(
     kind: Kind,
     o: &Open<'_>,
-    server: &msg_layer::Addr,
+    (mac, ip, port): (Option<MacAddr>, Option<IpAddr>, u16),
+    pairs: usize,
     timeout: Duration,
 ) -> Result<Link> {
+    let server = &kind.server_addr(mac, ip, port)?;
     let hello = |o: &Open<'_>| -> Result<(transports::Ep, msg_layer::PeerId)> {
         let ep = transports::open(kind, o)?;
         let peer = ep
@@ -407,11 +446,27 @@ fn connect_link(
     } else {
         None
     };
+    let mut others = Vec::new();
+    for pair in 1..pairs {
+        let to = kind.server_addr(mac, ip, pair_port(port, pair))?;
+        let o = Open { pair, ..o.clone() };
+        let ep = transports::open(kind, &o)?;
+        let peer = ep
+            .connect(&to)
+            .map_err(|e| anyhow!("{kind}: pair {pair}: connecting to {to}: {e}"))?;
+        bench::command(&ep, peer, &proto::Cmd::Hello, timeout).with_context(|| {
+            format!(
+                "{kind}: pair {pair}: server {to} (a server for {pairs} pairs runs with --pairs {pairs})"
+            )
+        })?;
+        others.push((ep, peer));
+    }
     Ok(Link {
         kind,
         ep,
         peer,
         overlap,
+        pairs: others,
     })
 }
 
@@ -472,9 +527,21 @@ fn client(a: &ClientArgs) -> Result<()> {
             port: a.port,
             uring_coop: true,
             xdp_attach: a.xdp_attach.into(),
+            pair: 0,
         };
-        links.push(connect_link(k, &o, &server, timeout)?);
-        say(&a.out, &format!("{k}: connected to {server}"));
+        links.push(connect_link(
+            k,
+            &o,
+            (peers.mac, peers.ip, a.port),
+            s.pairs,
+            timeout,
+        )?);
+        let more = if s.pairs > 1 {
+            format!(" and {} more pairs", s.pairs - 1)
+        } else {
+            String::new()
+        };
+        say(&a.out, &format!("{k}: connected to {server}{more}"));
     }
     let mut report = new_report("client", &s);
     report.results = driver::run(&links, &s, a.mtu, !a.out.json())?;
@@ -504,6 +571,22 @@ fn close(links: Vec<Link>) {
         if let Some((ep, _)) = &l.overlap {
             let _ = ep.close(Duration::from_millis(500));
         }
+        for (ep, _) in &l.pairs {
+            let _ = ep.close(Duration::from_millis(500));
+        }
+    }
+}
+
+/// Where the demo pins the threads of message-rate pair `j` of `pairs`:
+/// (client CPU, server CPU). Pair j gets a client and a server core of its
+/// own when there are cores for all; otherwise every client shares CPU 0
+/// and every server the last CPU, so that no client and server busy-poll
+/// on one core.
+fn pair_cpus(j: usize, pairs: usize, online: usize) -> (usize, usize) {
+    if online >= 2 * pairs {
+        (j, online - 1 - j)
+    } else {
+        (0, online - 1)
     }
 }
 
@@ -534,18 +617,31 @@ fn demo_phase(
             bed.b.ipv4
         ),
     );
+    // One server endpoint per message-rate pair (pair 0 serves every
+    // other test too).
+    let pairs = if s.tests.contains(&Test::Msgrate) {
+        s.pairs
+    } else {
+        1
+    };
     let mut served = Vec::new();
     for &k in kinds {
-        let o = Open {
-            ifname: &bed.b.ifname,
-            ip: bed.b.ipv4.into(),
-            server: true,
-            port: SERVER_PORT,
-            uring_coop: true,
-            xdp_attach,
-        };
-        match bed.b.ns.run(|| transports::open(k, &o)) {
-            Ok(ep) => served.push((k, ep)),
+        let opened: Result<Vec<_>> = (0..pairs)
+            .map(|pair| {
+                let o = Open {
+                    ifname: &bed.b.ifname,
+                    ip: bed.b.ipv4.into(),
+                    server: true,
+                    port: SERVER_PORT,
+                    uring_coop: true,
+                    xdp_attach,
+                    pair,
+                };
+                bed.b.ns.run(|| transports::open(k, &o))
+            })
+            .collect();
+        match opened {
+            Ok(eps) => served.push((k, eps)),
             Err(e) => {
                 say(out, &format!("{k}: not available at MTU {mtu}: {e:#}"));
                 unavailable.push((k, format!("MTU {mtu}: {e:#}")));
@@ -555,26 +651,24 @@ fn demo_phase(
     let stop = Arc::new(AtomicBool::new(false));
     let mut threads = Vec::new();
     let mut kinds_up = Vec::new();
-    for (k, ep) in served {
+    for (k, eps) in served {
         kinds_up.push(k);
-        let stop = stop.clone();
-        threads.push(bed.b.ns.spawn(move || {
-            if pin {
-                if let Err(e) = affinity::pin_current(&[affinity::online() - 1]) {
-                    tracing::warn!("pinning a server thread: {e}");
+        for (j, ep) in eps.into_iter().enumerate() {
+            let stop = stop.clone();
+            threads.push(bed.b.ns.spawn(move || {
+                if pin {
+                    let cpu = pair_cpus(j, pairs, affinity::online()).1;
+                    if let Err(e) = affinity::pin_current(&[cpu]) {
+                        tracing::warn!("pinning a server thread: {e}");
+                    }
                 }
-            }
-            bench::serve(&ep, &stop)
-        }));
+                bench::serve(&ep, &stop)
+            }));
+        }
     }
     let result = (|| -> Result<Vec<TransportResult>> {
         let mut links = Vec::new();
         for &k in &kinds_up {
-            let server = k.server_addr(
-                Some(MacAddr(bed.b.mac)),
-                Some(bed.b.ipv4.into()),
-                SERVER_PORT,
-            )?;
             let o = Open {
                 ifname: &bed.a.ifname,
                 ip: bed.a.ipv4.into(),
@@ -582,11 +676,17 @@ fn demo_phase(
                 port: SERVER_PORT,
                 uring_coop: true,
                 xdp_attach,
+                pair: 0,
             };
+            let server = (
+                Some(MacAddr(bed.b.mac)),
+                Some(bed.b.ipv4.into()),
+                SERVER_PORT,
+            );
             match bed
                 .a
                 .ns
-                .run(|| connect_link(k, &o, &server, Duration::from_secs(10)))
+                .run(|| connect_link(k, &o, server, pairs, Duration::from_secs(10)))
             {
                 Ok(l) => links.push(l),
                 Err(e) => {
@@ -606,6 +706,16 @@ fn demo_phase(
         if pin {
             affinity::pin_current(&[0]).context("pinning the measuring thread to CPU 0")?;
         }
+        let s = &Settings {
+            pair_cpus: if pin {
+                (0..pairs)
+                    .map(|j| pair_cpus(j, pairs, affinity::online()).0)
+                    .collect()
+            } else {
+                vec![]
+            },
+            ..s.clone()
+        };
         let r = driver::run(&links, s, Some(mtu), !out.json());
         if pin {
             let _ = affinity::pin_current(&[]);
@@ -682,6 +792,28 @@ fn demo(a: &DemoArgs) -> Result<()> {
             "the measuring (client) thread runs on CPU 0, the server threads on CPU {}; \
              progress threads may run anywhere",
             affinity::online() - 1
+        ));
+    }
+    if s.pairs > 1 {
+        let online = affinity::online();
+        let placed = if !pin {
+            String::new()
+        } else if online >= 2 * s.pairs {
+            format!(
+                ", pair i's sending thread on CPU i and its server's on CPU {} - i",
+                online - 1
+            )
+        } else {
+            format!(
+                ", every sending thread on CPU 0 and every server thread on CPU {}",
+                online - 1
+            )
+        };
+        report.notes.push(format!(
+            "msgrate: {} sender/receiver pairs stream at once, each over endpoints of its own \
+             and on threads of its own{placed}; each pair is timed on its own and the rate \
+             is the sum of the pairs' rates, as osu_mbw_mr reports it",
+            s.pairs
         ));
     }
     let mut unavailable = Vec::new();
@@ -826,6 +958,25 @@ mod tests {
             Command::Client(a) => (a.measure, a.out),
             _ => unreachable!(),
         }
+    }
+
+    #[test]
+    fn pairs_have_ports_and_cpus_of_their_own() {
+        assert_eq!(pair_port(SERVER_PORT, 0), SERVER_PORT);
+        assert_eq!(pair_port(SERVER_PORT, 1), SERVER_PORT + 2);
+        // The last pair's server ports (tcp: one more) stay below the
+        // clients' LLC ports.
+        assert!(pair_port(SERVER_PORT, MAX_PAIRS - 1) + 1 < transports::CLIENT_PORT);
+        assert_eq!(pair_cpus(0, 2, 4), (0, 3));
+        assert_eq!(pair_cpus(1, 2, 4), (1, 2));
+        assert_eq!(pair_cpus(1, 2, 2), (0, 1));
+        let (m, out) = measure(&["--tests", "msgrate", "--pairs", "2"]);
+        assert_eq!(settings(&m, &[], out.osu()).unwrap().pairs, 2);
+        let (m, out) = measure(&["--pairs", "2"]);
+        let e = settings(&m, &[Test::Latency], out.osu()).unwrap_err();
+        assert!(e.to_string().contains("msgrate"), "{e}");
+        let (m, out) = measure(&["--tests", "msgrate", "--pairs", "17"]);
+        assert!(settings(&m, &[], out.osu()).is_err());
     }
 
     #[test]

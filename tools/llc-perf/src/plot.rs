@@ -293,6 +293,8 @@ mod tests {
                     messages: 1000,
                     gbit_s: (b as f64 / 1e4).min(20.0 - 5.0 * i as f64),
                     msgs_per_s: 1e5,
+                    pairs: 1,
+                    per_pair_msgs_per_s: vec![],
                 })
                 .collect();
             results.push(r);
@@ -313,6 +315,8 @@ mod tests {
                 quick: false,
                 pow2_sizes: false,
                 overlap_bytes: 0,
+                pairs: 1,
+                pair_cpus: vec![],
             },
             notes: vec![],
             unavailable: vec![],

@@ -337,7 +337,8 @@ impl Report {
             let mut block = |name: &str,
                              columns: &[&str],
                              extra: Option<String>,
-                             rows: Vec<(usize, Vec<f64>)>| {
+                             rows: Vec<(usize, Vec<f64>)>,
+                             trailer: Vec<String>| {
                 if rows.is_empty() {
                     return;
                 }
@@ -367,6 +368,9 @@ impl Report {
                     }
                     s.push('\n');
                 }
+                for t in trailer {
+                    let _ = writeln!(s, "{t}");
+                }
             };
             block(
                 "Latency",
@@ -376,6 +380,7 @@ impl Report {
                     .iter()
                     .map(|p| (p.bytes, vec![p.one_way_mean_us]))
                     .collect(),
+                vec![],
             );
             // OSU's MB/s are decimal: bytes / 1e6 per second.
             let mb_s = |gbit_s: f64| gbit_s * 1e9 / 8.0 / 1e6;
@@ -387,6 +392,7 @@ impl Report {
                     .iter()
                     .map(|p| (p.bytes, vec![mb_s(p.gbit_s)]))
                     .collect(),
+                vec![],
             );
             block(
                 "Bi-Directional Bandwidth",
@@ -396,15 +402,31 @@ impl Report {
                     .iter()
                     .map(|p| (p.bytes, vec![mb_s(p.gbit_s)]))
                     .collect(),
+                vec![],
             );
+            // As osu_mbw_mr: the pairs' rates added up; each pair's after
+            // the rows, as comments, when there are several.
             let window = r.msgrate.first().map_or(0, |p| p.window);
+            let pairs = r.msgrate.first().map_or(1, |p| p.pairs);
             block(
                 "Multiple Bandwidth / Message Rate",
                 &["MB/s", "Messages/s"],
-                Some(format!("# [ pairs: 1 ] [ window size: {window} ]")),
+                Some(format!("# [ pairs: {pairs} ] [ window size: {window} ]")),
                 r.msgrate
                     .iter()
                     .map(|p| (p.bytes, vec![mb_s(p.gbit_s), p.msgs_per_s]))
+                    .collect(),
+                r.msgrate
+                    .iter()
+                    .filter(|p| p.per_pair_msgs_per_s.len() > 1)
+                    .map(|p| {
+                        let each: Vec<String> = p
+                            .per_pair_msgs_per_s
+                            .iter()
+                            .map(|v| format!("{v:.2}"))
+                            .collect();
+                        format!("# {} B, Messages/s per pair: {}", p.bytes, each.join(" "))
+                    })
                     .collect(),
             );
             if let Some(e) = &r.error {
@@ -489,7 +511,16 @@ impl Report {
                     .iter()
                     .find_map(|r| get(r).first())
                     .map_or(0, |p| p.window);
-                if name == "msgrate" {
+                let pairs = runs
+                    .iter()
+                    .find_map(|r| get(r).first())
+                    .map_or(1, |p| p.pairs);
+                if name == "msgrate" && pairs > 1 {
+                    let _ = writeln!(
+                        s,
+                        "\nmsgrate: messages/s, window {w}, {pairs} pairs at once (the sum of their rates)"
+                    );
+                } else if name == "msgrate" {
                     let _ = writeln!(s, "\nmsgrate: messages/s, window {w}");
                 } else {
                     let _ = writeln!(s, "\n{name}: Gbit/s of payload, window {w}");
@@ -514,6 +545,22 @@ impl Report {
                         let _ = write!(s, " {:>12}", v.map_or("-".into(), fmt_num));
                     }
                     s.push('\n');
+                }
+                if name == "msgrate" && pairs > 1 {
+                    let _ = writeln!(s, "\nmsgrate per pair: messages/s, pair 0 first");
+                    for r in &runs {
+                        for p in get(r) {
+                            let each: Vec<String> =
+                                p.per_pair_msgs_per_s.iter().map(|&v| fmt_num(v)).collect();
+                            let _ = writeln!(
+                                s,
+                                "  {:<11} {:>8} B  {}",
+                                r.transport.name(),
+                                p.bytes,
+                                each.join("  ")
+                            );
+                        }
+                    }
                 }
             }
             point_table(

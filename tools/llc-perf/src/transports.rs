@@ -4,6 +4,12 @@
 //! transports use different SAPs (the XDP program redirects only
 //! [`XDP_SAP`] frames to its socket, the AF_PACKET socket filter keeps only
 //! [`PACKET_SAP`] frames), the TCP ones different ports.
+//!
+//! The message-rate test with several pairs (`--pairs N`) opens N endpoints
+//! per transport on each side, on the same interface: the server's endpoint
+//! of pair i listens on the base port plus 2i (LLC port and tcp-uring's TCP
+//! port; tcp's is one more, as for pair 0), the client's LLC endpoint of
+//! pair i takes [`CLIENT_PORT`] plus i (see [`pair_port`]).
 
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
@@ -28,6 +34,14 @@ pub const PACKET_SAP: u8 = 0x78;
 pub const SERVER_PORT: u16 = 5201;
 /// LLC port of client endpoints.
 pub const CLIENT_PORT: u16 = 5301;
+/// Most sender/receiver pairs of the message-rate test: pair ports stay
+/// below [`CLIENT_PORT`] with the default base port.
+pub const MAX_PAIRS: usize = 16;
+
+/// The server's base port of pair `pair`, given the base port of pair 0.
+pub fn pair_port(base: u16, pair: usize) -> u16 {
+    base.wrapping_add(2 * pair as u16)
+}
 
 /// A transport under test.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
@@ -140,6 +154,9 @@ pub struct Open<'a> {
     pub uring_coop: bool,
     /// XDP attach mode (llc-xdp).
     pub xdp_attach: AttachMode,
+    /// Which sender/receiver pair of the message-rate test this endpoint
+    /// belongs to (0 for every other test): it picks the ports.
+    pub pair: usize,
 }
 
 /// The spec of `kind`'s endpoint (printable as `llc://IFNAME?...` or
@@ -154,14 +171,22 @@ pub fn spec(kind: Kind, o: &Open<'_>) -> TransportSpec {
                     Backend::Packet
                 },
                 attach: o.xdp_attach,
-                port: if o.server { o.port } else { CLIENT_PORT },
+                port: if o.server {
+                    pair_port(o.port, o.pair)
+                } else {
+                    CLIENT_PORT.wrapping_add(o.pair as u16)
+                },
                 ..LlcSpec::new(o.ifname)
             };
             s.config.sap = kind.sap();
             TransportSpec::Llc(s)
         }
         Kind::TcpUring | Kind::Tcp => {
-            let port = if o.server { kind.tcp_port(o.port) } else { 0 };
+            let port = if o.server {
+                kind.tcp_port(pair_port(o.port, o.pair))
+            } else {
+                0
+            };
             let mut s = TcpSpec::new(SocketAddr::new(o.ip, port));
             s.config.uring_coop_taskrun = o.uring_coop;
             s.config.busy_poll = Some(Duration::from_micros(50));

@@ -412,3 +412,134 @@ fn osu_format_prints_the_osu_layout() {
     }
     assert_eq!(lines.next(), None, "nothing after the last block:\n{text}");
 }
+
+/// The message rate of 2 sender/receiver pairs at once between a client
+/// and a server in two namespaces (`--pairs 2` on both sides), over LLC and
+/// TCP: the JSON has the aggregate and each pair's rate (the aggregate their
+/// sum, as osu_mbw_mr adds them), `--format osu` says `pairs: 2` and lists
+/// the pairs, the tables show them; a client asking for more pairs than the
+/// server has fails at once, naming the missing pair and the server option.
+#[test]
+fn msgrate_with_two_pairs() {
+    require_root!();
+    let bed = TwoHosts::new(1500).expect("testbed");
+    let port = (20000 + std::process::id() % 20000).to_string();
+    let _server = Background::spawn(
+        bed.b.ns.command(BIN).args([
+            "server",
+            "-I",
+            &bed.b.ifname,
+            "--transport",
+            "llc-packet,tcp",
+            "--port",
+            &port,
+            "--pairs",
+            "2",
+        ]),
+        "ready",
+        Duration::from_secs(10),
+    )
+    .expect("server starts");
+    let peers = [format_mac(&bed.b.mac), bed.b.ipv4.to_string()];
+    let client = |pairs: &str, out: &[&str]| {
+        bed.a
+            .ns
+            .command(BIN)
+            .args(["client", "-I", &bed.a.ifname, "--port", &port])
+            .args(["--transport", "llc-packet,tcp", "--tests", "msgrate"])
+            .args(["--quick", "--rounds", "1", "--verify", "--pairs", pairs])
+            .args(["--connect-timeout", "3"])
+            .args(out)
+            .args(&peers)
+            .output()
+            .unwrap()
+    };
+    let o = client("2", &["--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    assert_eq!(v["settings"]["pairs"], 2, "{v}");
+    let results = v["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2, "{v}");
+    for r in results {
+        let points = r["msgrate"].as_array().unwrap();
+        assert_eq!(points.len(), 1, "{r}");
+        let p = &points[0];
+        assert_eq!(
+            (p["bytes"].as_u64(), p["pairs"].as_u64()),
+            (Some(8), Some(2))
+        );
+        assert_eq!(p["window"], 64, "{p}");
+        let each: Vec<f64> = p["per_pair_msgs_per_s"]
+            .as_array()
+            .unwrap_or_else(|| panic!("per_pair_msgs_per_s in {p}"))
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect();
+        assert_eq!(each.len(), 2, "{p}");
+        assert!(each.iter().all(|x| x.is_finite() && *x > 0.0), "{p}");
+        // One round: the aggregate is the sum of the two pairs' rates.
+        let sum: f64 = each.iter().sum();
+        let agg = p["msgs_per_s"].as_f64().unwrap();
+        assert!((agg - sum).abs() <= sum * 1e-9, "{p}");
+        // Both pairs' messages were timed: windows of 64 from each.
+        let msgs = p["messages"].as_u64().unwrap();
+        assert!(msgs >= 2 * 2 * 64 && msgs % 64 == 0, "{p}");
+    }
+
+    let o = client("2", &["--format", "osu"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8(o.stdout).unwrap();
+    for transport in ["llc-packet", "tcp"] {
+        let block = text
+            .split("\n\n")
+            .find(|b| b.contains(&format!("# Transport: {transport} (")))
+            .unwrap_or_else(|| panic!("no {transport} block:\n{text}"));
+        let lines: Vec<&str> = block.lines().collect();
+        assert_eq!(lines[2], "# [ pairs: 2 ] [ window size: 64 ]", "{block}");
+        let (bytes, vals) = osu_row(lines[4], 2);
+        assert_eq!(bytes, 8, "{block}");
+        let per: Vec<f64> = lines[5]
+            .strip_prefix("# 8 B, Messages/s per pair: ")
+            .unwrap_or_else(|| panic!("per-pair line in {block}"))
+            .split(' ')
+            .map(|x| x.parse().unwrap())
+            .collect();
+        assert_eq!(per.len(), 2, "{block}");
+        let sum: f64 = per.iter().sum();
+        assert!((vals[1] - sum).abs() <= 0.02 + sum * 1e-6, "{block}");
+    }
+
+    let o = client("2", &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8(o.stdout).unwrap();
+    assert!(
+        text.contains("msgrate: messages/s, window 64, 2 pairs at once")
+            && text.contains("msgrate per pair: messages/s, pair 0 first"),
+        "{text}"
+    );
+    for transport in ["llc-packet", "tcp"] {
+        let line = text
+            .lines()
+            .find(|l| l.trim_start().starts_with(transport) && l.contains(" 8 B  "))
+            .unwrap_or_else(|| panic!("no per-pair line of {transport}:\n{text}"));
+        assert_eq!(
+            line.split(" 8 B  ")
+                .nth(1)
+                .unwrap()
+                .split_whitespace()
+                .count(),
+            2
+        );
+    }
+
+    // The server has 2 pairs: a third one finds nobody, a bounded wait.
+    let t0 = Instant::now();
+    let o = client("3", &["--json"]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("pair 2") && err.contains("--pairs 3"),
+        "the error names the pair and the server option: {err}"
+    );
+    assert!(t0.elapsed() < Duration::from_secs(20), "{:?}", t0.elapsed());
+}
