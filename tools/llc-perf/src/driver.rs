@@ -123,8 +123,9 @@ pub struct RatePoint {
     pub msgs_per_s: f64,
     /// Sender/receiver pairs streaming at once (1 but for msgrate).
     pub pairs: usize,
-    /// Message-rate test: each pair's messages per second, median of
-    /// rounds, pair 0 first.
+    /// Message-rate test: each pair's messages per second in the round
+    /// whose sum is the median (so that they add up to `msgs_per_s`),
+    /// pair 0 first.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub per_pair_msgs_per_s: Vec<f64>,
 }
@@ -468,7 +469,8 @@ fn rate_sweep(
     for &size in sizes {
         let mut gbit = vec![Vec::new(); links.len()];
         let mut rate = vec![Vec::new(); links.len()];
-        let mut per_pair = vec![vec![Vec::new(); pairs]; links.len()];
+        // Per transport and round: each pair's rate.
+        let mut per_pair: Vec<Vec<Vec<f64>>> = vec![Vec::new(); links.len()];
         let mut msgs = vec![0usize; links.len()];
         for _ in 0..s.rounds {
             for (i, l) in links.iter().enumerate() {
@@ -497,13 +499,15 @@ fn rate_sweep(
                 // Each pair timed on its own; the aggregate is the sum of
                 // their rates (osu_mbw_mr's), the payload rate likewise.
                 let (mut r_sum, mut slowest) = (0.0, 0.0f64);
-                for (j, &(el, n)) in runs.iter().enumerate() {
+                let mut each = Vec::with_capacity(runs.len());
+                for &(el, n) in &runs {
                     let secs = el.as_secs_f64().max(1e-9);
                     slowest = slowest.max(secs * 1e6 / n as f64);
                     r_sum += n as f64 / secs;
-                    per_pair[i][j].push(n as f64 / secs);
+                    each.push(n as f64 / secs);
                     msgs[i] += n;
                 }
+                per_pair[i].push(each);
                 last.insert(l.kind, (size, slowest));
                 gbit[i].push(r_sum * size as f64 * 8.0 / 1e9);
                 rate[i].push(r_sum);
@@ -514,6 +518,10 @@ fn rate_sweep(
             if gbit[i].is_empty() {
                 continue;
             }
+            // The round `median` picks for the aggregate.
+            let mut order: Vec<usize> = (0..rate[i].len()).collect();
+            order.sort_by(|&a, &b| rate[i][a].total_cmp(&rate[i][b]));
+            let mid = order[order.len() / 2];
             let p = RatePoint {
                 bytes: size,
                 window,
@@ -522,7 +530,7 @@ fn rate_sweep(
                 msgs_per_s: median(&mut rate[i]),
                 pairs,
                 per_pair_msgs_per_s: if t == Test::Msgrate {
-                    per_pair[i].iter_mut().map(|v| median(v)).collect()
+                    std::mem::take(&mut per_pair[i][mid])
                 } else {
                     vec![]
                 },
