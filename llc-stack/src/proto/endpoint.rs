@@ -1073,14 +1073,24 @@ impl Endpoint {
             let Some(e) = self.conns.get_mut(&h) else {
                 continue;
             };
-            e.queued = false;
             if !e.conn.wants_transmit() {
                 // Nothing to send, and nothing changed: no events to collect,
                 // no timer to move.
+                e.queued = false;
                 continue;
             }
+            // Still marked queued while it sends, so that collecting its
+            // events does not queue it again: it goes to the back only if
+            // it has more to send.
             let sent = e.conn.poll_transmit(now, buf);
             self.collect(h);
+            if let Some(e) = self.conns.get_mut(&h) {
+                if e.conn.wants_transmit() {
+                    self.queues.ready.push_back(h);
+                } else {
+                    e.queued = false;
+                }
+            }
             if let Some(n) = sent {
                 self.stats.tx_frames += 1;
                 return Some(n);
