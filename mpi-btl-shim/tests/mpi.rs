@@ -225,7 +225,11 @@ fn stat_sum(run: &Run, key: &str) -> u64 {
                 .split(key)
                 .nth(1)
                 .unwrap_or_else(|| panic!("{key:?} in {l}"));
-            let n = rest.trim_start().split([',', ' ']).next().unwrap_or("");
+            let n = rest
+                .trim_start()
+                .split([',', ' ', ')'])
+                .next()
+                .unwrap_or("");
             n.parse::<u64>()
                 .unwrap_or_else(|e| panic!("{key:?} in {l}: {e}"))
         })
@@ -1342,6 +1346,7 @@ fn mbw_mr_cluster_llc_vs_tcp() {
         let mut mca = vec![
             ("btl", "self,vader,llc".to_owned()),
             ("btl_llc_backend", b.to_owned()),
+            ("btl_llc_print_stats", "1".to_owned()),
             (EAGER_ADD_PROCS.0, EAGER_ADD_PROCS.1.to_owned()),
         ];
         mca.extend(
@@ -1389,9 +1394,21 @@ fn mbw_mr_cluster_llc_vs_tcp() {
                 );
                 let lines = parse_mbw_mr(&run.stdout);
                 assert!(!lines.is_empty(), "no result line:\n{}", run.stdout);
+                // btl/llc's retransmissions (and how many after a timeout,
+                // 2 ms at least), summed over the ranks: what most often
+                // explains a slow run here.
+                let retransmits = if which.starts_with("llc/") {
+                    format!(
+                        ", {} retransmissions ({} after timeouts)",
+                        stat_sum(&run, " retransmits "),
+                        stat_sum(&run, "(timeouts ")
+                    )
+                } else {
+                    String::new()
+                };
                 for l in &lines {
                     println!(
-                        "round {round} {which} pairs={pairs} {} B: {:.0} msgs/s, per pair {:?} ({:.1?})",
+                        "round {round} {which} pairs={pairs} {} B: {:.0} msgs/s, per pair {:?} ({:.1?}{retransmits})",
                         l.bytes,
                         l.msgs_per_s,
                         l.per_pair.iter().map(|r| r.round()).collect::<Vec<_>>(),
