@@ -290,3 +290,105 @@ fn a_lent_body_arrives_behind_its_prefix_and_is_released_after_the_ack() {
         assert_eq!(kept, 1, "seed {seed}: the buffer was not recycled");
     }
 }
+
+/// An MPI rank adds a peer when it first sends to it: the end with the
+/// higher address may have to send first, to a peer that never heard of it
+/// and so will not connect. It opens the connection itself, and the
+/// message arrives; the answer comes back on the same connection.
+#[test]
+fn the_higher_address_sends_first_to_a_peer_that_never_added_it() {
+    use msg_layer::{Source, Tag};
+    let v = endpoints(2, &Config::default(), FaultConfig::default(), 7);
+    let (low, high) = (&v[0], &v[1]);
+    assert!(low.local_addr() < high.local_addr());
+    let to_low = high.add_peer(&low.local_addr()).expect("add peer");
+    let s = high.isend(to_low, 5, 0, bytes::Bytes::from_static(b"first"));
+    let r = low.irecv(Source::Any, Tag::Is(5), 0, vec![0; 16]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let got = loop {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the message never arrived"
+        );
+        high.progress().expect("progress");
+        if let Some(done) = low.test(&r) {
+            break done.expect("low's receive");
+        }
+    };
+    high.wait(s).expect("high's send");
+    assert_eq!(
+        got.data.as_deref().map(|d| &d[..got.status.len]),
+        Some(&b"first"[..])
+    );
+    // The answer, to the peer as the receive named it, on that connection.
+    let from = got.status.source;
+    let s = low.isend(from, 6, 0, bytes::Bytes::from_static(b"answer"));
+    let r = high.irecv(Source::Peer(to_low), Tag::Is(6), 0, vec![0; 16]);
+    let got = high.wait(r).expect("high's receive");
+    low.wait(s).expect("low's send");
+    assert_eq!(
+        got.data.as_deref().map(|d| &d[..got.status.len]),
+        Some(&b"answer"[..])
+    );
+    let conns = |e: &SimEndpoint| {
+        e.counters()
+            .into_iter()
+            .find(|(k, _)| *k == "link.accepted" || k.ends_with(".accepted"))
+            .map_or(0, |(_, v)| v)
+    };
+    assert_eq!(conns(low), 1, "low accepted high's connection");
+    assert_eq!(conns(high), 0, "one connection between them");
+}
+
+/// Both ends add each other and send at the same moment, the lower address
+/// connecting as always and the higher one too (it has something to send):
+/// the two SYNs cross, and one connection carries both messages.
+#[test]
+fn both_ends_sending_at_once_share_one_connection() {
+    use msg_layer::{Source, Tag};
+    for seed in 0..20 {
+        let v = endpoints(2, &Config::default(), FaultConfig::default(), 100 + seed);
+        let (low, high) = (&v[0], &v[1]);
+        let to_high = low.add_peer(&high.local_addr()).expect("add peer");
+        let to_low = high.add_peer(&low.local_addr()).expect("add peer");
+        let s1 = low.isend(to_high, 1, 0, bytes::Bytes::from_static(b"from low"));
+        let s2 = high.isend(to_low, 1, 0, bytes::Bytes::from_static(b"from high"));
+        let r1 = high.irecv(Source::Peer(to_low), Tag::Is(1), 0, vec![0; 16]);
+        let r2 = low.irecv(Source::Peer(to_high), Tag::Is(1), 0, vec![0; 16]);
+        // One thread drives both ends.
+        let (mut a, mut b) = (None, None);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while a.is_none() || b.is_none() {
+            assert!(std::time::Instant::now() < deadline, "seed {seed}: stuck");
+            // Both keep making progress: each answers the other's frames.
+            high.progress().expect("progress");
+            low.progress().expect("progress");
+            a = a.or_else(|| high.test(&r1));
+            b = b.or_else(|| low.test(&r2));
+        }
+        let (a, b) = (
+            a.unwrap()
+                .unwrap_or_else(|e| panic!("seed {seed}: high's receive: {e}")),
+            b.unwrap()
+                .unwrap_or_else(|e| panic!("seed {seed}: low's receive: {e}")),
+        );
+        for (ep, s) in [(low, s1), (high, s2)] {
+            let done = loop {
+                if let Some(done) = ep.test(&s) {
+                    break done;
+                }
+                low.progress().expect("progress");
+                high.progress().expect("progress");
+            };
+            done.unwrap_or_else(|e| panic!("seed {seed}: a send: {e}"));
+        }
+        assert_eq!(
+            a.data.as_deref().map(|d| &d[..a.status.len]),
+            Some(&b"from low"[..])
+        );
+        assert_eq!(
+            b.data.as_deref().map(|d| &d[..b.status.len]),
+            Some(&b"from high"[..])
+        );
+    }
+}

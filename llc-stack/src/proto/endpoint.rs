@@ -596,6 +596,17 @@ impl Endpoint {
         }
     }
 
+    /// The connection to `peer_port` at `peer` from `local_port`, whoever
+    /// opened it.
+    pub fn connection_between(
+        &self,
+        peer: MacAddr,
+        peer_port: u16,
+        local_port: u16,
+    ) -> Option<ConnHandle> {
+        self.by_key.get(&(peer, peer_port, local_port)).copied()
+    }
+
     /// Every connection's counters.
     pub fn connection_stats_all(&self) -> impl Iterator<Item = (ConnHandle, &ConnStats)> {
         self.conns.iter().map(|(h, e)| (*h, e.conn.stats()))
@@ -948,9 +959,18 @@ impl Endpoint {
                 return;
             }
             if e.conn.state() == State::SynSent {
-                // Both ends opened at once with the same ports: not supported;
-                // the upper layer picks one initiator per pair.
-                self.stats.dropped.stale_cookie += 1;
+                // Both ends opened at once with the same ports (each wanted
+                // to send first): one connection comes of it. The SYN of
+                // the end with the lower (address, port) stands; the other
+                // end answers it on the connection it opened (PROTOCOL.md
+                // 3.5).
+                if (self.mac, local_port) < (peer, h.src_port.get()) {
+                    tracing::debug!(%peer, "simultaneous open: our SYN stands");
+                    return;
+                }
+                tracing::debug!(%peer, "simultaneous open: answering the peer's SYN");
+                e.conn.adopt_syn(now, h);
+                self.refresh(existing);
                 return;
             }
             // Same address and ports, new cookie: the peer restarted.
@@ -1399,6 +1419,42 @@ mod tests {
         shuttle(&mut a, &mut b, t0, &mut Vec::new());
         let hb = *b.conns.keys().next().unwrap();
         (a, b, c, hb)
+    }
+
+    /// Both ends, bound to the same port, open a connection to each other
+    /// at once, with messages queued: the SYNs cross, the higher address
+    /// answers the lower's on the connection it opened, and both ends'
+    /// handles carry the messages of one connection.
+    #[test]
+    fn simultaneous_opens_make_one_connection() {
+        let t0 = Instant::from_micros(1);
+        for first in [false, true] {
+            let mut low = keyed(ME, None, 1);
+            let mut high = keyed(PEER, None, 2);
+            assert!(ME < PEER);
+            low.bind(7);
+            high.bind(7);
+            let cl = low.connect(t0, PEER, 7, None).unwrap();
+            let ch = high.connect(t0, ME, 7, None).unwrap();
+            low.send(cl, vec![1; 8]).unwrap();
+            high.send(ch, vec![2; 8]).unwrap();
+            // Either SYN may land first.
+            if first {
+                let f = transmit_at(&mut high, t0).expect("high's SYN");
+                low.handle_frame(t0, &f);
+            }
+            shuttle(&mut low, &mut high, t0, &mut Vec::new());
+            assert_eq!(low.connection_count(), 1);
+            assert_eq!(high.connection_count(), 1);
+            for (ep, h) in [(&mut low, cl), (&mut high, ch)] {
+                assert_eq!(
+                    ep.connection(h).map(|c| c.state()),
+                    Some(State::Established)
+                );
+            }
+            assert_eq!(messages(&mut low), vec![vec![2; 8]]);
+            assert_eq!(messages(&mut high), vec![vec![1; 8]]);
+        }
     }
 
     fn messages(ep: &mut Endpoint) -> Vec<Vec<u8>> {

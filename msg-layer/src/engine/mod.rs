@@ -33,7 +33,7 @@ use crate::error::Error;
 use crate::matching::{Matcher, PeerId, PostId};
 use crate::placement::{DataPlacement, RecvBuffer, Registry};
 use crate::rma::MemoryRegion;
-use crate::transport::{ConnId, SendError, Transport, TransportEvent};
+use crate::transport::{ConnId, SendError, Transport, TransportError, TransportEvent};
 
 mod am;
 mod dispatch;
@@ -151,12 +151,26 @@ pub(crate) struct AmDelivery {
 pub(crate) trait Outlet {
     /// Queue the packet `head ++ body` on `conn`.
     fn send(&mut self, conn: ConnId, head: &[u8], body: Bytes) -> Result<(), SendError>;
+
+    /// Open a connection to `to` (see [`Transport::connect`]).
+    fn connect(&mut self, to: &Addr) -> Result<ConnId, TransportError>;
+
+    /// See [`Transport::peers_accept`].
+    fn peers_accept(&self) -> bool;
 }
 
 impl<T: Transport + ?Sized> Outlet for T {
     #[inline]
     fn send(&mut self, conn: ConnId, head: &[u8], body: Bytes) -> Result<(), SendError> {
         Transport::send(self, conn, head, body)
+    }
+
+    fn connect(&mut self, to: &Addr) -> Result<ConnId, TransportError> {
+        Transport::connect(self, to)
+    }
+
+    fn peers_accept(&self) -> bool {
+        Transport::peers_accept(self)
     }
 }
 
@@ -395,7 +409,9 @@ impl Engine {
         match ev {
             TransportEvent::Connected(_) => {}
             TransportEvent::Accepted(c) => {
-                self.by_conn.insert(c, ConnRole::Unidentified);
+                // Already ours if we sent on it before it was up (the peer
+                // opened it as we tried to: `send_queued`).
+                self.by_conn.entry(c).or_insert(ConnRole::Unidentified);
             }
             TransportEvent::Message(c, packet) => self.handle_packet(c, packet),
             TransportEvent::Closed(c, reason) => self.connection_closed(c, reason),

@@ -158,6 +158,27 @@ impl Engine {
         }
     }
 
+    /// Open the connection to a peer that was to connect to us.
+    fn dial<O: Outlet + ?Sized>(&mut self, p: PeerId, o: &mut O) {
+        let Some(addr) = self.peers[p as usize].addr else {
+            return;
+        };
+        tracing::debug!(%addr, "connecting to a peer that was to connect to us");
+        match o.connect(&addr) {
+            Ok(conn) => {
+                self.connected(addr, conn);
+            }
+            Err(e) => {
+                let cause = FailureCause::Io {
+                    context: format!("connecting to {addr}"),
+                    kind: std::io::ErrorKind::Other,
+                    message: e.to_string(),
+                };
+                self.fail_peer(p, PeerEnd::Failed(std::sync::Arc::new(cause)));
+            }
+        }
+    }
+
     /// A peer identified itself on an accepted connection `c`.
     pub(super) fn handle_hello(&mut self, c: ConnId, hdr: &Header, body: &[u8]) {
         let addr: Option<Addr> = std::str::from_utf8(body).ok().and_then(|s| s.parse().ok());
@@ -363,6 +384,15 @@ impl Engine {
     }
 
     fn send_queued<O: Outlet + ?Sized>(&mut self, p: PeerId, o: &mut O) {
+        let peer = &mut self.peers[p as usize];
+        if peer.conn.is_none() && peer.state == PeerState::Awaiting && o.peers_accept() {
+            // We wait for the peer to connect (its address is the lower),
+            // but it may never: it has not heard of us (an MPI rank adds
+            // peers as it first sends to them). Having something to send,
+            // we open the connection ourselves; should the peer open it at
+            // the same moment, the transport makes one connection of the two.
+            self.dial(p, o);
+        }
         let peer = &mut self.peers[p as usize];
         let Some(conn) = peer.conn else {
             return;

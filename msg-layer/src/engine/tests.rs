@@ -41,6 +41,17 @@ impl Outlet for Outbox {
         self.sent.push((conn, p));
         Ok(())
     }
+
+    fn connect(&mut self, to: &Addr) -> Result<ConnId, TransportError> {
+        Err(TransportError::Address {
+            addr: to.to_string(),
+            reason: "the test outbox connects nothing".into(),
+        })
+    }
+
+    fn peers_accept(&self) -> bool {
+        false
+    }
 }
 
 /// Connection id both sides use for their one connection.

@@ -98,6 +98,9 @@ impl Transport for AnyTransport {
     fn set_placement(&mut self, placement: Box<dyn Placement>) {
         each!(self, t => t.set_placement(placement))
     }
+    fn peers_accept(&self) -> bool {
+        each!(self, t => t.peers_accept())
+    }
     #[inline]
     fn flushed(&self) -> bool {
         each!(self, t => t.flushed())

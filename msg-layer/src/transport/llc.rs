@@ -327,12 +327,29 @@ impl<D: Device + Send + 'static> Transport for LlcTransport<D> {
                 a.sap, self.addr.sap
             )));
         }
-        let h = self
-            .stack
-            .endpoint_mut()
-            .connect(Instant::now(), a.mac, a.port, None)
-            .map_err(|e| bad(e.to_string()))?;
-        Ok(h.0)
+        let ep = self.stack.endpoint_mut();
+        match ep.connect(Instant::now(), a.mac, a.port, None) {
+            Ok(h) => Ok(h.0),
+            // The peer opened this connection first (from and to the same
+            // ports): it is the one to send on.
+            Err(llc_stack::proto::ConnectError::InUse {
+                local,
+                peer,
+                remote,
+            }) if ep
+                .connection_between(peer, remote, local)
+                .is_some_and(|h| ep.is_inbound(h) == Some(true)) =>
+            {
+                let h = ep.connection_between(peer, remote, local).expect("found");
+                Ok(h.0)
+            }
+            Err(e) => Err(bad(e.to_string())),
+        }
+    }
+
+    fn peers_accept(&self) -> bool {
+        // Every endpoint listens on its bound port.
+        true
     }
 
     fn send(&mut self, conn: ConnId, head: &[u8], body: Bytes) -> Result<(), SendError> {

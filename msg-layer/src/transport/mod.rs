@@ -229,6 +229,15 @@ pub trait Transport: Send + 'static {
         let _ = placement;
     }
 
+    /// True when every endpoint of this transport accepts connections (an
+    /// LLC endpoint listens on its port; a TCP client may not listen at
+    /// all). The layer above then opens the connection to a peer that was
+    /// to connect to it, once it has something to send and the peer has
+    /// not, instead of waiting for a connection that may never come.
+    fn peers_accept(&self) -> bool {
+        false
+    }
+
     /// True when everything sent so far has been delivered to the peer
     /// (acknowledged by its transport, or handed to the kernel, which
     /// delivers it even after this process exits) and everything received

@@ -512,6 +512,23 @@ impl Connection {
     }
 
     /// The peer repeated its SYN (our SYN-ACK was lost): answer again.
+    /// Both ends opened this connection at once (same ports) and the
+    /// peer's SYN wins: answer it as though we had been listening, keeping
+    /// this connection's handle and the messages queued on it. Our SYN,
+    /// which the peer drops, is forgotten.
+    pub(crate) fn adopt_syn(&mut self, now: Instant, syn: &TransportHeader) {
+        debug_assert_eq!(self.state, State::SynSent);
+        self.state = State::SynReceived;
+        self.peer_cookie = syn.src_cookie.get();
+        self.set_peer_mtu(syn.msg_len.get() as usize);
+        self.rcv_nxt = Seq(syn.seq.get());
+        self.window_end = self.rcv_nxt.add(self.window_frames);
+        self.syn_ack_due = true;
+        self.backoff = 0;
+        self.timers = [None; TIMER_COUNT];
+        self.timers[Timer::Idle as usize] = Some(now + self.cfg.handshake_timeout);
+    }
+
     pub(crate) fn resend_syn_ack(&mut self) {
         if self.state == State::SynReceived {
             self.syn_ack_due = true;

@@ -37,6 +37,12 @@ impl Connection {
         match t {
             Timer::Idle => match self.state {
                 // Half-open: forget silently; the application never saw it.
+                // A connection we opened whose SYN crossed the peer's
+                // (`adopt_syn`): its user waits for it, so it fails as a
+                // connection attempt does.
+                State::SynReceived if self.syn_attempts > 0 => {
+                    self.fail(ConnectionError::ConnectTimeout(self.syn_attempts))
+                }
                 State::SynReceived => {
                     self.state = State::Closed;
                     self.timers = [None; TIMER_COUNT];
