@@ -678,6 +678,11 @@ impl<T: Transport> Endpoint<T> {
     pub fn can_post(&self, peer: PeerId) -> bool {
         let mut c = self.core();
         if !c.engine.sends_now(peer) {
+            // A peer we wait for may never connect: the caller wants to
+            // send to it now, so open the connection (a caller that finds
+            // it cannot post may never queue a message that would).
+            let Core { engine, t, .. } = &mut *c;
+            engine.open_to(peer, t);
             // Progress may have drained the queue since.
             let _ = c.progress();
         }

@@ -392,3 +392,22 @@ fn both_ends_sending_at_once_share_one_connection() {
         );
     }
 }
+
+/// A sender that posts only when the message would leave at once (MPI's
+/// `btl_sendi` asks `can_post` first, and retries rather than queueing)
+/// must get there with a peer that waits to be connected to: asking opens
+/// the connection.
+#[test]
+fn asking_whether_a_send_would_leave_opens_the_connection() {
+    let v = endpoints(2, &Config::default(), FaultConfig::default(), 11);
+    let (low, high) = (&v[0], &v[1]);
+    let to_low = high.add_peer(&low.local_addr()).expect("add peer");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !high.can_post(to_low) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a send to the peer never could leave"
+        );
+        low.progress().expect("progress");
+    }
+}

@@ -158,6 +158,20 @@ impl Engine {
         }
     }
 
+    /// About to send to `p`: if we wait for it to connect (its address is
+    /// the lower), open the connection ourselves. It may never connect: it
+    /// has not heard of us (an MPI rank adds peers as it first sends to
+    /// them). Should the peer open it at the same moment, the transport
+    /// makes one connection of the two.
+    pub(crate) fn open_to<O: Outlet + ?Sized>(&mut self, p: PeerId, o: &mut O) {
+        let Some(peer) = self.peers.get(p as usize) else {
+            return;
+        };
+        if peer.conn.is_none() && peer.state == PeerState::Awaiting && o.peers_accept() {
+            self.dial(p, o);
+        }
+    }
+
     /// Open the connection to a peer that was to connect to us.
     fn dial<O: Outlet + ?Sized>(&mut self, p: PeerId, o: &mut O) {
         let Some(addr) = self.peers[p as usize].addr else {
@@ -384,15 +398,7 @@ impl Engine {
     }
 
     fn send_queued<O: Outlet + ?Sized>(&mut self, p: PeerId, o: &mut O) {
-        let peer = &mut self.peers[p as usize];
-        if peer.conn.is_none() && peer.state == PeerState::Awaiting && o.peers_accept() {
-            // We wait for the peer to connect (its address is the lower),
-            // but it may never: it has not heard of us (an MPI rank adds
-            // peers as it first sends to them). Having something to send,
-            // we open the connection ourselves; should the peer open it at
-            // the same moment, the transport makes one connection of the two.
-            self.dial(p, o);
-        }
+        self.open_to(p, o);
         let peer = &mut self.peers[p as usize];
         let Some(conn) = peer.conn else {
             return;
