@@ -146,9 +146,9 @@ impl<V> ConnTable<V> {
         self.entries.iter().map(|(_, v)| v)
     }
 
-    /// Values in handle order, mutably.
-    pub fn values_mut(&mut self) -> impl Iterator<Item = &mut V> {
-        self.entries.iter_mut().map(|(_, v)| v)
+    /// Handles and values in handle order, the values mutably.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (&ConnHandle, &mut V)> {
+        self.entries.iter_mut().map(|(h, v)| (&*h, v))
     }
 }
 
@@ -188,7 +188,7 @@ mod tests {
         }
         assert!(table.iter().eq(map.iter()));
         assert!(table.values().eq(map.values()));
-        for (a, b) in table.values_mut().zip(map.values_mut()) {
+        for ((_, a), b) in table.iter_mut().zip(map.values_mut()) {
             assert_eq!(a, b);
         }
     }

@@ -540,13 +540,10 @@ impl Endpoint {
             return;
         };
         let share = budget / (self.conns.len().max(1) as u32);
-        for e in self.conns.values_mut() {
-            e.conn.set_window_share(Some(share.max(MIN_WINDOW_SHARE)));
-        }
         // Connections come and go one at a time: this walk is theirs.
-        let handles: Vec<ConnHandle> = self.conns.iter().map(|(h, _)| *h).collect();
-        for h in handles {
-            self.refresh(h);
+        for (&h, e) in self.conns.iter_mut() {
+            e.conn.set_window_share(Some(share.max(MIN_WINDOW_SHARE)));
+            e.note(h, &mut self.queues);
         }
     }
 

@@ -259,13 +259,7 @@ impl Connection {
             isn,
             local_mtu,
         );
-        c.state = State::SynReceived;
-        c.peer_cookie = syn.src_cookie.get();
-        c.set_peer_mtu(syn.msg_len.get() as usize);
-        c.rcv_nxt = Seq(syn.seq.get());
-        c.window_end = c.rcv_nxt.add(c.window_frames);
-        c.syn_ack_due = true;
-        c.timers[Timer::Idle as usize] = Some(now + c.cfg.handshake_timeout);
+        c.answer_syn(now, syn);
         c
     }
 
@@ -518,14 +512,20 @@ impl Connection {
     /// which the peer drops, is forgotten.
     pub(crate) fn adopt_syn(&mut self, now: Instant, syn: &TransportHeader) {
         debug_assert_eq!(self.state, State::SynSent);
+        self.backoff = 0;
+        self.timers = [None; TIMER_COUNT];
+        self.answer_syn(now, syn);
+    }
+
+    /// Take the peer's SYN: its cookie, MTU and initial sequence number,
+    /// and a SYN-ACK to send, within the handshake timeout.
+    fn answer_syn(&mut self, now: Instant, syn: &TransportHeader) {
         self.state = State::SynReceived;
         self.peer_cookie = syn.src_cookie.get();
         self.set_peer_mtu(syn.msg_len.get() as usize);
         self.rcv_nxt = Seq(syn.seq.get());
         self.window_end = self.rcv_nxt.add(self.window_frames);
         self.syn_ack_due = true;
-        self.backoff = 0;
-        self.timers = [None; TIMER_COUNT];
         self.timers[Timer::Idle as usize] = Some(now + self.cfg.handshake_timeout);
     }
 
