@@ -244,6 +244,8 @@ struct DemoArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Before any thread is pinned (see `affinity::cpus`).
+    let _ = affinity::cpus();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
@@ -590,6 +592,13 @@ fn pair_cpus(j: usize, pairs: usize, online: usize) -> (usize, usize) {
     }
 }
 
+/// [`pair_cpus`] as CPU numbers of the CPUs this process may use.
+fn pair_cpu_ids(j: usize, pairs: usize) -> (usize, usize) {
+    let cpus = affinity::cpus();
+    let (client, server) = pair_cpus(j, pairs, cpus.len());
+    (cpus[client], cpus[server])
+}
+
 // ------------------------------------------------------------------ demo
 
 /// One testbed at one MTU: servers in namespace B, clients in A.
@@ -657,7 +666,7 @@ fn demo_phase(
             let stop = stop.clone();
             threads.push(bed.b.ns.spawn(move || {
                 if pin {
-                    let cpu = pair_cpus(j, pairs, affinity::online()).1;
+                    let cpu = pair_cpu_ids(j, pairs).1;
                     if let Err(e) = affinity::pin_current(&[cpu]) {
                         tracing::warn!("pinning a server thread: {e}");
                     }
@@ -704,13 +713,13 @@ fn demo_phase(
             .collect();
         say(out, &format!("MTU {mtu}: measuring {}", names.join(", ")));
         if pin {
-            affinity::pin_current(&[0]).context("pinning the measuring thread to CPU 0")?;
+            let cpu = pair_cpu_ids(0, pairs).0;
+            affinity::pin_current(&[cpu])
+                .with_context(|| format!("pinning the measuring thread to CPU {cpu}"))?;
         }
         let s = &Settings {
             pair_cpus: if pin {
-                (0..pairs)
-                    .map(|j| pair_cpus(j, pairs, affinity::online()).0)
-                    .collect()
+                (0..pairs).map(|j| pair_cpu_ids(j, pairs).0).collect()
             } else {
                 vec![]
             },
@@ -788,10 +797,10 @@ fn demo(a: &DemoArgs) -> Result<()> {
         .collect();
     let pin = !a.no_pin && affinity::online() >= 2;
     if pin {
+        let (client, server) = pair_cpu_ids(0, 1);
         report.notes.push(format!(
-            "the measuring (client) thread runs on CPU 0, the server threads on CPU {}; \
-             progress threads may run anywhere",
-            affinity::online() - 1
+            "the measuring (client) thread runs on CPU {client}, the server threads on CPU \
+             {server}, in every phase; progress threads may run anywhere"
         ));
     }
     if s.pairs > 1 {
