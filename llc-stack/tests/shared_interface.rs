@@ -37,6 +37,9 @@ fn open(host: &Host, port: Option<u16>) -> Result<AfPacket, LinkError> {
             &name,
             AfPacketConfig {
                 port,
+                // Host A takes bursts of 300 jumbo frames with no flow
+                // control: 1024 slots at any MTU, not the default 2 MiB.
+                rx_ring_bytes: 1024 * (64 << 10),
                 ..AfPacketConfig::default()
             },
         )

@@ -3,7 +3,7 @@
 //! root; creates and removes its own hosts).
 //!
 //! ```text
-//! cargo run --release -p msg-layer --example msg_stream_goodput -- [--mib N] [--mtu 1500,9000,65000] [--backend packet,xdp,xdp-generic] [--rounds R]
+//! cargo run --release -p msg-layer --example msg_stream_goodput -- [--mib N] [--mtu 1500,9000,65000] [--backend packet,xdp,xdp-generic] [--rounds R] [--layers transport,message]
 //! ```
 //!
 //! Both layers move `--mib` MiB (default 512) as 1 MiB messages from A to B,
@@ -176,7 +176,7 @@ fn message_run(hosts: &TwoHosts, backend: &str, total: usize) -> f64 {
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 fn main() {
@@ -185,9 +185,15 @@ fn main() {
         std::process::exit(2);
     }
     let mut rounds = 2usize;
+    let (mut transport, mut message) = (true, true);
     let args =
         veth_link::Sweep::from_args(512, &["packet", "xdp-generic"], |name, val| match name {
             "--rounds" => rounds = val.parse().expect("--rounds R"),
+            "--layers" => {
+                let layers = veth_link::list(val, |l| l.to_string());
+                transport = layers.iter().any(|l| l == "transport");
+                message = layers.iter().any(|l| l == "message");
+            }
             other => panic!("unknown argument {other}"),
         });
     let total = args.mib * MSG;
@@ -204,8 +210,12 @@ fn main() {
             let hosts = TwoHosts::new(mtu).unwrap();
             let (mut tr, mut ml) = (Vec::new(), Vec::new());
             for _ in 0..rounds {
-                tr.push(gbps(transport_run(&hosts, b, total)));
-                ml.push(gbps(message_run(&hosts, b, total)));
+                if transport {
+                    tr.push(gbps(transport_run(&hosts, b, total)));
+                }
+                if message {
+                    ml.push(gbps(message_run(&hosts, b, total)));
+                }
             }
             let show = |v: &[f64]| {
                 v.iter()

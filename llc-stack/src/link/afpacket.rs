@@ -50,15 +50,31 @@ pub struct AfPacketConfig {
     /// the link role), and frames to our own MAC take the same-host path
     /// (see [`crate::link::local`]).
     pub port: Option<u16>,
-    /// RX ring slots (rounded up to fill whole ring blocks). Each slot holds
-    /// one frame of MTU + 14 bytes plus about 80 bytes of kernel header, so
-    /// the default costs about 1.6 MiB at MTU 1500 and 64 MiB at MTU 65000.
+    /// Most RX ring slots (rounded up to fill whole ring blocks). Each slot
+    /// holds one frame of MTU + 14 bytes plus about 80 bytes of kernel
+    /// header: 1024 slots are about 1.6 MiB at MTU 1500.
     pub rx_ring_frames: usize,
-    /// Frames per `sendmmsg`: the size of the TX batch buffer. When it is
-    /// full, the next [`Device::transmit`] sends it first. Also reported as
-    /// [`Capabilities::max_burst`].
+    /// Most bytes the RX ring spans: at a large MTU it gets fewer slots than
+    /// `rx_ring_frames`, but never fewer than [`MIN_RX_RING_FRAMES`] (nor
+    /// more than `rx_ring_frames`). A ring that fits the caches is faster:
+    /// on veth the kernel writes every frame into a slot on the sender's
+    /// core, and a slot last touched 64 MiB ago costs a miss per line (see
+    /// docs/BENCHMARKS.md, issue 24).
+    pub rx_ring_bytes: usize,
+    /// Most frames per `sendmmsg`: the size of the TX batch buffer. When it
+    /// is full, the next [`Device::transmit`] sends it first. Also reported
+    /// as [`Capabilities::max_burst`].
     pub tx_batch: usize,
+    /// Most bytes the TX batch buffer spans: at a large MTU a batch holds
+    /// fewer frames than `tx_batch`, but at least [`MIN_TX_BATCH`] (nor more
+    /// than `tx_batch`), for the same reason as `rx_ring_bytes`.
+    pub tx_batch_bytes: usize,
 }
+
+/// Fewest RX slots [`AfPacketConfig::rx_ring_bytes`] leaves a ring.
+pub const MIN_RX_RING_FRAMES: usize = 64;
+/// Fewest frames [`AfPacketConfig::tx_batch_bytes`] leaves a batch.
+pub const MIN_TX_BATCH: usize = 8;
 
 impl Default for AfPacketConfig {
     fn default() -> Self {
@@ -66,12 +82,28 @@ impl Default for AfPacketConfig {
             sap: 0x7C,
             port: None,
             rx_ring_frames: 1024,
+            rx_ring_bytes: 2 << 20,
             tx_batch: 64,
+            tx_batch_bytes: 256 << 10,
         }
     }
 }
 
 impl AfPacketConfig {
+    /// RX slots for slots of `slot_bytes` each: `rx_ring_frames`, or fewer
+    /// to stay within `rx_ring_bytes`, but not below the floor.
+    pub fn rx_frames_for(&self, slot_bytes: usize) -> usize {
+        let fit = self.rx_ring_bytes / slot_bytes.max(1);
+        fit.max(MIN_RX_RING_FRAMES).min(self.rx_ring_frames)
+    }
+
+    /// Frames per TX batch for frames of up to `frame_bytes`: `tx_batch`, or
+    /// fewer to stay within `tx_batch_bytes`, but not below the floor.
+    pub fn tx_batch_for(&self, frame_bytes: usize) -> usize {
+        let fit = self.tx_batch_bytes / frame_bytes.max(1);
+        fit.max(MIN_TX_BATCH).min(self.tx_batch)
+    }
+
     fn validate(&self) -> Result<(), LinkError> {
         let problem = if self.rx_ring_frames == 0 {
             Some("rx_ring_frames must be at least 1")
@@ -360,7 +392,9 @@ impl AfPacket {
         }
         .map_err(io_err("attaching the LLC socket filter"))?;
 
-        let geometry = rx_geometry(mtu, config.rx_ring_frames, sys::page_size());
+        let slot = rx_geometry(mtu, 1, sys::page_size()).frame_size;
+        let geometry = rx_geometry(mtu, config.rx_frames_for(slot), sys::page_size());
+        let tx_batch = config.tx_batch_for(max_frame);
         let rx = sys::RxRing::new(fd.as_fd(), geometry).map_err(io_err(&format!(
             "setting up a {} KiB TPACKET_V2 RX ring",
             geometry.ring_bytes() / 1024
@@ -371,7 +405,7 @@ impl AfPacket {
             .map_err(io_err("setting PACKET_QDISC_BYPASS"))?;
         // Frames the driver has not completed count against the send buffer:
         // room for a few batches. Not fatal: a smaller buffer means retries.
-        if let Err(e) = sys::set_send_buffer(fd.as_fd(), 4 * config.tx_batch * (max_frame + 1024)) {
+        if let Err(e) = sys::set_send_buffer(fd.as_fd(), 4 * tx_batch * (max_frame + 1024)) {
             tracing::debug!(%ifname, error = %e, "could not enlarge the send buffer");
         }
         sys::bind_packet(fd.as_fd(), ifindex, libc::ETH_P_ALL as u16)
@@ -380,7 +414,7 @@ impl AfPacket {
 
         Ok(AfPacket {
             rx,
-            tx: sys::FrameBatch::new(config.tx_batch, max_frame),
+            tx: sys::FrameBatch::new(tx_batch, max_frame),
             fd,
             ifname: ifname.to_owned(),
             ifindex,
@@ -673,7 +707,7 @@ impl Device for AfPacket {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             mtu: self.mtu,
-            max_burst: self.config.tx_batch,
+            max_burst: self.tx.capacity(),
             backend: "af_packet/mmap".into(),
             rx_queue_frames: Some(self.rx_ring_frames),
         }
@@ -909,6 +943,29 @@ mod tests {
                 assert!(g.block_size - used <= g.block_size / 8, "mtu {mtu}: {g:?}");
             }
         }
+    }
+
+    #[test]
+    fn large_frames_get_fewer_slots_within_the_byte_budgets() {
+        let c = AfPacketConfig::default();
+        let slot = |mtu| rx_geometry(mtu, 1, PAGE).frame_size;
+        // MTU 1500: the slot count decides (1024 slots are 1.6 MiB).
+        assert_eq!(c.rx_frames_for(slot(1500)), 1024);
+        assert_eq!(c.tx_batch_for(1514), 64);
+        // MTU 9000: 2 MiB of 9088-byte slots; 256 KiB of 9014-byte frames.
+        assert_eq!(c.rx_frames_for(slot(9000)), (2 << 20) / 9088);
+        assert_eq!(c.tx_batch_for(9014), (256 << 10) / 9014);
+        // MTU 65000: the floors.
+        assert_eq!(c.rx_frames_for(slot(65000)), MIN_RX_RING_FRAMES);
+        assert_eq!(c.tx_batch_for(65014), MIN_TX_BATCH);
+        // A smaller slot count than the floor is kept as asked.
+        let small = AfPacketConfig {
+            rx_ring_frames: 8,
+            tx_batch: 1,
+            ..AfPacketConfig::default()
+        };
+        assert_eq!(small.rx_frames_for(slot(65000)), 8);
+        assert_eq!(small.tx_batch_for(65014), 1);
     }
 
     #[test]

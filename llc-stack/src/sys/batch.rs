@@ -58,6 +58,11 @@ impl FrameBatch {
         self.count - self.sent
     }
 
+    /// Frames the batch holds.
+    pub fn capacity(&self) -> usize {
+        self.iov.len()
+    }
+
     /// Whether every buffer holds a frame not yet sent.
     pub fn is_full(&self) -> bool {
         self.count == self.iov.len()

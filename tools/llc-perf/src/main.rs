@@ -1,6 +1,7 @@
 //! llc-perf: NetPIPE/OSU-style benchmarks of the message layer over the LLC
 //! stack (AF_XDP, AF_PACKET) and kernel TCP (io_uring, sockets), measured
-//! in one run, interleaved, on the same link.
+//! in one run, interleaved, on the same kind of link (the demo gives each
+//! transport a veth pair of its own, set up as its users would set it).
 //!
 //! - `llc-perf server -I IFACE` / `llc-perf client -I IFACE PEER...`
 //! - `llc-perf demo`: builds a two-namespace veth testbed, runs the server
@@ -85,8 +86,7 @@ enum XdpAttach {
     Auto,
     /// Native (driver) XDP only.
     Native,
-    /// Generic (skb) XDP only: on veth the faster mode, and the one that
-    /// leaves TCP its segmentation offloads on the same link.
+    /// Generic (skb) XDP only: on veth the faster mode for our frames.
     Generic,
 }
 
@@ -232,8 +232,8 @@ struct DemoArgs {
     #[arg(long, default_value_t = 3)]
     incast_senders: usize,
     /// XDP attach mode of llc-xdp. Generic by default: on the demo's veth
-    /// pair a native program is slower for LLC and takes segmentation
-    /// offloads away from TCP on the same link, which would handicap TCP.
+    /// pairs a native program is slower for LLC. Each transport has a veth
+    /// pair of its own, so the program is on llc-xdp's link only.
     #[arg(long, value_enum, default_value_t = XdpAttach::Generic)]
     xdp_attach: XdpAttach,
     #[command(flatten)]
@@ -611,21 +611,39 @@ fn demo_phase(
     out: &Output,
     unavailable: &mut Vec<(Kind, String)>,
 ) -> Result<Vec<TransportResult>> {
-    let bed = testbed::TwoHosts::new(mtu).context("building the testbed")?;
-    say(
-        out,
-        &format!(
-            "testbed: namespaces {} and {}, veth {} <-> {}, MTU {mtu}, {} <-> {}, {} <-> {}",
-            bed.a.ns.name(),
-            bed.b.ns.name(),
-            bed.a.ifname,
-            bed.b.ifname,
-            testbed::format_mac(&bed.a.mac),
-            testbed::format_mac(&bed.b.mac),
-            bed.a.ipv4,
-            bed.b.ipv4
-        ),
-    );
+    // Each transport gets a veth pair of its own, set up as its own users
+    // would set it: llc-xdp's XDP program is attached to its link only
+    // (a program on a link costs every other user of it, TCP included: in
+    // generic mode the kernel runs it for each of TCP's segments), and TCP's
+    // link carries no packet socket. The pairs exist side by side, so the
+    // rounds still interleave the transports.
+    let mut beds = Vec::new();
+    for &k in kinds {
+        let bed =
+            testbed::TwoHosts::new(mtu).with_context(|| format!("building the testbed of {k}"))?;
+        say(
+            out,
+            &format!(
+                "testbed of {k}: namespaces {} and {}, veth {} <-> {}, MTU {mtu}, {} <-> {}, {} <-> {}",
+                bed.a.ns.name(),
+                bed.b.ns.name(),
+                bed.a.ifname,
+                bed.b.ifname,
+                testbed::format_mac(&bed.a.mac),
+                testbed::format_mac(&bed.b.mac),
+                bed.a.ipv4,
+                bed.b.ipv4
+            ),
+        );
+        beds.push((k, bed));
+    }
+    let bed_of = |k: Kind| {
+        &beds
+            .iter()
+            .find(|(b, _)| *b == k)
+            .expect("a bed per kind")
+            .1
+    };
     // One server endpoint per message-rate pair (pair 0 serves every
     // other test too).
     let pairs = if s.tests.contains(&Test::Msgrate) {
@@ -635,6 +653,7 @@ fn demo_phase(
     };
     let mut served = Vec::new();
     for &k in kinds {
+        let bed = bed_of(k);
         let opened: Result<Vec<_>> = (0..pairs)
             .map(|pair| {
                 let o = Open {
@@ -662,6 +681,7 @@ fn demo_phase(
     let mut kinds_up = Vec::new();
     for (k, eps) in served {
         kinds_up.push(k);
+        let bed = bed_of(k);
         for (j, ep) in eps.into_iter().enumerate() {
             let stop = stop.clone();
             threads.push(bed.b.ns.spawn(move || {
@@ -678,6 +698,7 @@ fn demo_phase(
     let result = (|| -> Result<Vec<TransportResult>> {
         let mut links = Vec::new();
         for &k in &kinds_up {
+            let bed = bed_of(k);
             let o = Open {
                 ifname: &bed.a.ifname,
                 ip: bed.a.ipv4.into(),

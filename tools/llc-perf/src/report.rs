@@ -628,7 +628,7 @@ impl Report {
         if !self.comparison.is_empty() {
             let _ = writeln!(
                 s,
-                "\n=== comparison: each figure / the fastest TCP's (same run, same link) ==="
+                "\n=== comparison: each figure / the fastest TCP's (same run, each on its own veth pair) ==="
             );
             for c in &self.comparison {
                 let _ = write!(
