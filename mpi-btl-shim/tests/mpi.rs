@@ -11,7 +11,8 @@
 //!
 //! `netpipe_llc_vs_tcp`, `netpipe_cluster_shared_vs_exclusive_vs_tcp` and
 //! `mbw_mr_cluster_llc_vs_tcp` (ignored by default) are the benchmarks of
-//! docs/BENCHMARKS.md: `cargo test --release -p mpi-btl-shim --test mpi --
+//! docs/BENCHMARKS.md, `kernels_cluster_llc_vs_tcp` (seed 002's application
+//! kernels) another: `cargo test --release -p mpi-btl-shim --test mpi --
 //! --ignored --nocapture NAME`.
 
 use std::path::{Path, PathBuf};
@@ -29,7 +30,8 @@ const SYSTEM_COMPONENTS: &str = "/usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3"
 static SERIAL: Mutex<()> = Mutex::new(());
 
 struct Built {
-    /// Directory of mca_btl_llc.so and the MPI programs (mpi_check, mbw_mr).
+    /// Directory of mca_btl_llc.so and the MPI programs (mpi_check, mbw_mr,
+    /// kernels).
     dir: PathBuf,
     /// Directory of the libmpi_btl_shim.so the component was linked with.
     shim_dir: PathBuf,
@@ -67,11 +69,13 @@ fn build() -> &'static Built {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
-        for program in ["mpi_check", "mbw_mr"] {
+        for program in ["mpi_check", "mbw_mr", "kernels"] {
             let out = Command::new("mpicc")
                 .args(["-O2", "-Wall", "-pthread", "-o"])
                 .arg(dir.join(program))
                 .arg(crate_dir.join(format!("mpi-tests/{program}.c")))
+                // kernels' FFT needs libm (cos, sin); the others do not mind.
+                .arg("-lm")
                 .output()
                 .expect("running mpicc");
             assert!(
@@ -1414,5 +1418,339 @@ fn mbw_mr_cluster_llc_vs_tcp() {
                 );
             }
         }
+    }
+}
+
+/// One result line of `kernels` (`kernels: NAME key=value ... check=ok`).
+#[derive(Debug, Clone)]
+struct KernelLine {
+    /// The kernel and the parameters that tell its results apart, e.g.
+    /// `alltoall variant=mpi bytes=65536`.
+    key: String,
+    /// Slowest rank's seconds per operation.
+    time_s: f64,
+    /// The kernel's rate figure (`MB_per_s=...`, `gflops=...`), as printed.
+    rate: String,
+    check: String,
+}
+
+/// The result lines of `kernels`' `stdout` (not its final `kernels: OK`);
+/// panics on a line without a positive `time_s` or a `check`.
+fn parse_kernels(stdout: &str) -> Vec<KernelLine> {
+    const KEY_FIELDS: [&str; 6] = [
+        "variant",
+        "bytes",
+        "window",
+        "n",
+        "keys_per_rank",
+        "updates_per_rank",
+    ];
+    const RATE_FIELDS: [&str; 4] = ["MB_per_s", "gflops", "Mkeys_per_s", "Mupdates_per_s"];
+    stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("kernels: "))
+        .filter(|l| !l.starts_with("OK "))
+        .map(|l| {
+            let mut words = l.split_whitespace();
+            let name = words.next().unwrap_or_default();
+            let fields: Vec<(&str, &str)> = words.filter_map(|w| w.split_once('=')).collect();
+            let field = |k: &str| fields.iter().find(|(f, _)| *f == k).map(|(_, v)| *v);
+            let mut key = name.to_owned();
+            for k in KEY_FIELDS {
+                if let Some(v) = field(k) {
+                    key += &format!(" {k}={v}");
+                }
+            }
+            let time_s: f64 = field("time_s")
+                .unwrap_or_else(|| panic!("no time_s in {l:?}"))
+                .parse()
+                .unwrap_or_else(|e| panic!("time_s in {l:?}: {e}"));
+            assert!(time_s.is_finite() && time_s > 0.0, "time_s in {l:?}");
+            let rate = RATE_FIELDS
+                .iter()
+                .find_map(|k| field(k).map(|v| format!("{k}={v}")))
+                .unwrap_or_else(|| panic!("no rate in {l:?}"));
+            KernelLine {
+                key,
+                time_s,
+                rate,
+                check: field("check")
+                    .unwrap_or_else(|| panic!("no check in {l:?}"))
+                    .to_owned(),
+            }
+        })
+        .collect()
+}
+
+/// The result keys `kernels all -s 8,65536` prints on 2 ranks with
+/// `-n 14 -k 14 -u 14` (the test's sizes).
+const SMALL_KERNEL_KEYS: [&str; 10] = [
+    "exchange bytes=8 window=1",
+    "exchange bytes=65536 window=1",
+    "alltoall variant=pairwise bytes=8",
+    "alltoall variant=pairwise bytes=65536",
+    "alltoall variant=mpi bytes=8",
+    "alltoall variant=mpi bytes=65536",
+    "transpose n=16384",
+    "fft n=16384",
+    "radix keys_per_rank=16384",
+    "updates bytes=32 updates_per_rank=16384",
+];
+
+/// Seed 002's application kernels (`mpi-tests/kernels.c`: exchange,
+/// all-to-all, matrix transpose, six-step FFT, radix sort, small random
+/// updates) over btl/llc (AF_PACKET) between the 2 hosts of the cluster bed,
+/// 1 rank per host, MTU 9000, small sizes: every kernel's result passes its
+/// check, and every rank's btl/llc counters show traffic both ways. Then
+/// each kernel once more with one value spoiled on purpose (`-C`): every
+/// such job must fail, and its check must say which kernel.
+#[test]
+fn cluster_kernels_af_packet() {
+    require_root!();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let cluster = Cluster::new(2, 9000).expect("cluster bed");
+    let program = build().dir.join("kernels");
+    let program = program.to_str().unwrap();
+    let mca = [
+        ("btl", "self,vader,llc"),
+        ("btl_llc_backend", "packet"),
+        ("btl_llc_print_stats", "1"),
+    ];
+    let small = [
+        "-s", "8,65536", "-V", "2", "-i", "200", "-n", "14", "-k", "14", "-u", "14", "-r", "2",
+    ];
+    let mut args = vec![program, "all"];
+    args.extend(small);
+    let run = cluster_mpirun(&cluster, 1, &mca, &args, Duration::from_secs(120));
+    assert!(
+        run.ok && run.stdout.contains("kernels: OK ranks=2"),
+        "kernels over btl/llc failed ({:?})\nstdout:\n{}\nstderr:\n{}",
+        run.code,
+        run.stdout,
+        run.stderr
+    );
+    let lines = parse_kernels(&run.stdout);
+    assert_eq!(
+        lines.iter().map(|l| l.key.as_str()).collect::<Vec<_>>(),
+        SMALL_KERNEL_KEYS,
+        "{}",
+        run.stdout
+    );
+    for l in &lines {
+        assert_eq!(l.check, "ok", "{l:?}");
+        println!("{}: {:.6} s, {}", l.key, l.time_s, l.rate);
+    }
+    check_stats(&run, 2);
+    for l in run
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("btl/llc stats:"))
+    {
+        assert!(l.contains(" if eth0 "), "every rank uses eth0: {l}");
+    }
+    println!("all kernels: {:.1?}", run.elapsed);
+    for (kernel, says) in [
+        ("exchange", "exchange: message 0->1 of 8 bytes"),
+        ("alltoall", "alltoall pairwise: message 0->1 of 8 bytes"),
+        ("transpose", "transpose: element ("),
+        ("fft", "fft: output point"),
+        ("radix", "radix: the keys changed"),
+        ("updates", "updates: table word"),
+    ] {
+        let mut args = vec![program, kernel, "-C"];
+        args.extend(small);
+        let run = cluster_mpirun(&cluster, 1, &mca, &args, Duration::from_secs(60));
+        assert!(
+            !run.ok,
+            "{kernel}: a spoiled value went unnoticed:\n{}\n{}",
+            run.stdout, run.stderr
+        );
+        let line = run
+            .stderr
+            .lines()
+            .find(|l| l.contains(": FAILED: ") && l.contains(says))
+            .unwrap_or_else(|| panic!("{kernel}: no line saying {says:?}:\n{}", run.stderr));
+        assert!(!run.stdout.contains("kernels: OK"), "{}", run.stdout);
+        println!("{kernel} -C: {line} ({:.1?})", run.elapsed);
+    }
+}
+
+/// The median of `v` (the mean of the middle two for an even count).
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    }
+}
+
+/// Seed 002's application kernels (issue 24, goal 3): `kernels` with 1 rank
+/// on each of the 2 hosts of the cluster bed, alternating in every round
+/// btl/llc over each backend and btl/tcp between the hosts' addresses (the
+/// same bridge path). Prints, per kernel result, a table of each round's
+/// time per operation, the medians, and the ratio tcp time / llc time (>1:
+/// btl/llc faster; for the bandwidth kernels the same as llc MB/s / tcp
+/// MB/s).
+///
+/// LLC_BENCH_ROUNDS (default 3), LLC_BENCH_BACKENDS (packet),
+/// LLC_BENCH_MTU (9000), LLC_BENCH_KERNEL_ARGS (kernels' arguments, default
+/// "all"), LLC_BENCH_LLC_MCA (name=value,... for the btl/llc runs).
+#[test]
+#[ignore = "benchmark: run with --release --ignored --nocapture"]
+fn kernels_cluster_llc_vs_tcp() {
+    require_root!();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let env = |k: &str, d: &str| std::env::var(k).unwrap_or_else(|_| d.to_owned());
+    let mtu: u32 = env("LLC_BENCH_MTU", "9000").parse().expect("LLC_BENCH_MTU");
+    let rounds: usize = env("LLC_BENCH_ROUNDS", "3")
+        .parse()
+        .expect("LLC_BENCH_ROUNDS");
+    let kernel_args = env("LLC_BENCH_KERNEL_ARGS", "all");
+    let backends = env("LLC_BENCH_BACKENDS", "packet");
+    let extra = env("LLC_BENCH_LLC_MCA", "");
+    let cluster = Cluster::new(2, mtu).expect("cluster bed");
+    let mut configs: Vec<(String, Vec<(&str, String)>)> = Vec::new();
+    for b in backends.split(',') {
+        let mut mca = vec![
+            ("btl", "self,vader,llc".to_owned()),
+            ("btl_llc_backend", b.to_owned()),
+            ("btl_llc_print_stats", "1".to_owned()),
+        ];
+        mca.extend(
+            extra
+                .split(',')
+                .filter_map(|kv| kv.split_once('='))
+                .map(|(k, v)| (k, v.to_owned())),
+        );
+        configs.push((format!("llc/{b}"), mca));
+    }
+    configs.push((
+        "tcp".into(),
+        vec![
+            ("btl", "self,vader,tcp".into()),
+            ("btl_tcp_if_include", cluster.subnet()),
+        ],
+    ));
+    let program = build().dir.join("kernels");
+    let mut args = vec![program.to_str().unwrap()];
+    args.extend(kernel_args.split_whitespace());
+    // results[round][config] = that run's lines.
+    let mut results: Vec<Vec<Vec<KernelLine>>> = Vec::new();
+    for round in 0..rounds {
+        let mut this_round = Vec::new();
+        for (which, mca) in &configs {
+            let mca: Vec<(&str, &str)> = mca.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            let mut attempt = 0;
+            let run = loop {
+                attempt += 1;
+                let run = cluster_mpirun(&cluster, 1, &mca, &args, Duration::from_secs(900));
+                let flaky_tcp = which == "tcp"
+                    && !run.ok
+                    && run.stderr.contains("failed to TCP connect to a peer");
+                if !flaky_tcp || attempt == 3 {
+                    break run;
+                }
+                println!("round {round} tcp: btl/tcp connect failure, retrying");
+            };
+            assert!(
+                run.ok && run.stdout.contains("kernels: OK ranks=2"),
+                "kernels over {which} ({:?}):\n{}\n{}",
+                run.code,
+                run.stdout,
+                run.stderr
+            );
+            let lines = parse_kernels(&run.stdout);
+            assert!(!lines.is_empty(), "no result line:\n{}", run.stdout);
+            assert!(lines.iter().all(|l| l.check == "ok"), "{}", run.stdout);
+            let retransmits = if which.starts_with("llc/") {
+                format!(
+                    ", {} retransmissions ({} after timeouts)",
+                    stat_sum(&run, " retransmits "),
+                    stat_sum(&run, "(timeouts ")
+                )
+            } else {
+                String::new()
+            };
+            println!("round {round} {which}: {:.1?}{retransmits}", run.elapsed);
+            for l in &lines {
+                println!("  {}: {:.6} s, {}", l.key, l.time_s, l.rate);
+            }
+            this_round.push(lines);
+        }
+        results.push(this_round);
+    }
+    let names: Vec<&str> = configs.iter().map(|(n, _)| n.as_str()).collect();
+    let tcp = names.len() - 1;
+    let keys: Vec<String> = results[0][tcp].iter().map(|l| l.key.clone()).collect();
+    let time = |round: usize, config: usize, key: &str| -> f64 {
+        results[round][config]
+            .iter()
+            .find(|l| l.key == key)
+            .unwrap_or_else(|| panic!("round {round} {}: no {key}", names[config]))
+            .time_s
+    };
+    println!("\nkernels {kernel_args}, 1 rank per host, 2 hosts, MTU {mtu}; time per operation in ms; ratio = tcp time / llc time (>1: btl/llc faster)");
+    let mut summary = Vec::new();
+    for key in &keys {
+        println!("\n{key}\n");
+        let mut head = "| round |".to_owned();
+        let mut rule = "|---|".to_owned();
+        for n in &names {
+            head += &format!(" {n} ms |");
+            rule += "---:|";
+        }
+        for n in &names[..tcp] {
+            head += &format!(" {n} ratio |");
+            rule += "---:|";
+        }
+        println!("{head}\n{rule}");
+        let mut per_config: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
+        for round in 0..rounds {
+            let mut row = format!("| {round} |");
+            for (c, times) in per_config.iter_mut().enumerate() {
+                let t = time(round, c, key);
+                times.push(t);
+                row += &format!(" {:.4} |", t * 1e3);
+            }
+            for c in 0..tcp {
+                row += &format!(" {:.2}x |", time(round, tcp, key) / time(round, c, key));
+            }
+            println!("{row}");
+        }
+        let medians: Vec<f64> = per_config.iter().map(|t| median(t)).collect();
+        let mut row = "| median |".to_owned();
+        for m in &medians {
+            row += &format!(" {:.4} |", m * 1e3);
+        }
+        for m in &medians[..tcp] {
+            row += &format!(" {:.2}x |", medians[tcp] / m);
+        }
+        println!("{row}");
+        summary.push((key.clone(), medians));
+    }
+    println!("\nsummary (medians over {rounds} rounds)\n");
+    let mut head = "| kernel |".to_owned();
+    let mut rule = "|---|".to_owned();
+    for n in &names {
+        head += &format!(" {n} ms |");
+        rule += "---:|";
+    }
+    for n in &names[..tcp] {
+        head += &format!(" {n} / tcp |");
+        rule += "---:|";
+    }
+    println!("{head}\n{rule}");
+    for (key, medians) in &summary {
+        let mut row = format!("| {key} |");
+        for m in medians {
+            row += &format!(" {:.4} |", m * 1e3);
+        }
+        for m in &medians[..tcp] {
+            row += &format!(" {:.2}x |", medians[tcp] / m);
+        }
+        println!("{row}");
     }
 }
