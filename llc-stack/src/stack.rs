@@ -158,7 +158,10 @@ impl<D: Device> Stack<D> {
                 break;
             };
             let ep = &mut self.ep;
-            let len = tok.consume(|buf| ep.poll_transmit(now, buf).unwrap_or(0));
+            // A long payload goes from the message itself where the device
+            // can send from two places (AF_PACKET); others copy it in.
+            let len =
+                tok.consume_gather(|buf| ep.poll_transmit_gather(now, buf).unwrap_or((0, None)));
             if len == 0 {
                 break;
             }

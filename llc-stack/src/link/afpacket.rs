@@ -29,6 +29,8 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
+use bytes::Bytes;
+
 use crate::link::interfaces;
 use crate::link::local::{LocalPort, LocalStats, CONTROL_OFFSET, DST_PORT_OFFSET};
 use crate::link::{Capabilities, Device, LinkError, RxToken, TxToken};
@@ -579,28 +581,40 @@ pub struct AfPacketTxToken<'a> {
 impl TxToken for AfPacketTxToken<'_> {
     #[inline]
     fn consume<F: FnOnce(&mut [u8]) -> usize>(self, f: F) -> usize {
+        self.consume_gather(|buf| (f(buf), None))
+    }
+
+    /// The tail goes out from where it lies, as a second I/O vector of the
+    /// frame's `sendmmsg` message: the copy into the batch is saved.
+    #[inline]
+    fn consume_gather<F: FnOnce(&mut [u8]) -> (usize, Option<Bytes>)>(self, f: F) -> usize {
         let Some(buf) = self.batch.next() else {
             // `transmit` only hands out a token when the batch has room.
             return 0;
         };
         let capacity = buf.len();
-        let len = f(buf);
-        if len == 0 {
+        let (head, tail) = f(buf);
+        if head == 0 {
             return 0;
         }
-        if !(HEADER_LEN..=capacity).contains(&len) {
+        let len = head + tail.as_ref().map_or(0, |t| t.len());
+        if !(HEADER_LEN..=capacity).contains(&len) || head < HEADER_LEN {
             tracing::warn!(len, capacity, "refusing a TX frame of impossible length");
             self.counters.tx_errors += 1;
             return 0;
         }
         if let Some(local) = self.local {
-            if local.is_local(&buf[..len]) {
-                // To an endpoint of this host: the slot stays free.
+            if local.is_local(&buf[..head]) {
+                // To an endpoint of this host: the slot stays free, the
+                // frame goes whole.
+                if let Some(t) = &tail {
+                    buf[head..len].copy_from_slice(t);
+                }
                 local.send(&buf[..len]);
                 return len;
             }
         }
-        self.batch.commit(len);
+        self.batch.commit_gather(head, tail);
         self.counters.tx_frames += 1;
         self.counters.tx_bytes += len as u64;
         len

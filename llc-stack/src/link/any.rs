@@ -12,6 +12,8 @@ use std::os::fd::RawFd;
 use std::str::FromStr;
 use std::time::Duration;
 
+use bytes::Bytes;
+
 use super::afpacket::{AfPacket, AfPacketConfig, AfPacketRxToken, AfPacketTxToken};
 use super::afxdp::{AfXdp, AfXdpConfig, AfXdpRxToken, AfXdpTxToken};
 use super::{Capabilities, Device, LinkError, RxToken, TxToken};
@@ -166,6 +168,13 @@ impl TxToken for AnyTxToken<'_> {
         match self {
             AnyTxToken::Packet(t) => t.consume(f),
             AnyTxToken::Xdp(t) => t.consume(f),
+        }
+    }
+
+    fn consume_gather<F: FnOnce(&mut [u8]) -> (usize, Option<Bytes>)>(self, f: F) -> usize {
+        match self {
+            AnyTxToken::Packet(t) => t.consume_gather(f),
+            AnyTxToken::Xdp(t) => t.consume_gather(f),
         }
     }
 }

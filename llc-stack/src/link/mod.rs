@@ -22,6 +22,8 @@
 
 use std::io;
 use std::os::fd::RawFd;
+
+use bytes::Bytes;
 use std::time::Duration;
 
 use crate::time::Instant;
@@ -77,6 +79,30 @@ pub trait TxToken {
     /// frame at its start and returns the frame's length. Returning 0 cancels
     /// the transmission and gives the slot back.
     fn consume<F: FnOnce(&mut [u8]) -> usize>(self, f: F) -> usize;
+
+    /// [`TxToken::consume`] for a frame whose end stays where it lies: `f`
+    /// writes the frame's start and returns its length and the rest of the
+    /// frame (part of a message the caller holds, shared, not copied). A
+    /// device that sends from several places (AF_PACKET's `sendmmsg`) sends
+    /// the rest from there; the default copies it in after the start. `f`
+    /// keeps the whole frame within the buffer it is lent. Returns the whole
+    /// frame's length (0: cancelled).
+    fn consume_gather<F: FnOnce(&mut [u8]) -> (usize, Option<Bytes>)>(self, f: F) -> usize
+    where
+        Self: Sized,
+    {
+        self.consume(|buf| match f(buf) {
+            (0, _) => 0,
+            (n, None) => n,
+            (n, Some(rest)) => match buf.get_mut(n..n + rest.len()) {
+                Some(dst) => {
+                    dst.copy_from_slice(&rest);
+                    n + rest.len()
+                }
+                None => 0,
+            },
+        })
+    }
 }
 
 /// A link: a source and sink of whole Ethernet frames.

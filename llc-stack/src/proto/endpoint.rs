@@ -1062,6 +1062,30 @@ impl Endpoint {
     /// Write the next frame to send into `buf`; `None` when nothing is due.
     #[must_use]
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
+        self.transmit(now, buf, None)
+    }
+
+    /// [`Endpoint::poll_transmit`] for a device that sends a frame's end
+    /// from where it lies ([`crate::link::TxToken::consume_gather`]): the
+    /// frame is `buf[..n]` followed by the returned tail, a long payload
+    /// left in its message instead of copied.
+    #[must_use]
+    pub fn poll_transmit_gather(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+    ) -> Option<(usize, Option<Bytes>)> {
+        let mut tail = None;
+        let n = self.transmit(now, buf, Some(&mut tail))?;
+        Some((n, tail))
+    }
+
+    fn transmit(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        mut tail: Option<&mut Option<Bytes>>,
+    ) -> Option<usize> {
         if let Some(f) = self.control.pop_front() {
             let n = match f {
                 ControlFrame::Llc {
@@ -1099,7 +1123,13 @@ impl Endpoint {
             // Still marked queued while it sends, so that collecting its
             // events does not queue it again: it goes to the back only if
             // it has more to send.
-            let sent = e.conn.poll_transmit(now, buf);
+            let sent = match tail.as_deref_mut() {
+                Some(slot) => e.conn.poll_transmit_gather(now, buf).map(|(n, t)| {
+                    *slot = t;
+                    n
+                }),
+                None => e.conn.poll_transmit(now, buf),
+            };
             self.collect(h);
             if let Some(e) = self.conns.get_mut(&h) {
                 if e.conn.wants_transmit() {

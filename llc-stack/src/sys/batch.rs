@@ -3,17 +3,23 @@
 
 use std::io;
 use std::mem;
+
+use bytes::Bytes;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
 /// A batch of frames in one owned buffer, sent with one `sendmmsg`.
 ///
 /// The I/O vectors and message headers are allocated once; `send` points
 /// them at the pending frames just before the call, so they never hold a
-/// pointer across a borrow of the buffer.
+/// pointer across a borrow of the buffer. A frame may end in a `tail` sent
+/// from where it lies (scatter-gather: a second I/O vector); the batch
+/// holds a reference to it until the frame is sent.
 pub(crate) struct FrameBatch {
     buf: Box<[u8]>,
     stride: usize,
+    /// Two vectors per frame: its start in `buf`, its tail (if any).
     iov: Box<[libc::iovec]>,
+    tails: Box<[Option<Bytes>]>,
     msgs: Box<[libc::mmsghdr]>,
     /// Frames written.
     count: usize,
@@ -22,13 +28,14 @@ pub(crate) struct FrameBatch {
 }
 
 // SAFETY: the raw pointers in `iov` and `msgs` only ever point into this
-// batch's own heap allocations (set in `send`, used during that call).
+// batch's own heap allocations and into the tails it holds (`Bytes`, which
+// are Send), set in `commit_gather` and `send` and used during `send`.
 unsafe impl Send for FrameBatch {}
 
 impl FrameBatch {
     /// Room for `capacity` frames of up to `stride` bytes.
     pub fn new(capacity: usize, stride: usize) -> FrameBatch {
-        let iov = (0..capacity)
+        let iov = (0..2 * capacity)
             .map(|_| libc::iovec {
                 iov_base: std::ptr::null_mut(),
                 iov_len: 0,
@@ -47,6 +54,7 @@ impl FrameBatch {
             buf: vec![0u8; capacity * stride].into_boxed_slice(),
             stride,
             iov,
+            tails: (0..capacity).map(|_| None).collect(),
             msgs,
             count: 0,
             sent: 0,
@@ -60,27 +68,41 @@ impl FrameBatch {
 
     /// Frames the batch holds.
     pub fn capacity(&self) -> usize {
-        self.iov.len()
+        self.msgs.len()
     }
 
     /// Whether every buffer holds a frame not yet sent.
     pub fn is_full(&self) -> bool {
-        self.count == self.iov.len()
+        self.count == self.capacity()
     }
 
     /// The next free frame buffer, if the batch has room.
     pub fn next(&mut self) -> Option<&mut [u8]> {
-        if self.count == self.iov.len() {
+        if self.is_full() {
             return None;
         }
         let start = self.count * self.stride;
         Some(&mut self.buf[start..start + self.stride])
     }
 
-    /// Keep the first `len` bytes of the buffer `next` returned as a frame.
-    pub fn commit(&mut self, len: usize) {
-        assert!(len <= self.stride && self.count < self.iov.len());
-        self.iov[self.count].iov_len = len;
+    /// Keep the first `len` bytes of the buffer `next` returned as a frame,
+    /// which goes on with `tail` (if any), sent from where it lies.
+    pub fn commit_gather(&mut self, len: usize, tail: Option<Bytes>) {
+        assert!(len <= self.stride && self.count < self.capacity());
+        let i = self.count;
+        self.iov[2 * i].iov_len = len;
+        let parts = match tail {
+            Some(t) if !t.is_empty() => {
+                self.iov[2 * i + 1] = libc::iovec {
+                    iov_base: t.as_ptr().cast_mut().cast(),
+                    iov_len: t.len(),
+                };
+                self.tails[i] = Some(t);
+                2
+            }
+            _ => 1,
+        };
+        self.msgs[i].msg_hdr.msg_iovlen = parts;
         self.count += 1;
     }
 
@@ -93,22 +115,27 @@ impl FrameBatch {
         // Point the vectors and headers at the pending frames.
         let base = self.buf.as_mut_ptr();
         for i in self.sent..self.count {
-            self.iov[i].iov_base = base.wrapping_add(i * self.stride).cast();
+            self.iov[2 * i].iov_base = base.wrapping_add(i * self.stride).cast();
         }
         let iov = self.iov.as_mut_ptr();
         for i in self.sent..self.count {
-            self.msgs[i].msg_hdr.msg_iov = iov.wrapping_add(i);
+            self.msgs[i].msg_hdr.msg_iov = iov.wrapping_add(2 * i);
         }
         let msgs = &mut self.msgs[self.sent..self.count];
-        // SAFETY: `msgs` are valid message headers whose single iovec each
-        // points to `iov_len <= stride` bytes inside `buf`, all alive and not
-        // otherwise borrowed during the call; the kernel writes only msg_len.
+        // SAFETY: `msgs` are valid message headers; each one's first iovec
+        // points to `iov_len <= stride` bytes inside `buf`, its second (when
+        // `msg_iovlen` is 2) to the bytes of the tail held in `tails`, all
+        // alive and not otherwise borrowed during the call; the kernel only
+        // reads them and writes msg_len.
         let done = syscall!(sendmmsg(
             fd.as_raw_fd(),
             msgs.as_mut_ptr(),
             n as libc::c_uint,
             libc::MSG_DONTWAIT
         ))? as usize;
+        for t in &mut self.tails[self.sent..self.sent + done] {
+            *t = None;
+        }
         self.sent += done;
         if self.sent == self.count {
             self.sent = 0;
@@ -165,7 +192,7 @@ mod tests {
             while let Some(buf) = batch.next() {
                 let len = 4 + (written % 50) as usize;
                 buf[..4].copy_from_slice(&written.to_be_bytes());
-                batch.commit(len);
+                batch.commit_gather(len, None);
                 written += 1;
             }
             assert!(batch.is_full());
@@ -202,6 +229,34 @@ mod tests {
         for (i, f) in received.iter().enumerate() {
             assert_eq!(f.len(), 4 + i % 50);
             assert_eq!(u32::from_be_bytes(f[..4].try_into().unwrap()), i as u32);
+        }
+    }
+
+    /// Frames with a tail arrive as head then tail, frames without one as
+    /// before; a tail is let go once its frame is sent.
+    #[test]
+    fn frame_batch_sends_tails_from_where_they_lie() {
+        use std::os::fd::AsFd;
+        let (tx, rx) = datagram_pair();
+        let mut batch = FrameBatch::new(4, 16);
+        let tail = Bytes::from((0..200u8).collect::<Vec<u8>>());
+        for i in 0..4u8 {
+            let buf = batch.next().expect("room");
+            buf[..2].copy_from_slice(&[0xAA, i]);
+            let t = (i % 2 == 1).then(|| tail.slice(usize::from(i)..100 + usize::from(i)));
+            batch.commit_gather(2, t);
+        }
+        assert!(!tail.is_unique(), "the batch holds slices of the tail");
+        assert_eq!(batch.send(tx.as_fd()).unwrap(), 4);
+        assert!(tail.is_unique(), "sent frames let their tails go");
+        for i in 0..4u8 {
+            let f = recv_one(&rx).expect("a frame");
+            assert_eq!(f[..2], [0xAA, i]);
+            if i % 2 == 1 {
+                assert_eq!(&f[2..], &tail[usize::from(i)..100 + usize::from(i)]);
+            } else {
+                assert_eq!(f.len(), 2);
+            }
         }
     }
 }

@@ -272,6 +272,33 @@ pub fn emit_transport_gather(
     payload: [&[u8]; 2],
     trailer: Trailer<'_>,
 ) -> Result<usize, WireError> {
+    emit(buf, addr, header, sacks, payload, trailer, false)
+}
+
+/// [`emit_transport_gather`] that leaves `payload[1]` out of `buf`: returns
+/// the length `n` of what was written, and the frame is `buf[..n]` followed
+/// by `payload[1]`, which a device sends from where it lies (scatter-gather)
+/// instead of copying it in. The CRC covers it as usual. Only without a
+/// trailer: a MAC would follow the payload.
+pub fn emit_transport_head(
+    buf: &mut [u8],
+    addr: &Addresses,
+    header: &TransportHeader,
+    sacks: &[SackBlock],
+    payload: [&[u8]; 2],
+) -> Result<usize, WireError> {
+    emit(buf, addr, header, sacks, payload, Trailer::None, true)
+}
+
+fn emit(
+    buf: &mut [u8],
+    addr: &Addresses,
+    header: &TransportHeader,
+    sacks: &[SackBlock],
+    payload: [&[u8]; 2],
+    trailer: Trailer<'_>,
+    tail_out_of_line: bool,
+) -> Result<usize, WireError> {
     let payload_len = payload[0].len() + payload[1].len();
     if sacks.len() > transport::MAX_SACK_BLOCKS || payload_len > u16::MAX as usize {
         return Err(WireError::BufferTooSmall);
@@ -282,10 +309,17 @@ pub fn emit_transport_gather(
         + payload_len;
     let llc_len = signed_len + trailer.len();
     let total = ethernet::HEADER_LEN + llc_len;
+    // The whole frame must fit the buffer either way: the device sends at
+    // most a buffer's worth.
     if buf.len() < total {
         return Err(WireError::BufferTooSmall);
     }
-    let buf = &mut buf[..total];
+    let written = if tail_out_of_line {
+        total - payload[1].len()
+    } else {
+        total
+    };
+    let buf = &mut buf[..written];
     ethernet::emit_header(buf, addr.dst, addr.src, llc_len);
     let mut at = ethernet::HEADER_LEN;
     let llc_hdr = LlcHeader::new(addr.dsap, addr.ssap, false, Command::Ui);
@@ -308,17 +342,23 @@ pub fn emit_transport_gather(
     at += sack_bytes.len();
     let (first, rest) = buf[at..].split_at_mut(payload[0].len());
     first.copy_from_slice(payload[0]);
-    rest[..payload[1].len()].copy_from_slice(payload[1]);
-    match trailer {
-        Trailer::None => {}
-        Trailer::Key(key) => key.sign(buf, signed_len),
-        Trailer::Raw(tag) => buf[at + payload_len..].copy_from_slice(tag),
-    }
     // `h.crc` was written as zero above.
-    let crc = checksum_zeroed(&buf[ethernet::HEADER_LEN..]);
+    let crc = if tail_out_of_line {
+        use crate::sys::crc;
+        let state = crc::update(crc::INIT, &buf[ethernet::HEADER_LEN..]);
+        crc::finish(crc::update(state, payload[1]))
+    } else {
+        rest[..payload[1].len()].copy_from_slice(payload[1]);
+        match trailer {
+            Trailer::None => {}
+            Trailer::Key(key) => key.sign(buf, signed_len),
+            Trailer::Raw(tag) => buf[at + payload_len..].copy_from_slice(tag),
+        }
+        checksum_zeroed(&buf[ethernet::HEADER_LEN..])
+    };
     let crc_at = ethernet::HEADER_LEN + llc::HEADER_LEN + transport::CRC_OFFSET;
     buf[crc_at..crc_at + 4].copy_from_slice(&crc.to_be_bytes());
-    Ok(total)
+    Ok(written)
 }
 
 /// Write an LLC TEST or XID frame (`command` must be `Test` or `Xid`) with

@@ -440,3 +440,43 @@ fn gathered_long_payloads_carry_a_valid_crc() {
         }
     }
 }
+
+/// A frame whose payload end stays out of the buffer (scatter-gather) is,
+/// once the device puts the two together, the frame written whole: same
+/// bytes, same CRC; the buffer must still have room for the whole frame.
+#[test]
+fn frame_with_payload_left_out_is_the_whole_frame() {
+    let payload: Vec<u8> = (0..3000u32).map(|i| (i * 7) as u8).collect();
+    let (inline, tail) = payload.split_at(40);
+    let mut whole = [0u8; 3200];
+    let n = emit_transport_gather(
+        &mut whole,
+        &addr(),
+        &data_header(),
+        &[],
+        [inline, tail],
+        Trailer::None,
+    )
+    .unwrap();
+    let mut head = [0u8; 3200];
+    let h = emit_transport_head(&mut head, &addr(), &data_header(), &[], [inline, tail]).unwrap();
+    assert_eq!(h + tail.len(), n);
+    assert!(
+        head[h..].iter().all(|&b| b == 0),
+        "nothing written past the head"
+    );
+    let mut joined = head[..h].to_vec();
+    joined.extend_from_slice(tail);
+    assert_eq!(joined, &whole[..n]);
+    assert!(parse(&joined, Some(llc::DEFAULT_SAP)).is_ok());
+    assert_eq!(
+        emit_transport_head(
+            &mut head[..n - 1],
+            &addr(),
+            &data_header(),
+            &[],
+            [inline, tail]
+        ),
+        Err(WireError::BufferTooSmall)
+    );
+}

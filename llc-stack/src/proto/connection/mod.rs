@@ -747,7 +747,30 @@ impl Connection {
     /// its length, or `None` when there is nothing to send now.
     #[must_use]
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
-        let n = self.next_transmit(now, buf);
+        self.poll_transmit_to(now, buf, None)
+    }
+
+    /// [`Connection::poll_transmit`] for a device that sends a frame's end
+    /// from where it lies ([`crate::link::TxToken::consume_gather`]): a long
+    /// payload may stay in the message, returned as the frame's tail.
+    #[must_use]
+    pub fn poll_transmit_gather(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+    ) -> Option<(usize, Option<Bytes>)> {
+        let mut tail = None;
+        let n = self.poll_transmit_to(now, buf, Some(&mut tail))?;
+        Some((n, tail))
+    }
+
+    fn poll_transmit_to(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        tail: Option<&mut Option<Bytes>>,
+    ) -> Option<usize> {
+        let n = self.next_transmit(now, buf, tail);
         self.stats.frames_sent += n.is_some() as u64;
         n
     }

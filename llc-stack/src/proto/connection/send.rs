@@ -42,6 +42,21 @@ impl OutMsg {
         self.head.len() + self.body.len()
     }
 
+    /// Bytes `off..off + len` of `head ++ body`: the part in the head (a
+    /// slice, possibly empty) and the part in the body (shared, not copied).
+    fn range_shared(&self, off: usize, len: usize) -> (&[u8], Bytes) {
+        let head = self.head.as_slice();
+        let h = head.len();
+        let end = off + len;
+        if end <= h {
+            (&head[off..end], Bytes::new())
+        } else if off >= h {
+            (&[], self.body.slice(off - h..end - h))
+        } else {
+            (&head[off..], self.body.slice(..end - h))
+        }
+    }
+
     /// Bytes `off..off + len` of `head ++ body`, as at most two slices.
     fn range(&self, off: usize, len: usize) -> [&[u8]; 2] {
         let head = self.head.as_slice();
@@ -56,6 +71,12 @@ impl OutMsg {
         }
     }
 }
+
+/// Payload parts of a message body at least this long may be sent from the
+/// message itself (scatter-gather) rather than copied into the frame: below
+/// it the copy costs less than the device's extra I/O vector and the shared
+/// reference.
+const GATHER_FROM: usize = 1024;
 
 /// Heads up to this long are kept inside the message (a message-layer
 /// header and a short prefix fit).
@@ -132,7 +153,15 @@ fn note_delivered(rack: &mut Option<(Instant, Seq)>, f: &InFlight, seq: Seq, ech
 }
 
 impl Connection {
-    pub(super) fn next_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
+    /// The next frame into `buf`. With `tail`, a long payload may stay out
+    /// of `buf` (see [`wire::emit_transport_head`]): it is put there, and
+    /// the frame is `buf[..n]` followed by it.
+    pub(super) fn next_transmit(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        mut tail: Option<&mut Option<Bytes>>,
+    ) -> Option<usize> {
         match self.state {
             State::Closed => {
                 // A final acknowledgement (of the peer's CLOSE) may remain.
@@ -161,10 +190,10 @@ impl Connection {
             }
             State::Established | State::Closing => {}
         }
-        if let Some(n) = self.poll_retransmit(now, buf) {
+        if let Some(n) = self.poll_retransmit(now, buf, tail.as_deref_mut()) {
             return Some(n);
         }
-        if let Some(n) = self.poll_new_frame(now, buf) {
+        if let Some(n) = self.poll_new_frame(now, buf, tail) {
             return Some(n);
         }
         if self.probe_due {
@@ -203,7 +232,12 @@ impl Connection {
         self.flight() < self.cwnd
     }
 
-    fn poll_retransmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
+    fn poll_retransmit(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        tail: Option<&mut Option<Bytes>>,
+    ) -> Option<usize> {
         while let Some(&seq) = self.lost_queue.front() {
             let idx = seq.diff(self.snd_una);
             let live = idx >= 0
@@ -230,12 +264,17 @@ impl Connection {
             } else {
                 0
             };
-            return self.emit_sequenced(now, buf, seq, idx as usize, ack);
+            return self.emit_sequenced(now, buf, seq, idx as usize, ack, tail);
         }
         None
     }
 
-    fn poll_new_frame(&mut self, now: Instant, buf: &mut [u8]) -> Option<usize> {
+    fn poll_new_frame(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        tail: Option<&mut Option<Bytes>>,
+    ) -> Option<usize> {
         if !self.snd_nxt.lt(self.peer_window_end) || !self.can_send() {
             return None;
         }
@@ -287,7 +326,7 @@ impl Connection {
             flags::ACK_NOW
         };
         let idx = self.inflight.len() - 1;
-        self.emit_sequenced(now, buf, seq, idx, ack)
+        self.emit_sequenced(now, buf, seq, idx, ack, tail)
     }
 
     fn base_header(&self, now: Instant, kind: FrameType, flag_bits: u8) -> TransportHeader {
@@ -339,11 +378,12 @@ impl Connection {
         seq: Seq,
         idx: usize,
         ack_request: u8,
+        tail: Option<&mut Option<Bytes>>,
     ) -> Option<usize> {
         let mut h = self.base_header(now, FrameType::Data, ack_request);
         h.seq = seq.0.into();
         self.ack_fields(&mut h);
-        let payload: [&[u8]; 2] = match self.inflight[idx].cargo {
+        let (m, off, len) = match self.inflight[idx].cargo {
             Cargo::Data {
                 msg_id,
                 off,
@@ -358,28 +398,30 @@ impl Connection {
                 if last {
                     h.flags |= flags::LAST_FRAGMENT;
                 }
-                m.range(off as usize, len as usize)
+                (Some(m), off as usize, len as usize)
             }
             Cargo::Close => {
                 h.kind = FrameType::Close.into();
-                [&[], &[]]
+                (None, 0, 0)
             }
         };
-        let payload_len = payload[0].len() + payload[1].len();
         // Carry SACK blocks when they fit beside the payload within the
         // fragment size both ends accept.
-        let room =
-            self.frag_len.saturating_sub(payload_len) / crate::wire::transport::SACK_BLOCK_LEN;
+        let room = self.frag_len.saturating_sub(len) / crate::wire::transport::SACK_BLOCK_LEN;
         let (sacks, n) = self.sack_blocks(room);
-        wire::emit_transport_gather(
-            buf,
-            &self.addr,
-            &h,
-            &sacks[..n],
-            payload,
-            self.cfg.trailer(),
-        )
-        .ok()
+        let trailer = self.cfg.trailer();
+        if let (Some(m), Some(slot), true) = (m, tail, trailer.is_empty()) {
+            let (inline, body) = m.range_shared(off, len);
+            if body.len() >= GATHER_FROM {
+                let n =
+                    wire::emit_transport_head(buf, &self.addr, &h, &sacks[..n], [inline, &body])
+                        .ok()?;
+                *slot = Some(body);
+                return Some(n);
+            }
+        }
+        let payload = m.map_or([&[][..], &[][..]], |m| m.range(off, len));
+        wire::emit_transport_gather(buf, &self.addr, &h, &sacks[..n], payload, trailer).ok()
     }
 
     pub(super) fn process_ack(&mut self, now: Instant, h: &TransportHeader, sacks: &[SackBlock]) {
