@@ -231,6 +231,10 @@ struct DemoArgs {
     /// with the receiver).
     #[arg(long, default_value_t = 3)]
     incast_senders: usize,
+    /// MTU of the incast test's bridge and hosts (each transport's figure
+    /// goes with its results at that MTU).
+    #[arg(long, default_value_t = 9000)]
+    incast_mtu: u32,
     /// XDP attach mode of llc-xdp. Generic by default: on the demo's veth
     /// pairs a native program is slower for LLC. Each transport has a veth
     /// pair of its own, so the program is on llc-xdp's link only.
@@ -907,21 +911,23 @@ fn demo(a: &DemoArgs) -> Result<()> {
 
 /// The incast test on a bridge of its own: host 0 receives, the others send
 /// 1 MiB messages (64 KiB with --quick) in windows of Q. Results go to the
-/// MTU 1500 entry of each transport.
+/// entry of each transport at the incast MTU.
 fn incast_phase(a: &DemoArgs, s: &Settings, kinds: &[Kind], report: &mut Report) -> Result<()> {
     let n = a.incast_senders;
-    let bed = testbed::Bridged::new(n + 1, 1500).context("building the incast testbed")?;
+    let mtu = a.incast_mtu;
+    let bed = testbed::Bridged::new(n + 1, mtu).context("building the incast testbed")?;
     say(
         &a.out,
         &format!(
-            "incast: {n} senders to one receiver through a bridge (namespaces {}..), MTU 1500",
+            "incast: {n} senders to one receiver through a bridge (namespaces {}..), MTU {mtu}",
             bed.hosts[0].ns.name()
         ),
     );
     report.notes.push(format!(
         "incast: {n} senders, each in its own namespace, stream to one receiver through a \
-         Linux bridge at MTU 1500 at the same time; goodput at the receiver, Jain's fairness \
-         index of the bytes received from each sender when the first had finished"
+         Linux bridge at MTU {mtu} at the same time, one transport after the other (nothing \
+         of one is left on the links while the next runs); goodput at the receiver, Jain's \
+         fairness index of the bytes received from each sender when the first had finished"
     ));
     let shape = incast::Shape {
         size: if s.quick {
@@ -937,11 +943,11 @@ fn incast_phase(a: &DemoArgs, s: &Settings, kinds: &[Kind], report: &mut Report)
         let idx = match report
             .results
             .iter()
-            .position(|r| r.transport == k && r.mtu == Some(1500))
+            .position(|r| r.transport == k && r.mtu == Some(mtu))
         {
             Some(i) => i,
             None => {
-                report.results.push(driver::empty_result(k, Some(1500)));
+                report.results.push(driver::empty_result(k, Some(mtu)));
                 report.results.len() - 1
             }
         };
