@@ -1595,9 +1595,10 @@ fn median(v: &[f64]) -> f64 {
 /// btl/llc faster; for the bandwidth kernels the same as llc MB/s / tcp
 /// MB/s).
 ///
-/// LLC_BENCH_ROUNDS (default 3), LLC_BENCH_BACKENDS (packet),
+/// LLC_BENCH_ROUNDS (default 3), LLC_BENCH_BACKENDS (xdp,packet),
 /// LLC_BENCH_MTU (9000), LLC_BENCH_KERNEL_ARGS (kernels' arguments, default
-/// "all"), LLC_BENCH_LLC_MCA (name=value,... for the btl/llc runs).
+/// "all"), LLC_BENCH_LLC_MCA (name=value,... for the btl/llc runs),
+/// LLC_BENCH_SHOW (set: print each llc run's btl/llc counters).
 #[test]
 #[ignore = "benchmark: run with --release --ignored --nocapture"]
 fn kernels_cluster_llc_vs_tcp() {
@@ -1609,7 +1610,7 @@ fn kernels_cluster_llc_vs_tcp() {
         .parse()
         .expect("LLC_BENCH_ROUNDS");
     let kernel_args = env("LLC_BENCH_KERNEL_ARGS", "all");
-    let backends = env("LLC_BENCH_BACKENDS", "packet");
+    let backends = env("LLC_BENCH_BACKENDS", "xdp,packet");
     let extra = env("LLC_BENCH_LLC_MCA", "");
     let cluster = Cluster::new(2, mtu).expect("cluster bed");
     let mut configs: Vec<(String, Vec<(&str, String)>)> = Vec::new();
@@ -1675,6 +1676,15 @@ fn kernels_cluster_llc_vs_tcp() {
                 String::new()
             };
             println!("round {round} {which}: {:.1?}{retransmits}", run.elapsed);
+            if std::env::var_os("LLC_BENCH_SHOW").is_some() {
+                for l in run
+                    .stderr
+                    .lines()
+                    .filter(|l| l.starts_with("btl/llc stats:"))
+                {
+                    println!("  {l}");
+                }
+            }
             for l in &lines {
                 println!("  {}: {:.6} s, {}", l.key, l.time_s, l.rate);
             }
