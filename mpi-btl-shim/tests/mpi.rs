@@ -1429,6 +1429,9 @@ struct KernelLine {
     key: String,
     /// Slowest rank's seconds per operation.
     time_s: f64,
+    /// Of that, the slowest rank's seconds inside MPI's collectives
+    /// (transpose, fft and radix print it).
+    comm_s: Option<f64>,
     /// The kernel's rate figure (`MB_per_s=...`, `gflops=...`), as printed.
     rate: String,
     check: String,
@@ -1466,6 +1469,11 @@ fn parse_kernels(stdout: &str) -> Vec<KernelLine> {
                 .parse()
                 .unwrap_or_else(|e| panic!("time_s in {l:?}: {e}"));
             assert!(time_s.is_finite() && time_s > 0.0, "time_s in {l:?}");
+            let comm_s = field("comm_s").map(|v| {
+                let c: f64 = v.parse().unwrap_or_else(|e| panic!("comm_s in {l:?}: {e}"));
+                assert!(c.is_finite() && c >= 0.0, "comm_s in {l:?}");
+                c
+            });
             let rate = RATE_FIELDS
                 .iter()
                 .find_map(|k| field(k).map(|v| format!("{k}={v}")))
@@ -1473,6 +1481,7 @@ fn parse_kernels(stdout: &str) -> Vec<KernelLine> {
             KernelLine {
                 key,
                 time_s,
+                comm_s,
                 rate,
                 check: field("check")
                     .unwrap_or_else(|| panic!("no check in {l:?}"))
@@ -1538,6 +1547,10 @@ fn cluster_kernels_af_packet() {
     );
     for l in &lines {
         assert_eq!(l.check, "ok", "{l:?}");
+        let collective = ["transpose", "fft", "radix"]
+            .iter()
+            .any(|k| l.key.starts_with(k));
+        assert_eq!(l.comm_s.is_some(), collective, "comm_s: {l:?}");
         println!("{}: {:.6} s, {}", l.key, l.time_s, l.rate);
     }
     check_stats(&run, 2);
@@ -1695,14 +1708,14 @@ fn kernels_cluster_llc_vs_tcp() {
     let names: Vec<&str> = configs.iter().map(|(n, _)| n.as_str()).collect();
     let tcp = names.len() - 1;
     let keys: Vec<String> = results[0][tcp].iter().map(|l| l.key.clone()).collect();
-    let time = |round: usize, config: usize, key: &str| -> f64 {
+    let line = |round: usize, config: usize, key: &str| -> &KernelLine {
         results[round][config]
             .iter()
             .find(|l| l.key == key)
             .unwrap_or_else(|| panic!("round {round} {}: no {key}", names[config]))
-            .time_s
     };
-    println!("\nkernels {kernel_args}, 1 rank per host, 2 hosts, MTU {mtu}; time per operation in ms; ratio = tcp time / llc time (>1: btl/llc faster)");
+    let time = |round: usize, config: usize, key: &str| line(round, config, key).time_s;
+    println!("\nkernels {kernel_args}, 1 rank per host, 2 hosts, MTU {mtu}; time per operation in ms (in brackets: of it, inside MPI's collectives); ratio = tcp time / llc time (>1: btl/llc faster)");
     let mut summary = Vec::new();
     for key in &keys {
         println!("\n{key}\n");
@@ -1718,12 +1731,18 @@ fn kernels_cluster_llc_vs_tcp() {
         }
         println!("{head}\n{rule}");
         let mut per_config: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
+        let mut comm_per_config: Vec<Vec<f64>> = vec![Vec::new(); names.len()];
         for round in 0..rounds {
             let mut row = format!("| {round} |");
             for (c, times) in per_config.iter_mut().enumerate() {
-                let t = time(round, c, key);
-                times.push(t);
-                row += &format!(" {:.4} |", t * 1e3);
+                let l = line(round, c, key);
+                times.push(l.time_s);
+                row += &format!(" {:.4}", l.time_s * 1e3);
+                if let Some(comm) = l.comm_s {
+                    comm_per_config[c].push(comm);
+                    row += &format!(" ({:.4})", comm * 1e3);
+                }
+                row += " |";
             }
             for c in 0..tcp {
                 row += &format!(" {:.2}x |", time(round, tcp, key) / time(round, c, key));
@@ -1732,8 +1751,12 @@ fn kernels_cluster_llc_vs_tcp() {
         }
         let medians: Vec<f64> = per_config.iter().map(|t| median(t)).collect();
         let mut row = "| median |".to_owned();
-        for m in &medians {
-            row += &format!(" {:.4} |", m * 1e3);
+        for (m, comm) in medians.iter().zip(&comm_per_config) {
+            row += &format!(" {:.4}", m * 1e3);
+            if !comm.is_empty() {
+                row += &format!(" ({:.4})", median(comm) * 1e3);
+            }
+            row += " |";
         }
         for m in &medians[..tcp] {
             row += &format!(" {:.2}x |", medians[tcp] / m);
