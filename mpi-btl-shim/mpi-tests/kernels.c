@@ -44,7 +44,10 @@
  *   -u LOG2U   updates: updates per rank 2^u (default 20)
  *   -t LOG2T   updates: table words per rank 2^t (default 16)
  *   -b BATCH   updates: updates per message, 1..64 (default 4: 32 bytes)
- *   -r REPS    transpose/fft/radix/updates: timed repetitions (default 4)
+ *   -r REPS    transpose/fft/radix/updates: timed repetitions (default 4): round
+ *              trips of the transpose, forward+inverse pairs of the FFT, sorts,
+ *              rounds of updates (the printed reps= counts transposes and
+ *              transforms, twice REPS)
  *   -C         spoil one value on purpose in every kernel run (shows that
  *              the checks fail the job)
  *
