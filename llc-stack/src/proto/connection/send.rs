@@ -299,7 +299,6 @@ impl Connection {
         } else {
             return None;
         };
-        let multi_frame = matches!(cargo, Cargo::Data { off, .. } if off > 0);
         let seq = self.snd_nxt;
         self.snd_nxt = self.snd_nxt.add(1);
         self.inflight.push_back(InFlight {
@@ -318,15 +317,9 @@ impl Connection {
         // for now although more is queued: we would otherwise wait for the
         // delayed-ACK timer. When we have sent all we have, a prompt ACK is
         // enough (ACK_SOON): it lets a reply from the peer's application
-        // carry it, so a request and its response cost one frame each. Not
-        // after a message of several frames: there a piggybacked ACK saves
-        // little, and the peer's application, having its message, may stop
-        // polling (compute) before the ACK_SOON delay has passed, leaving
-        // our send unacknowledged until it polls again.
-        let ack = if !self.has_unsent() && !multi_frame {
+        // carry it, so a request and its response cost one frame each.
+        let ack = if !self.has_unsent() {
             flags::ACK_SOON
-        } else if !self.has_unsent() {
-            flags::ACK_NOW
         } else if self.snd_nxt.lt(self.peer_window_end) && self.flight() < self.cwnd {
             0
         } else {

@@ -327,27 +327,4 @@ mod tests {
         assert_eq!(header(&acks[0]).frame_type(), FrameType::Ack);
         assert!(!p.b.ack_pending());
     }
-
-    /// After a message of several frames the receiver acknowledges at
-    /// once: its application has the message and may stop polling before a
-    /// delayed acknowledgement would leave, which held the sender's send
-    /// (MPI's lent rendezvous fragments) until the application polled again.
-    #[test]
-    fn the_last_frame_of_a_long_message_is_acknowledged_at_once() {
-        let mut p = Pair::new();
-        let frames = 3;
-        p.a.send(pattern(frames * p.a.frag_len, 3).into()).unwrap();
-        let sent = transmit_all(&mut p.a, p.now);
-        assert_eq!(sent.len(), frames);
-        let last = header(sent.last().unwrap());
-        use crate::wire::transport::flags;
-        assert!(last.has(flags::ACK_NOW) && !last.has(flags::ACK_SOON));
-        for f in &sent {
-            deliver(&mut p.b, p.now, f);
-        }
-        let acks = transmit_all(&mut p.b, p.now);
-        assert_eq!(acks.len(), 1, "acknowledged without waiting");
-        assert_eq!(header(&acks[0]).frame_type(), FrameType::Ack);
-        assert_eq!(messages(&mut p.b).len(), 1);
-    }
 }
