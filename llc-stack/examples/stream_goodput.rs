@@ -16,20 +16,18 @@
 //! the payload bytes divided by the time from `connect` to the last
 //! message's acknowledgement. Both hosts busy-poll (one core each).
 
+#[path = "support/transport_stream.rs"]
+mod transport_stream;
 #[path = "support/veth_link.rs"]
 mod veth_link;
 
-use std::time::Duration;
-
-use llc_stack::proto::{Config, Event};
+use llc_stack::proto::Config;
 use llc_stack::rng::Rng;
 use llc_stack::wire::MacAddr;
-use llc_stack::{Device, Instant, Stack};
+use llc_stack::{Device, Stack};
 use vm_tests::TwoHosts;
 
-const MSG: usize = 1 << 20;
-const PORT: u16 = 9;
-const LIMIT: Duration = Duration::from_secs(120);
+use transport_stream::MSG;
 
 /// The sweep, and whether to run it without and/or with authentication.
 fn parse_args() -> (veth_link::Sweep, Vec<bool>) {
@@ -47,62 +45,6 @@ fn parse_args() -> (veth_link::Sweep, Vec<bool>) {
     (sweep, auth)
 }
 
-fn receive<D: Device>(mut stack: Stack<D>, total: usize) -> usize {
-    stack.set_spin(LIMIT);
-    stack.endpoint_mut().listen(PORT);
-    let mut got = 0usize;
-    let _ = stack
-        .run_until(Instant::now() + LIMIT, |ep| {
-            while let Some((_, ev)) = ep.poll_event() {
-                if let Event::Message { data, .. } = ev {
-                    got += data.len();
-                    // Done with it: the next message is reassembled there.
-                    ep.recycle(data);
-                }
-            }
-            (got >= total).then_some(())
-        })
-        .unwrap();
-    let _ = stack.run_until(Instant::now() + Duration::from_millis(300), |_| None::<()>);
-    got
-}
-
-/// Returns (seconds, retransmits).
-fn send<D: Device>(mut stack: Stack<D>, peer: MacAddr, total: usize) -> (f64, u64) {
-    stack.set_spin(LIMIT);
-    // One buffer shared by every send: the transport's cost is measured,
-    // not the application's allocation and copy of each message.
-    let msg = bytes::Bytes::from(vec![0x5Au8; MSG]);
-    let start = Instant::now();
-    let conn = stack
-        .endpoint_mut()
-        .connect(start, peer, PORT, None)
-        .unwrap();
-    let n = total / MSG;
-    let (mut next, mut acked) = (0usize, 0usize);
-    let done = stack
-        .run_until(start + LIMIT, |ep| {
-            while let Some((_, ev)) = ep.poll_event() {
-                if let Event::Acked { .. } = ev {
-                    acked += 1;
-                }
-            }
-            while next < n && ep.connection(conn).map_or(0, |c| c.send_buffered()) < 8 * MSG {
-                ep.send(conn, msg.clone()).expect("send");
-                next += 1;
-            }
-            (acked == n).then_some(())
-        })
-        .unwrap();
-    assert!(done.is_some(), "timed out: {acked} of {n} acknowledged");
-    let secs = (Instant::now() - start).as_secs_f64();
-    let retrans = stack
-        .endpoint()
-        .connection_stats(conn)
-        .map_or(0, |s| s.retransmits);
-    (secs, retrans)
-}
-
 fn run(backend: &str, mtu: u32, total: usize, auth: bool) -> (String, f64, u64) {
     let cfg = Config {
         auth_key: auth.then(|| llc_stack::wire::AuthKey::derive(b"stream_goodput job key")),
@@ -115,13 +57,14 @@ fn run(backend: &str, mtu: u32, total: usize, auth: bool) -> (String, f64, u64) 
     let receiver = hosts.b.ns.spawn(move || {
         let dev = veth_link::open(&bif, &rx_backend);
         let mac = dev.mac();
-        receive(Stack::new(dev, rcfg, mac, Rng::new(2)), total)
+        transport_stream::receive(Stack::new(dev, rcfg, mac, Rng::new(2)), total)
     });
     let peer = MacAddr(hosts.b.mac);
     let (backend, secs, retrans) = hosts.a.ns.run(|| {
         let dev = veth_link::open(&aif, backend);
         let (name, mac) = (dev.capabilities().backend, dev.mac());
-        let (secs, retrans) = send(Stack::new(dev, cfg, mac, Rng::new(1)), peer, total);
+        let (secs, retrans) =
+            transport_stream::send(Stack::new(dev, cfg, mac, Rng::new(1)), peer, total);
         (name, secs, retrans)
     });
     assert_eq!(receiver.join().unwrap(), total);

@@ -21,6 +21,8 @@
 //!
 //! Printed: each run's Gbit/s, the medians, and message / transport.
 
+#[path = "../../llc-stack/examples/support/transport_stream.rs"]
+mod transport_stream;
 #[path = "../../llc-stack/examples/support/veth_link.rs"]
 mod veth_link;
 
@@ -29,68 +31,20 @@ use std::time::{Duration, Instant as StdInstant};
 
 use bytes::Bytes;
 use llc_stack::link::any::AnyLink;
-use llc_stack::proto::{Config as StackConfig, Event};
+use llc_stack::proto::Config as StackConfig;
 use llc_stack::rng::Rng;
 use llc_stack::wire::MacAddr;
-use llc_stack::{Device, Instant, Stack};
+use llc_stack::Stack;
 use msg_layer::transport::llc::{LlcConfig, LlcTransport};
 use msg_layer::transport::spec::{AttachMode, Backend};
 use msg_layer::{Config, Endpoint, Source, Tag};
 use vm_tests::TwoHosts;
 
-const MSG: usize = 1 << 20;
-const PORT: u16 = 9;
+use transport_stream::{MSG, PORT};
+
 const QUEUED: usize = 8;
 const LIMIT: Duration = Duration::from_secs(120);
 const WAIT: Option<Duration> = Some(LIMIT);
-
-fn transport_receive<D: Device>(mut stack: Stack<D>, total: usize) -> usize {
-    stack.set_spin(LIMIT);
-    stack.endpoint_mut().listen(PORT);
-    let mut got = 0usize;
-    let _ = stack
-        .run_until(Instant::now() + LIMIT, |ep| {
-            while let Some((_, ev)) = ep.poll_event() {
-                if let Event::Message { data, .. } = ev {
-                    got += data.len();
-                    ep.recycle(data);
-                }
-            }
-            (got >= total).then_some(())
-        })
-        .unwrap();
-    let _ = stack.run_until(Instant::now() + Duration::from_millis(300), |_| None::<()>);
-    got
-}
-
-/// Seconds from `connect` to the last acknowledgement.
-fn transport_send<D: Device>(mut stack: Stack<D>, peer: MacAddr, total: usize) -> f64 {
-    stack.set_spin(LIMIT);
-    let msg = Bytes::from(vec![0x5Au8; MSG]);
-    let start = Instant::now();
-    let conn = stack
-        .endpoint_mut()
-        .connect(start, peer, PORT, None)
-        .unwrap();
-    let n = total / MSG;
-    let (mut next, mut acked) = (0usize, 0usize);
-    let done = stack
-        .run_until(start + LIMIT, |ep| {
-            while let Some((_, ev)) = ep.poll_event() {
-                if let Event::Acked { .. } = ev {
-                    acked += 1;
-                }
-            }
-            while next < n && ep.connection(conn).map_or(0, |c| c.send_buffered()) < QUEUED * MSG {
-                ep.send(conn, msg.clone()).expect("send");
-                next += 1;
-            }
-            (acked == n).then_some(())
-        })
-        .unwrap();
-    assert!(done.is_some(), "timed out: {acked} of {n} acknowledged");
-    (Instant::now() - start).as_secs_f64()
-}
 
 fn transport_run(hosts: &TwoHosts, backend: &str, total: usize) -> f64 {
     let (bif, aif) = (hosts.b.ifname.clone(), hosts.a.ifname.clone());
@@ -98,7 +52,7 @@ fn transport_run(hosts: &TwoHosts, backend: &str, total: usize) -> f64 {
     let receiver = hosts.b.ns.spawn(move || {
         let dev = veth_link::open(&bif, &rx_backend);
         let mac = dev.mac();
-        transport_receive(
+        transport_stream::receive(
             Stack::new(dev, StackConfig::default(), mac, Rng::new(2)),
             total,
         )
@@ -107,11 +61,12 @@ fn transport_run(hosts: &TwoHosts, backend: &str, total: usize) -> f64 {
     let secs = hosts.a.ns.run(|| {
         let dev = veth_link::open(&aif, backend);
         let mac = dev.mac();
-        transport_send(
+        transport_stream::send(
             Stack::new(dev, StackConfig::default(), mac, Rng::new(1)),
             peer,
             total,
         )
+        .0
     });
     assert_eq!(receiver.join().unwrap(), total);
     secs
