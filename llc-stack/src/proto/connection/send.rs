@@ -411,8 +411,10 @@ impl Connection {
         let (sacks, n) = self.sack_blocks(room);
         let trailer = self.cfg.trailer();
         if let (Some(m), Some(slot), true) = (m, tail, trailer.is_empty()) {
-            let (inline, body) = m.range_shared(off, len);
-            if body.len() >= GATHER_FROM {
+            // Only a long body part is worth a shared reference.
+            let in_body = (off + len).saturating_sub(off.max(m.head.as_slice().len()));
+            if in_body >= GATHER_FROM {
+                let (inline, body) = m.range_shared(off, len);
                 let n =
                     wire::emit_transport_head(buf, &self.addr, &h, &sacks[..n], [inline, &body])
                         .ok()?;
