@@ -754,7 +754,11 @@ impl Inner {
                 unsafe { msg_layer::lent::lend(p, l, ep.release_notice(token)) }
             }
         };
-        let r = ep.isend(peer, tag as u32, EXPECTED_CONTEXT, data);
+        let r = if lent.is_some() {
+            ep.isend_lent(peer, tag as u32, EXPECTED_CONTEXT, data)
+        } else {
+            ep.isend(peer, tag as u32, EXPECTED_CONTEXT, data)
+        };
         if lent.is_none() {
             if let Some(res) = ep.test(&r) {
                 return match res {

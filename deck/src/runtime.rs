@@ -942,7 +942,7 @@ impl Inner {
                 ep.release_notice(u64::from(token)),
             )
         };
-        let r = ep.isend(peer, token, wire::DATA_CONTEXT, lent);
+        let r = ep.isend_lent(peer, token, wire::DATA_CONTEXT, lent);
         ep.watch(r);
         // The data is the caller's: wait until the transport let go of it,
         // whatever happens (a failed peer's connection releases it too).

@@ -265,7 +265,7 @@ impl LlcShim {
         // reported (`llc_shim_send_lent` checked `ptr` is non-null unless
         // `len` is 0).
         let lent = unsafe { msg_layer::lent::lend(body.0, body.1, self.ep.release_notice(token)) };
-        let res = self.ep.am_post_parts(peer, tag.into(), head, lent);
+        let res = self.ep.am_post_lent(peer, tag.into(), head, lent);
         if res.is_err() {
             // Refused before anything was queued: the body was dropped
             // already and its release reported, which must not complete.

@@ -388,6 +388,14 @@ impl<T: Transport> Endpoint<T> {
         self.post(|e| e.isend(peer, tag, context, data.into()))
     }
 
+    /// [`Endpoint::isend`] of a body the caller waits to have back (lent
+    /// with [`crate::lent::lend`]): an eager send asks the peer to
+    /// acknowledge it promptly, so that the release is not held by a
+    /// delayed acknowledgement.
+    pub fn isend_lent(&self, peer: PeerId, tag: u32, context: u32, data: Bytes) -> Request {
+        self.post(|e| e.isend_with(peer, tag, context, data, true))
+    }
+
     /// Post a receive into `buf` (its length is the most accepted). The
     /// completion returns the buffer cut to the message's length.
     pub fn irecv(&self, source: Source, tag: Tag, context: u32, buf: Vec<u8>) -> Request {
@@ -652,13 +660,16 @@ impl<T: Transport> Endpoint<T> {
     /// only for an unknown or already failed peer.
     pub fn am_post(&self, peer: PeerId, id: u16, data: impl Into<Bytes>) -> Result<(), Error> {
         self.core()
-            .post(|e| e.am_post_parts(peer, id, Bytes::new(), data.into()))
+            .post(|e| e.am_post_parts(peer, id, Bytes::new(), data.into(), false))
     }
 
     /// [`Endpoint::am_post`] of the message `prefix ++ body`, sending `body`
     /// without copying it: the transport keeps a reference until the peer
     /// has acknowledged it, so memory lent through [`Bytes::from_owner`] is
-    /// released (its owner dropped) only then. `prefix` is copied.
+    /// released (its owner dropped) only then. `prefix` is copied. The peer
+    /// may hold its acknowledgement (of a body nobody waits for) up to its
+    /// announced delay: a caller that waits for the release uses
+    /// [`Endpoint::am_post_lent`].
     pub fn am_post_parts(
         &self,
         peer: PeerId,
@@ -668,7 +679,23 @@ impl<T: Transport> Endpoint<T> {
     ) -> Result<(), Error> {
         let prefix = Bytes::copy_from_slice(prefix);
         self.core()
-            .post(|e| e.am_post_parts(peer, id, prefix, body))
+            .post(|e| e.am_post_parts(peer, id, prefix, body, false))
+    }
+
+    /// [`Endpoint::am_post_parts`] of a body the caller waits to have back
+    /// (lent with [`crate::lent::lend`]): the transport asks the peer to
+    /// acknowledge it promptly, so that the release, and the caller's
+    /// completion, do not wait for a delayed acknowledgement.
+    pub fn am_post_lent(
+        &self,
+        peer: PeerId,
+        id: u16,
+        prefix: &[u8],
+        body: Bytes,
+    ) -> Result<(), Error> {
+        let prefix = Bytes::copy_from_slice(prefix);
+        self.core()
+            .post(|e| e.am_post_parts(peer, id, prefix, body, true))
     }
 
     /// True when a message posted to `peer` now would leave at once rather

@@ -330,6 +330,8 @@ const TRANSPORT_FIELDS: &[&str] = &[
     "llcstack.msg_len",
     "llcstack.frag_off",
     "llcstack.payload_len",
+    "llcstack.ack_delay",
+    "llcstack.max_ack_delay",
     "llcstack.ts_val",
     "llcstack.ts_ecr",
     "llcstack.crc",
@@ -387,7 +389,7 @@ fn tshark_decodes_transport_frames() {
                     continue;
                 };
                 let h = t.header;
-                let expect: [(&str, u64); 18] = [
+                let expect: [(&str, u64); 19] = [
                     ("llcstack.version", h.version.into()),
                     ("llcstack.type", h.kind.into()),
                     ("llcstack.flags", h.flags.into()),
@@ -403,6 +405,7 @@ fn tshark_decodes_transport_frames() {
                     ("llcstack.msg_len", h.msg_len.get().into()),
                     ("llcstack.frag_off", h.frag_off.get().into()),
                     ("llcstack.payload_len", h.payload_len.get().into()),
+                    ("llcstack.ack_delay", h.ack_delay.get().into()),
                     ("llcstack.ts_val", h.ts_val.get().into()),
                     ("llcstack.ts_ecr", h.ts_ecr.get().into()),
                     ("llcstack.crc", h.crc.get().into()),
@@ -524,6 +527,13 @@ fn tshark_decodes_transport_frames() {
         Some(9000),
         "SYN carries the MTU"
     );
+    for (row, who) in [(&rows[0], "SYN"), (&rows[1], "SYN-ACK")] {
+        assert_eq!(
+            num(row, "llcstack.max_ack_delay"),
+            Some(StackConfig::default().ack_delay.as_micros() as u64),
+            "{who} announces its max ACK delay"
+        );
+    }
     println!(
         "{} frames: {length_form} length form, {jumbo} jumbo, {retransmissions} retransmissions, \
          {sack_frames} with SACK, {resets} RESET, {bad_crc} bad CRC",

@@ -70,7 +70,8 @@ local f = {
     mtu = ProtoField.uint32("llcstack.mtu", "Link MTU", base.DEC),
     frag_off = ProtoField.uint32("llcstack.frag_off", "Fragment offset", base.DEC),
     payload_len = ProtoField.uint16("llcstack.payload_len", "Payload length", base.DEC),
-    reserved = ProtoField.uint16("llcstack.reserved", "Reserved", base.HEX),
+    max_ack_delay = ProtoField.uint32("llcstack.max_ack_delay", "Max ACK delay (us)", base.DEC),
+    ack_delay = ProtoField.uint16("llcstack.ack_delay", "ACK delay (us)", base.DEC),
     ts_val = ProtoField.uint32("llcstack.ts_val", "Timestamp value (us)", base.DEC),
     ts_ecr = ProtoField.uint32("llcstack.ts_ecr", "Timestamp echo (us)", base.DEC),
     crc = ProtoField.uint32("llcstack.crc", "CRC32C", base.HEX),
@@ -316,11 +317,12 @@ function p_llc.dissector(tvb, pinfo, tree)
     t:add(f.msg_id, tvb(28, 4))
     if kind == 1 or kind == 2 then
         t:add(f.mtu, tvb(32, 4))
+        t:add(f.max_ack_delay, tvb(36, 4))
     end
     t:add(f.msg_len, tvb(32, 4))
     t:add(f.frag_off, tvb(36, 4))
     t:add(f.payload_len, tvb(40, 2))
-    t:add(f.reserved, tvb(42, 2))
+    t:add(f.ack_delay, tvb(42, 2))
     t:add(f.ts_val, tvb(44, 4))
     t:add(f.ts_ecr, tvb(48, 4))
     local crc_item = t:add(f.crc, tvb(52, 4))

@@ -583,9 +583,35 @@ impl Endpoint {
         head: &[u8],
         body: Bytes,
     ) -> Result<u32, SendError> {
+        self.send_parts_with(h, head, body, false)
+    }
+
+    /// [`Endpoint::send_parts`] of a message whose sender waits for the
+    /// peer's acknowledgement (a lent body): see
+    /// [`Connection::send_parts_awaited`].
+    pub fn send_parts_awaited(
+        &mut self,
+        h: ConnHandle,
+        head: &[u8],
+        body: Bytes,
+    ) -> Result<u32, SendError> {
+        self.send_parts_with(h, head, body, true)
+    }
+
+    fn send_parts_with(
+        &mut self,
+        h: ConnHandle,
+        head: &[u8],
+        body: Bytes,
+        awaited: bool,
+    ) -> Result<u32, SendError> {
         match self.conns.get_mut(&h) {
             Some(e) => {
-                let r = e.conn.send_parts(head, body);
+                let r = if awaited {
+                    e.conn.send_parts_awaited(head, body)
+                } else {
+                    e.conn.send_parts(head, body)
+                };
                 e.note(h, &mut self.queues);
                 r
             }

@@ -210,7 +210,7 @@ fn arb_header() -> impl Strategy<Value = TransportHeader> {
             msg_len: w[6].into(),
             frag_off: w[7].into(),
             payload_len: 0.into(),
-            reserved: 0.into(),
+            ack_delay: 0.into(),
             ts_val: ts.into(),
             ts_ecr: (!ts).into(),
             crc: 0.into(),

@@ -68,8 +68,11 @@ pub struct TransportHeader {
     pub frag_off: U32,
     /// Payload bytes after the SACK blocks.
     pub payload_len: U16,
-    /// Zero on send, ignored on receive.
-    pub reserved: U16,
+    /// Microseconds the sender held the acknowledgement this frame carries:
+    /// from the arrival of the frame whose timestamp `ts_ecr` echoes until
+    /// this frame left (saturating; 0: not stated). The peer takes it out
+    /// of its RTT sample, as QUIC's ACK delay.
+    pub ack_delay: U16,
     /// Sender's timestamp in microseconds (for RTT measurement).
     pub ts_val: U32,
     /// Echo of the latest `ts_val` received from the peer.
@@ -185,9 +188,12 @@ pub mod flags {
     /// An authentication trailer of [`TAG_LEN`](super::TAG_LEN)
     /// bytes follows the payload (docs/PROTOCOL.md, section 3.12).
     pub const AUTH: u8 = 0x04;
-    /// The sender has sent everything it has: the receiver should
+    /// The sender has sent everything it has and waits for the
+    /// acknowledgement (a send completes on it): the receiver should
     /// acknowledge within a short delay (`ack_soon_delay`), or earlier on a
-    /// frame going back anyway, e.g. the reply to a request.
+    /// frame going back anyway, e.g. the reply to a request. Without it the
+    /// receiver may hold the acknowledgement up to the `max_ack_delay` it
+    /// announced in the handshake.
     pub const ACK_SOON: u8 = 0x08;
 }
 

@@ -37,12 +37,14 @@ impl Engine {
         handler: u16,
         prefix: Bytes,
         body: Bytes,
+        lent: bool,
     ) -> Result<(), Error> {
         if let Some(e) = self.peer_error(p) {
             return Err(e);
         }
         let mut out = Out::with_body(Self::am_header(handler), body);
         out.prefix = prefix;
+        out.awaited = lent;
         self.push(p, out);
         Ok(())
     }

@@ -152,6 +152,12 @@ pub(crate) trait Outlet {
     /// Queue the packet `head ++ body` on `conn`.
     fn send(&mut self, conn: ConnId, head: &[u8], body: Bytes) -> Result<(), SendError>;
 
+    /// Queue a packet whose sender waits for its release (see
+    /// [`Transport::send_awaited`]).
+    fn send_awaited(&mut self, conn: ConnId, head: &[u8], body: Bytes) -> Result<(), SendError> {
+        self.send(conn, head, body)
+    }
+
     /// Open a connection to `to` (see [`Transport::connect`]).
     fn connect(&mut self, to: &Addr) -> Result<ConnId, TransportError>;
 
@@ -163,6 +169,11 @@ impl<T: Transport + ?Sized> Outlet for T {
     #[inline]
     fn send(&mut self, conn: ConnId, head: &[u8], body: Bytes) -> Result<(), SendError> {
         Transport::send(self, conn, head, body)
+    }
+
+    #[inline]
+    fn send_awaited(&mut self, conn: ConnId, head: &[u8], body: Bytes) -> Result<(), SendError> {
+        Transport::send_awaited(self, conn, head, body)
     }
 
     fn connect(&mut self, to: &Addr) -> Result<ConnId, TransportError> {

@@ -15,6 +15,21 @@ use crate::wire::{flags, Header, Kind, HEADER_LEN};
 
 impl Engine {
     pub fn isend(&mut self, p: PeerId, tag: u32, context: u32, data: Bytes) -> u64 {
+        self.isend_with(p, tag, context, data, false)
+    }
+
+    /// [`Engine::isend`]; `lent`: the caller waits for the transport to
+    /// release `data`. An eager packet then asks for a prompt
+    /// acknowledgement; rendezvous data needs none (the receiver's DONE
+    /// carries it).
+    pub fn isend_with(
+        &mut self,
+        p: PeerId,
+        tag: u32,
+        context: u32,
+        data: Bytes,
+        lent: bool,
+    ) -> u64 {
         if let Some(e) = self.peer_error(p) {
             return self.failed_req(e);
         }
@@ -42,6 +57,7 @@ impl Engine {
                     prefix: Bytes::new(),
                     cost,
                     completes: Some(r),
+                    awaited: lent,
                 },
             );
             r
@@ -64,6 +80,7 @@ impl Engine {
                     prefix: Bytes::new(),
                     cost: HEADER_LEN as u32,
                     completes: None,
+                    awaited: false,
                 },
             );
             r

@@ -37,6 +37,9 @@ pub(super) struct Out {
     pub cost: u32,
     /// Request complete once the packet is handed to the transport.
     pub completes: Option<u64>,
+    /// The caller waits for the transport to release `body` (lent): the
+    /// transport asks the peer for a prompt acknowledgement.
+    pub awaited: bool,
 }
 
 impl Out {
@@ -53,6 +56,7 @@ impl Out {
             prefix: Bytes::new(),
             cost: 0,
             completes: None,
+            awaited: false,
         }
     }
 }
@@ -413,13 +417,17 @@ impl Engine {
             }
             let give = peer.owed.min(u32::MAX as u64);
             out.hdr.credit = give as u32;
-            let sent = if out.prefix.is_empty() {
+            let sent = if out.prefix.is_empty() && !out.awaited {
                 o.send(conn, &out.hdr.encode(), out.body.clone())
             } else {
                 let mut head = Vec::with_capacity(HEADER_LEN + out.prefix.len());
                 head.extend_from_slice(&out.hdr.encode());
                 head.extend_from_slice(&out.prefix);
-                o.send(conn, &head, out.body.clone())
+                if out.awaited {
+                    o.send_awaited(conn, &head, out.body.clone())
+                } else {
+                    o.send(conn, &head, out.body.clone())
+                }
             };
             match sent {
                 Ok(()) => {

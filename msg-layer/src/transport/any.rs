@@ -81,6 +81,10 @@ impl Transport for AnyTransport {
     fn send(&mut self, conn: ConnId, head: &[u8], body: Bytes) -> Result<(), SendError> {
         each!(self, t => t.send(conn, head, body))
     }
+    #[inline]
+    fn send_awaited(&mut self, conn: ConnId, head: &[u8], body: Bytes) -> Result<(), SendError> {
+        each!(self, t => t.send_awaited(conn, head, body))
+    }
     fn close(&mut self, conn: ConnId) {
         each!(self, t => t.close(conn))
     }

@@ -274,6 +274,34 @@ impl<D: Device> LlcTransport<D> {
         t
     }
 
+    /// Queue `head ++ body`; `awaited`: the caller waits for its release,
+    /// so its last frame asks for a prompt acknowledgement.
+    fn send_with(
+        &mut self,
+        conn: ConnId,
+        head: &[u8],
+        body: Bytes,
+        awaited: bool,
+    ) -> Result<(), SendError> {
+        use llc_stack::proto::SendError as E;
+        let ep = self.stack.endpoint_mut();
+        let h = ConnHandle(conn);
+        let r = if awaited {
+            ep.send_parts_awaited(h, head, body)
+        } else {
+            ep.send_parts(h, head, body)
+        };
+        match r {
+            Ok(_) => Ok(()),
+            Err(E::BufferFull { .. }) => Err(SendError::WouldBlock),
+            Err(E::Closed) => Err(SendError::Closed),
+            Err(E::TooLong(len)) => Err(SendError::TooLong {
+                len,
+                max: ep.config().max_message_len,
+            }),
+        }
+    }
+
     fn take_events(&mut self, events: &mut Vec<TransportEvent>) -> bool {
         let mut any = false;
         while let Some((h, ev)) = self.stack.endpoint_mut().poll_event() {
@@ -353,17 +381,11 @@ impl<D: Device + Send + 'static> Transport for LlcTransport<D> {
     }
 
     fn send(&mut self, conn: ConnId, head: &[u8], body: Bytes) -> Result<(), SendError> {
-        use llc_stack::proto::SendError as E;
-        let ep = self.stack.endpoint_mut();
-        match ep.send_parts(ConnHandle(conn), head, body) {
-            Ok(_) => Ok(()),
-            Err(E::BufferFull { .. }) => Err(SendError::WouldBlock),
-            Err(E::Closed) => Err(SendError::Closed),
-            Err(E::TooLong(len)) => Err(SendError::TooLong {
-                len,
-                max: ep.config().max_message_len,
-            }),
-        }
+        self.send_with(conn, head, body, false)
+    }
+
+    fn send_awaited(&mut self, conn: ConnId, head: &[u8], body: Bytes) -> Result<(), SendError> {
+        self.send_with(conn, head, body, true)
     }
 
     fn recycle(&mut self, buf: Vec<u8>) {

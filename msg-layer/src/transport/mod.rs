@@ -200,6 +200,14 @@ pub trait Transport: Send + 'static {
     /// `body` without copying where it can.
     fn send(&mut self, conn: ConnId, head: &[u8], body: Bytes) -> Result<(), SendError>;
 
+    /// [`Transport::send`] of a packet whose sender waits for the transport
+    /// to let go of it (a lent body, released when the peer acknowledged
+    /// it): a transport that delays acknowledgements asks the peer for this
+    /// one soon.
+    fn send_awaited(&mut self, conn: ConnId, head: &[u8], body: Bytes) -> Result<(), SendError> {
+        self.send(conn, head, body)
+    }
+
     /// Close `conn` once everything queued on it is delivered.
     fn close(&mut self, conn: ConnId);
 

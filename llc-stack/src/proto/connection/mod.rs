@@ -170,6 +170,10 @@ pub struct Connection {
     /// long as the one before.
     probes_in_a_row: u32,
     rtt: RttEstimator,
+    /// Longest the peer holds an acknowledgement of a frame that did not ask
+    /// for one soon, as it announced in the handshake (zero: a peer that
+    /// announced none, and is asked for every acknowledgement soon).
+    peer_max_ack_delay: Duration,
     backoff: u32,
     syn_attempts: u32,
     close_requested: bool,
@@ -195,6 +199,9 @@ pub struct Connection {
     ack_now: bool,
     window_was_closed: bool,
     ts_recent: u32,
+    /// Our wire clock when the frame whose timestamp is `ts_recent` arrived
+    /// (the start of the ACK delay we report).
+    ts_recent_rx: u32,
     last_rx: Instant,
     peer_closed: bool,
 
@@ -314,6 +321,7 @@ impl Connection {
             probe_credit: false,
             probes_in_a_row: 0,
             rtt,
+            peer_max_ack_delay: Duration::ZERO,
             backoff: 0,
             syn_attempts: 0,
             close_requested: false,
@@ -333,6 +341,7 @@ impl Connection {
             ack_now: false,
             window_was_closed: false,
             ts_recent: 0,
+            ts_recent_rx: 0,
             last_rx: now,
             peer_closed: false,
             timers: [None; TIMER_COUNT],
@@ -353,6 +362,18 @@ impl Connection {
         self.frag_len = max_payload(mtu, 0)
             .saturating_sub(self.cfg.trailer_len())
             .max(1);
+    }
+
+    /// The peer's announced `max_ack_delay` in microseconds (a SYN's or
+    /// SYN-ACK's `frag_off`; 0: none announced), bounded by our largest
+    /// timeout so that a hostile value cannot stall the tail-loss probe.
+    fn set_peer_max_ack_delay(&mut self, micros: u32) {
+        self.peer_max_ack_delay = Duration::from_micros(u64::from(micros)).min(self.cfg.max_rto);
+    }
+
+    /// The peer's announced longest acknowledgement delay (zero: none).
+    pub fn peer_max_ack_delay(&self) -> Duration {
+        self.peer_max_ack_delay
     }
 
     /// Current state.
@@ -462,6 +483,23 @@ impl Connection {
 
     /// Queue the message `head ++ body` without joining the two.
     pub fn send_parts(&mut self, head: &[u8], body: Bytes) -> Result<u32, SendError> {
+        self.send_parts_with(head, body, false)
+    }
+
+    /// [`Connection::send_parts`] of a message whose sender waits for its
+    /// acknowledgement (a body lent until then): its last frame asks the
+    /// peer to acknowledge soon (ACK_SOON) rather than within the peer's
+    /// `max_ack_delay`. With `acked_events` on every message is awaited.
+    pub fn send_parts_awaited(&mut self, head: &[u8], body: Bytes) -> Result<u32, SendError> {
+        self.send_parts_with(head, body, true)
+    }
+
+    fn send_parts_with(
+        &mut self,
+        head: &[u8],
+        body: Bytes,
+        awaited: bool,
+    ) -> Result<u32, SendError> {
         if self.close_requested || self.state == State::Closed {
             return Err(SendError::Closed);
         }
@@ -484,6 +522,7 @@ impl Connection {
             head: send::MsgHead::new(head),
             body,
             next_off: 0,
+            awaited,
         });
         Ok(msg_id)
     }
@@ -517,12 +556,13 @@ impl Connection {
         self.answer_syn(now, syn);
     }
 
-    /// Take the peer's SYN: its cookie, MTU and initial sequence number,
-    /// and a SYN-ACK to send, within the handshake timeout.
+    /// Take the peer's SYN: its cookie, MTU, ACK delay and initial sequence
+    /// number, and a SYN-ACK to send, within the handshake timeout.
     fn answer_syn(&mut self, now: Instant, syn: &TransportHeader) {
         self.state = State::SynReceived;
         self.peer_cookie = syn.src_cookie.get();
         self.set_peer_mtu(syn.msg_len.get() as usize);
+        self.set_peer_max_ack_delay(syn.frag_off.get());
         self.rcv_nxt = Seq(syn.seq.get());
         self.window_end = self.rcv_nxt.add(self.window_frames);
         self.syn_ack_due = true;
@@ -681,6 +721,7 @@ impl Connection {
                 }
                 self.peer_cookie = h.src_cookie.get();
                 self.set_peer_mtu(h.msg_len.get() as usize);
+                self.set_peer_max_ack_delay(h.frag_off.get());
                 self.rcv_nxt = Seq(h.seq.get());
                 self.window_end = self.rcv_nxt.add(self.window_frames);
                 self.peer_window_end = Seq(h.window_end.get());

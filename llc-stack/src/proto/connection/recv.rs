@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::timers::Timer;
-use super::{Connection, Event};
+use super::{wire_ts, Connection, Event};
 use crate::proto::buf_pool::BufPool;
 use crate::proto::error::ConnectionError;
 use crate::proto::placement::{Placement, Sink};
@@ -138,6 +138,7 @@ impl Connection {
             let ts = h.ts_val.get();
             if (ts.wrapping_sub(self.ts_recent) as i32) > 0 {
                 self.ts_recent = ts;
+                self.ts_recent_rx = wire_ts(now);
             }
             return;
         }
@@ -203,6 +204,7 @@ impl Connection {
         self.recv_meta[idx] = Some(meta);
         if idx == 0 {
             self.ts_recent = h.ts_val.get();
+            self.ts_recent_rx = wire_ts(now);
         } else {
             self.n_out_of_order += 1;
             self.last_out_of_order = seq;
@@ -274,6 +276,7 @@ impl Connection {
         pool: &mut BufPool,
     ) {
         self.ts_recent = h.ts_val.get();
+        self.ts_recent_rx = wire_ts(now);
         self.rcv_nxt = self.rcv_nxt.add(1);
         self.recv_meta.pop_front();
         self.undelivered_bytes += payload.len();
@@ -299,9 +302,22 @@ impl Connection {
         h.ack = self.rcv_nxt.0.into();
         h.window_end = self.window_end.0.into();
         h.ts_ecr = self.ts_recent.into();
+        // How long we held what this acknowledges (`ts_val` is our clock
+        // now); the peer takes it out of its RTT sample.
+        if self.ts_recent_rx != 0 {
+            let held = h.ts_val.get().wrapping_sub(self.ts_recent_rx);
+            h.ack_delay = (held.min(u32::from(u16::MAX)) as u16).into();
+        }
         self.ack_pending = 0;
         self.ack_now = false;
         self.timers[Timer::Ack as usize] = None;
+    }
+
+    /// The `max_ack_delay` we announce in the handshake: the longest we
+    /// hold the acknowledgement of a frame that did not ask for one soon
+    /// (`ack_delay`), in microseconds, at least 1 (0 would mean none).
+    pub(super) fn max_ack_delay_micros(&self) -> u32 {
+        (self.cfg.ack_delay.as_micros().min(u128::from(u32::MAX)) as u32).max(1)
     }
 
     pub(super) fn sack_blocks(&self, room: usize) -> ([SackBlock; MAX_SACK_BLOCKS], usize) {

@@ -35,6 +35,9 @@ pub(super) struct OutMsg {
     pub(super) body: Bytes,
     /// Offset of the next fragment to cut.
     pub(super) next_off: usize,
+    /// The sender waits for the acknowledgement (see
+    /// [`Connection::send_parts_awaited`]).
+    pub(super) awaited: bool,
 }
 
 impl OutMsg {
@@ -278,7 +281,9 @@ impl Connection {
         if !self.snd_nxt.lt(self.peer_window_end) || !self.can_send() {
             return None;
         }
+        let mut awaited = self.cfg.acked_events || self.peer_max_ack_delay.is_zero();
         let cargo = if let Some(m) = self.send_msgs.get_mut(self.next_unsent) {
+            awaited |= m.awaited;
             let off = m.next_off;
             let len = (m.len() - off).min(self.frag_len);
             m.next_off += len;
@@ -315,11 +320,19 @@ impl Connection {
         }
         // Ask for an immediate ACK when this is the last frame we may send
         // for now although more is queued: we would otherwise wait for the
-        // delayed-ACK timer. When we have sent all we have, a prompt ACK is
-        // enough (ACK_SOON): it lets a reply from the peer's application
-        // carry it, so a request and its response cost one frame each.
+        // delayed-ACK timer. When we have sent all we have and wait for the
+        // acknowledgement (a lent body, `Acked` events, or a peer that
+        // announced no delay), a prompt ACK is enough (ACK_SOON): it lets a
+        // reply from the peer's application carry it. When nothing waits
+        // for it, the peer may hold it up to its `max_ack_delay`, so that a
+        // reply sent late (its process waited for a core) still carries it:
+        // a request and its response cost one frame each, not two.
         let ack = if !self.has_unsent() {
-            flags::ACK_SOON
+            if awaited {
+                flags::ACK_SOON
+            } else {
+                0
+            }
         } else if self.snd_nxt.lt(self.peer_window_end) && self.flight() < self.cwnd {
             0
         } else {
@@ -355,10 +368,12 @@ impl Connection {
             FrameType::Syn => {
                 h.seq = self.isn.0.into();
                 h.msg_len = (self.local_mtu as u32).into();
+                h.frag_off = self.max_ack_delay_micros().into();
             }
             FrameType::SynAck => {
                 h.seq = self.isn.0.into();
                 h.msg_len = (self.local_mtu as u32).into();
+                h.frag_off = self.max_ack_delay_micros().into();
                 self.ack_fields(&mut h);
             }
             _ => self.ack_fields(&mut h),
@@ -519,8 +534,8 @@ impl Connection {
             if ecr != 0 && cumulative > 0 {
                 let rtt_us = wire_ts(now).wrapping_sub(ecr);
                 if rtt_us < 60_000_000 {
-                    self.rtt.sample(Duration::from_micros(rtt_us as u64));
                     let s = &mut self.stats;
+                    let min_before_us = s.min_rtt_ns / 1000;
                     let ns = rtt_us as u64 * 1000;
                     s.rtt_samples += 1;
                     s.latest_rtt_ns = ns;
@@ -529,6 +544,20 @@ impl Connection {
                     } else {
                         s.min_rtt_ns.min(ns)
                     };
+                    // The time the peer held the acknowledgement is not the
+                    // path's: take it out (at most the delay the peer
+                    // announced, as QUIC does, and not below the smallest
+                    // round trip seen before), so that a late acknowledgement
+                    // does not inflate the timeouts of every later frame.
+                    let held = u64::from(h.ack_delay.get())
+                        .min(self.peer_max_ack_delay.as_micros() as u64);
+                    let rtt_us = rtt_us as u64;
+                    let adjusted = if min_before_us == 0 || rtt_us >= min_before_us + held {
+                        rtt_us.saturating_sub(held)
+                    } else {
+                        rtt_us
+                    };
+                    self.rtt.sample(Duration::from_micros(adjusted));
                     s.srtt_ns = self.rtt.srtt().as_nanos() as u64;
                 }
             }

@@ -152,10 +152,14 @@ impl Connection {
     /// RTT's own spread says an acknowledgement may still come (srtt + 4
     /// rttvar). A peer whose process shares its cores with many others
     /// answers late and irregularly; probing inside that spread only
-    /// resends what arrived (spurious probes cost both ends a frame).
+    /// resends what arrived (spurious probes cost both ends a frame). Plus
+    /// the delay the peer may hold an acknowledgement it was not asked for
+    /// soon (its announced `max_ack_delay`, as QUIC's PTO adds it).
     pub(super) fn probe_timeout(&self) -> Duration {
         let srtt = self.rtt.srtt();
-        (srtt * 2).max(srtt + self.rtt.rttvar() * 4) + Duration::from_micros(50)
+        (srtt * 2).max(srtt + self.rtt.rttvar() * 4)
+            + Duration::from_micros(50)
+            + self.peer_max_ack_delay
     }
 
     /// When the next tail-loss probe is due after a retransmission: the
@@ -326,5 +330,114 @@ mod tests {
         assert_eq!(acks.len(), 1);
         assert_eq!(header(&acks[0]).frame_type(), FrameType::Ack);
         assert!(!p.b.ack_pending());
+    }
+
+    /// The message layer's configuration: sends complete when queued, so
+    /// nothing waits for an acknowledgement unless a send says it does.
+    fn no_acked_events() -> Config {
+        Config {
+            acked_events: false,
+            ..Config::default()
+        }
+    }
+
+    #[test]
+    fn the_handshake_tells_each_end_the_peers_acknowledgement_delay() {
+        let slow = Config {
+            ack_delay: Duration::from_micros(700),
+            ..Config::default()
+        };
+        let p = Pair::with(Config::default(), slow);
+        assert_eq!(p.a.peer_max_ack_delay(), Duration::from_micros(700));
+        assert_eq!(p.b.peer_max_ack_delay(), Config::default().ack_delay);
+    }
+
+    #[test]
+    fn a_request_nobody_waits_on_is_acknowledged_by_a_reply_sent_late() {
+        let mut p = Pair::with(no_acked_events(), no_acked_events());
+        p.a.send(pattern(100, 1).into()).unwrap();
+        let req = transmit_all(&mut p.a, p.now);
+        assert_eq!(req.len(), 1);
+        assert!(!header(&req[0]).has(crate::wire::transport::flags::ACK_SOON));
+        deliver(&mut p.b, p.now, &req[0]);
+        let due = p.b.timers[Timer::Ack as usize].expect("a delayed ACK");
+        assert_eq!(due - p.now, Config::default().ack_delay);
+        // B's application answers 100 µs later (it waited for a core):
+        // long past ACK_SOON's 10 µs, within the announced delay.
+        p.advance_to(p.now + Duration::from_micros(100));
+        assert!(transmit_all(&mut p.b, p.now).is_empty(), "a pure ACK");
+        p.b.send(pattern(50, 2).into()).unwrap();
+        let reply = transmit_all(&mut p.b, p.now);
+        assert_eq!(reply.len(), 1, "the reply carries the acknowledgement");
+        assert_eq!(header(&reply[0]).ack_delay.get(), 100);
+        deliver(&mut p.a, p.now, &reply[0]);
+        assert!(p.a.is_send_idle());
+        assert_eq!(messages(&mut p.a), [pattern(50, 2)]);
+        // A's round trip is the path's (zero here), not B's 100 µs.
+        assert!(p.a.srtt() < Duration::from_micros(10), "{:?}", p.a.srtt());
+    }
+
+    #[test]
+    fn an_awaited_send_asks_for_its_acknowledgement_soon() {
+        let mut p = Pair::with(no_acked_events(), no_acked_events());
+        p.a.send_parts_awaited(b"head", pattern(100, 1).into())
+            .unwrap();
+        let f = transmit_all(&mut p.a, p.now);
+        assert!(header(&f[0]).has(crate::wire::transport::flags::ACK_SOON));
+        deliver(&mut p.b, p.now, &f[0]);
+        let due = p.b.timers[Timer::Ack as usize].expect("a delayed ACK");
+        assert_eq!(due - p.now, Config::default().ack_soon_delay);
+        p.advance_to(due);
+        let acks = transmit_all(&mut p.b, p.now);
+        assert_eq!(acks.len(), 1);
+        deliver(&mut p.a, p.now, &acks[0]);
+        assert!(p.a.is_send_idle());
+    }
+
+    #[test]
+    fn a_peer_that_announces_no_delay_is_asked_soon_and_probed_as_before() {
+        let mut p = Pair::with(no_acked_events(), no_acked_events());
+        // As a peer before the announcement: its SYN carried 0.
+        p.a.set_peer_max_ack_delay(0);
+        p.a.send(pattern(100, 1).into()).unwrap();
+        let f = transmit_all(&mut p.a, p.now);
+        assert!(header(&f[0]).has(crate::wire::transport::flags::ACK_SOON));
+        let probe_after = p.a.timers[Timer::Tail as usize].unwrap() - p.now;
+        assert!(probe_after < Config::default().ack_delay, "{probe_after:?}");
+    }
+
+    #[test]
+    fn the_tail_probe_waits_for_the_peers_announced_delay() {
+        let mut p = Pair::with(no_acked_events(), no_acked_events());
+        p.a.send(pattern(100, 1).into()).unwrap();
+        let f = transmit_all(&mut p.a, p.now);
+        let probe_after = p.a.timers[Timer::Tail as usize].unwrap() - p.now;
+        assert!(probe_after > Config::default().ack_delay, "{probe_after:?}");
+        // B acknowledges when its timer fires: before A probes.
+        deliver(&mut p.b, p.now, &f[0]);
+        let due = p.b.timers[Timer::Ack as usize].unwrap();
+        p.advance_to(due);
+        for ack in transmit_all(&mut p.b, p.now) {
+            deliver(&mut p.a, p.now, &ack);
+        }
+        assert!(p.a.is_send_idle());
+        assert_eq!(p.a.stats().retransmits, 0);
+    }
+
+    #[test]
+    fn a_reported_delay_beyond_the_announced_one_stays_in_the_sample() {
+        let mut p = Pair::with(no_acked_events(), no_acked_events());
+        p.a.send(pattern(100, 1).into()).unwrap();
+        let f = transmit_all(&mut p.a, p.now);
+        deliver(&mut p.b, p.now, &f[0]);
+        // B's process did not run for 2 ms: only the announced 250 µs of
+        // it is B's choice, the rest is a late peer the timeouts must know.
+        p.now += Duration::from_millis(2);
+        p.b.ack_now = true;
+        let ack = transmit_all(&mut p.b, p.now);
+        assert_eq!(header(&ack[0]).ack_delay.get(), 2000);
+        deliver(&mut p.a, p.now, &ack[0]);
+        let expect = Duration::from_millis(2) - Config::default().ack_delay;
+        assert_eq!(p.a.srtt(), expect);
     }
 }
