@@ -677,9 +677,7 @@ impl<T: Transport> Endpoint<T> {
         prefix: &[u8],
         body: Bytes,
     ) -> Result<(), Error> {
-        let prefix = Bytes::copy_from_slice(prefix);
-        self.core()
-            .post(|e| e.am_post_parts(peer, id, prefix, body, false))
+        self.am_post_with(peer, id, prefix, body, false)
     }
 
     /// [`Endpoint::am_post_parts`] of a body the caller waits to have back
@@ -693,9 +691,20 @@ impl<T: Transport> Endpoint<T> {
         prefix: &[u8],
         body: Bytes,
     ) -> Result<(), Error> {
+        self.am_post_with(peer, id, prefix, body, true)
+    }
+
+    fn am_post_with(
+        &self,
+        peer: PeerId,
+        id: u16,
+        prefix: &[u8],
+        body: Bytes,
+        lent: bool,
+    ) -> Result<(), Error> {
         let prefix = Bytes::copy_from_slice(prefix);
         self.core()
-            .post(|e| e.am_post_parts(peer, id, prefix, body, true))
+            .post(|e| e.am_post_parts(peer, id, prefix, body, lent))
     }
 
     /// True when a message posted to `peer` now would leave at once rather

@@ -607,11 +607,7 @@ impl Endpoint {
     ) -> Result<u32, SendError> {
         match self.conns.get_mut(&h) {
             Some(e) => {
-                let r = if awaited {
-                    e.conn.send_parts_awaited(head, body)
-                } else {
-                    e.conn.send_parts(head, body)
-                };
+                let r = e.conn.send_parts_with(head, body, awaited);
                 e.note(h, &mut self.queues);
                 r
             }

@@ -494,7 +494,7 @@ impl Connection {
         self.send_parts_with(head, body, true)
     }
 
-    fn send_parts_with(
+    pub(crate) fn send_parts_with(
         &mut self,
         head: &[u8],
         body: Bytes,
