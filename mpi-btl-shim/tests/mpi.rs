@@ -539,21 +539,42 @@ fn cluster_peer_on_another_segment_is_unreachable_over_llc() {
         }
         println!("{l}");
     }
-    // Without btl/tcp nothing reaches host 2: ob1 says so and the job ends.
+    // Without btl/tcp nothing reaches host 2: the job ends, btl/llc names
+    // the peers that do not answer, and ob1 says who cannot reach whom.
     let run = cluster_mpirun(
         &cluster,
         1,
-        &[("btl", "self,vader,llc")],
+        &[("btl", "self,vader,llc"), ("btl_llc_verbose", "1")],
         &[program.to_str().unwrap()],
         Duration::from_secs(120),
     );
     assert!(!run.ok, "the job ran although host 2 is unreachable");
+    let unanswered: Vec<&str> = run
+        .stderr
+        .lines()
+        .filter(|l| l.contains("does not answer a link-level probe"))
+        .collect();
     assert!(
-        run.stdout.contains("unable to reach") || run.stderr.contains("unable to reach"),
+        unanswered.iter().any(|l| l.contains("],2] at llc://")),
+        "btl/llc did not name host 2's rank as unreachable:\n{}",
+        run.stderr
+    );
+    let ob1_said = run.stdout.contains("unable to reach") || run.stderr.contains("unable to reach");
+    // Open MPI 4.1's launcher sometimes loses a help message sent by a rank
+    // that exits at once ("Data unpack would read past end of buffer in
+    // file .../show_help.c"); btl/llc's own lines above still name the peer.
+    let help_lost = run.stderr.contains("show_help.c");
+    assert!(
+        ob1_said || help_lost,
         "ob1 did not say who cannot reach whom:\n{}\n{}",
         run.stdout,
         run.stderr
     );
+    if !ob1_said {
+        println!(
+            "ob1's message was lost by the launcher's show_help; btl/llc said: {unanswered:?}"
+        );
+    }
     println!("without btl/tcp: failed after {:.1?}", run.elapsed);
 }
 
