@@ -90,6 +90,7 @@ static struct {
     bool progress_thread;
     bool exclusive;
     int progress_interval_us;
+    int coalesce_us;
     int idle_timeout_ms;
     bool rdma;
     int lend_min;
@@ -187,6 +188,11 @@ static int llc_register(void)
              &params.progress_thread, true);
     reg_int("progress_interval_us", "Period of the background thread", &params.progress_interval_us,
             10000);
+    reg_int("coalesce_us",
+            "Small sends that follow another to the same peer before the next progress call"
+            " wait to leave together in one frame: at that call, or after at most about this"
+            " many microseconds (sent by the background thread). 0: every send leaves at once",
+            &params.coalesce_us, 50);
     reg_int("idle_timeout_ms", "A peer silent this long is declared failed (0: 10 s)",
             &params.idle_timeout_ms, 0);
     reg_bool("rdma", "Offer put/get (emulated by the peer's progress) to ob1", &params.rdma,
@@ -744,7 +750,7 @@ static int llc_finalize(struct mca_btl_base_module_t *btl)
                 "btl/llc stats: rank %s local %d if %s transport %s: sent %llu msgs %llu B,"
                 " received %llu msgs %llu B, queued %llu, puts %llu, gets %llu,"
                 " peers failed %llu, background rounds %llu, retransmits %llu (timeouts %llu),"
-                " frames dropped %llu, lent %llu\n",
+                " frames dropped %llu, lent %llu, bundles %llu (messages %llu)\n",
                 OPAL_NAME_PRINT(OPAL_PROC_MY_NAME), local_rank, ifname, transport_name,
                 (unsigned long long) s.sent, (unsigned long long) s.sent_bytes,
                 (unsigned long long) s.received, (unsigned long long) s.received_bytes,
@@ -752,7 +758,8 @@ static int llc_finalize(struct mca_btl_base_module_t *btl)
                 (unsigned long long) s.gets, (unsigned long long) s.peers_failed,
                 (unsigned long long) s.background_rounds, (unsigned long long) s.retransmits,
                 (unsigned long long) s.timeouts, (unsigned long long) s.frames_dropped,
-                (unsigned long long) s.sent_lent);
+                (unsigned long long) s.sent_lent, (unsigned long long) s.bundles,
+                (unsigned long long) s.bundled);
     }
     llc_shim_close(shim, 2000);
     shim = NULL;
@@ -855,6 +862,7 @@ static mca_btl_base_module_t **llc_init(int *num_btls, bool progress_threads, bo
         .progress_interval_us = (uint32_t) (params.progress_interval_us > 0
                                                 ? params.progress_interval_us
                                                 : 0),
+        .coalesce_us = (uint32_t) (params.coalesce_us > 0 ? params.coalesce_us : 0),
     };
     char err[512] = "";
     if (LlcShimStatus_Ok != llc_shim_open(&cfg, &shim, err, sizeof(err))) {

@@ -36,6 +36,7 @@ fn main() {
         progress_thread: true,
         exclusive: false,
         progress_interval_us: 0,
+        coalesce_us: 0,
     };
     let mut shim = std::ptr::null_mut();
     let mut err = [0 as std::ffi::c_char; 256];

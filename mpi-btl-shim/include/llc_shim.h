@@ -80,6 +80,15 @@ typedef struct LlcShimConfig {
    * Its period in microseconds (0: 10 ms).
    */
   uint32_t progress_interval_us;
+  /**
+   * Small sends (up to 1 KiB) that follow another to the same peer with
+   * no `llc_shim_progress` between them wait, so that a burst leaves in
+   * one frame: at the end of the next `llc_shim_progress`, or after at
+   * most about this many microseconds, when the background thread sends
+   * them. The first send of a burst, and the first to each peer, leave
+   * at once. 0, or no background thread: every send leaves at once.
+   */
+  uint32_t coalesce_us;
 } LlcShimConfig;
 
 /**
@@ -184,6 +193,15 @@ typedef struct LlcShimStats {
    * from the caller's memory without a copy.
    */
   uint64_t sent_lent;
+  /**
+   * Bundles sent: small messages that waited for each other
+   * (`coalesce_us`) and left in one frame.
+   */
+  uint64_t bundles;
+  /**
+   * Of `sent`, messages that left inside a bundle.
+   */
+  uint64_t bundled;
 } LlcShimStats;
 
 #ifdef __cplusplus

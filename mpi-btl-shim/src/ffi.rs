@@ -56,6 +56,13 @@ pub struct LlcShimConfig {
     pub exclusive: bool,
     /// Its period in microseconds (0: 10 ms).
     pub progress_interval_us: u32,
+    /// Small sends (up to 1 KiB) that follow another to the same peer with
+    /// no `llc_shim_progress` between them wait, so that a burst leaves in
+    /// one frame: at the end of the next `llc_shim_progress`, or after at
+    /// most about this many microseconds, when the background thread sends
+    /// them. The first send of a burst, and the first to each peer, leave
+    /// at once. 0, or no background thread: every send leaves at once.
+    pub coalesce_us: u32,
 }
 
 /// Counters, for the component's report at finalize.
@@ -93,6 +100,11 @@ pub struct LlcShimStats {
     /// Of `sent`, messages whose body was lent (`llc_shim_send_lent`): sent
     /// from the caller's memory without a copy.
     pub sent_lent: u64,
+    /// Bundles sent: small messages that waited for each other
+    /// (`coalesce_us`) and left in one frame.
+    pub bundles: u64,
+    /// Of `sent`, messages that left inside a bundle.
+    pub bundled: u64,
 }
 
 /// Receive callback: `(ctx, peer, tag, data, len)`. `data` is valid only
@@ -531,6 +543,7 @@ fn send_owned(s: &LlcShim, peer: u32, tag: u8, v: Vec<u8>) -> LlcShimStatus {
     match s.ep.am_post(peer, tag.into(), Bytes::from(v)) {
         Ok(()) => {
             s.counters.count_sent(n);
+            s.arm_hold_timer();
             LlcShimStatus::Ok
         }
         Err(e) => status_of(&e),
@@ -789,6 +802,9 @@ pub unsafe extern "C" fn llc_shim_stats(
         return LlcShimStatus::Invalid;
     }
     let mut st = s.counters.snapshot();
+    let es = s.ep.stats();
+    st.bundles = es.bundles_sent;
+    st.bundled = es.bundled;
     if let Some(t) = s.ep.with_transport(|t| t.as_llc().map(|l| l.totals())) {
         st.frames_dropped = t.frames_dropped;
         st.retransmits = t.retransmits;

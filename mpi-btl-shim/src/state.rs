@@ -128,6 +128,9 @@ pub struct LlcShim {
     lent: Mutex<HashMap<u64, SentHandler>>,
     next_token: AtomicU64,
     stop: Arc<AtomicBool>,
+    /// The background thread owes a send of held messages (armed by a send
+    /// that left messages held, cleared by the thread before it sends).
+    hold_timer: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
     pub(crate) regions: Mutex<Vec<RegionKey>>,
 }
@@ -195,8 +198,11 @@ impl LlcShim {
         for n in t.notes() {
             tracing::info!(ifname, "{n}");
         }
+        let coalesce = (cfg.progress_thread && cfg.coalesce_us > 0)
+            .then(|| Duration::from_micros(cfg.coalesce_us.into()));
         let mcfg = Config {
             progress_thread: false,
+            coalesce: coalesce.is_some(),
             ..Config::default()
         };
         let ep = Arc::new(Endpoint::new(t, mcfg)?);
@@ -204,21 +210,25 @@ impl LlcShim {
         let counters = Arc::new(Counters::default());
         let progress_calls = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
+        let hold_timer = Arc::new(AtomicBool::new(false));
         let thread = if cfg.progress_thread {
             let period = Duration::from_micros(match cfg.progress_interval_us {
                 0 => 10_000,
                 n => n.into(),
             });
-            let (ep, counters, calls, stop) = (
-                ep.clone(),
-                counters.clone(),
-                progress_calls.clone(),
-                stop.clone(),
-            );
+            let bg = Background {
+                ep: ep.clone(),
+                counters: counters.clone(),
+                calls: progress_calls.clone(),
+                stop: stop.clone(),
+                hold_timer: hold_timer.clone(),
+                period,
+                hold: coalesce.unwrap_or_default(),
+            };
             Some(
                 std::thread::Builder::new()
                     .name("llc-shim-bg".into())
-                    .spawn(move || background(&ep, &counters, &calls, &stop, period))
+                    .spawn(move || bg.run())
                     .map_err(OpenError::Thread)?,
             )
         } else {
@@ -234,6 +244,7 @@ impl LlcShim {
             lent: Mutex::new(HashMap::new()),
             next_token: AtomicU64::new(1),
             stop,
+            hold_timer,
             thread,
             regions: Mutex::new(Vec::new()),
         })
@@ -295,7 +306,20 @@ impl LlcShim {
         self.counters.queued.fetch_add(early, Ordering::Relaxed);
         let res = self.ep.progress();
         let (now, _) = self.deliver();
+        // What the callbacks sent in a burst was held: it goes now.
+        self.ep.send_held();
         res.map(|moved| (early + now) as usize + usize::from(moved))
+    }
+
+    /// After a send: if it left messages held for a bundle, have the
+    /// background thread send them should no `llc_shim_progress` come
+    /// first (one wake-up per burst).
+    pub(crate) fn arm_hold_timer(&self) {
+        if self.ep.holding() && !self.hold_timer.swap(true, Ordering::AcqRel) {
+            if let Some(t) = &self.thread {
+                t.thread().unpark();
+            }
+        }
     }
 
     /// Hand the endpoint's events to the C callbacks, in order, unless this
@@ -425,6 +449,7 @@ impl LlcShim {
     pub(crate) fn close(mut self, timeout: Duration) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
+            t.thread().unpark();
             let _ = t.join();
         }
         self.set_fail_handler(None);
@@ -445,25 +470,43 @@ impl LlcShim {
 /// The background keep-alive thread: every `period`, make progress if no
 /// caller did meanwhile (acknowledgements, keepalives, retransmissions).
 /// What it receives waits in the endpoint's event queue for the next
-/// `llc_shim_progress`; it never calls C.
-fn background(
-    ep: &Ep,
-    counters: &Counters,
-    calls: &AtomicU64,
-    stop: &AtomicBool,
+/// `llc_shim_progress`; it never calls C. Woken by a send that left small
+/// messages held (`coalesce_us`), it sends them after `hold` unless a
+/// progress call did first.
+struct Background {
+    ep: Arc<Ep>,
+    counters: Arc<Counters>,
+    calls: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    hold_timer: Arc<AtomicBool>,
     period: Duration,
-) {
-    let mut seen = calls.load(Ordering::Relaxed);
-    while !stop.load(Ordering::Relaxed) {
-        std::thread::sleep(period);
-        let now = calls.load(Ordering::Relaxed);
-        if now != seen {
-            seen = now;
-            continue; // the application made progress itself this period
-        }
-        counters.background_rounds.fetch_add(1, Ordering::Relaxed);
-        if let Err(e) = ep.progress() {
-            tracing::warn!(%e, "background progress");
+    hold: Duration,
+}
+
+impl Background {
+    fn run(self) {
+        let mut seen = self.calls.load(Ordering::Relaxed);
+        while !self.stop.load(Ordering::Relaxed) {
+            std::thread::park_timeout(self.period);
+            if self.hold_timer.load(Ordering::Acquire) {
+                std::thread::sleep(self.hold);
+                // Disarmed before sending: a burst that starts after this
+                // wakes the thread again.
+                self.hold_timer.store(false, Ordering::Release);
+                self.ep.send_held();
+                continue;
+            }
+            let now = self.calls.load(Ordering::Relaxed);
+            if now != seen {
+                seen = now;
+                continue; // the application made progress itself this period
+            }
+            self.counters
+                .background_rounds
+                .fetch_add(1, Ordering::Relaxed);
+            if let Err(e) = self.ep.progress() {
+                tracing::warn!(%e, "background progress");
+            }
         }
     }
 }

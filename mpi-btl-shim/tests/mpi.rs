@@ -1268,13 +1268,31 @@ fn cluster_mbw_mr_1_and_2_pairs_af_packet() {
         );
         let lines = checked_mbw_lines(&run, pairs, &[8, 65536], iters, warmup);
         check_stats(&run, 2 * pairs);
+        let (mut bundles, mut bundled) = (0u64, 0u64);
         for l in run
             .stderr
             .lines()
             .filter(|l| l.starts_with("btl/llc stats:"))
         {
             assert!(l.contains(" if eth0 "), "every rank uses eth0: {l}");
+            let n = |key: &str| -> u64 {
+                l.split(key)
+                    .nth(1)
+                    .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or_else(|| panic!("no {key:?} in {l}"))
+            };
+            bundles += n(", bundles ");
+            bundled += n("(messages ");
         }
+        // Windows of 8-byte sends with no progress call between them leave
+        // in bundles (btl_llc_coalesce_us, on by default).
+        assert!(
+            bundles >= iters as u64 && bundled >= 2 * bundles,
+            "{pairs} pair(s): {bundles} bundles carrying {bundled} messages:\n{}",
+            run.stderr
+        );
+        println!("{pairs} pair(s): {bundles} bundles carried {bundled} messages");
         for l in &lines {
             println!(
                 "{pairs} pair(s), {} B: {:.0} msgs/s ({:?} per pair), {} delivered",

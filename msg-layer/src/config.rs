@@ -35,6 +35,17 @@ pub struct Config {
     /// Run a progress thread, so that rendezvous transfers, RMA and active
     /// messages advance while the application computes.
     pub progress_thread: bool,
+    /// Hold a small message (up to [`crate::wire::BUNDLE_ITEM_MAX`] bytes
+    /// with its header) to a peer that a message already left for since the
+    /// last round of progress, so that a burst of them (a window of
+    /// `isend`s) leaves in one `Bundle` at the next round: one frame for
+    /// many messages, on both ends. The first message of a burst, and the
+    /// first to each peer, leave at once. Off by default: a held message
+    /// waits for the caller's next call that makes progress (`wait`,
+    /// `test`, `progress`, a post that leaves at once) or for
+    /// [`crate::Endpoint::send_held`], so a caller that turns it on calls
+    /// one of those, or has a timer that does (the MPI shim does both).
+    pub coalesce: bool,
 }
 
 impl Default for Config {
@@ -46,6 +57,7 @@ impl Default for Config {
             spin: Duration::from_micros(200),
             max_sleep: Duration::from_millis(50),
             progress_thread: false,
+            coalesce: false,
         }
     }
 }

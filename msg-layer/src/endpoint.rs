@@ -35,7 +35,7 @@ use crate::matching::{Pattern, PeerId, Source, Tag};
 use crate::rma::{MemoryRegion, RegionKey};
 use crate::sys;
 use crate::transport::{Transport, TransportEvent};
-use crate::wire::HEADER_LEN;
+use crate::wire::{BUNDLE_ITEM_MAX, HEADER_LEN};
 
 /// A pending operation. Copyable like an MPI_Request; its result is taken
 /// once, by the `test` or `wait` that sees it complete.
@@ -68,10 +68,21 @@ struct Core<T: Transport> {
     queue: Arc<EventQueue>,
     /// Requests whose completion goes to `queue`.
     watched: Vec<u64>,
+    /// [`Config::coalesce`].
+    coalesce: bool,
+    /// Rounds of progress so far: a post finds whether one ran since the
+    /// last post to its peer.
+    epoch: u64,
+    /// Per peer, 1 + the epoch of the last post that left at once (0: none).
+    last_post: Vec<u64>,
+    /// Small messages wait in the engine's queues for the next transmit
+    /// (readable without the lock: [`Endpoint::holding`]).
+    holding: Arc<AtomicBool>,
 }
 
 impl<T: Transport> Core<T> {
     fn new(mut t: T, cfg: Config) -> Result<Self, Error> {
+        let coalesce = cfg.coalesce;
         let engine = Engine::new(t.local_addr(), cfg)?;
         t.set_placement(Box::new(engine.placement()));
         Ok(Core {
@@ -81,6 +92,10 @@ impl<T: Transport> Core<T> {
             pull: false,
             queue: Arc::default(),
             watched: Vec::new(),
+            coalesce,
+            epoch: 0,
+            last_post: Vec::new(),
+            holding: Arc::default(),
         })
     }
 
@@ -128,6 +143,8 @@ impl<T: Transport> Core<T> {
     /// pass before returning, so a caller that finds its request complete
     /// and stops making progress leaves nothing waiting in the transport.
     fn progress(&mut self) -> Result<bool, Error> {
+        self.epoch += 1;
+        self.released();
         let mut moved = false;
         for _ in 0..2 {
             let handed_before = self.engine.handed();
@@ -157,6 +174,45 @@ impl<T: Transport> Core<T> {
         self.engine.transmit(&mut self.t);
         let _ = self.progress();
         r
+    }
+
+    /// [`Core::post`] of a message of `len` bytes to `p`, held in the
+    /// peer's queue instead when [`Config::coalesce`] is on, the message is
+    /// small, and a message to `p` left at once since the last round of
+    /// progress: the first of a burst leaves at once, the rest wait for
+    /// the next round (or post that leaves) to go in one bundle.
+    fn post_to<R>(&mut self, p: PeerId, len: usize, start: impl FnOnce(&mut Engine) -> R) -> R {
+        let slot = p as usize;
+        if self.coalesce
+            && HEADER_LEN + len <= BUNDLE_ITEM_MAX
+            && self.last_post.get(slot) == Some(&(self.epoch + 1))
+            && self.engine.may_hold(p)
+        {
+            let r = start(&mut self.engine);
+            self.holding.store(true, Ordering::Release);
+            return r;
+        }
+        let r = self.post(start);
+        if self.coalesce {
+            if self.last_post.len() <= slot {
+                self.last_post.resize(slot + 1, 0);
+            }
+            self.last_post[slot] = self.epoch + 1;
+        }
+        r
+    }
+
+    /// Hand what waits to the transport (held messages included).
+    fn send_held(&mut self) {
+        self.engine.transmit(&mut self.t);
+        self.released();
+    }
+
+    /// Nothing is held once the engine's queues went to the transport.
+    fn released(&mut self) {
+        if self.coalesce {
+            self.holding.store(false, Ordering::Release);
+        }
     }
 
     fn connect(&mut self, addr: Addr) -> Result<PeerId, Error> {
@@ -194,6 +250,8 @@ struct Shared<T: Transport> {
     core: EngineLock<Core<T>>,
     /// The core's event queue, reachable without its lock.
     queue: Arc<EventQueue>,
+    /// The core's [`Core::holding`], readable without its lock.
+    holding: Arc<AtomicBool>,
     callbacks: Mutex<Callbacks>,
     stop: AtomicBool,
     spin: Duration,
@@ -232,6 +290,7 @@ impl<T: Transport> Endpoint<T> {
         let core = Core::new(transport, cfg)?;
         let shared = Arc::new(Shared {
             queue: core.queue.clone(),
+            holding: core.holding.clone(),
             core: EngineLock::new(core),
             callbacks: Mutex::new(Callbacks {
                 am: HashMap::new(),
@@ -384,8 +443,15 @@ impl<T: Transport> Endpoint<T> {
     /// send completes when handed to the transport (which delivers it or
     /// fails the peer); a rendezvous send when the receiver has placed all
     /// of it in the posted buffer.
+    ///
+    /// With [`Config::coalesce`] a small send may wait for the next call
+    /// that makes progress, to leave in one bundle with the ones after it.
     pub fn isend(&self, peer: PeerId, tag: u32, context: u32, data: impl Into<Bytes>) -> Request {
-        self.post(|e| e.isend(peer, tag, context, data.into()))
+        let data = data.into();
+        Request(
+            self.core()
+                .post_to(peer, data.len(), |e| e.isend(peer, tag, context, data)),
+        )
     }
 
     /// [`Endpoint::isend`] of a body the caller waits to have back (lent
@@ -651,7 +717,11 @@ impl<T: Transport> Endpoint<T> {
     /// handed to the transport. Active messages are not matched and use no
     /// eager credit: the handler consumes them on arrival.
     pub fn am_send(&self, peer: PeerId, id: u16, data: impl Into<Bytes>) -> Request {
-        self.post(|e| e.am_send(peer, id, data.into()))
+        let data = data.into();
+        Request(
+            self.core()
+                .post_to(peer, data.len(), |e| e.am_send(peer, id, data)),
+        )
     }
 
     /// Send an active message without a request: nothing to wait for or
@@ -659,8 +729,10 @@ impl<T: Transport> Endpoint<T> {
     /// if the peer fails later, the failure callback says so. Fails at once
     /// only for an unknown or already failed peer.
     pub fn am_post(&self, peer: PeerId, id: u16, data: impl Into<Bytes>) -> Result<(), Error> {
-        self.core()
-            .post(|e| e.am_post_parts(peer, id, Bytes::new(), data.into(), false))
+        let data = data.into();
+        self.core().post_to(peer, data.len(), |e| {
+            e.am_post_parts(peer, id, Bytes::new(), data, false)
+        })
     }
 
     /// [`Endpoint::am_post`] of the message `prefix ++ body`, sending `body`
@@ -703,8 +775,29 @@ impl<T: Transport> Endpoint<T> {
         lent: bool,
     ) -> Result<(), Error> {
         let prefix = Bytes::copy_from_slice(prefix);
-        self.core()
-            .post(|e| e.am_post_parts(peer, id, prefix, body, lent))
+        let mut c = self.core();
+        if lent {
+            c.post(|e| e.am_post_parts(peer, id, prefix, body, lent))
+        } else {
+            c.post_to(peer, prefix.len() + body.len(), |e| {
+                e.am_post_parts(peer, id, prefix, body, lent)
+            })
+        }
+    }
+
+    /// True when small messages wait for the next round of progress
+    /// ([`Config::coalesce`]); cheap, takes no lock.
+    pub fn holding(&self) -> bool {
+        self.shared.holding.load(Ordering::Acquire)
+    }
+
+    /// Hand the messages held by [`Config::coalesce`] to the transport now,
+    /// without a round of progress: for a caller's own timer, which bounds
+    /// how long a burst's last messages wait when no progress call follows.
+    pub fn send_held(&self) {
+        if self.holding() {
+            self.core().send_held();
+        }
     }
 
     /// True when a message posted to `peer` now would leave at once rather

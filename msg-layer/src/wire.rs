@@ -41,6 +41,11 @@ pub enum Kind {
     /// The rendezvous data of the sender's request `id` is all placed: the
     /// send is complete.
     Done = 12,
+    /// Several small `Eager` and `Am` packets to one peer in one transport
+    /// message: `len` = how many. Body: per packet a 16-bit length, then
+    /// the packet (its own header, credit zero, and body). The bundle's
+    /// header carries the credit for all of them.
+    Bundle = 13,
 }
 
 impl Kind {
@@ -58,6 +63,7 @@ impl Kind {
             10 => Kind::PutAck,
             11 => Kind::Credit,
             12 => Kind::Done,
+            13 => Kind::Bundle,
             _ => return None,
         })
     }
@@ -70,6 +76,40 @@ pub mod flags {
     /// Cts: the posted buffer is too short; the sender completes without
     /// sending data. Put/Get replies: the target refused the access.
     pub const REFUSED: u8 = 2;
+}
+
+/// Bytes before each packet in a `Bundle`: its length, little-endian.
+pub const BUNDLE_ITEM_PREFIX: usize = 2;
+
+/// Longest packet (header included) a `Bundle` carries: small messages,
+/// where a transport message of their own costs more than copying them.
+pub const BUNDLE_ITEM_MAX: usize = 1024;
+
+/// The packets of a `Bundle`'s body, in order; stops at the first item that
+/// does not fit the body (the caller counts it as malformed).
+pub fn bundle_items(body: &[u8]) -> impl Iterator<Item = Result<&[u8], DecodeError>> {
+    let mut rest = body;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let Some((len, after)) = rest.split_first_chunk::<BUNDLE_ITEM_PREFIX>() else {
+            let n = rest.len();
+            rest = &[];
+            return Some(Err(DecodeError::Short(n)));
+        };
+        let len = u16::from_le_bytes(*len) as usize;
+        match after.split_at_checked(len) {
+            Some((item, next)) if len >= HEADER_LEN => {
+                rest = next;
+                Some(Ok(item))
+            }
+            _ => {
+                rest = &[];
+                Some(Err(DecodeError::Short(len.min(after.len()))))
+            }
+        }
+    })
 }
 
 /// A decoded header.
@@ -213,7 +253,33 @@ mod tests {
         assert_eq!(Header::decode(&b), Err(DecodeError::UnknownKind(0)));
     }
 
+    #[test]
+    fn bundle_items_split_and_refuse_short_ones() {
+        let a = Header::new(Kind::Am).encode();
+        let mut body = Vec::new();
+        for extra in [0usize, 3] {
+            body.extend_from_slice(&((HEADER_LEN + extra) as u16).to_le_bytes());
+            body.extend_from_slice(&a);
+            body.resize(body.len() + extra, 7);
+        }
+        let items: Vec<_> = bundle_items(&body).collect();
+        assert_eq!(items.len(), 2);
+        assert_eq!(items[1].as_ref().unwrap().len(), HEADER_LEN + 3);
+        // Cut inside the second item: the first still decodes, then an error.
+        let cut: Vec<_> = bundle_items(&body[..body.len() - 1]).collect();
+        assert!(cut[0].is_ok() && cut[1].is_err() && cut.len() == 2);
+        // An item shorter than a header is malformed.
+        let tiny = [4u8, 0, 1, 2, 3, 4];
+        assert!(bundle_items(&tiny).next().unwrap().is_err());
+    }
+
     proptest! {
+        #[test]
+        fn bundle_parsing_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
+            let total: usize = bundle_items(&bytes).map(|i| i.map_or(0, |i| i.len())).sum();
+            prop_assert!(total <= bytes.len());
+        }
+
         #[test]
         fn decoding_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..100)) {
             if let Ok(h) = Header::decode(&bytes) {

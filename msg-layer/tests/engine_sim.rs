@@ -411,3 +411,49 @@ fn asking_whether_a_send_would_leave_opens_the_connection() {
         low.progress().expect("progress");
     }
 }
+
+/// With `coalesce`, a window of small sends posted back to back leaves in
+/// bundles (one transport message for many), in order, on a clean link and
+/// on one that loses, duplicates and reorders frames.
+#[test]
+fn bursts_of_small_sends_leave_in_bundles() {
+    let cfg = Config {
+        coalesce: true,
+        ..Config::default()
+    };
+    let (a, b) = two(&cfg);
+    let windows = 20;
+    let bundles = suite::bursts(&a, &b, windows);
+    let s = a.stats();
+    println!(
+        "{windows} windows of 64: {bundles} bundles carried {} messages",
+        s.bundled
+    );
+    assert!(
+        bundles >= windows as u64 && s.bundled >= 2 * bundles,
+        "{bundles} bundles carrying {} messages for {windows} windows",
+        s.bundled
+    );
+    let faults = FaultConfig {
+        loss: 0.02,
+        duplicate: 0.01,
+        reorder: 0.02,
+        ..FaultConfig::default()
+    };
+    let cfg = Config {
+        progress_thread: true,
+        ..cfg
+    };
+    let mut v = endpoints(2, &cfg, faults, 11);
+    let b = v.pop().unwrap();
+    let a = v.pop().unwrap();
+    assert!(suite::bursts(&a, &b, windows) > 0);
+}
+
+/// Without `coalesce` the same traffic arrives the same (each small send
+/// leaves at once).
+#[test]
+fn bursts_without_coalescing_arrive_the_same() {
+    let (a, b) = two(&Config::default());
+    suite::bursts(&a, &b, 5);
+}

@@ -173,6 +173,7 @@ p_llc.init = reset_state
 local msg_kinds = {
     [1] = "Hello", [2] = "Eager", [3] = "Rts", [4] = "Cts", [5] = "Data", [6] = "Am",
     [7] = "Put", [8] = "Get", [9] = "GetReply", [10] = "PutAck", [11] = "Credit", [12] = "Done",
+    [13] = "Bundle",
 }
 
 local m = {
@@ -233,6 +234,28 @@ local function dissect_msg(tvb, pinfo, tree, partial_len)
         if kind == 1 then
             t:add(m.address, body)
             info = info .. " " .. body:string()
+        elseif kind == 13 then
+            -- Each packet of the bundle after its 16-bit length, as a subtree.
+            info = string.format("%s of %s", info, tostring(tvb(40, 8):le_uint64()))
+            local off = MSG_HEADER_LEN
+            while off + 2 <= tvb:len() do
+                local n = tvb(off, 2):le_uint()
+                if n < MSG_HEADER_LEN or off + 2 + n > tvb:len() then
+                    break
+                end
+                local item = tvb(off + 2, n):tvb()
+                if plausible_msg(item) then
+                    local sub = t:add(p_msg, item(), "Bundled " .. msg_kinds[item(0, 1):uint()])
+                    sub:add(m.kind, item(0, 1))
+                    sub:add_le(m.am, item(2, 2))
+                    sub:add_le(m.tag, item(8, 4))
+                    sub:add_le(m.len, item(40, 8))
+                    if n > MSG_HEADER_LEN then
+                        sub:add(m.body, item(MSG_HEADER_LEN))
+                    end
+                end
+                off = off + 2 + n
+            end
         else
             t:add(m.body, body)
         end

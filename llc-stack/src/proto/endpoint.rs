@@ -374,6 +374,12 @@ impl Endpoint {
         &self.cfg
     }
 
+    /// Payload bytes one data frame of a connection carries on this link
+    /// (a peer with a smaller MTU makes it less).
+    pub fn frame_payload(&self) -> usize {
+        crate::wire::transport::max_payload(self.mtu, 0).saturating_sub(self.cfg.trailer_len())
+    }
+
     /// Counters.
     pub fn stats(&self) -> &EndpointStats {
         &self.stats

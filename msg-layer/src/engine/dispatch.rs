@@ -2,8 +2,9 @@
 //! take the credit it carries, and hand the packet to its protocol.
 
 use super::{ConnRole, Engine};
+use crate::matching::PeerId;
 use crate::transport::ConnId;
-use crate::wire::{DecodeError, Header, Kind, HEADER_LEN};
+use crate::wire::{bundle_items, DecodeError, Header, Kind, HEADER_LEN};
 
 impl Engine {
     pub(super) fn handle_packet(&mut self, c: ConnId, packet: Vec<u8>) {
@@ -38,6 +39,38 @@ impl Engine {
             Kind::PutAck => self.handle_put_ack(&hdr, &packet),
             Kind::Get => self.handle_get(p, &hdr),
             Kind::GetReply => self.handle_get_reply(p, &hdr, &packet),
+            Kind::Bundle => self.arrive_bundle(p, packet),
         }
+    }
+
+    /// Small packets that queued behind each other at the sender: each is
+    /// handled as if it had come alone, in order. A bundle may hold only
+    /// `Eager` and `Am` packets; anything else in it, or a cut one, is
+    /// counted as malformed and ends the bundle there (what came before it
+    /// stands: the sender's order is kept).
+    fn arrive_bundle(&mut self, p: PeerId, packet: Vec<u8>) {
+        for item in bundle_items(&packet[HEADER_LEN..]) {
+            let Ok(item) = item else {
+                self.bad_packet(&"bundle cut short");
+                break;
+            };
+            let sub = match Header::decode(item) {
+                Ok(h) if matches!(h.kind, Kind::Eager | Kind::Am) => h,
+                Ok(h) => {
+                    self.bad_packet(&format!("{:?} inside a bundle", h.kind));
+                    break;
+                }
+                Err(e) => {
+                    self.bad_packet(&e);
+                    break;
+                }
+            };
+            let own = item.to_vec();
+            match sub.kind {
+                Kind::Eager => self.arrive_eager(p, &sub, own),
+                _ => self.arrive_am(p, &sub, own),
+            }
+        }
+        self.spent.push(packet);
     }
 }

@@ -108,11 +108,16 @@ pub struct Stats {
     pub bad_packets: u64,
     /// Peers that failed.
     pub peers_failed: u64,
+    /// `Bundle` packets sent: small packets that queued behind each other
+    /// to one peer, in one transport message.
+    pub bundles_sent: u64,
+    /// Packets that left inside a bundle.
+    pub bundled: u64,
 }
 
 impl Stats {
     /// Every counter with its name.
-    pub fn counters(&self) -> [(&'static str, u64); 11] {
+    pub fn counters(&self) -> [(&'static str, u64); 13] {
         [
             ("eager_sent", self.eager_sent),
             ("rndv_sent", self.rndv_sent),
@@ -125,6 +130,8 @@ impl Stats {
             ("am_delivered", self.am_delivered),
             ("bad_packets", self.bad_packets),
             ("peers_failed", self.peers_failed),
+            ("bundles_sent", self.bundles_sent),
+            ("bundled", self.bundled),
         ]
     }
 }
@@ -163,6 +170,11 @@ pub(crate) trait Outlet {
 
     /// See [`Transport::peers_accept`].
     fn peers_accept(&self) -> bool;
+
+    /// See [`Transport::bundle_len`].
+    fn bundle_len(&self) -> usize {
+        0
+    }
 }
 
 impl<T: Transport + ?Sized> Outlet for T {
@@ -182,6 +194,10 @@ impl<T: Transport + ?Sized> Outlet for T {
 
     fn peers_accept(&self) -> bool {
         Transport::peers_accept(self)
+    }
+
+    fn bundle_len(&self) -> usize {
+        Transport::bundle_len(self)
     }
 }
 

@@ -12,7 +12,7 @@ use crate::config::INITIAL_CREDIT;
 use crate::error::{Error, PeerEnd};
 use crate::matching::PeerId;
 use crate::transport::{ConnId, FailureCause, SendError, TransportError};
-use crate::wire::{Header, Kind, HEADER_LEN};
+use crate::wire::{Header, Kind, BUNDLE_ITEM_MAX, BUNDLE_ITEM_PREFIX, HEADER_LEN};
 
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum PeerState {
@@ -43,6 +43,30 @@ pub(super) struct Out {
 }
 
 impl Out {
+    /// Bytes of the whole packet: header, prefix, body.
+    fn packet_len(&self) -> usize {
+        HEADER_LEN + self.prefix.len() + self.body.len()
+    }
+
+    /// May travel in a `Bundle`: a small message (tagged or active) whose
+    /// sender does not wait for the transport to let go of its body.
+    fn bundles(&self) -> bool {
+        matches!(self.hdr.kind, Kind::Eager | Kind::Am)
+            && !self.awaited
+            && self.packet_len() <= BUNDLE_ITEM_MAX
+    }
+
+    /// Append this packet to a bundle's body, its credit left to the
+    /// bundle's header.
+    fn append_to(&self, buf: &mut Vec<u8>) {
+        buf.extend_from_slice(&(self.packet_len() as u16).to_le_bytes());
+        let mut hdr = self.hdr;
+        hdr.credit = 0;
+        buf.extend_from_slice(&hdr.encode());
+        buf.extend_from_slice(&self.prefix);
+        buf.extend_from_slice(&self.body);
+    }
+
     /// A control packet: no body, no credit, no request.
     pub fn control(hdr: Header) -> Out {
         Out::with_body(hdr, Bytes::new())
@@ -74,6 +98,9 @@ pub(super) struct Peer {
     /// Bytes of its unexpected messages we buffer, as credit counts them.
     pub unexpected: usize,
     pub queue: VecDeque<Out>,
+    /// The queue's head waits for credit or transport room (what is queued
+    /// otherwise is only waiting for the next transmit).
+    pub stalled: bool,
     /// On the engine's attention list.
     pub marked: bool,
 }
@@ -105,6 +132,7 @@ impl Engine {
             owed: 0,
             unexpected: 0,
             queue: VecDeque::new(),
+            stalled: false,
             marked: false,
         });
         if let Some(a) = addr {
@@ -319,13 +347,23 @@ impl Engine {
         }
     }
 
-    /// True when a message to `p` would be handed to the transport at once
-    /// instead of waiting in the peer's queue (not yet connected, or the
-    /// transport pushing back, or earlier messages waiting for credit).
+    /// True when a message to `p` would be handed to the transport at once,
+    /// or with the messages held for the next transmit, instead of waiting
+    /// (not yet connected, or the transport pushing back, or earlier
+    /// messages waiting for credit).
     pub fn sends_now(&self, p: PeerId) -> bool {
+        self.peers.get(p as usize).is_some_and(|peer| {
+            matches!(peer.state, PeerState::Ready) && (peer.queue.is_empty() || !peer.stalled)
+        })
+    }
+
+    /// True when `p` is ready and its queue's head waits for nothing but the
+    /// next transmit: a small message posted now may wait with it, to leave
+    /// in one bundle.
+    pub fn may_hold(&self, p: PeerId) -> bool {
         self.peers
             .get(p as usize)
-            .is_some_and(|peer| matches!(peer.state, PeerState::Ready) && peer.queue.is_empty())
+            .is_some_and(|peer| matches!(peer.state, PeerState::Ready) && !peer.stalled)
     }
 
     // ----- the send queue -----
@@ -410,11 +448,41 @@ impl Engine {
         if !matches!(peer.state, PeerState::Ready) {
             return;
         }
-        while let Some(out) = peer.queue.front_mut() {
+        let bundle_len = o.bundle_len();
+        peer.stalled = false;
+        while let Some(out) = peer.queue.front() {
             if out.cost as u64 > peer.credit {
                 self.stats.credit_stalls += 1;
+                peer.stalled = true;
                 break;
             }
+            if bundle_len > 0 && starts_bundle(&peer.queue, bundle_len) {
+                match send_bundle(peer, conn, o, bundle_len, &mut self.stats) {
+                    Ok(n) => {
+                        self.handed += 1;
+                        for out in peer.queue.drain(..n) {
+                            let Some(r) = out.completes else { continue };
+                            if let Some(ReqState::Send { status, .. }) = self.reqs.remove(&r) {
+                                self.reqs.insert(
+                                    r,
+                                    ReqState::Done(Ok(Completion { status, data: None })),
+                                );
+                            }
+                        }
+                        continue;
+                    }
+                    Err(SendError::WouldBlock) => {
+                        self.stats.transport_stalls += 1;
+                        peer.stalled = true;
+                        break;
+                    }
+                    // Closed: the Closed event fails the peer. TooLong: the
+                    // transport takes less than it said; one by one then.
+                    Err(SendError::Closed) => break,
+                    Err(SendError::TooLong { .. }) => {}
+                }
+            }
+            let out = peer.queue.front_mut().expect("front exists");
             let give = peer.owed.min(u32::MAX as u64);
             out.hdr.credit = give as u32;
             let sent = if out.prefix.is_empty() && !out.awaited {
@@ -444,6 +512,7 @@ impl Engine {
                 }
                 Err(SendError::WouldBlock) => {
                     self.stats.transport_stalls += 1;
+                    peer.stalled = true;
                     break;
                 }
                 Err(SendError::Closed) => break, // the Closed event fails the peer
@@ -457,4 +526,51 @@ impl Engine {
             }
         }
     }
+}
+
+/// The two packets at the head of `queue` may leave in one bundle of at
+/// most `max` bytes of body.
+fn starts_bundle(queue: &VecDeque<Out>, max: usize) -> bool {
+    match (queue.front(), queue.get(1)) {
+        (Some(a), Some(b)) => {
+            a.bundles()
+                && b.bundles()
+                && a.packet_len() + b.packet_len() + 2 * BUNDLE_ITEM_PREFIX <= max
+        }
+        _ => false,
+    }
+}
+
+/// Send the small packets at the head of `peer`'s queue (at least two:
+/// [`starts_bundle`]) as one `Bundle` of at most `max` bytes of body, within
+/// the peer's credit; the bundle returns the credit owed. Returns how many
+/// it carries, for the caller to take off the queue.
+fn send_bundle<O: Outlet + ?Sized>(
+    peer: &mut Peer,
+    conn: ConnId,
+    o: &mut O,
+    max: usize,
+    stats: &mut super::Stats,
+) -> Result<usize, SendError> {
+    let mut body = Vec::with_capacity(max);
+    let (mut n, mut cost) = (0usize, 0u64);
+    for out in &peer.queue {
+        let len = BUNDLE_ITEM_PREFIX + out.packet_len();
+        if !out.bundles() || body.len() + len > max || cost + out.cost as u64 > peer.credit {
+            break;
+        }
+        out.append_to(&mut body);
+        n += 1;
+        cost += out.cost as u64;
+    }
+    let give = peer.owed.min(u32::MAX as u64);
+    let mut hdr = Header::new(Kind::Bundle);
+    hdr.credit = give as u32;
+    hdr.len = n as u64;
+    o.send(conn, &hdr.encode(), Bytes::from(body))?;
+    peer.credit -= cost;
+    peer.owed -= give;
+    stats.bundles_sent += 1;
+    stats.bundled += n as u64;
+    Ok(n)
 }

@@ -74,6 +74,10 @@ impl Transport for AnyTransport {
     fn max_message_len(&self) -> usize {
         each!(self, t => t.max_message_len())
     }
+    #[inline]
+    fn bundle_len(&self) -> usize {
+        each!(self, t => t.bundle_len())
+    }
     fn connect(&mut self, to: &Addr) -> Result<ConnId, TransportError> {
         each!(self, t => t.connect(to))
     }

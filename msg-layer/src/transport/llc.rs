@@ -341,6 +341,15 @@ impl<D: Device + Send + 'static> Transport for LlcTransport<D> {
         self.stack.endpoint().config().max_message_len
     }
 
+    /// One frame's payload less the bundle's own header: a bundle leaves in
+    /// one frame.
+    fn bundle_len(&self) -> usize {
+        let ep = self.stack.endpoint();
+        ep.frame_payload()
+            .min(ep.config().max_message_len)
+            .saturating_sub(crate::wire::HEADER_LEN)
+    }
+
     fn connect(&mut self, to: &Addr) -> Result<ConnId, TransportError> {
         let bad = |reason: String| TransportError::Address {
             addr: to.to_string(),

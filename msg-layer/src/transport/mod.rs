@@ -208,6 +208,13 @@ pub trait Transport: Send + 'static {
         self.send(conn, head, body)
     }
 
+    /// Longest `Bundle` of small packets the message layer hands as one
+    /// message (0: none): what one frame or segment carries without being
+    /// cut, so that a bundle costs one transport message on the wire too.
+    fn bundle_len(&self) -> usize {
+        0
+    }
+
     /// Close `conn` once everything queued on it is delivered.
     fn close(&mut self, conn: ConnId);
 

@@ -575,3 +575,92 @@ pub fn pull_delivery_in_order<T: Transport>(a: &Endpoint<T>, b: &Endpoint<T>) {
     );
     assert_eq!(&region.snapshot()[100..106], b"pulled");
 }
+
+/// Windows of small sends, tagged and active, posted back to back with
+/// no progress call between them, then waited for, as MPI's message-rate
+/// tests post them: every message arrives once, in order, with its bytes,
+/// including a long one in the middle of a window (it leaves alone, the
+/// small ones around it keep their places). Returns the sender's count of
+/// bundles sent (what [`msg_layer::Config::coalesce`] should make non-zero).
+pub fn bursts<T: Transport>(a: &Endpoint<T>, b: &Endpoint<T>, windows: usize) -> u64 {
+    let (pb, pa) = pair(a, b);
+    const WINDOW: usize = 64;
+    let len_of = |i: usize| match i % WINDOW {
+        31 => 3000,          // longer than any bundle takes
+        k => (k * 29) % 900, // 0..900 bytes
+    };
+    let ams = Arc::new(Mutex::new(Vec::new()));
+    let seen = ams.clone();
+    b.set_am_handler(
+        9,
+        Box::new(move |p, data| seen.lock().unwrap().push((p, data.to_vec()))),
+    );
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for w in 0..windows {
+                let mut reqs = Vec::with_capacity(WINDOW);
+                for k in 0..WINDOW {
+                    let i = w * WINDOW + k;
+                    let data = payload(i as u64, len_of(i));
+                    if k % 4 == 3 {
+                        a.am_post(pb, 9, data).expect("active message posted");
+                    } else {
+                        reqs.push(a.isend(pb, 5, 0, data));
+                    }
+                }
+                for r in a.wait_all(&reqs, Some(WAIT)).expect("window sends") {
+                    r.unwrap();
+                }
+            }
+            finish(a, pb);
+        });
+        let mut expected_ams = 0;
+        for w in 0..windows {
+            // Half the receives are posted before the window arrives,
+            // half after (unexpected messages).
+            let tagged: Vec<usize> = (0..WINDOW)
+                .filter(|k| k % 4 != 3)
+                .map(|k| w * WINDOW + k)
+                .collect();
+            expected_ams += WINDOW - tagged.len();
+            let mut reqs: Vec<_> = tagged
+                .iter()
+                .take(tagged.len() / 2)
+                .map(|&i| b.irecv(Source::Peer(pa), Tag::Is(5), 0, vec![0; len_of(i)]))
+                .collect();
+            reqs.extend(
+                tagged
+                    .iter()
+                    .skip(tagged.len() / 2)
+                    .map(|&i| b.irecv(Source::Peer(pa), Tag::Is(5), 0, vec![0; len_of(i)])),
+            );
+            for (r, &i) in b
+                .wait_all(&reqs, Some(WAIT))
+                .expect("window receives")
+                .into_iter()
+                .zip(&tagged)
+            {
+                let got = r.unwrap().data.unwrap();
+                assert!(
+                    got == payload(i as u64, len_of(i)),
+                    "message {i} wrong or out of order"
+                );
+            }
+        }
+        let deadline = Instant::now() + WAIT;
+        while ams.lock().unwrap().len() < expected_ams {
+            assert!(Instant::now() < deadline, "active messages missing");
+            b.progress().unwrap();
+        }
+        finish(b, pa);
+    });
+    let got = ams.lock().unwrap();
+    let am_ids = (0..windows * WINDOW).filter(|i| i % 4 == 3);
+    for ((p, d), i) in got.iter().zip(am_ids) {
+        assert_eq!(*p, pa);
+        assert!(*d == payload(i as u64, len_of(i)), "active message {i}");
+    }
+    assert_eq!(got.len(), windows * WINDOW / 4);
+    assert_eq!(b.stats().bad_packets, 0);
+    a.stats().bundles_sent
+}

@@ -61,6 +61,10 @@ mod sys;
 #[allow(unsafe_code)]
 mod uring;
 
+/// Longest bundle of small messages handed as one message: within one
+/// segment of a jumbo-frame link, and far below the socket buffer.
+const TCP_BUNDLE_LEN: usize = 8192;
+
 pub use socket::TcpSocketTransport;
 pub use uring::TcpUringTransport;
 

@@ -12,7 +12,7 @@ use io_uring::{opcode, squeue, types, IoUring};
 use super::sys;
 use super::{
     configure, conn_error, earliest_deadline, incoming_napi_id, listen, peer_of, unsent_bytes,
-    ConnCore, Ids, Notes, Phase, TcpConfig,
+    ConnCore, Ids, Notes, Phase, TcpConfig, TCP_BUNDLE_LEN,
 };
 use crate::addr::Addr;
 use crate::transport::{ConnId, SendError, Transport, TransportError, TransportEvent};
@@ -536,6 +536,11 @@ impl Transport for TcpUringTransport {
 
     fn max_message_len(&self) -> usize {
         self.cfg.max_message_len
+    }
+
+    /// Small messages queued behind each other go in one write.
+    fn bundle_len(&self) -> usize {
+        TCP_BUNDLE_LEN.min(self.cfg.max_message_len)
     }
 
     fn connect(&mut self, to: &Addr) -> Result<ConnId, TransportError> {
