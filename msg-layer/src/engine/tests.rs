@@ -19,6 +19,8 @@ use crate::wire::HEADER_LEN;
 struct Outbox {
     sent: Vec<(ConnId, Vec<u8>)>,
     room: usize,
+    /// What [`Outlet::bundle_len`] answers (0: no bundles).
+    bundle_len: usize,
 }
 
 impl Outbox {
@@ -26,6 +28,7 @@ impl Outbox {
         Outbox {
             sent: Vec::new(),
             room: usize::MAX,
+            bundle_len: 0,
         }
     }
 }
@@ -51,6 +54,10 @@ impl Outlet for Outbox {
 
     fn peers_accept(&self) -> bool {
         false
+    }
+
+    fn bundle_len(&self) -> usize {
+        self.bundle_len
     }
 }
 
@@ -396,4 +403,87 @@ fn malformed_and_out_of_place_packets_are_dropped_and_counted() {
     let _ = p.a.isend(p.ab, 4, 0, Bytes::from_static(b"ok"));
     p.pump();
     assert_eq!(done(&mut p.b, r).unwrap().data.unwrap(), b"ok");
+}
+
+/// Small sends queued together leave in bundles of at most `bundle_len`
+/// bytes, in order, around a long one that leaves alone; the receiver gets
+/// each as if it had come alone, expected or not.
+#[test]
+fn queued_small_sends_leave_in_bundles_in_order() {
+    let mut p = Pair::new(Config::default());
+    p.a_out.bundle_len = 1400;
+    let lens: Vec<usize> = (0..40)
+        .map(|i| if i == 20 { 5000 } else { i * 7 })
+        .collect();
+    let body = |i: usize| Bytes::from(vec![i as u8; lens[i]]);
+    // Half the receives posted first, the rest after the data arrived.
+    let mut recvs: Vec<u64> = (0..20)
+        .map(|i| p.b.irecv(any_from(p.ba, 9), vec![0; lens[i]]))
+        .collect();
+    let sends: Vec<u64> = (0..40).map(|i| p.a.isend(p.ab, 9, 0, body(i))).collect();
+    p.a.transmit(&mut p.a_out);
+    let packets = p.a_out.sent.len();
+    let s = p.a.stats().clone();
+    assert!(
+        s.bundles_sent >= 2 && s.bundled == 39 && packets == s.bundles_sent as usize + 1,
+        "{packets} packets, {s:?}"
+    );
+    assert!(p
+        .a_out
+        .sent
+        .iter()
+        .all(|(_, pk)| pk.len() <= HEADER_LEN + 5000));
+    for r in sends {
+        assert!(
+            done(&mut p.a, r).is_ok(),
+            "a bundled send completes when handed over"
+        );
+    }
+    p.pump();
+    recvs.extend((20..40).map(|i| p.b.irecv(any_from(p.ba, 9), vec![0; lens[i]])));
+    for (i, r) in recvs.into_iter().enumerate() {
+        assert_eq!(
+            done(&mut p.b, r).unwrap().data.unwrap(),
+            body(i),
+            "message {i}"
+        );
+    }
+    assert_eq!(p.b.stats().bad_packets, 0);
+}
+
+/// A bundle holding something other than Eager or Am, or cut short, is
+/// counted as malformed from there on; what came before it stands.
+#[test]
+fn malformed_bundles_are_dropped_from_the_bad_packet_on() {
+    use crate::wire::{Header, Kind};
+    let mut p = Pair::new(Config::default());
+    let item = |h: Header, body: &[u8]| {
+        let mut v = ((HEADER_LEN + body.len()) as u16).to_le_bytes().to_vec();
+        v.extend_from_slice(&h.encode());
+        v.extend_from_slice(body);
+        v
+    };
+    let mut eager = Header::tagged(Kind::Eager, 3, 0);
+    eager.len = 2;
+    let bundle = |items: &[Vec<u8>]| {
+        let mut v = Header::new(Kind::Bundle).encode().to_vec();
+        for i in items {
+            v.extend_from_slice(i);
+        }
+        v
+    };
+    let before = p.b.stats().bad_packets;
+    let rts = Header::tagged(Kind::Rts, 3, 0);
+    let pk = bundle(&[item(eager, b"ok"), item(rts, b""), item(eager, b"no")]);
+    p.b.handle_event(TransportEvent::Message(CONN, pk));
+    let mut cut = bundle(&[item(eager, b"k2")]);
+    cut.extend_from_slice(&item(eager, b"xx")[..10]);
+    p.b.handle_event(TransportEvent::Message(CONN, cut));
+    assert_eq!(p.b.stats().bad_packets, before + 2);
+    let r1 = p.b.irecv(any_from(p.ba, 3), vec![0; 2]);
+    let r2 = p.b.irecv(any_from(p.ba, 3), vec![0; 2]);
+    let r3 = p.b.irecv(any_from(p.ba, 3), vec![0; 2]);
+    assert_eq!(done(&mut p.b, r1).unwrap().data.unwrap(), b"ok");
+    assert_eq!(done(&mut p.b, r2).unwrap().data.unwrap(), b"k2");
+    assert!(!p.b.is_done(r3), "nothing after the bad packets");
 }
