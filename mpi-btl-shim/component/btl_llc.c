@@ -186,8 +186,10 @@ static int llc_register(void)
              " keepalives) while the application computes without calling MPI; without it a"
              " rank silent for longer than idle_timeout_ms looks dead to its peers",
              &params.progress_thread, true);
-    reg_int("progress_interval_us", "Period of the background thread", &params.progress_interval_us,
-            10000);
+    reg_int("progress_interval_us",
+            "How often the background thread looks whether the rank still calls MPI; after a"
+            " period without a call it receives and acknowledges for the rank as frames arrive",
+            &params.progress_interval_us, 1000);
     reg_int("coalesce_us",
             "Small sends that follow another to the same peer before the next progress call"
             " wait to leave together in one frame: at that call, or after at most about this"

@@ -77,7 +77,9 @@ typedef struct LlcShimConfig {
    */
   bool exclusive;
   /**
-   * Its period in microseconds (0: 10 ms).
+   * Its period in microseconds (0: 1 ms): how often it looks whether the
+   * application still calls `llc_shim_progress`; after a period without
+   * a call it makes progress whenever the transport has work.
    */
   uint32_t progress_interval_us;
   /**

@@ -54,7 +54,9 @@ pub struct LlcShimConfig {
     /// no port filter, no same-host path. Off: the interface is shared with
     /// the other ranks of the host.
     pub exclusive: bool,
-    /// Its period in microseconds (0: 10 ms).
+    /// Its period in microseconds (0: 1 ms): how often it looks whether the
+    /// application still calls `llc_shim_progress`; after a period without
+    /// a call it makes progress whenever the transport has work.
     pub progress_interval_us: u32,
     /// Small sends (up to 1 KiB) that follow another to the same peer with
     /// no `llc_shim_progress` between them wait, so that a burst leaves in

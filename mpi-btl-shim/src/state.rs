@@ -131,6 +131,8 @@ pub struct LlcShim {
     /// The background thread owes a send of held messages (armed by a send
     /// that left messages held, cleared by the thread before it sends).
     hold_timer: Arc<AtomicBool>,
+    /// Wakes the background thread (a hold armed, or closing).
+    wake: Arc<Wake>,
     thread: Option<JoinHandle<()>>,
     pub(crate) regions: Mutex<Vec<RegionKey>>,
 }
@@ -211,9 +213,10 @@ impl LlcShim {
         let progress_calls = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let hold_timer = Arc::new(AtomicBool::new(false));
+        let wake = Arc::new(Wake::new().map_err(OpenError::Thread)?);
         let thread = if cfg.progress_thread {
             let period = Duration::from_micros(match cfg.progress_interval_us {
-                0 => 10_000,
+                0 => 1_000,
                 n => n.into(),
             });
             let bg = Background {
@@ -222,6 +225,7 @@ impl LlcShim {
                 calls: progress_calls.clone(),
                 stop: stop.clone(),
                 hold_timer: hold_timer.clone(),
+                wake: wake.clone(),
                 period,
                 hold: coalesce.unwrap_or_default(),
             };
@@ -245,6 +249,7 @@ impl LlcShim {
             next_token: AtomicU64::new(1),
             stop,
             hold_timer,
+            wake,
             thread,
             regions: Mutex::new(Vec::new()),
         })
@@ -315,10 +320,11 @@ impl LlcShim {
     /// background thread send them should no `llc_shim_progress` come
     /// first (one wake-up per burst).
     pub(crate) fn arm_hold_timer(&self) {
-        if self.ep.holding() && !self.hold_timer.swap(true, Ordering::AcqRel) {
-            if let Some(t) = &self.thread {
-                t.thread().unpark();
-            }
+        if self.thread.is_some()
+            && self.ep.holding()
+            && !self.hold_timer.swap(true, Ordering::AcqRel)
+        {
+            self.wake.signal();
         }
     }
 
@@ -449,7 +455,7 @@ impl LlcShim {
     pub(crate) fn close(mut self, timeout: Duration) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
-            t.thread().unpark();
+            self.wake.signal();
             let _ = t.join();
         }
         self.set_fail_handler(None);
@@ -467,11 +473,51 @@ impl LlcShim {
     }
 }
 
-/// The background keep-alive thread: every `period`, make progress if no
-/// caller did meanwhile (acknowledgements, keepalives, retransmissions).
-/// What it receives waits in the endpoint's event queue for the next
-/// `llc_shim_progress`; it never calls C. Woken by a send that left small
-/// messages held (`coalesce_us`), it sends them after `hold` unless a
+/// An eventfd the background thread sleeps on beside the transport's
+/// descriptors: a send that started holding, or closing, wakes it.
+pub(crate) struct Wake(std::os::fd::OwnedFd);
+
+impl Wake {
+    fn new() -> std::io::Result<Wake> {
+        // SAFETY: eventfd(2) with valid flags; it returns a new descriptor
+        // or -1.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a fresh descriptor nobody else owns.
+        Ok(Wake(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) }))
+    }
+
+    fn fd(&self) -> std::os::fd::RawFd {
+        std::os::fd::AsRawFd::as_raw_fd(&self.0)
+    }
+
+    fn signal(&self) {
+        let one = 1u64.to_ne_bytes();
+        // SAFETY: writes 8 bytes from a live buffer to our eventfd; a full
+        // counter (EAGAIN) means it is signalled already.
+        let _ = unsafe { libc::write(self.fd(), one.as_ptr().cast(), one.len()) };
+    }
+
+    fn clear(&self) {
+        let mut buf = [0u8; 8];
+        // SAFETY: reads at most 8 bytes into a live buffer from our
+        // non-blocking eventfd (EAGAIN when not signalled).
+        let _ = unsafe { libc::read(self.fd(), buf.as_mut_ptr().cast(), buf.len()) };
+    }
+}
+
+/// The background thread. While the application calls
+/// `llc_shim_progress` it only looks every `period` whether it still does.
+/// Once a whole period passed without a call (the rank computes, or waits
+/// outside MPI), it makes progress itself whenever the transport has work
+/// (it sleeps in poll(2) on the transport's descriptors, as the kernel's
+/// TCP receives in its softirq): data is received and acknowledged, so a
+/// peer's sends complete and nothing is retransmitted while this rank
+/// computes; what it receives waits in the endpoint's event queue for the
+/// next `llc_shim_progress` (it never calls C). Woken by a send that left
+/// small messages held (`coalesce_us`), it sends them after `hold` unless a
 /// progress call did first.
 struct Background {
     ep: Arc<Ep>,
@@ -479,6 +525,7 @@ struct Background {
     calls: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
     hold_timer: Arc<AtomicBool>,
+    wake: Arc<Wake>,
     period: Duration,
     hold: Duration,
 }
@@ -486,21 +533,32 @@ struct Background {
 impl Background {
     fn run(self) {
         let mut seen = self.calls.load(Ordering::Relaxed);
+        let mut computing = false;
+        let wake = [self.wake.fd()];
         while !self.stop.load(Ordering::Relaxed) {
-            std::thread::park_timeout(self.period);
+            if computing {
+                self.ep.wait_ready_or(&wake, self.period);
+            } else {
+                msg_layer::sys::poll_readable(&wake, self.period);
+            }
+            self.wake.clear();
+            if self.stop.load(Ordering::Relaxed) {
+                break;
+            }
             if self.hold_timer.load(Ordering::Acquire) {
                 std::thread::sleep(self.hold);
                 // Disarmed before sending: a burst that starts after this
                 // wakes the thread again.
                 self.hold_timer.store(false, Ordering::Release);
                 self.ep.send_held();
-                continue;
             }
             let now = self.calls.load(Ordering::Relaxed);
             if now != seen {
                 seen = now;
-                continue; // the application made progress itself this period
+                computing = false;
+                continue; // the application makes progress itself
             }
+            computing = true;
             self.counters
                 .background_rounds
                 .fetch_add(1, Ordering::Relaxed);

@@ -1333,7 +1333,8 @@ fn cluster_mbw_mr_1_and_2_pairs_af_packet() {
 /// LLC_BENCH_ROUNDS (default 3), LLC_BENCH_BACKENDS (xdp,packet),
 /// LLC_BENCH_PAIRS (1,2), LLC_BENCH_MTU (9000), LLC_BENCH_MBW_ARGS
 /// (mbw_mr's arguments, default "-s 8 -w 64 -i 5000 -x 500"),
-/// LLC_BENCH_LLC_MCA (name=value,... for the btl/llc runs).
+/// LLC_BENCH_LLC_MCA (name=value,... for the btl/llc runs), LLC_BENCH_MCA
+/// (name=value,... for every run).
 #[test]
 #[ignore = "benchmark: run with --release --ignored --nocapture"]
 fn mbw_mr_cluster_llc_vs_tcp() {
@@ -1351,6 +1352,15 @@ fn mbw_mr_cluster_llc_vs_tcp() {
     let mbw_args = env("LLC_BENCH_MBW_ARGS", "-s 8 -w 64 -i 5000 -x 500");
     let backends = env("LLC_BENCH_BACKENDS", "xdp,packet");
     let extra = env("LLC_BENCH_LLC_MCA", "");
+    // For every BTL alike, e.g. mpi_yield_when_idle=1 when ranks outnumber cores.
+    let common = env("LLC_BENCH_MCA", "");
+    let pairs_of = |list: &str| -> Vec<(String, String)> {
+        list.split(',')
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect()
+    };
+    let (extra, common) = (pairs_of(&extra), pairs_of(&common));
     let cluster = Cluster::new(2, mtu).expect("cluster bed");
     let mut configs: Vec<(String, Vec<(&str, String)>)> = Vec::new();
     for b in backends.split(',') {
@@ -1361,19 +1371,18 @@ fn mbw_mr_cluster_llc_vs_tcp() {
         ];
         mca.extend(
             extra
-                .split(',')
-                .filter_map(|kv| kv.split_once('='))
-                .map(|(k, v)| (k, v.to_owned())),
+                .iter()
+                .chain(&common)
+                .map(|(k, v)| (k.as_str(), v.clone())),
         );
         configs.push((format!("llc/{b}"), mca));
     }
-    configs.push((
-        "tcp".into(),
-        vec![
-            ("btl", "self,vader,tcp".into()),
-            ("btl_tcp_if_include", cluster.subnet()),
-        ],
-    ));
+    let mut tcp = vec![
+        ("btl", "self,vader,tcp".to_owned()),
+        ("btl_tcp_if_include", cluster.subnet()),
+    ];
+    tcp.extend(common.iter().map(|(k, v)| (k.as_str(), v.clone())));
+    configs.push(("tcp".into(), tcp));
     let args: Vec<&str> = mbw_args.split_whitespace().collect();
     // (round, pairs, config, lines of that run)
     let mut results: Vec<(usize, usize, String, Vec<MbwLine>)> = Vec::new();
@@ -1664,6 +1673,15 @@ fn kernels_cluster_llc_vs_tcp() {
     let kernel_args = env("LLC_BENCH_KERNEL_ARGS", "all");
     let backends = env("LLC_BENCH_BACKENDS", "xdp,packet");
     let extra = env("LLC_BENCH_LLC_MCA", "");
+    // For every BTL alike, e.g. mpi_yield_when_idle=1 when ranks outnumber cores.
+    let common = env("LLC_BENCH_MCA", "");
+    let pairs_of = |list: &str| -> Vec<(String, String)> {
+        list.split(',')
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect()
+    };
+    let (extra, common) = (pairs_of(&extra), pairs_of(&common));
     let cluster = Cluster::new(2, mtu).expect("cluster bed");
     let mut configs: Vec<(String, Vec<(&str, String)>)> = Vec::new();
     for b in backends.split(',') {
@@ -1674,19 +1692,18 @@ fn kernels_cluster_llc_vs_tcp() {
         ];
         mca.extend(
             extra
-                .split(',')
-                .filter_map(|kv| kv.split_once('='))
-                .map(|(k, v)| (k, v.to_owned())),
+                .iter()
+                .chain(&common)
+                .map(|(k, v)| (k.as_str(), v.clone())),
         );
         configs.push((format!("llc/{b}"), mca));
     }
-    configs.push((
-        "tcp".into(),
-        vec![
-            ("btl", "self,vader,tcp".into()),
-            ("btl_tcp_if_include", cluster.subnet()),
-        ],
-    ));
+    let mut tcp = vec![
+        ("btl", "self,vader,tcp".to_owned()),
+        ("btl_tcp_if_include", cluster.subnet()),
+    ];
+    tcp.extend(common.iter().map(|(k, v)| (k.as_str(), v.clone())));
+    configs.push(("tcp".into(), tcp));
     let program = build().dir.join("kernels");
     let mut args = vec![program.to_str().unwrap()];
     args.extend(kernel_args.split_whitespace());

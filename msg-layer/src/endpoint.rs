@@ -525,6 +525,13 @@ impl<T: Transport> Endpoint<T> {
     /// wait loop (its conditions live in its own state, and what it does
     /// between rounds calls this endpoint) and found a round idle.
     pub fn wait_ready(&self, max: Duration) {
+        self.wait_ready_or(&[], max)
+    }
+
+    /// [`Endpoint::wait_ready`], also woken when one of the caller's `extra`
+    /// descriptors is readable (unless a progress thread runs: it polls the
+    /// transport, and waiters sleep on its rounds alone).
+    pub fn wait_ready_or(&self, extra: &[std::os::fd::RawFd], max: Duration) {
         if max.is_zero() {
             return;
         }
@@ -533,7 +540,7 @@ impl<T: Transport> Endpoint<T> {
             self.shared.progressed.wait_for(&mut g, max);
             return;
         }
-        let mut fds = Vec::new();
+        let mut fds = extra.to_vec();
         let allowed = self.core().t.prepare_wait(&mut fds);
         let sleep = allowed.map_or(max, |a| a.min(max));
         if !sleep.is_zero() {

@@ -27,7 +27,7 @@ pub mod matching;
 mod placement;
 pub mod rma;
 #[allow(unsafe_code)]
-mod sys;
+pub mod sys;
 pub mod transport;
 pub mod wire;
 

@@ -1,4 +1,4 @@
-//! The one system call the endpoint makes itself: sleeping in poll(2).
+//! The one system call the endpoint makes itself: sleeping in ppoll(2).
 
 use std::os::fd::RawFd;
 use std::time::Duration;
@@ -19,12 +19,22 @@ pub fn poll_readable(fds: &[RawFd], timeout: Duration) {
             revents: 0,
         })
         .collect();
-    // Round up so that a sub-millisecond timer does not become a busy loop.
-    let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int;
+    // ppoll(2) takes the timeout to the nanosecond: a delayed
+    // acknowledgement due in 10 µs is sent then, not a millisecond later.
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
     // SAFETY: `pfds` is a valid, exclusively borrowed array of `pfds.len()`
-    // pollfd structures for the duration of the call; poll(2) writes only
-    // their `revents` fields.
+    // pollfd structures and `ts` a valid timespec for the duration of the
+    // call; ppoll(2) writes only the `revents` fields; a null signal mask
+    // leaves the thread's mask as it is.
     unsafe {
-        libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms);
+        libc::ppoll(
+            pfds.as_mut_ptr(),
+            pfds.len() as libc::nfds_t,
+            &ts,
+            std::ptr::null(),
+        );
     }
 }
