@@ -818,7 +818,12 @@ fn demo(a: &DemoArgs) -> Result<()> {
         .tests
         .iter()
         .copied()
-        .filter(|t| matches!(t, Test::Bandwidth | Test::Bibw | Test::Overlap))
+        .filter(|t| {
+            matches!(
+                t,
+                Test::Latency | Test::Bandwidth | Test::Bibw | Test::Overlap
+            )
+        })
         .collect();
     let pin = !a.no_pin && affinity::online() >= 2;
     if pin {

@@ -184,8 +184,8 @@ fn quick_demo_json_holds_the_documented_keys() {
         ("incast", "max_share"),
     ];
     let results = v["results"].as_array().unwrap();
-    // MTU 1500: latency, bandwidth, overhead; MTU 9000: bandwidth, overlap
-    // and incast (on a bridge of its own, at the default incast MTU).
+    // MTU 1500: latency, bandwidth, overhead; MTU 9000: latency, bandwidth,
+    // overlap and incast (on a bridge of its own, at the default incast MTU).
     let small: Vec<_> = results
         .iter()
         .filter(|r| r["mtu"] == 1500)
@@ -222,9 +222,19 @@ fn quick_demo_json_holds_the_documented_keys() {
     }
     check_results(
         &serde_json::json!({ "results": big }),
-        &["bandwidth", "overlap", "incast"],
+        &["latency", "bandwidth", "overlap", "incast"],
         &keys,
     );
+    // Each transport at its best MTU against the best TCP set-up.
+    let targets = v["targets"].as_array().expect("targets");
+    for what in ["1 MiB bandwidth", "64 KiB one-way latency"] {
+        assert!(
+            targets.iter().any(|t| t["name"].as_str().is_some_and(
+                |n| n.starts_with(what) && n.contains("each at its best MTU: llc-packet")
+            )),
+            "{what}: {targets:?}"
+        );
+    }
     let cmp = v["comparison"].as_array().expect("comparison");
     assert!(
         cmp.iter()
