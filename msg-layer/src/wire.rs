@@ -76,6 +76,9 @@ pub mod flags {
     /// Cts: the posted buffer is too short; the sender completes without
     /// sending data. Put/Get replies: the target refused the access.
     pub const REFUSED: u8 = 2;
+    /// Hello: the sender takes `Bundle` packets (a peer that does not say
+    /// so gets every packet alone).
+    pub const BUNDLES: u8 = 4;
 }
 
 /// Bytes before each packet in a `Bundle`: its length, little-endian.

@@ -774,3 +774,136 @@ fn tshark_decodes_message_layer_packets() {
     assert_eq!(num(a[0], "llcmsg.am"), Some(3));
     assert_eq!(body(a[0]), hex(&am));
 }
+
+/// A burst of small sends with `coalesce` leaves as one `Bundle`: tshark
+/// shows it with each packet inside (kind, tag, length, body), and the
+/// Hello says the sender takes bundles.
+#[test]
+fn tshark_decodes_bundles() {
+    if let Err(why) = tshark() {
+        println!("SKIPPED tshark_decodes_bundles: {why}");
+        return;
+    }
+    let (dir, _scratch) = capture_dir("bundles");
+    let pcap = dir.join("bundles.pcap");
+    let sim = Sim::new(SimConfig::default());
+    let a: CapturedEndpoint = Endpoint::new(
+        LlcTransport::new(
+            PcapWriter::create(sim.port(), &pcap).unwrap(),
+            MAC_A,
+            7,
+            LlcConfig::default(),
+            Rng::new(SEED),
+        ),
+        Config {
+            coalesce: true,
+            ..Config::default()
+        },
+    )
+    .unwrap();
+    let b = Endpoint::new(
+        LlcTransport::new(
+            sim.port(),
+            MAC_B,
+            7,
+            LlcConfig::default(),
+            Rng::new(SEED + 1),
+        ),
+        Config::default(),
+    )
+    .unwrap();
+    let pb = a.add_peer(&b.local_addr()).unwrap();
+    let pa = b.add_peer(&a.local_addr()).unwrap();
+    let wait = Some(Duration::from_secs(20));
+    // Both ends make progress in turn until `done` (one thread, so the
+    // burst below is posted with no progress of A's in between).
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let pump = |done: &mut dyn FnMut() -> bool| {
+        while !done() {
+            assert!(std::time::Instant::now() < deadline, "timed out");
+            a.progress().unwrap();
+            b.progress().unwrap();
+        }
+    };
+    // One message each way: both Hellos are in.
+    let r = b.irecv(Source::Peer(pa), Tag::Is(0), 0, vec![0; 1]);
+    let s = a.isend(pb, 0, 0, vec![1u8]);
+    pump(&mut || b.test(&r).is_some());
+    let r2 = a.irecv(Source::Peer(pb), Tag::Is(0), 0, vec![0; 1]);
+    let s2 = b.isend(pa, 0, 0, vec![2u8]);
+    pump(&mut || a.test(&r2).is_some());
+    a.wait_timeout(s, wait).unwrap();
+    b.wait_timeout(s2, wait).unwrap();
+    // The burst: the first leaves at once, the other four wait for the
+    // next round of A's progress and leave together.
+    let bodies: Vec<Vec<u8>> = (0..5u8).map(|i| vec![0xb0 + i; 10 + i as usize]).collect();
+    let recvs: Vec<_> = bodies
+        .iter()
+        .map(|d| b.irecv(Source::Peer(pa), Tag::Is(7), 0, vec![0; d.len()]))
+        .collect();
+    let sends: Vec<_> = bodies
+        .iter()
+        .map(|d| a.isend(pb, 7, 0, d.clone()))
+        .collect();
+    let mut got = vec![None; recvs.len()];
+    pump(&mut || {
+        for (i, r) in recvs.iter().enumerate() {
+            if got[i].is_none() {
+                got[i] = b.test(r).map(|c| c.unwrap().data.unwrap());
+            }
+        }
+        got.iter().all(Option::is_some)
+    });
+    for (g, d) in got.iter().zip(&bodies) {
+        assert_eq!(g.as_ref().unwrap(), d);
+    }
+    for s in a.wait_all(&sends, wait).unwrap() {
+        s.unwrap();
+    }
+    assert_eq!(a.stats().bundles_sent, 1, "{:?}", a.stats());
+    a.flush(wait).unwrap();
+    b.flush(wait).unwrap();
+    drop(a);
+    drop(b);
+    let rows = tshark_fields(
+        &pcap,
+        &[
+            "eth.src",
+            "llcmsg.kind",
+            "llcmsg.flags.bundles",
+            "llcmsg.tag",
+            "llcmsg.len",
+            "llcmsg.body",
+        ],
+        Some("llcmsg && !llcstack.retransmission_of"),
+    );
+    let a_mac = MAC_A.to_string();
+    let hello = rows
+        .iter()
+        .find(|r| {
+            r.get("eth.src") == Some(&a_mac)
+                && r.get("llcmsg.kind").map(String::as_str) == Some("1")
+        })
+        .expect("A's Hello");
+    assert_eq!(
+        hello.get("llcmsg.flags.bundles").map(String::as_str),
+        Some("1")
+    );
+    let bundle = rows
+        .iter()
+        .find(|r| r.get("llcmsg.kind").is_some_and(|k| k.starts_with("13,")))
+        .expect("a Bundle in the capture");
+    assert_eq!(bundle.get("llcmsg.kind").unwrap(), "13,2,2,2,2");
+    // The bundle's own tag (0) and the four packets' tags; its count, then
+    // each packet's length.
+    assert_eq!(bundle.get("llcmsg.tag").unwrap(), "0,7,7,7,7");
+    assert_eq!(bundle.get("llcmsg.len").unwrap(), "4,11,12,13,14");
+    let body_hex: Vec<String> = bodies[1..]
+        .iter()
+        .map(|d| d.iter().map(|b| format!("{b:02x}")).collect())
+        .collect();
+    let shown = bundle.get("llcmsg.body").unwrap().replace(':', "");
+    for h in &body_hex {
+        assert!(shown.contains(h.as_str()), "{h} not in {shown}");
+    }
+}

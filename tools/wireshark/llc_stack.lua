@@ -181,6 +181,7 @@ local m = {
     flags = ProtoField.uint8("llcmsg.flags", "Flags", base.HEX),
     flag_last = ProtoField.bool("llcmsg.flags.last", "LAST", 8, nil, 0x01),
     flag_refused = ProtoField.bool("llcmsg.flags.refused", "REFUSED", 8, nil, 0x02),
+    flag_bundles = ProtoField.bool("llcmsg.flags.bundles", "BUNDLES (Hello: takes bundles)", 8, nil, 0x04),
     am = ProtoField.uint16("llcmsg.am", "Active-message handler", base.DEC),
     credit = ProtoField.uint32("llcmsg.credit", "Credit returned (bytes)", base.DEC),
     tag = ProtoField.uint32("llcmsg.tag", "Tag", base.DEC),
@@ -199,7 +200,7 @@ local function plausible_msg(tvb)
         return false
     end
     local kind = tvb(0, 1):uint()
-    return msg_kinds[kind] ~= nil and band(tvb(1, 1):uint(), 0xFC) == 0
+    return msg_kinds[kind] ~= nil and band(tvb(1, 1):uint(), 0xF8) == 0
 end
 
 -- Decodes one message-layer packet: `tvb` holds the whole message, or only
@@ -212,6 +213,7 @@ local function dissect_msg(tvb, pinfo, tree, partial_len)
     local ft = t:add(m.flags, tvb(1, 1))
     ft:add(m.flag_last, tvb(1, 1))
     ft:add(m.flag_refused, tvb(1, 1))
+    ft:add(m.flag_bundles, tvb(1, 1))
     t:add_le(m.am, tvb(2, 2))
     t:add_le(m.credit, tvb(4, 4))
     t:add_le(m.tag, tvb(8, 4))

@@ -12,7 +12,7 @@ use crate::config::INITIAL_CREDIT;
 use crate::error::{Error, PeerEnd};
 use crate::matching::PeerId;
 use crate::transport::{ConnId, FailureCause, SendError, TransportError};
-use crate::wire::{Header, Kind, BUNDLE_ITEM_MAX, BUNDLE_ITEM_PREFIX, HEADER_LEN};
+use crate::wire::{flags, Header, Kind, BUNDLE_ITEM_MAX, BUNDLE_ITEM_PREFIX, HEADER_LEN};
 
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum PeerState {
@@ -101,6 +101,8 @@ pub(super) struct Peer {
     /// The queue's head waits for credit or transport room (what is queued
     /// otherwise is only waiting for the next transmit).
     pub stalled: bool,
+    /// The peer's `Hello` said it takes bundles.
+    pub bundles: bool,
     /// On the engine's attention list.
     pub marked: bool,
 }
@@ -133,6 +135,7 @@ impl Engine {
             unexpected: 0,
             queue: VecDeque::new(),
             stalled: false,
+            bundles: false,
             marked: false,
         });
         if let Some(a) = addr {
@@ -144,6 +147,7 @@ impl Engine {
     fn hello(&self) -> Out {
         let mut hdr = Header::new(Kind::Hello);
         hdr.len = self.cfg.eager_window as u64;
+        hdr.flags = flags::BUNDLES;
         Out::with_body(hdr, Bytes::from(self.local.to_string()))
     }
 
@@ -245,6 +249,7 @@ impl Engine {
             peer.conn = None;
         }
         peer.credit += hdr.len.saturating_sub(INITIAL_CREDIT as u64);
+        peer.bundles = hdr.flags & flags::BUNDLES != 0;
         if peer.conn.is_none() {
             peer.conn = Some(c);
             peer.state = PeerState::Ready;
@@ -260,7 +265,9 @@ impl Engine {
     /// The answer to our `Hello`: the window the peer grants.
     pub(super) fn handle_hello_answer(&mut self, p: PeerId, hdr: &Header) {
         let extra = hdr.len.saturating_sub(INITIAL_CREDIT as u64);
-        self.peers[p as usize].credit += extra;
+        let peer = &mut self.peers[p as usize];
+        peer.credit += extra;
+        peer.bundles = hdr.flags & flags::BUNDLES != 0;
     }
 
     /// Connection `c` ended: with it the peer that sends on it.
@@ -448,7 +455,7 @@ impl Engine {
         if !matches!(peer.state, PeerState::Ready) {
             return;
         }
-        let bundle_len = o.bundle_len();
+        let bundle_len = if peer.bundles { o.bundle_len() } else { 0 };
         peer.stalled = false;
         while let Some(out) = peer.queue.front() {
             if out.cost as u64 > peer.credit {

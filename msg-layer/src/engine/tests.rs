@@ -487,3 +487,32 @@ fn malformed_bundles_are_dropped_from_the_bad_packet_on() {
     assert_eq!(done(&mut p.b, r2).unwrap().data.unwrap(), b"k2");
     assert!(!p.b.is_done(r3), "nothing after the bad packets");
 }
+
+/// Bundles go only to a peer whose `Hello` says it takes them: an older
+/// peer gets every packet alone (it would drop a bundle as unknown).
+#[test]
+fn a_peer_that_does_not_announce_bundles_gets_every_packet_alone() {
+    use crate::wire::{flags, Header, Kind};
+    let mut a = Engine::new(addr(1), Config::default()).unwrap();
+    let ab = a.connected(addr(2), CONN);
+    let mut out = Outbox::new();
+    out.bundle_len = 1400;
+    a.transmit(&mut out);
+    let ours = Header::decode(&out.sent[0].1).unwrap();
+    assert_eq!(
+        (ours.kind, ours.flags & flags::BUNDLES),
+        (Kind::Hello, flags::BUNDLES)
+    );
+    out.sent.clear();
+    let mut hello = Header::new(Kind::Hello);
+    hello.len = INITIAL_CREDIT as u64;
+    let mut pk = hello.encode().to_vec();
+    pk.extend_from_slice(addr(2).to_string().as_bytes());
+    a.handle_event(TransportEvent::Message(CONN, pk));
+    for i in 0..10u8 {
+        let _ = a.isend(ab, 1, 0, Bytes::from(vec![i; 8]));
+    }
+    a.transmit(&mut out);
+    assert_eq!(out.sent.len(), 10);
+    assert_eq!(a.stats().bundles_sent, 0);
+}
