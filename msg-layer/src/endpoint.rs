@@ -171,8 +171,17 @@ impl<T: Transport> Core<T> {
     /// round of progress, so that it leaves at once.
     fn post<R>(&mut self, start: impl FnOnce(&mut Engine) -> R) -> R {
         let r = start(&mut self.engine);
+        let handed = self.engine.handed();
         self.engine.transmit(&mut self.t);
-        let _ = self.progress();
+        if self.engine.handed() == handed {
+            return r; // nothing to send (a receive, a send waiting for credit)
+        }
+        self.released();
+        // The transport's transmit pass when it has one (what came in is
+        // for the next round of progress), a whole round otherwise.
+        if !matches!(self.t.transmit_queued(), Ok(true)) {
+            let _ = self.progress();
+        }
         r
     }
 
@@ -470,7 +479,14 @@ impl<T: Transport> Endpoint<T> {
             tag,
             context,
         };
-        self.post(|e| e.irecv(pattern, buf))
+        // Nothing of ours goes out unless it matched an announced
+        // rendezvous (its CTS): hand that over, without a round of
+        // progress; the wait or test that follows makes it.
+        let mut c = self.core();
+        let Core { engine, t, .. } = &mut *c;
+        let r = engine.irecv(pattern, buf);
+        engine.transmit(t);
+        Request(r)
     }
 
     /// Blocking send.

@@ -75,6 +75,10 @@ impl Transport for AnyTransport {
         each!(self, t => t.max_message_len())
     }
     #[inline]
+    fn transmit_queued(&mut self) -> Result<bool, TransportError> {
+        each!(self, t => t.transmit_queued())
+    }
+    #[inline]
     fn bundle_len(&self) -> usize {
         each!(self, t => t.bundle_len())
     }

@@ -341,6 +341,13 @@ impl<D: Device + Send + 'static> Transport for LlcTransport<D> {
         self.stack.endpoint().config().max_message_len
     }
 
+    fn transmit_queued(&mut self) -> Result<bool, TransportError> {
+        self.stack
+            .poll_tx(Instant::now())
+            .map_err(|e| TransportError::io("transmitting", &e))?;
+        Ok(true)
+    }
+
     /// One frame's payload less the bundle's own header: a bundle leaves in
     /// one frame.
     fn bundle_len(&self) -> usize {

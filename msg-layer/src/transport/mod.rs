@@ -208,6 +208,13 @@ pub trait Transport: Send + 'static {
         self.send(conn, head, body)
     }
 
+    /// Put on the wire what `send` queued, without receiving: what a post
+    /// needs so that its message leaves at once. False when the transport
+    /// has no such pass; the caller then makes a whole round of progress.
+    fn transmit_queued(&mut self) -> Result<bool, TransportError> {
+        Ok(false)
+    }
+
     /// Longest `Bundle` of small packets the message layer hands as one
     /// message (0: none): what one frame or segment carries without being
     /// cut, so that a bundle costs one transport message on the wire too.
