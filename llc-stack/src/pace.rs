@@ -53,6 +53,12 @@ impl Pacer {
         }
     }
 
+    /// How long since the last round that moved something (or the wake).
+    #[inline]
+    pub fn idle_for(&self, now: Instant) -> Duration {
+        now.saturating_duration_since(self.last_active)
+    }
+
     /// The loop woke from a sleep at `now`: a new spin budget starts.
     pub fn woke(&mut self, now: Instant) {
         self.last_active = now;
@@ -97,6 +103,10 @@ mod tests {
         assert_eq!(
             p.after_round(false, t0 + Duration::from_micros(91)),
             Pace::Sleep
+        );
+        assert_eq!(
+            p.idle_for(t0 + Duration::from_micros(91)),
+            Duration::from_micros(51)
         );
         p.woke(t0 + Duration::from_micros(500));
         assert_eq!(

@@ -937,6 +937,23 @@ impl<T: Transport> Drop for Endpoint<T> {
 }
 
 /// The deadline `timeout` from now, on the clock the pacer reads.
+/// A waiter idle this long while it spins yields the core between rounds:
+/// a reply within it is caught at once, and a waiter that shares its core
+/// with the process it waits for (more busy threads than cores: incast,
+/// several ranks per core) lets that one run instead of taking its time
+/// slice.
+const YIELD_AFTER: Duration = Duration::from_micros(5);
+
+/// One idle turn of a spinning waiter.
+#[inline]
+fn spin_or_yield(pacer: &Pacer, now: Instant) {
+    if pacer.idle_for(now) >= YIELD_AFTER {
+        std::thread::yield_now();
+    } else {
+        std::hint::spin_loop();
+    }
+}
+
 fn deadline(timeout: Option<Duration>) -> Option<Instant> {
     timeout.map(|t| Instant::now() + t)
 }
@@ -982,7 +999,7 @@ impl<T: Transport> Shared<T> {
                 Pace::Busy => continue,
                 Pace::Spin => {
                     drop(c);
-                    std::hint::spin_loop();
+                    spin_or_yield(&pacer, now);
                     continue;
                 }
                 Pace::Sleep => {}
@@ -1090,7 +1107,7 @@ fn progress_thread<T: Transport>(s: &Shared<T>) {
             }
             Pace::Spin => {
                 parking_lot::MutexGuard::unlock_fair(c);
-                std::hint::spin_loop();
+                spin_or_yield(&pacer, now);
                 continue;
             }
             Pace::Sleep => {}
