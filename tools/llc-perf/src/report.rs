@@ -284,6 +284,39 @@ impl Report {
                 }
             }
         }
+        // Incast (issue 24): the median over rounds of each LLC transport's
+        // goodput against the best TCP's median, with its median fairness.
+        let median = |mut v: Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v.get(v.len() / 2).copied()
+        };
+        let incast: Vec<(Kind, Option<u32>, f64, f64)> = self
+            .results
+            .iter()
+            .filter_map(|r| {
+                let g = median(r.incast.iter().map(|p| p.gbit_s).collect())?;
+                let f = median(r.incast.iter().map(|p| p.jain_fairness).collect())?;
+                Some((r.transport, r.mtu, g, f))
+            })
+            .collect();
+        if let Some(&(tk, tm, tg, _)) = incast
+            .iter()
+            .filter(|(k, ..)| !k.is_llc())
+            .max_by(|a, b| a.2.total_cmp(&b.2))
+        {
+            for &(k, m, g, f) in incast.iter().filter(|(k, m, ..)| k.is_llc() && *m == tm) {
+                let ratio = g / tg;
+                self.targets.push(Target {
+                    name: format!(
+                        "incast goodput, MTU {}, median of rounds: {k} (fairness {f:.3}) vs {tk}",
+                        mtu_str(m)
+                    ),
+                    ratio,
+                    goal: ">= 1.0, fairness >= 0.95".into(),
+                    met: ratio >= 1.0 && f >= 0.95,
+                });
+            }
+        }
         for mtu in &mtus {
             if let (Some(x), Some(t)) = (find(Kind::LlcXdp, *mtu), find(Kind::TcpUring, *mtu)) {
                 if let (Some(a), Some(b)) = (lat_at(x, 8), lat_at(t, 8)) {
