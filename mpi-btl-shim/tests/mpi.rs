@@ -1322,6 +1322,44 @@ fn cluster_mbw_mr_1_and_2_pairs_af_packet() {
     assert!(!run.stdout.contains("mbw_mr: OK"), "{}", run.stdout);
 }
 
+/// The BTL set-ups a benchmark alternates: btl/llc over each of
+/// `backends` (with `LLC_BENCH_LLC_MCA`, name=value,...) and btl/tcp
+/// between the bed's addresses; `LLC_BENCH_MCA` goes to every one of them
+/// (e.g. mpi_yield_when_idle=1 when ranks outnumber cores).
+fn bench_configs(cluster: &Cluster, backends: &str) -> Vec<(String, Vec<(String, String)>)> {
+    let pairs_of = |var: &str| -> Vec<(String, String)> {
+        std::env::var(var)
+            .unwrap_or_default()
+            .split(',')
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect()
+    };
+    let (extra, common) = (pairs_of("LLC_BENCH_LLC_MCA"), pairs_of("LLC_BENCH_MCA"));
+    let owned = |list: &[(&str, String)]| -> Vec<(String, String)> {
+        list.iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect()
+    };
+    let mut configs = Vec::new();
+    for b in backends.split(',') {
+        let mut mca = owned(&[
+            ("btl", "self,vader,llc".to_owned()),
+            ("btl_llc_backend", b.to_owned()),
+            ("btl_llc_print_stats", "1".to_owned()),
+        ]);
+        mca.extend(extra.iter().chain(&common).cloned());
+        configs.push((format!("llc/{b}"), mca));
+    }
+    let mut tcp = owned(&[
+        ("btl", "self,vader,tcp".to_owned()),
+        ("btl_tcp_if_include", cluster.subnet()),
+    ]);
+    tcp.extend(common.iter().cloned());
+    configs.push(("tcp".to_owned(), tcp));
+    configs
+}
+
 /// The message-rate benchmark of issue 23: `mbw_mr` (8 B, window 64 by
 /// default) between the 2 hosts of the cluster bed with 1 pair (1 rank per
 /// host) and 2 pairs (2 ranks per host sharing the host's eth0),
@@ -1351,45 +1389,16 @@ fn mbw_mr_cluster_llc_vs_tcp() {
         .collect();
     let mbw_args = env("LLC_BENCH_MBW_ARGS", "-s 8 -w 64 -i 5000 -x 500");
     let backends = env("LLC_BENCH_BACKENDS", "xdp,packet");
-    let extra = env("LLC_BENCH_LLC_MCA", "");
-    // For every BTL alike, e.g. mpi_yield_when_idle=1 when ranks outnumber cores.
-    let common = env("LLC_BENCH_MCA", "");
-    let pairs_of = |list: &str| -> Vec<(String, String)> {
-        list.split(',')
-            .filter_map(|kv| kv.split_once('='))
-            .map(|(k, v)| (k.to_owned(), v.to_owned()))
-            .collect()
-    };
-    let (extra, common) = (pairs_of(&extra), pairs_of(&common));
     let cluster = Cluster::new(2, mtu).expect("cluster bed");
-    let mut configs: Vec<(String, Vec<(&str, String)>)> = Vec::new();
-    for b in backends.split(',') {
-        let mut mca = vec![
-            ("btl", "self,vader,llc".to_owned()),
-            ("btl_llc_backend", b.to_owned()),
-            ("btl_llc_print_stats", "1".to_owned()),
-        ];
-        mca.extend(
-            extra
-                .iter()
-                .chain(&common)
-                .map(|(k, v)| (k.as_str(), v.clone())),
-        );
-        configs.push((format!("llc/{b}"), mca));
-    }
-    let mut tcp = vec![
-        ("btl", "self,vader,tcp".to_owned()),
-        ("btl_tcp_if_include", cluster.subnet()),
-    ];
-    tcp.extend(common.iter().map(|(k, v)| (k.as_str(), v.clone())));
-    configs.push(("tcp".into(), tcp));
+    let configs = bench_configs(&cluster, &backends);
     let args: Vec<&str> = mbw_args.split_whitespace().collect();
     // (round, pairs, config, lines of that run)
     let mut results: Vec<(usize, usize, String, Vec<MbwLine>)> = Vec::new();
     for round in 0..rounds {
         for &pairs in &pair_counts {
             for (which, mca) in &configs {
-                let mca: Vec<(&str, &str)> = mca.iter().map(|(k, v)| (*k, v.as_str())).collect();
+                let mca: Vec<(&str, &str)> =
+                    mca.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
                 let mut attempt = 0;
                 let run = loop {
                     attempt += 1;
@@ -1658,8 +1667,8 @@ fn median(v: &[f64]) -> f64 {
 ///
 /// LLC_BENCH_ROUNDS (default 3), LLC_BENCH_BACKENDS (xdp,packet),
 /// LLC_BENCH_MTU (9000), LLC_BENCH_KERNEL_ARGS (kernels' arguments, default
-/// "all"), LLC_BENCH_LLC_MCA (name=value,... for the btl/llc runs),
-/// LLC_BENCH_SHOW (set: print each llc run's btl/llc counters).
+/// "all"), LLC_BENCH_LLC_MCA (name=value,... for the btl/llc runs), LLC_BENCH_MCA
+/// (name=value,... for every run), LLC_BENCH_SHOW (set: print each llc run's btl/llc counters).
 #[test]
 #[ignore = "benchmark: run with --release --ignored --nocapture"]
 fn kernels_cluster_llc_vs_tcp() {
@@ -1672,38 +1681,8 @@ fn kernels_cluster_llc_vs_tcp() {
         .expect("LLC_BENCH_ROUNDS");
     let kernel_args = env("LLC_BENCH_KERNEL_ARGS", "all");
     let backends = env("LLC_BENCH_BACKENDS", "xdp,packet");
-    let extra = env("LLC_BENCH_LLC_MCA", "");
-    // For every BTL alike, e.g. mpi_yield_when_idle=1 when ranks outnumber cores.
-    let common = env("LLC_BENCH_MCA", "");
-    let pairs_of = |list: &str| -> Vec<(String, String)> {
-        list.split(',')
-            .filter_map(|kv| kv.split_once('='))
-            .map(|(k, v)| (k.to_owned(), v.to_owned()))
-            .collect()
-    };
-    let (extra, common) = (pairs_of(&extra), pairs_of(&common));
     let cluster = Cluster::new(2, mtu).expect("cluster bed");
-    let mut configs: Vec<(String, Vec<(&str, String)>)> = Vec::new();
-    for b in backends.split(',') {
-        let mut mca = vec![
-            ("btl", "self,vader,llc".to_owned()),
-            ("btl_llc_backend", b.to_owned()),
-            ("btl_llc_print_stats", "1".to_owned()),
-        ];
-        mca.extend(
-            extra
-                .iter()
-                .chain(&common)
-                .map(|(k, v)| (k.as_str(), v.clone())),
-        );
-        configs.push((format!("llc/{b}"), mca));
-    }
-    let mut tcp = vec![
-        ("btl", "self,vader,tcp".to_owned()),
-        ("btl_tcp_if_include", cluster.subnet()),
-    ];
-    tcp.extend(common.iter().map(|(k, v)| (k.as_str(), v.clone())));
-    configs.push(("tcp".into(), tcp));
+    let configs = bench_configs(&cluster, &backends);
     let program = build().dir.join("kernels");
     let mut args = vec![program.to_str().unwrap()];
     args.extend(kernel_args.split_whitespace());
@@ -1712,7 +1691,8 @@ fn kernels_cluster_llc_vs_tcp() {
     for round in 0..rounds {
         let mut this_round = Vec::new();
         for (which, mca) in &configs {
-            let mca: Vec<(&str, &str)> = mca.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            let mca: Vec<(&str, &str)> =
+                mca.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
             let mut attempt = 0;
             let run = loop {
                 attempt += 1;

@@ -167,8 +167,9 @@ impl<T: Transport> Core<T> {
         Ok(moved)
     }
 
-    /// Start an operation, hand what it sends to the transport and make one
-    /// round of progress, so that it leaves at once.
+    /// Start an operation and hand what it sends to the transport, which
+    /// puts it on the wire at once (its transmit pass, or a whole round of
+    /// progress where it has none).
     fn post<R>(&mut self, start: impl FnOnce(&mut Engine) -> R) -> R {
         let r = start(&mut self.engine);
         let handed = self.engine.handed();
@@ -442,8 +443,7 @@ impl<T: Transport> Endpoint<T> {
         self.core().engine.peer_count()
     }
 
-    /// Start an operation and make one round of progress, so that what it
-    /// sends leaves at once.
+    /// Start an operation; what it sends leaves at once ([`Core::post`]).
     fn post(&self, start: impl FnOnce(&mut Engine) -> u64) -> Request {
         Request(self.core().post(start))
     }
