@@ -1015,6 +1015,12 @@ fn netpipe_cluster_shared_vs_exclusive_vs_tcp() {
         .expect("LLC_BENCH_ROUNDS");
     let np_args = env("LLC_BENCH_NP_ARGS", "-u 4194304");
     let backends = env("LLC_BENCH_BACKENDS", "xdp,packet");
+    // name=value,... for every btl/llc run (e.g. btl_llc_rdma=1).
+    let llc_extra: Vec<(String, String)> = env("LLC_BENCH_LLC_MCA", "")
+        .split(',')
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
     let cluster = Cluster::new(2, mtu).expect("cluster bed");
     let hosts = cluster.hosts();
     let ifname = vm_tests::CLUSTER_IFNAME.to_owned();
@@ -1025,14 +1031,13 @@ fn netpipe_cluster_shared_vs_exclusive_vs_tcp() {
     let mut configs: Vec<(String, Vec<(&str, String)>)> = Vec::new();
     for b in backends.split(',') {
         for (mode, exclusive) in [("shared", "0"), ("exclusive", "1")] {
-            configs.push((
-                format!("llc/{b}/{mode}"),
-                vec![
-                    ("btl", "self,vader,llc".into()),
-                    ("btl_llc_backend", b.into()),
-                    ("btl_llc_exclusive", exclusive.into()),
-                ],
-            ));
+            let mut mca = vec![
+                ("btl", "self,vader,llc".into()),
+                ("btl_llc_backend", b.into()),
+                ("btl_llc_exclusive", exclusive.into()),
+            ];
+            mca.extend(llc_extra.iter().map(|(k, v)| (k.as_str(), v.clone())));
+            configs.push((format!("llc/{b}/{mode}"), mca));
         }
     }
     configs.push((
