@@ -17,6 +17,9 @@
 //!    reads only the headers, which measures the device and kernel alone.
 //!    B's RX ring takes about `--ring-mib` MiB (default 32).
 
+#[path = "support/pin.rs"]
+mod pin;
+
 use std::thread;
 use std::time::{Duration, Instant as StdInstant};
 
@@ -121,32 +124,6 @@ fn spin_send(dev: &mut AfPacket, f: impl FnOnce(&mut [u8]) -> usize) {
     dev.flush(Instant::ZERO).expect("flush");
 }
 
-/// Keep the calling thread on one CPU, so the two busy-polling sides do not
-/// end up time-sharing a core (a round trip would then cost a time slice).
-fn pin_to_cpu(cpu: usize) {
-    // Online CPUs, not `available_parallelism` (which reports the calling
-    // thread's affinity mask, inherited from an already pinned parent).
-    // SAFETY: sysconf has no memory-safety preconditions.
-    let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
-    if cpus < 2 {
-        return;
-    }
-    // SAFETY: cpu_set_t is plain data for which all-zero is the empty set;
-    // CPU_SET writes inside it (cpu < CPU_SETSIZE) and sched_setaffinity
-    // only reads it.
-    let rc = unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu % cpus, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
-    };
-    if rc != 0 {
-        eprintln!(
-            "could not pin to CPU {cpu}: {}",
-            std::io::Error::last_os_error()
-        );
-    }
-}
-
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     let i = ((sorted.len() - 1) as f64 * p).round() as usize;
     sorted[i]
@@ -164,7 +141,7 @@ fn pingpong(hosts: &TwoHosts, rounds: usize) {
 
     let rtts = thread::scope(|s| {
         s.spawn(move || {
-            pin_to_cpu(1);
+            pin::pin_to_cpu(1);
             for _ in 0..total {
                 let mut frame = [0u8; PINGPONG_LEN];
                 spin_recv(&mut b, |f| frame.copy_from_slice(&f[..PINGPONG_LEN]));
@@ -176,7 +153,7 @@ fn pingpong(hosts: &TwoHosts, rounds: usize) {
                 });
             }
         });
-        pin_to_cpu(0);
+        pin::pin_to_cpu(0);
         let mut rtts = Vec::with_capacity(rounds);
         for i in 0..total {
             let start = StdInstant::now();
@@ -230,7 +207,7 @@ fn stream(hosts: &TwoHosts, mtu: usize, secs: f64, copy: bool, ring_mib: usize) 
     let (received, elapsed, sa, sb): (u64, Duration, AfPacketStats, AfPacketStats) =
         thread::scope(|s| {
             let receiver = s.spawn(move || {
-                pin_to_cpu(1);
+                pin::pin_to_cpu(1);
                 let mut sink = vec![0u8; frame_len];
                 let mut frames = 0u64;
                 let mut bytes = 0u64;
@@ -273,7 +250,7 @@ fn stream(hosts: &TwoHosts, mtu: usize, secs: f64, copy: bool, ring_mib: usize) 
                 (bytes, elapsed, b.stats())
             });
 
-            pin_to_cpu(0);
+            pin::pin_to_cpu(0);
             let mut sent = 0u64;
             let mut acked = 0u64;
             let begin = StdInstant::now();

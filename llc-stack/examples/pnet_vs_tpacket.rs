@@ -20,6 +20,9 @@
 //!
 //! Prints the one-way latency (RTT/2) median and 99th percentile of each.
 
+#[path = "support/pin.rs"]
+mod pin;
+
 use std::thread;
 use std::time::{Duration, Instant as StdInstant};
 
@@ -155,29 +158,6 @@ fn open_pnet(host: &Host, busy_poll: bool) -> Pnet {
     })
 }
 
-/// Keep the calling thread on one CPU, so the two busy-polling sides do not
-/// time-share a core.
-fn pin_to_cpu(cpu: usize) {
-    // SAFETY: sysconf has no memory-safety preconditions.
-    let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
-    if cpus < 2 {
-        return;
-    }
-    // SAFETY: cpu_set_t is plain data for which all-zero is the empty set;
-    // CPU_SET writes inside it and sched_setaffinity only reads it.
-    let rc = unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu % cpus, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
-    };
-    if rc != 0 {
-        eprintln!(
-            "could not pin to CPU {cpu}: {}",
-            std::io::Error::last_os_error()
-        );
-    }
-}
-
 /// One-way times (RTT/2) of `rounds` round trips after a warm-up.
 fn pingpong(
     mut a: impl End,
@@ -189,7 +169,7 @@ fn pingpong(
     let total = WARMUP + rounds;
     thread::scope(|s| {
         s.spawn(move || {
-            pin_to_cpu(1);
+            pin::pin_to_cpu(1);
             let mut f = [0u8; LEN];
             for _ in 0..total {
                 b.recv(am, &mut f);
@@ -198,7 +178,7 @@ fn pingpong(
                 b.send(&f);
             }
         });
-        pin_to_cpu(0);
+        pin::pin_to_cpu(0);
         let mut out = Vec::with_capacity(rounds);
         let mut f = [0u8; LEN];
         for i in 0..total as u64 {
