@@ -8,11 +8,18 @@
 //! application's buffer. Packets the transport did not place (a reordered
 //! first fragment, or a transport without placement) are copied in by the
 //! engine through the same buffer, which counts every byte either way.
+//!
+//! A peer's `Put` into a registered region is placed the same way: each
+//! piece of a put long enough to span frames goes from the frames straight
+//! into the region at its offset, and the engine, delivered the header
+//! alone, only acknowledges it. A piece that would not fit the region is
+//! delivered whole and refused by the engine as before.
 
 use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use crate::rma::MemoryRegion;
 use crate::transport::placement::{Placement, SharedSink, Sink};
 
 use crate::wire::{Header, Kind, HEADER_LEN};
@@ -84,29 +91,57 @@ impl Sink for Piece {
     }
 }
 
+/// One `Put` piece's share of a registered region.
+struct RegionPiece {
+    region: Arc<dyn MemoryRegion>,
+    base: usize,
+}
+
+impl Sink for RegionPiece {
+    fn write(&self, offset: usize, data: &[u8]) {
+        // In range: `place` checked the whole piece against the region.
+        self.region.write(self.base + offset, data);
+    }
+}
+
 /// Receive buffers open for placement, by receive id.
 pub(crate) type Registry = Arc<Mutex<FxHashMap<u64, Arc<RecvBuffer>>>>;
 
+/// Registered memory regions, by key: the engine's table of them, shared
+/// with the placement hook.
+pub(crate) type Regions = Arc<Mutex<FxHashMap<u64, Arc<dyn MemoryRegion>>>>;
+
 /// The transport's placement hook: `Data` packets of registered receives go
-/// straight to their buffers.
-pub(crate) struct DataPlacement(pub Registry);
+/// straight to their buffers, `Put` pieces straight to their regions.
+pub(crate) struct DataPlacement {
+    pub recvs: Registry,
+    pub regions: Regions,
+}
 
 impl Placement for DataPlacement {
     fn place(&mut self, len: usize, first: &[u8]) -> Option<(usize, SharedSink)> {
         let hdr = Header::decode(first).ok()?;
-        if hdr.kind != Kind::Data || len < HEADER_LEN {
+        if len < HEADER_LEN {
             return None;
         }
-        let buf = self
-            .0
-            .lock()
-            .expect("placement registry")
-            .get(&hdr.id)?
-            .clone();
         let base = usize::try_from(hdr.offset).ok()?;
-        if base.checked_add(len - HEADER_LEN)? > buf.len() {
-            return None;
+        let end = base.checked_add(len - HEADER_LEN)?;
+        match hdr.kind {
+            Kind::Data => {
+                let buf = self
+                    .recvs
+                    .lock()
+                    .expect("placement registry")
+                    .get(&hdr.id)?
+                    .clone();
+                (end <= buf.len()).then(|| (HEADER_LEN, SharedSink::new(Piece { buf, base })))
+            }
+            Kind::Put => {
+                let region = self.regions.lock().expect("regions").get(&hdr.id)?.clone();
+                (end <= region.len())
+                    .then(|| (HEADER_LEN, SharedSink::new(RegionPiece { region, base })))
+            }
+            _ => None,
         }
-        Some((HEADER_LEN, SharedSink::new(Piece { buf, base })))
     }
 }

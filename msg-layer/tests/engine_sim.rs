@@ -121,6 +121,9 @@ fn crossing_rendezvous_does_not_deadlock() {
 fn active_messages_and_rma() {
     let (a, b) = two(&Config::default());
     suite::active_messages_and_rma(&a, &b);
+    // The LLC transport placed the put's pieces straight into the region.
+    let s = b.stats();
+    assert!(s.put_pieces_placed > 0, "{s:?}");
 }
 
 #[test]

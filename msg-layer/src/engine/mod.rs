@@ -31,8 +31,7 @@ use crate::addr::Addr;
 use crate::config::Config;
 use crate::error::Error;
 use crate::matching::{Matcher, PeerId, PostId};
-use crate::placement::{DataPlacement, RecvBuffer, Registry};
-use crate::rma::MemoryRegion;
+use crate::placement::{DataPlacement, RecvBuffer, Regions, Registry};
 use crate::transport::{ConnId, SendError, Transport, TransportError, TransportEvent};
 
 mod am;
@@ -113,11 +112,15 @@ pub struct Stats {
     pub bundles_sent: u64,
     /// Packets that left inside a bundle.
     pub bundled: u64,
+    /// Pieces of peers' puts the transport wrote straight into regions.
+    pub put_pieces_placed: u64,
+    /// Bytes of peers' puts copied into regions by the engine.
+    pub put_bytes_copied: u64,
 }
 
 impl Stats {
     /// Every counter with its name.
-    pub fn counters(&self) -> [(&'static str, u64); 13] {
+    pub fn counters(&self) -> [(&'static str, u64); 15] {
         [
             ("eager_sent", self.eager_sent),
             ("rndv_sent", self.rndv_sent),
@@ -132,6 +135,8 @@ impl Stats {
             ("peers_failed", self.peers_failed),
             ("bundles_sent", self.bundles_sent),
             ("bundled", self.bundled),
+            ("put_pieces_placed", self.put_pieces_placed),
+            ("put_bytes_copied", self.put_bytes_copied),
         ]
     }
 }
@@ -264,7 +269,9 @@ pub(crate) struct Engine {
     by_conn: FxHashMap<ConnId, ConnRole>,
     matcher: Matcher<u64, Unexpected>,
     reqs: reqs::ReqTable,
-    regions: FxHashMap<u64, Arc<dyn MemoryRegion>>,
+    /// Registered regions (shared with the placement hook, which writes
+    /// peers' puts into them).
+    regions: Regions,
     /// Receive buffers the transport may fill directly.
     placements: Registry,
     rng: Rng,
@@ -296,7 +303,7 @@ impl Engine {
             by_conn: FxHashMap::default(),
             matcher: Matcher::new(),
             reqs: reqs::ReqTable::default(),
-            regions: FxHashMap::default(),
+            regions: Regions::default(),
             rng: Rng::from_entropy(),
             unexpected_bytes: 0,
             handed: 0,
@@ -310,7 +317,10 @@ impl Engine {
     /// What the transport consults to write rendezvous data straight into
     /// matched receive buffers ([`Transport::set_placement`]).
     pub fn placement(&self) -> DataPlacement {
-        DataPlacement(self.placements.clone())
+        DataPlacement {
+            recvs: self.placements.clone(),
+            regions: self.regions.clone(),
+        }
     }
 
     pub fn local_addr(&self) -> Addr {

@@ -14,17 +14,22 @@ use crate::wire::{flags, Header, Kind, HEADER_LEN};
 
 impl Engine {
     pub fn register(&mut self, region: Arc<dyn MemoryRegion>) -> RegionKey {
+        let mut regions = self.regions.lock().expect("regions");
         loop {
             let k = self.rng.next_u64();
-            if k != 0 && !self.regions.contains_key(&k) {
-                self.regions.insert(k, region);
+            if k != 0 && !regions.contains_key(&k) {
+                regions.insert(k, region);
                 return RegionKey(k);
             }
         }
     }
 
     pub fn deregister(&mut self, key: RegionKey) -> bool {
-        self.regions.remove(&key.0).is_some()
+        self.regions
+            .lock()
+            .expect("regions")
+            .remove(&key.0)
+            .is_some()
     }
 
     pub fn put(&mut self, p: PeerId, key: RegionKey, offset: u64, data: Bytes) -> u64 {
@@ -77,7 +82,10 @@ impl Engine {
     ) -> Result<Arc<dyn MemoryRegion>, String> {
         let region = self
             .regions
+            .lock()
+            .expect("regions")
             .get(&key)
+            .cloned()
             .ok_or_else(|| format!("no region with key {key:#x}"))?;
         let end = offset.checked_add(len).ok_or("range overflows")?;
         if end > region.len() as u64 {
@@ -86,17 +94,24 @@ impl Engine {
                 region.len()
             ));
         }
-        Ok(region.clone())
+        Ok(region)
     }
 
     /// A piece of a peer's put: written, and acknowledged after the last
-    /// piece (or at once, with the reason, when refused).
+    /// piece (or at once, with the reason, when refused). A piece delivered
+    /// as its header alone of a put that is not empty was placed: the
+    /// transport wrote its bytes into the region as they arrived.
     pub(super) fn handle_put(&mut self, p: PeerId, hdr: &Header, packet: &[u8]) {
         let body = &packet[HEADER_LEN..];
         let res = self.region_range(hdr.id, hdr.offset, body.len() as u64);
         let refused = match &res {
             Ok(region) => {
-                region.write(hdr.offset as usize, body);
+                if body.is_empty() && hdr.len > 0 {
+                    self.stats.put_pieces_placed += 1;
+                } else {
+                    region.write(hdr.offset as usize, body);
+                    self.stats.put_bytes_copied += body.len() as u64;
+                }
                 false
             }
             Err(_) => true,
