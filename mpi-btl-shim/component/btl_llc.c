@@ -41,6 +41,10 @@
 
 #include "llc_shim.h"
 
+/* Whether btl_llc_put is on unless set (see docs/BENCHMARKS.md, "Puts
+ * placed by the transport"). */
+#define PUT_DEFAULT false
+
 /* ----- types ----- */
 
 struct mca_btl_base_endpoint_t {
@@ -93,6 +97,7 @@ static struct {
     int coalesce_us;
     int idle_timeout_ms;
     bool rdma;
+    bool put;
     int lend_min;
     int print_stats;
     int verbose;
@@ -197,8 +202,13 @@ static int llc_register(void)
             &params.coalesce_us, 50);
     reg_int("idle_timeout_ms", "A peer silent this long is declared failed (0: 10 s)",
             &params.idle_timeout_ms, 0);
-    reg_bool("rdma", "Offer put/get (emulated by the peer's progress) to ob1", &params.rdma,
+    reg_bool("rdma", "Offer put and get (emulated by the peer's progress) to ob1", &params.rdma,
              false);
+    reg_bool("put",
+             "Offer put to ob1 (without get): large contiguous messages then go from the"
+             " sender's buffer straight into the receiver's, written there by the transport as"
+             " frames arrive",
+             &params.put, PUT_DEFAULT);
     reg_int("lend_min",
             "Send fragments of contiguous data of at least this many bytes straight from the"
             " application's buffer, without packing them, and complete them when the peer"
@@ -895,6 +905,10 @@ static mca_btl_base_module_t **llc_init(int *num_btls, bool progress_threads, bo
     }
     if (params.rdma) {
         llc_module.btl_flags |= MCA_BTL_FLAGS_PUT | MCA_BTL_FLAGS_GET;
+    } else if (params.put) {
+        llc_module.btl_flags |= MCA_BTL_FLAGS_PUT;
+        llc_module.btl_flags &= ~(uint32_t) MCA_BTL_FLAGS_GET;
+        llc_module.btl_get = NULL;
     } else {
         llc_module.btl_flags &= ~(uint32_t) (MCA_BTL_FLAGS_PUT | MCA_BTL_FLAGS_GET);
         llc_module.btl_put = NULL;

@@ -669,11 +669,13 @@ pub unsafe extern "C" fn llc_shim_deregister(s: *const LlcShim, key: u64) -> Llc
 }
 
 /// Write `len` bytes from `local` into `peer`'s region `key` at `offset`.
-/// The data is copied at once (`local` may be reused); `cb(ctx, status)`
-/// runs from `llc_shim_progress` when the target has written it.
+/// The data is sent from `local` itself, not copied (as a BTL's put is):
+/// `cb(ctx, status)` runs from `llc_shim_progress` once the target has
+/// written it and the transport no longer needs `local`.
 ///
 /// # Safety
-/// `s` is a live handle; `local` valid for `len` bytes.
+/// `s` is a live handle; `local` valid for `len` bytes and unchanged until
+/// `cb` runs.
 #[no_mangle]
 pub unsafe extern "C" fn llc_shim_put(
     s: *const LlcShim,
@@ -689,20 +691,17 @@ pub unsafe extern "C" fn llc_shim_put(
     let Some(s) = (unsafe { shim(s) }) else {
         return LlcShimStatus::Invalid;
     };
-    // SAFETY: valid for `len` bytes per the contract.
-    let Some(data) = (unsafe { c_bytes(local.cast::<u8>(), len) }) else {
+    if local.is_null() && len > 0 {
         return LlcShimStatus::Invalid;
-    };
-    let data = Bytes::copy_from_slice(data);
+    }
     s.counters.puts.fetch_add(1, Ordering::Relaxed);
-    let req = s.ep.put(peer, RegionKey(key), offset, data);
-    s.add_rma(
-        req,
-        RmaOp {
-            cb,
-            ctx: CPtr(ctx),
-            dst: None,
-        },
+    s.put_lent(
+        peer,
+        (local.cast::<u8>(), len),
+        RegionKey(key),
+        offset,
+        cb,
+        CPtr(ctx),
     );
     LlcShimStatus::Ok
 }
@@ -738,6 +737,8 @@ pub unsafe extern "C" fn llc_shim_get(
             cb,
             ctx: CPtr(ctx),
             dst: Some((CPtr(local), len)),
+            lent: false,
+            done: None,
         },
     );
     LlcShimStatus::Ok

@@ -60,6 +60,28 @@ pub(crate) struct RmaOp {
     pub ctx: CPtr,
     /// For a get: where the data goes.
     pub dst: Option<(CPtr, usize)>,
+    /// For a put from the caller's buffer: the transport still holds it
+    /// (its release not yet reported).
+    pub lent: bool,
+    /// The outcome, kept while `lent`: the callback runs once both came.
+    pub done: Option<LlcShimStatus>,
+}
+
+/// Where a lent put's release token stands.
+enum PutToken {
+    /// The put is being posted.
+    Posting,
+    /// Released while being posted (the put failed at once).
+    ReleasedEarly,
+    /// Posted as this request.
+    Posted(Request),
+}
+
+/// Puts and gets in flight, and the release tokens of lent puts.
+#[derive(Default)]
+struct RmaTable {
+    ops: HashMap<Request, RmaOp>,
+    tokens: HashMap<u64, PutToken>,
 }
 
 #[derive(Default)]
@@ -123,7 +145,7 @@ pub struct LlcShim {
     recv: Mutex<Vec<Option<RecvHandler>>>,
     fail: Mutex<Option<FailHandler>>,
     /// Puts and gets in flight, by request.
-    rma: Mutex<HashMap<Request, RmaOp>>,
+    rma: Mutex<RmaTable>,
     /// Lent sends in flight, by release token.
     lent: Mutex<HashMap<u64, SentHandler>>,
     next_token: AtomicU64,
@@ -244,7 +266,7 @@ impl LlcShim {
             progress_calls,
             recv: Mutex::new(vec![None; 256]),
             fail: Mutex::new(None),
-            rma: Mutex::new(HashMap::new()),
+            rma: Mutex::new(RmaTable::default()),
             lent: Mutex::new(HashMap::new()),
             next_token: AtomicU64::new(1),
             stop,
@@ -293,10 +315,84 @@ impl LlcShim {
         res
     }
 
-    /// Track a put or get until its completion event.
+    /// Track a get until its completion event.
     pub(crate) fn add_rma(&self, req: Request, op: RmaOp) {
-        self.rma.lock().expect("rma").insert(req, op);
+        self.rma.lock().expect("rma").ops.insert(req, op);
         self.ep.watch(req);
+    }
+
+    /// Put `len` bytes at `local` into `peer`'s region `key` at `offset`,
+    /// sent from `local` itself (no copy): `cb` runs from a later
+    /// `progress` once the target wrote them and the transport let go of
+    /// them, whichever comes last. The caller keeps the bytes valid and
+    /// unchanged until then.
+    pub(crate) fn put_lent(
+        &self,
+        peer: PeerId,
+        local: (*const u8, usize),
+        key: RegionKey,
+        offset: u64,
+        cb: LlcShimRmaFn,
+        ctx: CPtr,
+    ) {
+        let token = self.next_token.fetch_add(1, Ordering::Relaxed);
+        self.rma
+            .lock()
+            .expect("rma")
+            .tokens
+            .insert(token, PutToken::Posting);
+        // SAFETY: the C caller keeps `len` bytes at `ptr` valid and
+        // unchanged until its callback runs, which is after the release is
+        // reported (`llc_shim_put` checked `ptr` is non-null unless `len`
+        // is 0).
+        let data =
+            unsafe { msg_layer::lent::lend(local.0, local.1, self.ep.release_notice(token)) };
+        let req = self.ep.put(peer, key, offset, data);
+        {
+            let mut t = self.rma.lock().expect("rma");
+            let released = matches!(t.tokens.remove(&token), Some(PutToken::ReleasedEarly));
+            if !released {
+                t.tokens.insert(token, PutToken::Posted(req));
+            }
+            t.ops.insert(
+                req,
+                RmaOp {
+                    cb,
+                    ctx,
+                    dst: None,
+                    lent: !released,
+                    done: None,
+                },
+            );
+        }
+        self.ep.watch(req);
+    }
+
+    /// A release token was reported: a lent put's (true) or not.
+    fn put_released(&self, token: u64) -> bool {
+        let ready = {
+            let mut t = self.rma.lock().expect("rma");
+            match t.tokens.remove(&token) {
+                None => return false,
+                Some(PutToken::Posting) => {
+                    t.tokens.insert(token, PutToken::ReleasedEarly);
+                    return true;
+                }
+                Some(PutToken::ReleasedEarly) => return true,
+                Some(PutToken::Posted(req)) => match t.ops.get_mut(&req) {
+                    Some(op) if op.done.is_some() => t.ops.remove(&req),
+                    Some(op) => {
+                        op.lent = false;
+                        None
+                    }
+                    None => None,
+                },
+            }
+        };
+        if let Some(op) = ready {
+            Self::call_rma(&op, op.done.expect("outcome kept"));
+        }
+        true
     }
 
     /// Make progress and deliver what is due, on this thread. Returns how
@@ -352,6 +448,10 @@ impl LlcShim {
                 Event::PeerEnded { peer, error } => self.peer_ended(peer, &error),
                 Event::Completed { request, result } => self.complete_rma(request, result),
                 Event::Released(token) => {
+                    if self.put_released(token) {
+                        next = self.ep.poll_event();
+                        continue;
+                    }
                     let done = self.lent.lock().expect("lent").remove(&token);
                     if let Some((cb, ctx)) = done {
                         // SAFETY: the caller of llc_shim_send_lent promised
@@ -417,7 +517,7 @@ impl LlcShim {
     }
 
     fn complete_rma(&self, req: Request, res: Result<msg_layer::Completion, Error>) {
-        let Some(op) = self.rma.lock().expect("rma").remove(&req) else {
+        let Some(op) = self.rma.lock().expect("rma").ops.remove(&req) else {
             return;
         };
         let status = match res {
@@ -436,6 +536,23 @@ impl LlcShim {
                 LlcShimStatus::Error
             }
         };
+        if op.lent {
+            // The transport still holds the caller's bytes: the callback
+            // waits for their release (`put_released`).
+            let mut t = self.rma.lock().expect("rma");
+            t.ops.insert(
+                req,
+                RmaOp {
+                    done: Some(status),
+                    ..op
+                },
+            );
+            return;
+        }
+        Self::call_rma(&op, status);
+    }
+
+    fn call_rma(op: &RmaOp, status: LlcShimStatus) {
         if let Some(cb) = op.cb {
             // SAFETY: the caller promised `cb` accepts `ctx`.
             unsafe { cb(op.ctx.0, status) }
@@ -446,7 +563,7 @@ impl LlcShim {
     /// put, get and lent send completed (its callback ran).
     pub(crate) fn idle(&self) -> bool {
         self.ep.flush(Some(Duration::ZERO)).is_ok()
-            && self.rma.lock().expect("rma").is_empty()
+            && self.rma.lock().expect("rma").ops.is_empty()
             && self.lent.lock().expect("lent").is_empty()
     }
 
@@ -462,7 +579,7 @@ impl LlcShim {
         for r in self.recv.lock().expect("recv").iter_mut() {
             *r = None;
         }
-        self.rma.lock().expect("rma").clear();
+        *self.rma.lock().expect("rma") = RmaTable::default();
         self.lent.lock().expect("lent").clear();
         if let Err(e) = self.ep.close(timeout) {
             tracing::debug!(%e, "closing: not everything was delivered");

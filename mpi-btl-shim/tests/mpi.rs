@@ -296,6 +296,18 @@ fn mpi_check_2_ranks_rdma() {
     assert!(gets > 0, "no get was used:\n{}", run.stderr);
 }
 
+/// With put alone offered to ob1, large messages move by put (from the
+/// sender's buffer, placed into the receiver's), data checked.
+#[test]
+fn mpi_check_2_ranks_put() {
+    require_root!();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let run = run_mpi_check(2, &[("btl_llc_put", "1")], &[], "mpi_check: OK ranks=2");
+    let puts = stat_sum(&run, " puts ");
+    assert!(puts > 0, "no put was used:\n{}", run.stderr);
+    assert_eq!(stat_sum(&run, " gets "), 0, "{}", run.stderr);
+}
+
 /// `mpirun` on the simulated cluster: `ranks_per_host` ranks on each host,
 /// with the component of this build and the given MCA parameters, and
 /// nothing else: no btl_llc parameter unless the caller passes one.
@@ -1028,15 +1040,25 @@ fn netpipe_cluster_shared_vs_exclusive_vs_tcp() {
         (&hosts[0].ns, &ifname, hosts[0].mac),
         (&hosts[1].ns, &ifname, hosts[1].mac),
     ];
+    // The btl/llc set-ups of each backend: `shared` (the default),
+    // `exclusive`, or name=value+name=value (the interface shared, those
+    // parameters set), e.g. LLC_BENCH_MODES="shared,btl_llc_put=1".
+    let modes = env("LLC_BENCH_MODES", "shared,exclusive");
     let mut configs: Vec<(String, Vec<(&str, String)>)> = Vec::new();
     for b in backends.split(',') {
-        for (mode, exclusive) in [("shared", "0"), ("exclusive", "1")] {
+        for mode in modes.split(',') {
             let mut mca = vec![
                 ("btl", "self,vader,llc".into()),
                 ("btl_llc_backend", b.into()),
-                ("btl_llc_exclusive", exclusive.into()),
+                (
+                    "btl_llc_exclusive",
+                    u8::from(mode == "exclusive").to_string(),
+                ),
             ];
             mca.extend(llc_extra.iter().map(|(k, v)| (k.as_str(), v.clone())));
+            for (k, v) in mode.split('+').filter_map(|kv| kv.split_once('=')) {
+                mca.push((k, v.to_owned()));
+            }
             configs.push((format!("llc/{b}/{mode}"), mca));
         }
     }
@@ -1105,18 +1127,23 @@ fn netpipe_cluster_shared_vs_exclusive_vs_tcp() {
             peak
         );
     }
+    let per_backend = modes.split(',').count();
     for round in results.chunks(configs.len()) {
         let tcp = &round.last().expect("tcp").1;
-        for pair in round[..round.len() - 1].chunks(2) {
-            let (shared, exclusive) = (&pair[0], &pair[1]);
-            println!(
-                "ratio {}: 8 B {:.3}x exclusive, {:.2}x tcp; 1 MiB {:.3}x exclusive, {:.2}x tcp",
-                shared.0,
-                at(&shared.1, 8).2 / at(&exclusive.1, 8).2,
-                at(&shared.1, 8).2 / at(tcp, 8).2,
-                at(&shared.1, 1 << 20).1 / at(&exclusive.1, 1 << 20).1,
-                at(&shared.1, 1 << 20).1 / at(tcp, 1 << 20).1,
-            );
+        for group in round[..round.len() - 1].chunks(per_backend) {
+            let first = &group[0];
+            for run in group {
+                println!(
+                    "ratio {}: 8 B {:.3}x {}, {:.2}x tcp; 1 MiB {:.3}x {}, {:.2}x tcp",
+                    run.0,
+                    at(&run.1, 8).2 / at(&first.1, 8).2,
+                    first.0,
+                    at(&run.1, 8).2 / at(tcp, 8).2,
+                    at(&run.1, 1 << 20).1 / at(&first.1, 1 << 20).1,
+                    first.0,
+                    at(&run.1, 1 << 20).1 / at(tcp, 1 << 20).1,
+                );
+            }
         }
     }
 }
