@@ -121,6 +121,9 @@ struct Split {
     /// Data frames per message.
     frames_per_msg: f64,
     retransmits: u64,
+    /// Of them: tail-loss probes, and retransmission timeouts.
+    probes: u64,
+    timeouts: u64,
 }
 
 /// Stream `total` bytes in messages of `msg_len` (`queued` bytes kept
@@ -173,6 +176,8 @@ fn stream(mtu: usize, msg_len: usize, total: usize, queued: usize, spread: usize
         frames,
         frames_per_msg: frames as f64 / s.messages_sent as f64,
         retransmits: s.retransmits,
+        probes: s.tail_probes,
+        timeouts: s.timeouts,
     }
 }
 
@@ -220,7 +225,7 @@ fn main() {
     println!();
     println!("The sender's messages come from one cache-warm 1 MiB buffer (\"warm\") or in turn from across 256 MiB (\"cold\": every payload read from memory, as a streaming application's are).");
     println!();
-    println!("| MTU | sender's data | payload / frame | sender ns / frame | receiver ns / frame | link alone ns / frame | sender core Gbit/s | receiver core Gbit/s | retransmits |");
+    println!("| MTU | sender's data | payload / frame | sender ns / frame | receiver ns / frame | link alone ns / frame | sender core Gbit/s | receiver core Gbit/s | retransmits (probes, timeouts) |");
     println!("|---:|---|---:|---:|---:|---:|---:|---:|---:|");
     let mut rows = Vec::new();
     for &mtu in &args.mtus {
@@ -230,13 +235,15 @@ fn main() {
             let s = stream(mtu, 1 << 20, total, 8 << 20, spread);
             let link = link_only(mtu, s.frames.min(1 << 20) as usize);
             println!(
-                "| {mtu} | {data} | {:.0} | {:.0} | {:.0} | {link:.0} | {:.1} | {:.1} | {} |",
+                "| {mtu} | {data} | {:.0} | {:.0} | {:.0} | {link:.0} | {:.1} | {:.1} | {} ({}, {}) |",
                 s.payload,
                 s.tx_ns,
                 s.rx_ns,
                 gbit(s.payload, s.tx_ns),
                 gbit(s.payload, s.rx_ns),
-                s.retransmits
+                s.retransmits,
+                s.probes,
+                s.timeouts
             );
             rows.push((mtu, data, s));
         }
