@@ -432,11 +432,13 @@ enum LlcShimStatus llc_shim_deregister(const struct LlcShim *s, uint64_t key);
 
 /**
  * Write `len` bytes from `local` into `peer`'s region `key` at `offset`.
- * The data is copied at once (`local` may be reused); `cb(ctx, status)`
- * runs from `llc_shim_progress` when the target has written it.
+ * The data is sent from `local` itself, not copied (as a BTL's put is):
+ * `cb(ctx, status)` runs from `llc_shim_progress` once the target has
+ * written it and the transport no longer needs `local`.
  *
  * # Safety
- * `s` is a live handle; `local` valid for `len` bytes.
+ * `s` is a live handle; `local` valid for `len` bytes and unchanged until
+ * `cb` runs.
  */
 enum LlcShimStatus llc_shim_put(const struct LlcShim *s,
                                 uint32_t peer,

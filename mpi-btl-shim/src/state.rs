@@ -517,37 +517,34 @@ impl LlcShim {
     }
 
     fn complete_rma(&self, req: Request, res: Result<msg_layer::Completion, Error>) {
-        let Some(op) = self.rma.lock().expect("rma").ops.remove(&req) else {
-            return;
-        };
-        let status = match res {
-            Ok(c) => {
-                if let (Some((dst, len)), Some(data)) = (op.dst, c.data.as_ref()) {
-                    let n = len.min(data.len());
-                    // SAFETY: the caller of llc_shim_get gave `len` writable
-                    // bytes at `dst`, valid until completion.
-                    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst.0.cast::<u8>(), n) }
-                }
-                LlcShimStatus::Ok
-            }
+        let status = match &res {
+            Ok(_) => LlcShimStatus::Ok,
             Err(Error::PeerFailed { .. }) => LlcShimStatus::PeerFailed,
             Err(e) => {
                 tracing::warn!(%e, "one-sided operation failed");
                 LlcShimStatus::Error
             }
         };
-        if op.lent {
-            // The transport still holds the caller's bytes: the callback
-            // waits for their release (`put_released`).
+        // Decided under the table's lock, which `put_released` takes too: a
+        // put whose bytes the transport still holds waits for their release.
+        let op = {
             let mut t = self.rma.lock().expect("rma");
-            t.ops.insert(
-                req,
-                RmaOp {
-                    done: Some(status),
-                    ..op
-                },
-            );
-            return;
+            let Some(op) = t.ops.get_mut(&req) else {
+                return;
+            };
+            if op.lent {
+                op.done = Some(status);
+                return;
+            }
+            t.ops.remove(&req).expect("present")
+        };
+        if let (Some((dst, len)), Ok(c)) = (op.dst, &res) {
+            if let Some(data) = c.data.as_ref() {
+                let n = len.min(data.len());
+                // SAFETY: the caller of llc_shim_get gave `len` writable
+                // bytes at `dst`, valid until completion.
+                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst.0.cast::<u8>(), n) }
+            }
         }
         Self::call_rma(&op, status);
     }

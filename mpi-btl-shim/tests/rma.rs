@@ -1,0 +1,192 @@
+//! The shim's put through its C ABI, between two namespaces (AF_PACKET):
+//! 1 MiB sent from the caller's buffer lands in the target's registered
+//! region (written there by the transport as frames arrive) and the
+//! callback runs once, with success; a put to a key the target never gave
+//! completes once with an error, and the shim stays usable. Needs root
+//! (skipped with a printed reason otherwise).
+
+use std::ffi::{c_void, CString};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use mpi_btl_shim::*;
+use vm_tests::netns::{Host, TwoHosts};
+use vm_tests::require_root;
+
+/// The statuses a put's callback reported, in order.
+type Done = Mutex<Vec<LlcShimStatus>>;
+
+unsafe extern "C" fn on_done(ctx: *mut c_void, status: LlcShimStatus) {
+    // SAFETY: `ctx` is the `Done` the test passed and keeps alive.
+    let done = unsafe { &*(ctx as *const Done) };
+    done.lock().unwrap().push(status);
+}
+
+/// A shim on `h`'s interface (AF_PACKET, any port, background thread on).
+fn open(h: &Host) -> *mut LlcShim {
+    let ifname = h.ifname.clone();
+    let (st, handle) = h.ns.run(move || {
+        let ifname = CString::new(ifname).unwrap();
+        let backend = CString::new("packet").unwrap();
+        let cfg = LlcShimConfig {
+            ifname: ifname.as_ptr(),
+            backend: backend.as_ptr(),
+            sap: 0,
+            port: 0,
+            idle_timeout_ms: 0,
+            progress_thread: true,
+            exclusive: false,
+            progress_interval_us: 0,
+            coalesce_us: 0,
+        };
+        let mut s = std::ptr::null_mut();
+        let mut err = [0 as std::ffi::c_char; 256];
+        // SAFETY: valid config, out pointer and error buffer; the strings
+        // live through the call.
+        let st = unsafe { llc_shim_open(&cfg, &mut s, err.as_mut_ptr(), err.len()) };
+        (st, s as usize)
+    });
+    assert_eq!(st, LlcShimStatus::Ok, "opening a shim in {}", h.ns.name());
+    handle as *mut LlcShim
+}
+
+fn addr(s: *const LlcShim) -> CString {
+    let mut buf = vec![0u8; 128];
+    // SAFETY: a live handle and a buffer of the length given.
+    let n = unsafe { llc_shim_addr(s, buf.as_mut_ptr().cast(), buf.len()) };
+    assert!(n > 0 && n <= buf.len());
+    buf.truncate(n - 1);
+    CString::new(buf).unwrap()
+}
+
+/// Both ends make progress until `done` holds one status (or panics after
+/// 10 s); then a while longer, to see that no second one comes.
+fn until_done(a: *const LlcShim, b: *const LlcShim, done: &Done) -> LlcShimStatus {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while done.lock().unwrap().is_empty() {
+        assert!(Instant::now() < deadline, "the put never completed");
+        // SAFETY: live handles.
+        unsafe {
+            assert!(llc_shim_progress(a) >= 0);
+            assert!(llc_shim_progress(b) >= 0);
+        }
+    }
+    let settle = Instant::now() + Duration::from_millis(50);
+    while Instant::now() < settle {
+        // SAFETY: live handles.
+        unsafe {
+            llc_shim_progress(a);
+            llc_shim_progress(b);
+        }
+    }
+    let v = done.lock().unwrap();
+    assert_eq!(v.len(), 1, "one callback per put: {v:?}");
+    v[0]
+}
+
+#[test]
+fn a_put_lands_in_the_region_and_completes_once() {
+    require_root!();
+    let bed = TwoHosts::new(9000).expect("testbed");
+    let (a, b) = (open(&bed.a), open(&bed.b));
+    let mut to_b = 0u32;
+    let mut to_a = 0u32;
+    const LEN: usize = 1 << 20;
+    let mut region = vec![0u8; LEN + 4096];
+    let mut key = 0u64;
+    // SAFETY: live handles, NUL-terminated addresses, writable out
+    // parameters; `region` outlives its registration (closed below).
+    unsafe {
+        assert_eq!(
+            llc_shim_add_peer(a, addr(b).as_ptr(), &mut to_b),
+            LlcShimStatus::Ok
+        );
+        assert_eq!(
+            llc_shim_add_peer(b, addr(a).as_ptr(), &mut to_a),
+            LlcShimStatus::Ok
+        );
+        assert_eq!(
+            llc_shim_register(b, region.as_mut_ptr().cast(), region.len(), &mut key),
+            LlcShimStatus::Ok
+        );
+    }
+    let data: Vec<u8> = (0..LEN).map(|i| (i * 7 + i / 4099) as u8).collect();
+    let done: Done = Mutex::new(Vec::new());
+    let ctx = &done as *const Done as *mut c_void;
+    // SAFETY: a live handle; `data` stays valid and unchanged until the
+    // callback ran (checked by `until_done` before it is dropped).
+    let st = unsafe {
+        llc_shim_put(
+            a,
+            to_b,
+            data.as_ptr().cast(),
+            LEN,
+            key,
+            4096,
+            Some(on_done),
+            ctx,
+        )
+    };
+    assert_eq!(st, LlcShimStatus::Ok);
+    assert_eq!(until_done(a, b, &done), LlcShimStatus::Ok);
+    assert!(
+        region[..4096].iter().all(|&x| x == 0),
+        "nothing before the offset"
+    );
+    assert!(
+        region[4096..] == data[..],
+        "the region holds the put's bytes"
+    );
+
+    // A key b never gave: refused, one callback with an error.
+    let refused: Done = Mutex::new(Vec::new());
+    let ctx = &refused as *const Done as *mut c_void;
+    // SAFETY: as above.
+    let st = unsafe {
+        llc_shim_put(
+            a,
+            to_b,
+            data.as_ptr().cast(),
+            1000,
+            key ^ 1,
+            0,
+            Some(on_done),
+            ctx,
+        )
+    };
+    assert_eq!(st, LlcShimStatus::Ok);
+    assert_eq!(until_done(a, b, &refused), LlcShimStatus::Error);
+
+    // Still usable: a second put into the region.
+    let again: Done = Mutex::new(Vec::new());
+    let ctx = &again as *const Done as *mut c_void;
+    let small = [0xabu8; 3000];
+    // SAFETY: as above.
+    let st = unsafe {
+        llc_shim_put(
+            a,
+            to_b,
+            small.as_ptr().cast(),
+            small.len(),
+            key,
+            0,
+            Some(on_done),
+            ctx,
+        )
+    };
+    assert_eq!(st, LlcShimStatus::Ok);
+    assert_eq!(until_done(a, b, &again), LlcShimStatus::Ok);
+    assert!(region[..3000].iter().all(|&x| x == 0xab));
+
+    let mut st = LlcShimStats::default();
+    // SAFETY: a live handle and a writable stats struct.
+    assert_eq!(unsafe { llc_shim_stats(a, &mut st) }, LlcShimStatus::Ok);
+    assert_eq!(st.puts, 3);
+    // SAFETY: handles from llc_shim_open, closed once; no callback runs
+    // after close returns; `region` is deregistered by the close.
+    unsafe {
+        llc_shim_close(a, 1000);
+        llc_shim_close(b, 1000);
+    }
+    drop(region);
+}
