@@ -6,13 +6,16 @@
 //! `coalesce_us` 0 every send leaves alone. Needs root (skipped with a
 //! printed reason otherwise).
 
-use std::ffi::{c_void, CString};
+use std::ffi::c_void;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use mpi_btl_shim::*;
-use vm_tests::netns::{Host, TwoHosts};
+use vm_tests::netns::TwoHosts;
 use vm_tests::require_root;
+
+mod common;
+use common::{addr, open};
 
 /// What the receive callback collected: (tag, payload).
 type Got = Mutex<Vec<(u8, Vec<u8>)>>;
@@ -22,45 +25,6 @@ unsafe extern "C" fn on_recv(ctx: *mut c_void, _peer: u32, tag: u8, data: *const
     // `data` is valid for `len` bytes during the call (the shim's contract).
     let (got, data) = unsafe { (&*(ctx as *const Got), std::slice::from_raw_parts(data, len)) };
     got.lock().unwrap().push((tag, data.to_vec()));
-}
-
-/// A shim on `h`'s interface (AF_PACKET, any port, background thread on).
-fn open(h: &Host, coalesce_us: u32) -> *mut LlcShim {
-    let ifname = h.ifname.clone();
-    // Opened inside the host's namespace (the handle crosses back as an
-    // address: raw pointers are not Send).
-    let (st, handle) = h.ns.run(move || {
-        let ifname = CString::new(ifname).unwrap();
-        let backend = CString::new("packet").unwrap();
-        let cfg = LlcShimConfig {
-            ifname: ifname.as_ptr(),
-            backend: backend.as_ptr(),
-            sap: 0,
-            port: 0,
-            idle_timeout_ms: 0,
-            progress_thread: true,
-            exclusive: false,
-            progress_interval_us: 0,
-            coalesce_us,
-        };
-        let mut s = std::ptr::null_mut();
-        let mut err = [0 as std::ffi::c_char; 256];
-        // SAFETY: valid config, out pointer and error buffer; the strings
-        // live through the call.
-        let st = unsafe { llc_shim_open(&cfg, &mut s, err.as_mut_ptr(), err.len()) };
-        (st, s as usize)
-    });
-    assert_eq!(st, LlcShimStatus::Ok, "opening a shim in {}", h.ns.name());
-    handle as *mut LlcShim
-}
-
-fn addr(s: *const LlcShim) -> CString {
-    let mut buf = vec![0u8; 128];
-    // SAFETY: a live handle and a buffer of the length given.
-    let n = unsafe { llc_shim_addr(s, buf.as_mut_ptr().cast(), buf.len()) };
-    assert!(n > 0 && n <= buf.len());
-    buf.truncate(n - 1);
-    CString::new(buf).unwrap()
 }
 
 /// Sends 3 small messages from a shim on host a to one on host b, then

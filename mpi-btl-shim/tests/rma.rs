@@ -5,13 +5,16 @@
 //! completes once with an error, and the shim stays usable. Needs root
 //! (skipped with a printed reason otherwise).
 
-use std::ffi::{c_void, CString};
+use std::ffi::c_void;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use mpi_btl_shim::*;
-use vm_tests::netns::{Host, TwoHosts};
+use vm_tests::netns::TwoHosts;
 use vm_tests::require_root;
+
+mod common;
+use common::{addr, open};
 
 /// The statuses a put's callback reported, in order.
 type Done = Mutex<Vec<LlcShimStatus>>;
@@ -20,43 +23,6 @@ unsafe extern "C" fn on_done(ctx: *mut c_void, status: LlcShimStatus) {
     // SAFETY: `ctx` is the `Done` the test passed and keeps alive.
     let done = unsafe { &*(ctx as *const Done) };
     done.lock().unwrap().push(status);
-}
-
-/// A shim on `h`'s interface (AF_PACKET, any port, background thread on).
-fn open(h: &Host) -> *mut LlcShim {
-    let ifname = h.ifname.clone();
-    let (st, handle) = h.ns.run(move || {
-        let ifname = CString::new(ifname).unwrap();
-        let backend = CString::new("packet").unwrap();
-        let cfg = LlcShimConfig {
-            ifname: ifname.as_ptr(),
-            backend: backend.as_ptr(),
-            sap: 0,
-            port: 0,
-            idle_timeout_ms: 0,
-            progress_thread: true,
-            exclusive: false,
-            progress_interval_us: 0,
-            coalesce_us: 0,
-        };
-        let mut s = std::ptr::null_mut();
-        let mut err = [0 as std::ffi::c_char; 256];
-        // SAFETY: valid config, out pointer and error buffer; the strings
-        // live through the call.
-        let st = unsafe { llc_shim_open(&cfg, &mut s, err.as_mut_ptr(), err.len()) };
-        (st, s as usize)
-    });
-    assert_eq!(st, LlcShimStatus::Ok, "opening a shim in {}", h.ns.name());
-    handle as *mut LlcShim
-}
-
-fn addr(s: *const LlcShim) -> CString {
-    let mut buf = vec![0u8; 128];
-    // SAFETY: a live handle and a buffer of the length given.
-    let n = unsafe { llc_shim_addr(s, buf.as_mut_ptr().cast(), buf.len()) };
-    assert!(n > 0 && n <= buf.len());
-    buf.truncate(n - 1);
-    CString::new(buf).unwrap()
 }
 
 /// Both ends make progress until `done` holds one status (or panics after
@@ -88,7 +54,7 @@ fn until_done(a: *const LlcShim, b: *const LlcShim, done: &Done) -> LlcShimStatu
 fn a_put_lands_in_the_region_and_completes_once() {
     require_root!();
     let bed = TwoHosts::new(9000).expect("testbed");
-    let (a, b) = (open(&bed.a), open(&bed.b));
+    let (a, b) = (open(&bed.a, 0), open(&bed.b, 0));
     let mut to_b = 0u32;
     let mut to_a = 0u32;
     const LEN: usize = 1 << 20;

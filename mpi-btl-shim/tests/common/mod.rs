@@ -1,0 +1,48 @@
+//! Shims opened through the C ABI on a test bed's hosts, for the tests
+//! that drive two of them.
+
+use std::ffi::CString;
+
+use mpi_btl_shim::*;
+use vm_tests::netns::Host;
+
+/// A shim on `h`'s interface (AF_PACKET, any port, background thread on),
+/// holding small sends for `coalesce_us`.
+pub fn open(h: &Host, coalesce_us: u32) -> *mut LlcShim {
+    let ifname = h.ifname.clone();
+    // Opened inside the host's namespace (the handle crosses back as an
+    // address: raw pointers are not Send).
+    let (st, handle) = h.ns.run(move || {
+        let ifname = CString::new(ifname).unwrap();
+        let backend = CString::new("packet").unwrap();
+        let cfg = LlcShimConfig {
+            ifname: ifname.as_ptr(),
+            backend: backend.as_ptr(),
+            sap: 0,
+            port: 0,
+            idle_timeout_ms: 0,
+            progress_thread: true,
+            exclusive: false,
+            progress_interval_us: 0,
+            coalesce_us,
+        };
+        let mut s = std::ptr::null_mut();
+        let mut err = [0 as std::ffi::c_char; 256];
+        // SAFETY: valid config, out pointer and error buffer; the strings
+        // live through the call.
+        let st = unsafe { llc_shim_open(&cfg, &mut s, err.as_mut_ptr(), err.len()) };
+        (st, s as usize)
+    });
+    assert_eq!(st, LlcShimStatus::Ok, "opening a shim in {}", h.ns.name());
+    handle as *mut LlcShim
+}
+
+/// The shim's address, as peers add it.
+pub fn addr(s: *const LlcShim) -> CString {
+    let mut buf = vec![0u8; 128];
+    // SAFETY: a live handle and a buffer of the length given.
+    let n = unsafe { llc_shim_addr(s, buf.as_mut_ptr().cast(), buf.len()) };
+    assert!(n > 0 && n <= buf.len());
+    buf.truncate(n - 1);
+    CString::new(buf).unwrap()
+}
