@@ -793,13 +793,12 @@ fn link_floor_between(
     rounds: usize,
 ) -> f64 {
     use llc_stack::link::any::{self, Backend};
-    use llc_stack::link::{Device, RxToken, TxToken};
-    use llc_stack::wire::llc::{Command, DEFAULT_SAP};
-    use llc_stack::wire::{self, Addresses, Body, MacAddr};
+    use llc_stack::link::test_ping;
+    use llc_stack::wire::llc::DEFAULT_SAP;
+    use llc_stack::wire::{Addresses, MacAddr};
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{mpsc, Arc};
 
-    const STALL: Duration = Duration::from_secs(10);
     let kind: Backend = backend.parse().expect("backend name");
     let open = move |ifname: &str| {
         any::open(ifname, kind, Default::default(), Default::default())
@@ -813,27 +812,6 @@ fn link_floor_between(
         dsap: DEFAULT_SAP,
         ssap: DEFAULT_SAP,
     };
-    /// The 8-byte information field of a TEST frame of `want` (command or
-    /// response), if `frame` is one.
-    fn test_info(frame: &[u8], want_response: bool) -> Option<[u8; 8]> {
-        match wire::parse(frame, Some(DEFAULT_SAP)) {
-            Ok(wire::Frame {
-                body: Body::Test { response, info, .. },
-                ..
-            }) if response == want_response => info.try_into().ok(),
-            _ => None,
-        }
-    }
-    fn send(dev: &mut impl Device, to: &Addresses, response: bool, info: &[u8; 8]) {
-        let now = llc_stack::Instant::now();
-        let tx = dev.transmit(now).expect("a TX slot");
-        tx.consume(|buf| {
-            wire::emit_llc_control(buf, to, response, Command::Test { pf: false }, info)
-                .expect("TEST frame fits")
-        });
-        dev.flush(now).expect("sending");
-    }
-
     let stop = Arc::new(AtomicBool::new(false));
     let (ready_tx, ready_rx) = mpsc::channel();
     let (reply_to, responder_stop) = (addr(1, 0), stop.clone());
@@ -841,14 +819,7 @@ fn link_floor_between(
     let responder = ends[1].0.spawn(move || {
         let mut dev = open(&ifname1);
         ready_tx.send(()).expect("ready");
-        while !responder_stop.load(Ordering::Relaxed) {
-            let Some(rx) = dev.receive(llc_stack::Instant::now()) else {
-                continue;
-            };
-            if let Some(info) = rx.consume(|f| test_info(f, false)) {
-                send(&mut dev, &reply_to, true, &info);
-            }
-        }
+        test_ping::answer_tests(&mut dev, reply_to, &responder_stop)
     });
     ready_rx
         .recv_timeout(Duration::from_secs(30))
@@ -856,29 +827,20 @@ fn link_floor_between(
     let (to, ifname0) = (addr(0, 1), ends[0].1.clone());
     let pinger = ends[0].0.spawn(move || {
         let mut dev = open(&ifname0);
-        let warmup = rounds / 10;
-        let mut rtts = Vec::with_capacity(rounds);
-        for seq in 0..(warmup + rounds) as u64 {
-            let start = Instant::now();
-            send(&mut dev, &to, false, &seq.to_be_bytes());
-            loop {
-                if let Some(rx) = dev.receive(llc_stack::Instant::now()) {
-                    if rx.consume(|f| test_info(f, true)) == Some(seq.to_be_bytes()) {
-                        break;
-                    }
-                }
-                assert!(start.elapsed() < STALL, "no TEST response for {STALL:?}");
-            }
-            if seq >= warmup as u64 {
-                rtts.push(start.elapsed().as_secs_f64() * 1e6);
-            }
-        }
-        rtts
+        test_ping::round_trips(&mut dev, to, rounds / 10, rounds, Duration::from_secs(10))
     });
     let rtts = pinger.join();
     stop.store(true, Ordering::Relaxed);
-    let _ = responder.join();
-    let mut rtts = rtts.expect("pinger");
+    responder
+        .join()
+        .expect("responder")
+        .expect("answering TEST");
+    let mut rtts: Vec<f64> = rtts
+        .expect("pinger")
+        .expect("TEST round trips")
+        .iter()
+        .map(|d| d.as_secs_f64() * 1e6)
+        .collect();
     rtts.sort_by(f64::total_cmp);
     rtts[rtts.len() / 2] / 2.0
 }

@@ -41,6 +41,7 @@ pub mod interfaces;
 pub mod local;
 pub mod pcap;
 pub mod sim;
+pub mod test_ping;
 
 /// What a device can carry.
 #[derive(Clone, Debug, PartialEq, Eq)]
