@@ -186,29 +186,7 @@ impl LlcTransport<AnyLink> {
         port: u16,
         cfg: LlcConfig,
     ) -> Result<Self, TransportError> {
-        let backend = match backend {
-            Backend::Auto => any::Backend::Auto,
-            Backend::Xdp => any::Backend::Xdp,
-            Backend::Packet => any::Backend::Packet,
-        };
-        let attach = match attach {
-            AttachMode::Auto => afxdp::AttachMode::Auto,
-            AttachMode::Native => afxdp::AttachMode::Native,
-            AttachMode::Generic => afxdp::AttachMode::Generic,
-        };
-        let packet = AfPacketConfig {
-            sap: cfg.sap,
-            port: claim,
-            ..Default::default()
-        };
-        let xdp = AfXdpConfig {
-            sap: cfg.sap,
-            port: claim,
-            attach,
-            ..Default::default()
-        };
-        let (link, notes) = any::open(ifname, backend, packet, xdp)
-            .map_err(|e| TransportError::Setup(e.to_string()))?;
+        let (link, notes) = open_device(ifname, backend, attach, cfg.sap, claim)?;
         let mac = link.mac();
         let port = link.port().unwrap_or(port);
         let mut t = LlcTransport::new(link, mac, port, cfg, Rng::from_entropy());
@@ -224,6 +202,42 @@ impl LlcTransport<AnyLink> {
         }
         Ok(t)
     }
+}
+
+/// The link device an LLC endpoint on `ifname` uses (the backend and XDP
+/// attach mode chosen as the transport chooses them, frames of `sap`,
+/// transport port `claim` held if given), without the endpoint: for
+/// measuring the link itself on the same device code (its floor, with
+/// [`llc_stack::link::test_ping`]). Returns the link and what fell back.
+pub fn open_device(
+    ifname: &str,
+    backend: Backend,
+    attach: AttachMode,
+    sap: u8,
+    claim: Option<u16>,
+) -> Result<(AnyLink, Vec<String>), TransportError> {
+    let backend = match backend {
+        Backend::Auto => any::Backend::Auto,
+        Backend::Xdp => any::Backend::Xdp,
+        Backend::Packet => any::Backend::Packet,
+    };
+    let attach = match attach {
+        AttachMode::Auto => afxdp::AttachMode::Auto,
+        AttachMode::Native => afxdp::AttachMode::Native,
+        AttachMode::Generic => afxdp::AttachMode::Generic,
+    };
+    let packet = AfPacketConfig {
+        sap,
+        port: claim,
+        ..Default::default()
+    };
+    let xdp = AfXdpConfig {
+        sap,
+        port: claim,
+        attach,
+        ..Default::default()
+    };
+    any::open(ifname, backend, packet, xdp).map_err(|e| TransportError::Setup(e.to_string()))
 }
 
 impl<D: Device> LlcTransport<D> {

@@ -196,6 +196,11 @@ pub struct TransportResult {
     /// N senders to one receiver through a bridge.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub incast: Vec<crate::incast::IncastPoint>,
+    /// LLC transports: the link floor of the same pair, median one-way time
+    /// of 802.2 TEST round trips on the same device code with no protocol
+    /// above (µs), measured before the endpoints opened.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub link_floor_one_way_us: Option<f64>,
     /// Why measuring stopped early over this transport (the run goes on
     /// with the others).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -303,6 +308,7 @@ pub fn empty_result(kind: Kind, mtu: Option<u32>) -> TransportResult {
         overhead: vec![],
         overlap: vec![],
         incast: vec![],
+        link_floor_one_way_us: None,
         error: None,
         counters: Default::default(),
     }

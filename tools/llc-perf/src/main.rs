@@ -11,6 +11,7 @@
 mod affinity;
 mod bench;
 mod driver;
+mod floor;
 mod incast;
 mod plot;
 mod proto;
@@ -648,6 +649,25 @@ fn demo_phase(
             .expect("a bed per kind")
             .1
     };
+    // The link floor of each LLC transport's pair, before its endpoints
+    // take the links: what the latency sweep is measured against.
+    let mut floors: Vec<(Kind, f64)> = Vec::new();
+    if s.tests.contains(&Test::Latency) {
+        let rounds = if s.quick { 2_000 } else { 20_000 };
+        let cpus = pin.then(|| pair_cpu_ids(0, 1));
+        for &k in kinds.iter().filter(|k| k.is_llc()) {
+            match floor::link_floor(k, bed_of(k), xdp_attach, rounds, cpus) {
+                Ok(f) => {
+                    say(
+                        out,
+                        &format!("{k}: link floor {f:.2} µs one-way (802.2 TEST on the same pair and device code, no protocol)"),
+                    );
+                    floors.push((k, f));
+                }
+                Err(e) => say(out, &format!("{k}: link floor not measured: {e:#}")),
+            }
+        }
+    }
     // One server endpoint per message-rate pair (pair 0 serves every
     // other test too).
     let pairs = if s.tests.contains(&Test::Msgrate) {
@@ -761,7 +781,14 @@ fn demo_phase(
     for t in threads {
         let _ = t.join();
     }
-    result
+    let mut result = result?;
+    for r in &mut result {
+        r.link_floor_one_way_us = floors
+            .iter()
+            .find(|(k, _)| *k == r.transport)
+            .map(|(_, f)| *f);
+    }
+    Ok(result)
 }
 
 fn demo(a: &DemoArgs) -> Result<()> {

@@ -111,6 +111,8 @@ pub struct Target {
     pub name: String,
     /// The measured ratio.
     pub ratio: f64,
+    /// What `ratio` is in: `x` (a ratio) or ` µs` (a difference).
+    pub unit: &'static str,
     /// The goal, e.g. `<= 0.5`.
     pub goal: String,
     /// Met in this run?
@@ -277,6 +279,7 @@ impl Report {
                                 mtu_str(tm)
                             ),
                             ratio,
+                            unit: "x",
                             goal: if higher { ">= 1.0" } else { "<= 1.0" }.into(),
                             met: if higher { ratio >= 1.0 } else { ratio <= 1.0 },
                         });
@@ -312,8 +315,26 @@ impl Report {
                         mtu_str(m)
                     ),
                     ratio,
+                    unit: "x",
                     goal: ">= 1.0, fairness >= 0.95".into(),
                     met: ratio >= 1.0 && f >= 0.95,
+                });
+            }
+        }
+        // Issue 23: what the message layer adds to its own link's floor.
+        for r in self.results.iter().filter(|r| r.transport.is_llc()) {
+            if let (Some(floor), Some(lat)) = (r.link_floor_one_way_us, lat_at(r, 8)) {
+                let above = lat - floor;
+                self.targets.push(Target {
+                    name: format!(
+                        "8 B one-way above the link floor ({floor:.2} µs), {}, MTU {}",
+                        r.transport,
+                        mtu_str(r.mtu)
+                    ),
+                    ratio: above,
+                    unit: " µs",
+                    goal: "<= 0.3 µs".into(),
+                    met: above <= 0.3,
                 });
             }
         }
@@ -327,6 +348,7 @@ impl Report {
                             mtu_str(*mtu)
                         ),
                         ratio,
+                        unit: "x",
                         goal: "<= 0.5".into(),
                         met: ratio <= 0.5,
                     });
@@ -347,6 +369,7 @@ impl Report {
                                 mtu_str(*mtu)
                             ),
                             ratio,
+                            unit: "x",
                             goal: ">= 1.0".into(),
                             met: ratio >= 1.0,
                         });
@@ -729,9 +752,10 @@ impl Report {
             for t in &self.targets {
                 let _ = writeln!(
                     s,
-                    "  {:<62} {:>6.2}x (goal {}): {}",
+                    "  {:<62} {:>6.2}{} (goal {}): {}",
                     t.name,
                     t.ratio,
+                    t.unit,
                     t.goal,
                     if t.met { "MET" } else { "NOT MET" }
                 );

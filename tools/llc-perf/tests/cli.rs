@@ -198,8 +198,15 @@ fn quick_demo_json_holds_the_documented_keys() {
         .collect();
     assert_eq!(small.len(), 2, "{v}");
     assert_eq!(big.len(), 2, "{v}");
-    // Every transport reports its counters; the LLC one its link's too.
+    // Every transport reports its counters; the LLC one its link's too,
+    // and the floor of its link (802.2 TEST on the same pair).
     for r in results {
+        if r["transport"] == "llc-packet" {
+            let f = r["link_floor_one_way_us"].as_f64().expect("link floor");
+            assert!(f > 0.0 && f < 1000.0, "{r}");
+        } else {
+            assert!(r["link_floor_one_way_us"].is_null(), "{r}");
+        }
         let c = &r["counters"];
         assert!(c["msg.eager_sent"].as_u64().unwrap() > 0, "{r}");
         if r["transport"] == "llc-packet" {
@@ -234,6 +241,20 @@ fn quick_demo_json_holds_the_documented_keys() {
             )),
             "{what}: {targets:?}"
         );
+    }
+    // What the message layer adds to its link's floor, at each MTU.
+    let above: Vec<_> = targets
+        .iter()
+        .filter(|t| {
+            t["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("8 B one-way above the link floor"))
+        })
+        .collect();
+    assert_eq!(above.len(), 2, "{targets:?}");
+    for t in above {
+        assert_eq!(t["unit"], " µs", "{t}");
+        assert!(t["ratio"].as_f64().is_some_and(f64::is_finite), "{t}");
     }
     let cmp = v["comparison"].as_array().expect("comparison");
     assert!(
