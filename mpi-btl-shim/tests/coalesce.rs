@@ -15,7 +15,7 @@ use vm_tests::netns::TwoHosts;
 use vm_tests::require_root;
 
 mod common;
-use common::{addr, open};
+use common::{introduce, open};
 
 /// What the receive callback collected: (tag, payload).
 type Got = Mutex<Vec<(u8, Vec<u8>)>>;
@@ -33,18 +33,9 @@ fn three_sends_then_silence(coalesce_us: u32) -> u64 {
     let bed = TwoHosts::new(1500).expect("testbed");
     let (a, b) = (open(&bed.a, coalesce_us), open(&bed.b, coalesce_us));
     let got: Got = Mutex::new(Vec::new());
-    let (mut to_b, mut to_a) = (0u32, 0u32);
-    // SAFETY: live handles, NUL-terminated addresses, writable out
-    // parameters; `got` outlives both shims (closed below).
+    let (to_b, to_a) = introduce(a, b);
+    // SAFETY: a live handle; `got` outlives both shims (closed below).
     unsafe {
-        assert_eq!(
-            llc_shim_add_peer(a, addr(b).as_ptr(), &mut to_b),
-            LlcShimStatus::Ok
-        );
-        assert_eq!(
-            llc_shim_add_peer(b, addr(a).as_ptr(), &mut to_a),
-            LlcShimStatus::Ok
-        );
         let ctx = &got as *const Got as *mut c_void;
         assert_eq!(
             llc_shim_set_recv_handler(b, 9, Some(on_recv), ctx),

@@ -14,7 +14,7 @@ use vm_tests::netns::TwoHosts;
 use vm_tests::require_root;
 
 mod common;
-use common::{addr, open};
+use common::{introduce, open};
 
 /// The statuses a put's callback reported, in order.
 type Done = Mutex<Vec<LlcShimStatus>>;
@@ -55,22 +55,13 @@ fn a_put_lands_in_the_region_and_completes_once() {
     require_root!();
     let bed = TwoHosts::new(9000).expect("testbed");
     let (a, b) = (open(&bed.a, 0), open(&bed.b, 0));
-    let mut to_b = 0u32;
-    let mut to_a = 0u32;
+    let (to_b, _) = introduce(a, b);
     const LEN: usize = 1 << 20;
     let mut region = vec![0u8; LEN + 4096];
     let mut key = 0u64;
-    // SAFETY: live handles, NUL-terminated addresses, writable out
-    // parameters; `region` outlives its registration (closed below).
+    // SAFETY: a live handle and a writable out parameter; `region`
+    // outlives its registration (closed below).
     unsafe {
-        assert_eq!(
-            llc_shim_add_peer(a, addr(b).as_ptr(), &mut to_b),
-            LlcShimStatus::Ok
-        );
-        assert_eq!(
-            llc_shim_add_peer(b, addr(a).as_ptr(), &mut to_a),
-            LlcShimStatus::Ok
-        );
         assert_eq!(
             llc_shim_register(b, region.as_mut_ptr().cast(), region.len(), &mut key),
             LlcShimStatus::Ok

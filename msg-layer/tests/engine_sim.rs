@@ -77,11 +77,11 @@ fn sizes_both_ways() {
     );
 }
 
-#[test]
-fn sizes_over_a_lossy_link() {
-    // With loss, the last acknowledgement of the final barrier may be lost
-    // after its sender stopped making progress; the progress threads keep
-    // both ends answering until the endpoints are dropped.
+/// Two endpoints on a link that loses, duplicates and reorders frames.
+/// With loss, the last acknowledgement of a final barrier may be lost after
+/// its sender stopped making progress; progress threads keep both ends
+/// answering until the endpoints are dropped.
+fn lossy_pair(seed: u64) -> (SimEndpoint, SimEndpoint, Config) {
     let cfg = Config {
         progress_thread: true,
         ..Config::default()
@@ -92,9 +92,15 @@ fn sizes_over_a_lossy_link() {
         reorder: 0.02,
         ..FaultConfig::default()
     };
-    let mut v = endpoints(2, &cfg, faults, 7);
+    let mut v = endpoints(2, &cfg, faults, seed);
     let b = v.pop().unwrap();
     let a = v.pop().unwrap();
+    (a, b, cfg)
+}
+
+#[test]
+fn sizes_over_a_lossy_link() {
+    let (a, b, cfg) = lossy_pair(7);
     suite::sizes_both_ways(&a, &b, &suite::sizes(cfg.eager_limit, 1 << 20));
 }
 
@@ -132,19 +138,7 @@ fn rma_over_a_lossy_link() {
     // first fragment is overtaken is copied in by the engine instead, a
     // retransmitted fragment lands at its offset again; the region must
     // hold exactly the put's bytes either way.
-    let cfg = Config {
-        progress_thread: true,
-        ..Config::default()
-    };
-    let faults = FaultConfig {
-        loss: 0.02,
-        duplicate: 0.01,
-        reorder: 0.02,
-        ..FaultConfig::default()
-    };
-    let mut v = endpoints(2, &cfg, faults, 11);
-    let b = v.pop().unwrap();
-    let a = v.pop().unwrap();
+    let (a, b, _) = lossy_pair(11);
     suite::active_messages_and_rma(&a, &b);
     let s = b.stats();
     assert!(s.put_pieces_placed > 0, "{s:?}");

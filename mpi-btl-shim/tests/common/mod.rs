@@ -38,11 +38,29 @@ pub fn open(h: &Host, coalesce_us: u32) -> *mut LlcShim {
 }
 
 /// The shim's address, as peers add it.
-pub fn addr(s: *const LlcShim) -> CString {
+fn addr(s: *const LlcShim) -> CString {
     let mut buf = vec![0u8; 128];
     // SAFETY: a live handle and a buffer of the length given.
     let n = unsafe { llc_shim_addr(s, buf.as_mut_ptr().cast(), buf.len()) };
     assert!(n > 0 && n <= buf.len());
     buf.truncate(n - 1);
     CString::new(buf).unwrap()
+}
+
+/// Each shim added as the other's peer: (b's id at a, a's id at b).
+pub fn introduce(a: *const LlcShim, b: *const LlcShim) -> (u32, u32) {
+    let (mut to_b, mut to_a) = (0u32, 0u32);
+    // SAFETY: live handles, NUL-terminated addresses, writable out
+    // parameters.
+    unsafe {
+        assert_eq!(
+            llc_shim_add_peer(a, addr(b).as_ptr(), &mut to_b),
+            LlcShimStatus::Ok
+        );
+        assert_eq!(
+            llc_shim_add_peer(b, addr(a).as_ptr(), &mut to_a),
+            LlcShimStatus::Ok
+        );
+    }
+    (to_b, to_a)
 }

@@ -6,15 +6,18 @@
 //! the deterministic tests.
 
 use std::os::fd::RawFd;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use bytes::Bytes;
 use llc_stack::link::afpacket::AfPacketConfig;
 use llc_stack::link::afxdp::{self, AfXdpConfig};
 use llc_stack::link::any::{self, AnyLink};
+use llc_stack::link::test_ping;
 use llc_stack::proto::{ConnHandle, Event};
 use llc_stack::rng::Rng;
 use llc_stack::statpage::PageInfo;
+use llc_stack::wire::{Addresses, MacAddr};
 use llc_stack::{Device, Instant, Stack};
 
 use super::spec::{AttachMode, Backend, LlcSpec};
@@ -206,10 +209,9 @@ impl LlcTransport<AnyLink> {
 
 /// The link device an LLC endpoint on `ifname` uses (the backend and XDP
 /// attach mode chosen as the transport chooses them, frames of `sap`,
-/// transport port `claim` held if given), without the endpoint: for
-/// measuring the link itself on the same device code (its floor, with
-/// [`llc_stack::link::test_ping`]). Returns the link and what fell back.
-pub fn open_device(
+/// transport port `claim` held if given). Returns the link and what fell
+/// back.
+fn open_device(
     ifname: &str,
     backend: Backend,
     attach: AttachMode,
@@ -238,6 +240,64 @@ pub fn open_device(
         ..Default::default()
     };
     any::open(ifname, backend, packet, xdp).map_err(|e| TransportError::Setup(e.to_string()))
+}
+
+/// The link floor of an endpoint's link: 802.2 TEST round trips on the
+/// device an endpoint of this spec would use, with no protocol above
+/// ([`llc_stack::link::test_ping`]), the yardstick of "how far above the
+/// link itself" a message costs. One host answers, the other times.
+impl LlcSpec {
+    /// Answer every TEST command from `peer` on this spec's link until
+    /// `stop` is set; `ready` runs once the link is open.
+    pub fn answer_link_tests(
+        &self,
+        peer: MacAddr,
+        ready: impl FnOnce(),
+        stop: &AtomicBool,
+    ) -> Result<(), TransportError> {
+        let (mut dev, _) = self.open_bare()?;
+        ready();
+        let back = self.addresses(dev.mac(), peer);
+        test_ping::answer_tests(&mut dev, back, stop)
+            .map_err(|e| TransportError::io("answering TEST", &e))
+    }
+
+    /// `warmup` then `rounds` TEST round trips to `peer` on this spec's
+    /// link, one at a time; the measured ones' times. Fails when an answer
+    /// does not come within `stall`.
+    pub fn link_round_trips(
+        &self,
+        peer: MacAddr,
+        warmup: usize,
+        rounds: usize,
+        stall: Duration,
+    ) -> Result<Vec<Duration>, TransportError> {
+        let (mut dev, _) = self.open_bare()?;
+        let to = self.addresses(dev.mac(), peer);
+        test_ping::round_trips(&mut dev, to, warmup, rounds, stall)
+            .map_err(|e| TransportError::io("TEST round trips", &e))
+    }
+
+    /// The link alone, no port held.
+    fn open_bare(&self) -> Result<(AnyLink, Vec<String>), TransportError> {
+        open_device(
+            &self.ifname,
+            self.backend,
+            self.attach,
+            self.config.sap,
+            None,
+        )
+    }
+
+    fn addresses(&self, us: MacAddr, peer: MacAddr) -> Addresses {
+        let sap = self.config.sap;
+        Addresses {
+            dst: peer,
+            src: us,
+            dsap: sap,
+            ssap: sap,
+        }
+    }
 }
 
 impl<D: Device> LlcTransport<D> {

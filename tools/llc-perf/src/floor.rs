@@ -9,10 +9,8 @@ use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
-use llc_stack::link::test_ping;
-use llc_stack::wire::{Addresses, MacAddr};
-use msg_layer::transport::llc::open_device;
-use msg_layer::transport::spec::AttachMode;
+use msg_layer::addr::MacAddr;
+use msg_layer::transport::spec::{AttachMode, LlcSpec};
 use msg_layer::transport::TransportSpec;
 
 use crate::affinity;
@@ -20,6 +18,23 @@ use crate::transports::{self, Kind, Open, SERVER_PORT};
 
 /// A response not back within this long means the link lost it.
 const STALL: Duration = Duration::from_secs(10);
+
+/// `k`'s link spec on `ifname` (as its server endpoint would open it).
+fn link_spec(k: Kind, ifname: &str, attach: AttachMode) -> Result<LlcSpec> {
+    let open = Open {
+        ifname,
+        ip: std::net::Ipv4Addr::UNSPECIFIED.into(),
+        server: true,
+        port: SERVER_PORT,
+        uring_coop: true,
+        xdp_attach: attach,
+        pair: 0,
+    };
+    match transports::spec(k, &open) {
+        TransportSpec::Llc(s) => Ok(s),
+        _ => bail!("{k} is not an LLC transport"),
+    }
+}
 
 /// Median one-way time (half the round trip) in µs of `rounds` TEST round
 /// trips from host A to host B of `bed` over `k`'s device code; the two
@@ -31,53 +46,36 @@ pub fn link_floor(
     rounds: usize,
     cpus: Option<(usize, usize)>,
 ) -> Result<f64> {
-    let open = Open {
-        ifname: &bed.b.ifname,
-        ip: bed.b.ipv4.into(),
-        server: true,
-        port: SERVER_PORT,
-        uring_coop: true,
-        xdp_attach: attach,
-        pair: 0,
-    };
-    let TransportSpec::Llc(spec) = transports::spec(k, &open) else {
-        bail!("{k} is not an LLC transport");
-    };
-    let (backend, attach, sap) = (spec.backend, spec.attach, spec.config.sap);
+    let (a_spec, b_spec) = (
+        link_spec(k, &bed.a.ifname, attach)?,
+        link_spec(k, &bed.b.ifname, attach)?,
+    );
     let (a, b) = (MacAddr(bed.a.mac), MacAddr(bed.b.mac));
     let stop = Arc::new(AtomicBool::new(false));
     let (ready_tx, ready_rx) = mpsc::channel();
-    let (b_if, b_stop) = (bed.b.ifname.clone(), stop.clone());
+    let b_stop = stop.clone();
     let responder = bed.b.ns.spawn(move || -> Result<()> {
         if let Some((_, cpu)) = cpus {
             affinity::pin_current(&[cpu])?;
         }
-        let (mut dev, _) = open_device(&b_if, backend, attach, sap, None)
-            .with_context(|| format!("opening {k}'s link on {b_if}"))?;
-        let _ = ready_tx.send(());
-        let back = Addresses {
-            dst: a,
-            src: b,
-            dsap: sap,
-            ssap: sap,
-        };
-        test_ping::answer_tests(&mut dev, back, &b_stop).context("answering TEST")
+        b_spec
+            .answer_link_tests(
+                a,
+                || {
+                    let _ = ready_tx.send(());
+                },
+                &b_stop,
+            )
+            .with_context(|| format!("answering TEST on {}", b_spec.ifname))
     });
     let pinged = match ready_rx.recv_timeout(STALL) {
         Ok(()) => bed.a.ns.run(|| -> Result<Vec<Duration>> {
             if let Some((cpu, _)) = cpus {
                 affinity::pin_current(&[cpu])?;
             }
-            let (mut dev, _) = open_device(&bed.a.ifname, backend, attach, sap, None)
-                .with_context(|| format!("opening {k}'s link on {}", bed.a.ifname))?;
-            let to = Addresses {
-                dst: b,
-                src: a,
-                dsap: sap,
-                ssap: sap,
-            };
-            let r = test_ping::round_trips(&mut dev, to, rounds / 10, rounds, STALL)
-                .context("TEST round trips");
+            let r = a_spec
+                .link_round_trips(b, rounds / 10, rounds, STALL)
+                .with_context(|| format!("TEST round trips from {}", a_spec.ifname));
             if cpus.is_some() {
                 let _ = affinity::pin_current(&[]);
             }
