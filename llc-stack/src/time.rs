@@ -57,6 +57,15 @@ impl Instant {
         }
     }
 
+    /// `nanos` nanoseconds later (saturating): the timers' arithmetic, kept
+    /// in integers on the per-frame path.
+    #[inline]
+    pub const fn add_nanos(self, nanos: u64) -> Self {
+        Instant {
+            nanos: self.nanos.saturating_add(nanos),
+        }
+    }
+
     /// Time elapsed since `earlier`, or zero if `earlier` is later.
     pub fn saturating_duration_since(self, earlier: Instant) -> Duration {
         Duration::from_nanos(self.nanos.saturating_sub(earlier.nanos))

@@ -8,6 +8,7 @@
 
 use std::collections::VecDeque;
 use std::io;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -48,6 +49,9 @@ impl Default for SimConfig {
 #[derive(Debug, Default)]
 struct Port {
     rx: VecDeque<(Instant, Vec<u8>)>,
+    /// `rx.len()`, readable without the lock: an idle port's receive poll
+    /// reads it and nothing else, as a driver reads a ring's producer index.
+    queued: Arc<AtomicUsize>,
     /// When this port's transmitter is free again (serialisation).
     tx_free_at: Instant,
 }
@@ -68,6 +72,10 @@ struct Segment {
 
 /// Most spare frame buffers a segment keeps.
 const MAX_SPARE: usize = 256;
+/// Most spare frame buffers a port keeps for itself: a received frame's
+/// buffer goes back without taking the segment's lock, and moves to the
+/// segment in batches (a one-way stream's receiver feeds its sender).
+const PORT_SPARE: usize = 32;
 
 impl Segment {
     /// A buffer holding `frame`, reused when one is spare.
@@ -107,12 +115,16 @@ impl Sim {
     /// Attach a new port.
     pub fn port(&self) -> SimPort {
         let mut seg = self.lock();
-        seg.ports.push(Port::default());
+        let port = Port::default();
+        let queued = port.queued.clone();
+        seg.ports.push(port);
         let mtu = seg.cfg.mtu;
         SimPort {
+            queued,
             sim: self.clone(),
             index: seg.ports.len() - 1,
             tx_buf: vec![0; mtu + crate::wire::ethernet::HEADER_LEN],
+            spare: Vec::new(),
         }
     }
 
@@ -139,25 +151,34 @@ impl Sim {
 /// One port of a [`Sim`] segment.
 #[derive(Debug)]
 pub struct SimPort {
+    /// This port's [`Port::queued`].
+    queued: Arc<AtomicUsize>,
     sim: Sim,
     index: usize,
     tx_buf: Vec<u8>,
+    /// Buffers of frames this port received and read (see [`PORT_SPARE`]).
+    spare: Vec<Vec<u8>>,
 }
 
-/// A received frame, owned; its buffer goes back to the segment once read.
+/// A received frame, owned; its buffer goes back to the port once read.
 #[derive(Debug)]
-pub struct SimRx {
+pub struct SimRx<'a> {
     frame: Vec<u8>,
-    sim: Sim,
+    port: &'a mut SimPort,
 }
 
-impl RxToken for SimRx {
+impl RxToken for SimRx<'_> {
     fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
         let r = f(&self.frame);
-        let mut seg = self.sim.lock();
-        if seg.spare.len() < MAX_SPARE {
-            seg.spare.push(self.frame);
+        let port = self.port;
+        if port.spare.len() >= PORT_SPARE {
+            let mut seg = port.sim.lock();
+            let room = MAX_SPARE.saturating_sub(seg.spare.len());
+            seg.spare
+                .extend(port.spare.drain(PORT_SPARE / 2..).take(room));
+            port.spare.truncate(PORT_SPARE / 2);
         }
+        port.spare.push(self.frame);
         r
     }
 }
@@ -173,18 +194,26 @@ impl TxToken for SimTx<'_> {
     fn consume<F: FnOnce(&mut [u8]) -> usize>(self, f: F) -> usize {
         let n = f(&mut self.port.tx_buf).min(self.port.tx_buf.len());
         if n > 0 {
-            let frame = &self.port.tx_buf[..n];
-            let mut seg = self.port.sim.lock();
-            let cfg = seg.cfg.clone();
-            let me = self.port.index;
-            // Preamble, FCS and inter-frame gap add 24 bytes of line time.
-            let serialise = ((n as u64 + 24) * 8 * 1_000_000_000)
-                .checked_div(cfg.rate_bps)
-                .map_or(Duration::ZERO, Duration::from_nanos);
+            let port = self.port;
+            let frame = &port.tx_buf[..n];
+            let mut seg = port.sim.lock();
+            let (rate_bps, latency, switched, rx_queue_frames) = (
+                seg.cfg.rate_bps,
+                seg.cfg.latency,
+                seg.cfg.switched,
+                seg.cfg.rx_queue_frames,
+            );
+            let me = port.index;
             let start = seg.ports[me].tx_free_at.max(self.now);
-            seg.ports[me].tx_free_at = start + serialise;
-            let arrival = start + serialise + cfg.latency;
-            let to = if cfg.switched && n >= 12 {
+            let done = if rate_bps == 0 {
+                start
+            } else {
+                // Preamble, FCS and inter-frame gap add 24 bytes of line time.
+                start + Duration::from_nanos((n as u64 + 24) * 8 * 1_000_000_000 / rate_bps)
+            };
+            seg.ports[me].tx_free_at = done;
+            let arrival = done + latency;
+            let to = if switched && n >= 12 {
                 let src: [u8; 6] = frame[6..12].try_into().expect("6 bytes");
                 if seg.learned.get(&src) != Some(&me) {
                     seg.learned.insert(src, me);
@@ -207,11 +236,19 @@ impl TxToken for SimTx<'_> {
                 if i == me {
                     continue;
                 }
-                if seg.ports[i].rx.len() >= cfg.rx_queue_frames {
+                if seg.ports[i].rx.len() >= rx_queue_frames {
                     seg.overflow_drops += 1;
                 } else {
-                    let copy = seg.copy_of(frame);
+                    let copy = match port.spare.pop() {
+                        Some(mut buf) => {
+                            buf.clear();
+                            buf.extend_from_slice(frame);
+                            buf
+                        }
+                        None => seg.copy_of(frame),
+                    };
                     seg.ports[i].rx.push_back((arrival, copy));
+                    seg.ports[i].queued.fetch_add(1, Ordering::Release);
                     seg.delivered += 1;
                 }
             }
@@ -228,20 +265,23 @@ impl SimPort {
 }
 
 impl Device for SimPort {
-    type RxToken<'a> = SimRx;
+    type RxToken<'a> = SimRx<'a>;
     type TxToken<'a> = SimTx<'a>;
 
-    fn receive(&mut self, now: Instant) -> Option<SimRx> {
+    fn receive(&mut self, now: Instant) -> Option<SimRx<'_>> {
+        if self.queued.load(Ordering::Acquire) == 0 {
+            return None;
+        }
         let mut seg = self.sim.lock();
-        let q = &mut seg.ports[self.index].rx;
-        if q.front().is_some_and(|f| f.0 <= now) {
-            q.pop_front().map(|f| SimRx {
-                frame: f.1,
-                sim: self.sim.clone(),
-            })
+        let port = &mut seg.ports[self.index];
+        let frame = if port.rx.front().is_some_and(|f| f.0 <= now) {
+            port.queued.fetch_sub(1, Ordering::Relaxed);
+            port.rx.pop_front().map(|f| f.1)
         } else {
             None
-        }
+        };
+        drop(seg);
+        frame.map(|frame| SimRx { frame, port: self })
     }
 
     fn transmit(&mut self, now: Instant) -> Option<SimTx<'_>> {

@@ -62,7 +62,9 @@ impl RttEstimator {
         Duration::from_nanos(self.latest)
     }
 
-    fn rto_nanos(&self) -> u64 {
+    /// [`RttEstimator::rto`] in nanoseconds.
+    #[inline]
+    pub(crate) fn rto_nanos(&self) -> u64 {
         if self.srtt == 0 {
             self.initial_rto
         } else {
@@ -78,9 +80,22 @@ impl RttEstimator {
     /// Timeout after `backoff` doublings, capped at the maximum (or at the
     /// base timeout when that is larger, e.g. the initial one).
     pub fn rto_backed_off(&self, backoff: u32) -> Duration {
+        Duration::from_nanos(self.rto_backed_off_nanos(backoff))
+    }
+
+    /// [`RttEstimator::rto_backed_off`] in nanoseconds.
+    #[inline]
+    pub(crate) fn rto_backed_off_nanos(&self, backoff: u32) -> u64 {
         let base = self.rto_nanos();
         let backed = base.saturating_mul(1u64 << backoff.min(32));
-        Duration::from_nanos(backed.min(self.max_rto.max(base)))
+        backed.min(self.max_rto.max(base))
+    }
+
+    /// The larger of two smoothed RTTs and the smoothed RTT plus four
+    /// deviations, in nanoseconds: the base of the tail-loss probe timeout.
+    #[inline]
+    pub(crate) fn probe_base_nanos(&self) -> u64 {
+        (self.srtt * 2).max(self.srtt + self.rttvar * 4)
     }
 }
 

@@ -314,9 +314,10 @@ impl Connection {
             retransmitted: false,
         });
         self.stats.data_frames_sent += 1;
-        self.timers[Timer::Tail as usize] = Some(now + self.probe_timeout());
+        self.timers[Timer::Tail as usize] = Some(now.add_nanos(self.probe_timeout_nanos()));
         if self.timers[Timer::Rto as usize].is_none() {
-            self.timers[Timer::Rto as usize] = Some(now + self.rtt.rto_backed_off(self.backoff));
+            self.timers[Timer::Rto as usize] =
+                Some(now.add_nanos(self.rtt.rto_backed_off_nanos(self.backoff)));
         }
         // Ask for an immediate ACK when this is the last frame we may send
         // for now although more is queued: we would otherwise wait for the
@@ -562,15 +563,16 @@ impl Connection {
                 }
             }
             self.backoff = 0;
-            self.timers[Timer::Rto as usize] = if self.inflight.is_empty() {
-                None
+            (
+                self.timers[Timer::Rto as usize],
+                self.timers[Timer::Tail as usize],
+            ) = if self.inflight.is_empty() {
+                (None, None)
             } else {
-                Some(now + self.rtt.rto())
-            };
-            self.timers[Timer::Tail as usize] = if self.inflight.is_empty() {
-                None
-            } else {
-                Some(now + self.probe_timeout())
+                (
+                    Some(now.add_nanos(self.rtt.rto_nanos())),
+                    Some(now.add_nanos(self.probe_timeout_nanos())),
+                )
             };
         }
         if let Some(end) = self.recovery_end {

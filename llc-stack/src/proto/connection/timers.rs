@@ -156,10 +156,13 @@ impl Connection {
     /// the delay the peer may hold an acknowledgement it was not asked for
     /// soon (its announced `max_ack_delay`, as QUIC's PTO adds it).
     pub(super) fn probe_timeout(&self) -> Duration {
-        let srtt = self.rtt.srtt();
-        (srtt * 2).max(srtt + self.rtt.rttvar() * 4)
-            + Duration::from_micros(50)
-            + self.peer_max_ack_delay
+        Duration::from_nanos(self.probe_timeout_nanos())
+    }
+
+    /// [`Connection::probe_timeout`] in nanoseconds (the per-frame path's).
+    #[inline]
+    pub(super) fn probe_timeout_nanos(&self) -> u64 {
+        self.rtt.probe_base_nanos() + 50_000 + self.peer_max_ack_delay.as_nanos() as u64
     }
 
     /// When the next tail-loss probe is due after a retransmission: the
