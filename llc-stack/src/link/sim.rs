@@ -205,11 +205,10 @@ impl TxToken for SimTx<'_> {
             );
             let me = port.index;
             let start = seg.ports[me].tx_free_at.max(self.now);
-            let done = if rate_bps == 0 {
-                start
-            } else {
-                // Preamble, FCS and inter-frame gap add 24 bytes of line time.
-                start + Duration::from_nanos((n as u64 + 24) * 8 * 1_000_000_000 / rate_bps)
+            // Preamble, FCS and inter-frame gap add 24 bytes of line time.
+            let done = match ((n as u64 + 24) * 8 * 1_000_000_000).checked_div(rate_bps) {
+                Some(ns) => start + Duration::from_nanos(ns),
+                None => start,
             };
             seg.ports[me].tx_free_at = done;
             let arrival = done + latency;
