@@ -1158,8 +1158,16 @@ impl Endpoint {
                 }),
                 None => e.conn.poll_transmit(now, buf),
             };
-            self.collect(h);
-            if let Some(e) = self.conns.get_mut(&h) {
+            let e = if e.conn.needs_collecting() {
+                self.collect(h);
+                self.conns.get_mut(&h)
+            } else {
+                // What `collect` does for a connection with no events (the
+                // common case), without looking it up again.
+                e.note(h, &mut self.queues);
+                Some(e)
+            };
+            if let Some(e) = e {
                 if e.conn.wants_transmit() {
                     self.queues.ready.push_back(h);
                 } else {

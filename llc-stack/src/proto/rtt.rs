@@ -35,7 +35,13 @@ impl RttEstimator {
 
     /// Feed one RTT sample.
     pub fn sample(&mut self, rtt: Duration) {
-        let rtt = nanos(rtt).max(1);
+        self.sample_nanos(nanos(rtt));
+    }
+
+    /// [`RttEstimator::sample`] in nanoseconds.
+    #[inline]
+    pub(crate) fn sample_nanos(&mut self, rtt: u64) {
+        let rtt = rtt.max(1);
         self.latest = rtt;
         if self.srtt == 0 {
             self.srtt = rtt;
@@ -50,6 +56,12 @@ impl RttEstimator {
     /// Smoothed RTT (zero before the first sample).
     pub fn srtt(&self) -> Duration {
         Duration::from_nanos(self.srtt)
+    }
+
+    /// [`RttEstimator::srtt`] in nanoseconds.
+    #[inline]
+    pub(crate) fn srtt_nanos(&self) -> u64 {
+        self.srtt
     }
 
     /// Mean deviation of the samples (zero before the first sample).

@@ -626,6 +626,13 @@ impl Connection {
         self.events.pop_front()
     }
 
+    /// True when `poll_event` has something, or the connection ended: what
+    /// its owner must look at after a frame (cheap).
+    #[inline]
+    pub fn needs_collecting(&self) -> bool {
+        !self.events.is_empty() || self.state == State::Closed
+    }
+
     /// When `handle_timeout` should be called next.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {

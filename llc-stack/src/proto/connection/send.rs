@@ -2,8 +2,6 @@
 //! (first transmissions, repairs, control frames), and the acknowledgements
 //! and SACK blocks that come back for them.
 
-use std::time::Duration;
-
 use bytes::Bytes;
 
 use super::timers::Timer;
@@ -558,8 +556,8 @@ impl Connection {
                     } else {
                         rtt_us
                     };
-                    self.rtt.sample(Duration::from_micros(adjusted));
-                    s.srtt_ns = self.rtt.srtt().as_nanos() as u64;
+                    self.rtt.sample_nanos(adjusted * 1000);
+                    s.srtt_ns = self.rtt.srtt_nanos();
                 }
             }
             self.backoff = 0;
