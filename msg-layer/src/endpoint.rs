@@ -577,8 +577,13 @@ impl<T: Transport> Endpoint<T> {
             let _ = c.progress();
         }
         let res = f(&mut c);
+        // Whoever makes progress delivers what it collected, so callbacks
+        // wait only if a round just now (ours or one before) left some.
+        let callbacks = c.engine.has_callbacks();
         drop(c);
-        self.shared.deliver();
+        if callbacks {
+            self.shared.deliver();
+        }
         res
     }
 
@@ -969,7 +974,9 @@ impl<T: Transport> Shared<T> {
         deadline: Option<Instant>,
         mut check: impl FnMut(&mut Core<T>) -> Option<R>,
     ) -> Result<R, Error> {
-        let mut pacer = Pacer::new(self.spin, Instant::now());
+        // Made at the first idle round: a wait that finds its answer at
+        // once (a send handed to the transport) reads no clock.
+        let mut pacer: Option<Pacer> = None;
         let mut fds = Vec::new();
         loop {
             let threaded = self.threaded.load(Ordering::Relaxed);
@@ -995,11 +1002,12 @@ impl<T: Transport> Shared<T> {
             if deadline.is_some_and(|d| now >= d) {
                 return Err(Error::Timeout);
             }
+            let pacer = pacer.get_or_insert_with(|| Pacer::new(self.spin, now));
             match pacer.after_round(moved, now) {
                 Pace::Busy => continue,
                 Pace::Spin => {
                     drop(c);
-                    spin_or_yield(&pacer, now);
+                    spin_or_yield(pacer, now);
                     continue;
                 }
                 Pace::Sleep => {}
