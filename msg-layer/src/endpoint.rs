@@ -171,8 +171,14 @@ impl<T: Transport> Core<T> {
     /// puts it on the wire at once (its transmit pass, or a whole round of
     /// progress where it has none).
     fn post<R>(&mut self, start: impl FnOnce(&mut Engine) -> R) -> R {
-        let r = start(&mut self.engine);
+        self.post_via(|e, _| start(e))
+    }
+
+    /// [`Core::post`] of an operation that may hand its packet to the
+    /// transport itself ([`Engine::isend_via`]).
+    fn post_via<R>(&mut self, start: impl FnOnce(&mut Engine, &mut T) -> R) -> R {
         let handed = self.engine.handed();
+        let r = start(&mut self.engine, &mut self.t);
         self.engine.transmit(&mut self.t);
         if self.engine.handed() == handed {
             return r; // nothing to send (a receive, a send waiting for credit)
@@ -190,19 +196,25 @@ impl<T: Transport> Core<T> {
     /// peer's queue instead when [`Config::coalesce`] is on, the message is
     /// small, and a message to `p` left at once since the last round of
     /// progress: the first of a burst leaves at once, the rest wait for
-    /// the next round (or post that leaves) to go in one bundle.
-    fn post_to<R>(&mut self, p: PeerId, len: usize, start: impl FnOnce(&mut Engine) -> R) -> R {
+    /// the next round (or post that leaves) to go in one bundle. `start`
+    /// gets the transport when the message is to leave now.
+    fn post_to<R>(
+        &mut self,
+        p: PeerId,
+        len: usize,
+        start: impl FnOnce(&mut Engine, Option<&mut T>) -> R,
+    ) -> R {
         let slot = p as usize;
         if self.coalesce
             && HEADER_LEN + len <= BUNDLE_ITEM_MAX
             && self.last_post.get(slot) == Some(&(self.epoch + 1))
             && self.engine.may_hold(p)
         {
-            let r = start(&mut self.engine);
+            let r = start(&mut self.engine, None);
             self.holding.store(true, Ordering::Release);
             return r;
         }
-        let r = self.post(start);
+        let r = self.post_via(|e, t| start(e, Some(t)));
         if self.coalesce {
             if self.last_post.len() <= slot {
                 self.last_post.resize(slot + 1, 0);
@@ -457,10 +469,9 @@ impl<T: Transport> Endpoint<T> {
     /// that makes progress, to leave in one bundle with the ones after it.
     pub fn isend(&self, peer: PeerId, tag: u32, context: u32, data: impl Into<Bytes>) -> Request {
         let data = data.into();
-        Request(
-            self.core()
-                .post_to(peer, data.len(), |e| e.isend(peer, tag, context, data)),
-        )
+        Request(self.core().post_to(peer, data.len(), |e, t| {
+            e.isend_via(t, peer, tag, context, data)
+        }))
     }
 
     /// [`Endpoint::isend`] of a body the caller waits to have back (lent
@@ -748,7 +759,7 @@ impl<T: Transport> Endpoint<T> {
         let data = data.into();
         Request(
             self.core()
-                .post_to(peer, data.len(), |e| e.am_send(peer, id, data)),
+                .post_to(peer, data.len(), |e, _| e.am_send(peer, id, data)),
         )
     }
 
@@ -758,7 +769,7 @@ impl<T: Transport> Endpoint<T> {
     /// only for an unknown or already failed peer.
     pub fn am_post(&self, peer: PeerId, id: u16, data: impl Into<Bytes>) -> Result<(), Error> {
         let data = data.into();
-        self.core().post_to(peer, data.len(), |e| {
+        self.core().post_to(peer, data.len(), |e, _| {
             e.am_post_parts(peer, id, Bytes::new(), data, false)
         })
     }
@@ -807,7 +818,7 @@ impl<T: Transport> Endpoint<T> {
         if lent {
             c.post(|e| e.am_post_parts(peer, id, prefix, body, lent))
         } else {
-            c.post_to(peer, prefix.len() + body.len(), |e| {
+            c.post_to(peer, prefix.len() + body.len(), |e, _| {
                 e.am_post_parts(peer, id, prefix, body, lent)
             })
         }

@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::{Completion, Engine, Out, ReqState, Status, Unexpected};
+use super::peers::PeerState;
+use super::{Completion, Engine, Out, Outlet, ReqState, Status, Unexpected};
 use crate::error::Error;
 use crate::matching::{Matched, Pattern, PeerId, PostId, Posting, Source};
 use crate::placement::RecvBuffer;
@@ -16,6 +17,71 @@ use crate::wire::{flags, Header, Kind, HEADER_LEN};
 impl Engine {
     pub fn isend(&mut self, p: PeerId, tag: u32, context: u32, data: Bytes) -> u64 {
         self.isend_with(p, tag, context, data, false)
+    }
+
+    /// [`Engine::isend`], handing an eager message to `o` at once when
+    /// going through the peer's queue would do just that (see
+    /// [`Engine::eager_now`]): no queue, no attention list, no second
+    /// state for the request.
+    pub fn isend_via<O: Outlet + ?Sized>(
+        &mut self,
+        o: Option<&mut O>,
+        p: PeerId,
+        tag: u32,
+        context: u32,
+        data: Bytes,
+    ) -> u64 {
+        if let Some(r) = o.and_then(|o| self.eager_now(o, p, tag, context, &data)) {
+            return r;
+        }
+        self.isend(p, tag, context, data)
+    }
+
+    /// Hand an eager message to `o` now, as [`Engine::transmit`] would hand
+    /// it from the peer's queue: only when nothing waits to be sent to any
+    /// peer (the transport then sees the packets in the same order), the
+    /// peer is connected and ready, and its credit covers the message.
+    /// `None` otherwise, or when `o` refuses it: the caller then queues it
+    /// as usual, and the next transmit meets the refusal and handles it.
+    fn eager_now<O: Outlet + ?Sized>(
+        &mut self,
+        o: &mut O,
+        p: PeerId,
+        tag: u32,
+        context: u32,
+        data: &Bytes,
+    ) -> Option<u64> {
+        if data.len() > self.cfg.eager_limit
+            || !self.attention.is_empty()
+            || !self.direct.is_empty()
+        {
+            return None;
+        }
+        let peer = self.peers.get_mut(p as usize)?;
+        let conn = peer.conn?;
+        let cost = (HEADER_LEN + data.len()) as u64;
+        if !matches!(peer.state, PeerState::Ready) || cost > peer.credit {
+            return None;
+        }
+        // A peer with packets queued is on the attention list.
+        debug_assert!(peer.queue.is_empty());
+        let give = peer.owed.min(u32::MAX as u64);
+        let mut hdr = Header::tagged(Kind::Eager, tag, context);
+        hdr.len = data.len() as u64;
+        hdr.credit = give as u32;
+        o.send(conn, &hdr.encode(), data.clone()).ok()?;
+        peer.credit -= cost;
+        peer.owed -= give;
+        peer.stalled = false;
+        self.handed += 1;
+        self.stats.eager_sent += 1;
+        let status = Status {
+            source: p,
+            tag,
+            context,
+            len: data.len(),
+        };
+        Some(self.new_req(ReqState::Done(Ok(Completion { status, data: None }))))
     }
 
     /// [`Engine::isend`]; `lent`: the caller waits for the transport to
