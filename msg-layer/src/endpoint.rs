@@ -629,13 +629,8 @@ impl<T: Transport> Endpoint<T> {
 
     /// Wait for `r` at most `timeout`; [`Error::Timeout`] leaves it pending.
     pub fn wait_timeout(&self, r: Request, timeout: Option<Duration>) -> Result<Completion, Error> {
-        self.shared.drive(deadline(timeout), |c| {
-            if c.engine.is_done(r.0) {
-                c.engine.take(r.0)
-            } else {
-                None
-            }
-        })?
+        self.shared
+            .drive(deadline(timeout), |c| c.engine.take(r.0))?
     }
 
     /// Wait until one of `reqs` completes: its index and result (MPI_Waitany).

@@ -165,6 +165,7 @@ impl Engine {
             None => self.new_peer(Some(addr), PeerState::Ready),
         };
         self.by_conn.insert(conn, ConnRole::Peer(p));
+        self.last_conn = None;
         let hello = self.hello();
         let peer = &mut self.peers[p as usize];
         peer.conn = Some(conn);
@@ -240,6 +241,7 @@ impl Engine {
             None => self.new_peer(Some(addr), PeerState::Awaiting),
         };
         self.by_conn.insert(c, ConnRole::Peer(p));
+        self.last_conn = None;
         let hello = self.hello();
         let peer = &mut self.peers[p as usize];
         if let PeerState::Failed(_) = peer.state {
@@ -272,6 +274,7 @@ impl Engine {
 
     /// Connection `c` ended: with it the peer that sends on it.
     pub(super) fn connection_closed(&mut self, c: ConnId, cause: Option<FailureCause>) {
+        self.last_conn = None;
         if let Some(ConnRole::Peer(p)) = self.by_conn.remove(&c) {
             let peer = &self.peers[p as usize];
             // A second connection from a peer (both sides connected)
