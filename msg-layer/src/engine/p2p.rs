@@ -215,66 +215,77 @@ impl Engine {
             len,
             msg,
         } = m;
-        let Some(ReqState::Posted { buf, .. }) = self.reqs.remove(&recv) else {
-            return;
-        };
         let status = Status {
             source: env.source,
             tag: env.tag,
             context: env.context,
             len,
         };
+        let sreq = match msg {
+            Unexpected::Eager(packet) => return self.matched_eager(recv, status, packet),
+            Unexpected::Rts { sreq } => sreq,
+        };
+        let Some(ReqState::Posted { buf, .. }) = self.reqs.remove(&recv) else {
+            return;
+        };
         self.stats.received += 1;
-        match msg {
-            Unexpected::Eager(packet) => {
-                self.return_credit(env.source, (HEADER_LEN + len) as u64);
-                let mut buf = buf;
-                let payload = &packet[HEADER_LEN..];
-                let res = if len <= buf.len() {
-                    buf.truncate(len);
-                    buf.copy_from_slice(payload);
-                    Ok(Completion {
-                        status,
-                        data: Some(buf),
-                    })
-                } else {
-                    Err(Error::Truncated {
-                        message_len: len,
-                        buffer_len: buf.len(),
-                    })
-                };
-                self.spent.push(packet);
-                self.reqs.insert(recv, ReqState::Done(res));
-            }
-            Unexpected::Rts { sreq } => {
-                self.return_credit(env.source, HEADER_LEN as u64);
-                let mut hdr = Header::new(Kind::Cts);
-                hdr.id = sreq;
-                hdr.aux = recv;
-                hdr.len = len as u64;
-                if len > buf.len() {
-                    hdr.flags |= flags::REFUSED;
-                    self.reqs.insert(
-                        recv,
-                        ReqState::Done(Err(Error::Truncated {
-                            message_len: len,
-                            buffer_len: buf.len(),
-                        })),
-                    );
-                } else {
-                    let mut buf = buf;
-                    buf.truncate(len);
-                    let buf = Arc::new(RecvBuffer::new(buf));
-                    self.placements
-                        .lock()
-                        .expect("placement registry")
-                        .insert(recv, buf.clone());
-                    self.reqs
-                        .insert(recv, ReqState::Receiving { buf, status, sreq });
-                }
-                self.push(env.source, Out::control(hdr));
-            }
+        self.return_credit(env.source, HEADER_LEN as u64);
+        let mut hdr = Header::new(Kind::Cts);
+        hdr.id = sreq;
+        hdr.aux = recv;
+        hdr.len = len as u64;
+        if len > buf.len() {
+            hdr.flags |= flags::REFUSED;
+            self.reqs.insert(
+                recv,
+                ReqState::Done(Err(Error::Truncated {
+                    message_len: len,
+                    buffer_len: buf.len(),
+                })),
+            );
+        } else {
+            let mut buf = buf;
+            buf.truncate(len);
+            let buf = Arc::new(RecvBuffer::new(buf));
+            self.placements
+                .lock()
+                .expect("placement registry")
+                .insert(recv, buf.clone());
+            self.reqs
+                .insert(recv, ReqState::Receiving { buf, status, sreq });
         }
+        self.push(env.source, Out::control(hdr));
+    }
+
+    /// A receive met an eager message: its payload is copied in and the
+    /// receive completes, its state changed in place (one lookup).
+    fn matched_eager(&mut self, recv: u64, status: Status, packet: Vec<u8>) {
+        let Some(st) = self.reqs.get_mut(&recv) else {
+            return;
+        };
+        let ReqState::Posted { buf, .. } = st else {
+            return;
+        };
+        let len = status.len;
+        let source = status.source;
+        let res = if len <= buf.len() {
+            let mut buf = std::mem::take(buf);
+            buf.truncate(len);
+            buf.copy_from_slice(&packet[HEADER_LEN..]);
+            Ok(Completion {
+                status,
+                data: Some(buf),
+            })
+        } else {
+            Err(Error::Truncated {
+                message_len: len,
+                buffer_len: buf.len(),
+            })
+        };
+        *st = ReqState::Done(res);
+        self.stats.received += 1;
+        self.return_credit(source, (HEADER_LEN + len) as u64);
+        self.spent.push(packet);
     }
 
     /// An eager message arrived (`packet` holds it whole).
