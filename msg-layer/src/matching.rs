@@ -145,8 +145,7 @@ impl<R, M> Matcher<R, M> {
     /// Post a receive: it takes the earliest waiting message it accepts, or
     /// queues behind the receives posted before it.
     pub fn post(&mut self, pattern: Pattern, recv: R) -> Posting<R, M> {
-        if let Some(i) = self.unexpected.iter().position(|u| pattern.accepts(&u.env)) {
-            let u = take_at(&mut self.unexpected, i);
+        if let Some(u) = take_first(&mut self.unexpected, |u| pattern.accepts(&u.env)) {
             self.unexpected_bytes -= u.len;
             return Posting::Matched(Matched {
                 recv,
@@ -164,8 +163,7 @@ impl<R, M> Matcher<R, M> {
     /// A message arrived: it goes to the earliest posted receive that accepts
     /// it, or waits in the unexpected queue (`None`).
     pub fn arrive(&mut self, env: Envelope, len: usize, msg: M) -> Option<Matched<R, M>> {
-        if let Some(i) = self.posted.iter().position(|p| p.pattern.accepts(&env)) {
-            let p = take_at(&mut self.posted, i);
+        if let Some(p) = take_first(&mut self.posted, |p| p.pattern.accepts(&env)) {
             return Some(Matched {
                 recv: p.recv,
                 env,
@@ -235,11 +233,16 @@ impl<R, M> Matcher<R, M> {
     }
 }
 
-/// Remove the `i`th entry of `q` (in range): mostly the first, which
-/// needs no shifting.
+/// Remove the first entry of `q` that `accepts` takes. Mostly the front
+/// one (a receive posted ahead of its message, in order): that one is
+/// tried and taken without setting up a walk or shifting the rest.
 #[inline]
-fn take_at<T>(q: &mut VecDeque<T>, i: usize) -> T {
-    if i == 0 { q.pop_front() } else { q.remove(i) }.expect("position is in range")
+fn take_first<T>(q: &mut VecDeque<T>, accepts: impl Fn(&T) -> bool) -> Option<T> {
+    if accepts(q.front()?) {
+        return q.pop_front();
+    }
+    let i = 1 + q.iter().skip(1).position(accepts)?;
+    q.remove(i)
 }
 
 #[cfg(test)]
