@@ -146,20 +146,21 @@ impl<T: Transport> Core<T> {
         self.epoch += 1;
         self.released();
         let mut moved = false;
+        let Core {
+            engine, t, events, ..
+        } = self;
         for _ in 0..2 {
-            let handed_before = self.engine.handed();
-            let mut events = std::mem::take(&mut self.events);
-            moved |= self.t.progress(&mut events)?;
+            let handed_before = engine.handed();
+            moved |= t.progress(events)?;
             for ev in events.drain(..) {
-                self.engine.handle_event(ev);
+                engine.handle_event(ev);
             }
-            self.events = events;
             // Packets copied into receive buffers go back for the next ones.
-            for packet in self.engine.spent.drain(..) {
-                self.t.recycle(packet);
+            for packet in engine.spent.drain(..) {
+                t.recycle(packet);
             }
-            self.engine.transmit(&mut self.t);
-            if self.engine.handed() == handed_before {
+            engine.transmit(t);
+            if engine.handed() == handed_before {
                 break;
             }
         }
