@@ -60,6 +60,8 @@ struct Callbacks {
 struct Core<T: Transport> {
     engine: Engine,
     t: T,
+    /// The list a transport's [`Transport::progress_each`] may fill before
+    /// handing the events over (kept for its allocation).
     events: Vec<TransportEvent>,
     /// Pull-style delivery: active messages and peer ends go to `queue`
     /// instead of the callbacks.
@@ -151,10 +153,7 @@ impl<T: Transport> Core<T> {
         } = self;
         for _ in 0..2 {
             let handed_before = engine.handed();
-            moved |= t.progress(events)?;
-            for ev in events.drain(..) {
-                engine.handle_event(ev);
-            }
+            moved |= t.progress_each(events, |ev| engine.handle_event(ev))?;
             // Packets copied into receive buffers go back for the next ones.
             for packet in engine.spent.drain(..) {
                 t.recycle(packet);
