@@ -142,6 +142,11 @@ impl<R, M> Matcher<R, M> {
         Self::default()
     }
 
+    /// The id the next receive that queues gets.
+    pub fn next_post_id(&self) -> PostId {
+        PostId(self.next_id)
+    }
+
     /// Post a receive: it takes the earliest waiting message it accepts, or
     /// queues behind the receives posted before it.
     pub fn post(&mut self, pattern: Pattern, recv: R) -> Posting<R, M> {

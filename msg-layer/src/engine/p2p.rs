@@ -10,7 +10,7 @@ use bytes::Bytes;
 use super::peers::PeerState;
 use super::{Completion, Engine, Out, Outlet, ReqState, Status, Unexpected};
 use crate::error::Error;
-use crate::matching::{Matched, Pattern, PeerId, PostId, Posting, Source};
+use crate::matching::{Matched, Pattern, PeerId, Posting, Source};
 use crate::placement::RecvBuffer;
 use crate::wire::{flags, Header, Kind, HEADER_LEN};
 
@@ -162,16 +162,17 @@ impl Engine {
                 }
             }
         }
+        // Under the id the matcher gives it if it queues (if it matches at
+        // once, the state is replaced before anyone reads the id).
         let r = self.reqs.alloc(ReqState::Posted {
             buf,
-            post: PostId(0),
+            post: self.matcher.next_post_id(),
         });
         match self.matcher.post(pattern, r) {
-            Posting::Queued(post) => {
-                if let Some(ReqState::Posted { post: p, .. }) = self.reqs.get_mut(&r) {
-                    *p = post;
-                }
-            }
+            Posting::Queued(post) => debug_assert!(matches!(
+                self.reqs.get(&r),
+                Some(ReqState::Posted { post: p, .. }) if *p == post
+            )),
             Posting::Matched(m) => {
                 let cost = match m.msg {
                     Unexpected::Eager(_) => HEADER_LEN + m.len,
