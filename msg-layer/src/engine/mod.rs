@@ -376,10 +376,7 @@ impl Engine {
 
     /// The result of `r` if it is complete (and forget it).
     pub fn take(&mut self, r: u64) -> Option<Result<Completion, Error>> {
-        match self.reqs.take_done(r) {
-            None => Some(Err(Error::UnknownRequest(r))),
-            Some(res) => res,
-        }
+        self.reqs.take_done(r)
     }
 
     pub fn is_done(&self, r: u64) -> bool {

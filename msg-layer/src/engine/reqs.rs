@@ -89,15 +89,18 @@ impl ReqTable {
     }
 
     /// The result of request `id` if it is done, the request forgotten
-    /// with it in the same lookup (its id finds nothing from then on): `Some(None)`
-    /// while it is pending, `None` when `id` names no request.
-    pub fn take_done(&mut self, id: u64) -> Option<Option<Result<Completion, Error>>> {
+    /// with it in the same lookup (its id finds nothing from then on);
+    /// `None` while it is pending, [`Error::UnknownRequest`] when `id`
+    /// names no request.
+    pub fn take_done(&mut self, id: u64) -> Option<Result<Completion, Error>> {
         let (idx, _) = split(id);
-        let s = self.slot_mut(id)?;
+        let Some(s) = self.slot_mut(id) else {
+            return Some(Err(Error::UnknownRequest(id)));
+        };
         match s.state {
             Some(ReqState::Done(_)) => {}
-            Some(_) => return Some(None),
-            None => return None,
+            Some(_) => return None,
+            None => return Some(Err(Error::UnknownRequest(id))),
         }
         let Some(ReqState::Done(res)) = s.state.take() else {
             unreachable!("checked above")
@@ -105,7 +108,7 @@ impl ReqTable {
         s.live = false;
         s.generation = s.generation.checked_add(1).unwrap_or(1);
         self.free.push(idx as u32);
-        Some(Some(res))
+        Some(res)
     }
 
     /// Every request with a state.
@@ -136,8 +139,12 @@ mod tests {
         assert!(t.get(&a).is_none());
         t.insert(a, done());
         assert!(t.get(&a).is_some(), "put back under the same id");
-        assert!(matches!(t.take_done(a), Some(Some(_))));
-        assert!(t.get(&a).is_none() && t.take_done(a).is_none());
+        assert!(matches!(t.take_done(a), Some(Err(Error::Cancelled))));
+        assert!(t.get(&a).is_none());
+        assert!(matches!(
+            t.take_done(a),
+            Some(Err(Error::UnknownRequest(_)))
+        ));
         t.insert(a, done());
         assert!(t.get(&a).is_none(), "a released id cannot be refilled");
         let c = t.alloc(done());
