@@ -154,8 +154,9 @@ impl<T: Transport> Core<T> {
         for _ in 0..2 {
             let handed_before = engine.handed();
             moved |= t.progress_each(events, |ev| engine.handle_event(ev))?;
-            // Packets copied into receive buffers go back for the next ones.
-            for packet in engine.spent.drain(..) {
+            // Packets copied into receive buffers go back for the next ones
+            // (in any order: popped, which costs less than a drain).
+            while let Some(packet) = engine.spent.pop() {
                 t.recycle(packet);
             }
             engine.transmit(t);
