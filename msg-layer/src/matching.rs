@@ -168,17 +168,32 @@ impl<R, M> Matcher<R, M> {
     /// A message arrived: it goes to the earliest posted receive that accepts
     /// it, or waits in the unexpected queue (`None`).
     pub fn arrive(&mut self, env: Envelope, len: usize, msg: M) -> Option<Matched<R, M>> {
-        if let Some(p) = take_first(&mut self.posted, |p| p.pattern.accepts(&env)) {
-            return Some(Matched {
-                recv: p.recv,
+        match self.take_receive(&env) {
+            Some(recv) => Some(Matched {
+                recv,
                 env,
                 len,
                 msg,
-            });
+            }),
+            None => {
+                self.wait_unexpected(env, len, msg);
+                None
+            }
         }
+    }
+
+    /// [`Matcher::arrive`] in two steps, for a caller that keeps the
+    /// message until it knows where it goes: the earliest posted receive
+    /// that accepts a message with envelope `env`, taken.
+    pub fn take_receive(&mut self, env: &Envelope) -> Option<R> {
+        take_first(&mut self.posted, |p| p.pattern.accepts(env)).map(|p| p.recv)
+    }
+
+    /// The second step: a message no posted receive took waits in the
+    /// unexpected queue.
+    pub fn wait_unexpected(&mut self, env: Envelope, len: usize, msg: M) {
         self.unexpected_bytes += len;
         self.unexpected.push_back(Unexpected { env, len, msg });
-        None
     }
 
     /// The earliest waiting message a receive with `pattern` would get, without

@@ -296,12 +296,19 @@ impl Engine {
             return self.bad_packet(&"eager length mismatch");
         }
         let env = hdr.envelope(p);
-        match self
-            .matcher
-            .arrive(env, body_len, Unexpected::Eager(packet))
-        {
-            Some(m) => self.matched(m),
+        match self.matcher.take_receive(&env) {
+            Some(recv) => {
+                let status = Status {
+                    source: p,
+                    tag: env.tag,
+                    context: env.context,
+                    len: body_len,
+                };
+                self.matched_eager(recv, status, packet);
+            }
             None => {
+                self.matcher
+                    .wait_unexpected(env, body_len, Unexpected::Eager(packet));
                 self.stats.unexpected += 1;
                 self.unexpected_bytes += HEADER_LEN + body_len;
                 self.peers[p as usize].unexpected += HEADER_LEN + body_len;
