@@ -256,7 +256,7 @@ impl<R, M> Matcher<R, M> {
 /// Remove the first entry of `q` that `accepts` takes. Mostly the front
 /// one (a receive posted ahead of its message, in order): that one is
 /// tried and taken without setting up a walk or shifting the rest.
-#[inline]
+#[inline(always)]
 fn take_first<T>(q: &mut VecDeque<T>, accepts: impl Fn(&T) -> bool) -> Option<T> {
     if accepts(q.front()?) {
         return q.pop_front();
