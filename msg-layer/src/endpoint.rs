@@ -60,6 +60,8 @@ struct Callbacks {
 struct Core<T: Transport> {
     engine: Engine,
     t: T,
+    /// The list a transport's [`Transport::progress_each`] may fill before
+    /// handing the events over (kept for its allocation).
     events: Vec<TransportEvent>,
     /// Pull-style delivery: active messages and peer ends go to `queue`
     /// instead of the callbacks.
@@ -146,20 +148,19 @@ impl<T: Transport> Core<T> {
         self.epoch += 1;
         self.released();
         let mut moved = false;
+        let Core {
+            engine, t, events, ..
+        } = self;
         for _ in 0..2 {
-            let handed_before = self.engine.handed();
-            let mut events = std::mem::take(&mut self.events);
-            moved |= self.t.progress(&mut events)?;
-            for ev in events.drain(..) {
-                self.engine.handle_event(ev);
+            let handed_before = engine.handed();
+            moved |= t.progress_each(events, |ev| engine.handle_event(ev))?;
+            // Packets copied into receive buffers go back for the next ones
+            // (in any order: popped, which costs less than a drain).
+            while let Some(packet) = engine.spent.pop() {
+                t.recycle(packet);
             }
-            self.events = events;
-            // Packets copied into receive buffers go back for the next ones.
-            for packet in self.engine.spent.drain(..) {
-                self.t.recycle(packet);
-            }
-            self.engine.transmit(&mut self.t);
-            if self.engine.handed() == handed_before {
+            engine.transmit(t);
+            if engine.handed() == handed_before {
                 break;
             }
         }
@@ -171,8 +172,14 @@ impl<T: Transport> Core<T> {
     /// puts it on the wire at once (its transmit pass, or a whole round of
     /// progress where it has none).
     fn post<R>(&mut self, start: impl FnOnce(&mut Engine) -> R) -> R {
-        let r = start(&mut self.engine);
+        self.post_via(|e, _| start(e))
+    }
+
+    /// [`Core::post`] of an operation that may hand its packet to the
+    /// transport itself ([`Engine::isend_via`]).
+    fn post_via<R>(&mut self, start: impl FnOnce(&mut Engine, &mut T) -> R) -> R {
         let handed = self.engine.handed();
+        let r = start(&mut self.engine, &mut self.t);
         self.engine.transmit(&mut self.t);
         if self.engine.handed() == handed {
             return r; // nothing to send (a receive, a send waiting for credit)
@@ -190,19 +197,25 @@ impl<T: Transport> Core<T> {
     /// peer's queue instead when [`Config::coalesce`] is on, the message is
     /// small, and a message to `p` left at once since the last round of
     /// progress: the first of a burst leaves at once, the rest wait for
-    /// the next round (or post that leaves) to go in one bundle.
-    fn post_to<R>(&mut self, p: PeerId, len: usize, start: impl FnOnce(&mut Engine) -> R) -> R {
+    /// the next round (or post that leaves) to go in one bundle. `start`
+    /// gets the transport when the message is to leave now.
+    fn post_to<R>(
+        &mut self,
+        p: PeerId,
+        len: usize,
+        start: impl FnOnce(&mut Engine, Option<&mut T>) -> R,
+    ) -> R {
         let slot = p as usize;
         if self.coalesce
             && HEADER_LEN + len <= BUNDLE_ITEM_MAX
             && self.last_post.get(slot) == Some(&(self.epoch + 1))
             && self.engine.may_hold(p)
         {
-            let r = start(&mut self.engine);
+            let r = start(&mut self.engine, None);
             self.holding.store(true, Ordering::Release);
             return r;
         }
-        let r = self.post(start);
+        let r = self.post_via(|e, t| start(e, Some(t)));
         if self.coalesce {
             if self.last_post.len() <= slot {
                 self.last_post.resize(slot + 1, 0);
@@ -457,10 +470,9 @@ impl<T: Transport> Endpoint<T> {
     /// that makes progress, to leave in one bundle with the ones after it.
     pub fn isend(&self, peer: PeerId, tag: u32, context: u32, data: impl Into<Bytes>) -> Request {
         let data = data.into();
-        Request(
-            self.core()
-                .post_to(peer, data.len(), |e| e.isend(peer, tag, context, data)),
-        )
+        Request(self.core().post_to(peer, data.len(), |e, t| {
+            e.isend_via(t, peer, tag, context, data)
+        }))
     }
 
     /// [`Endpoint::isend`] of a body the caller waits to have back (lent
@@ -577,8 +589,13 @@ impl<T: Transport> Endpoint<T> {
             let _ = c.progress();
         }
         let res = f(&mut c);
+        // Whoever makes progress delivers what it collected, so callbacks
+        // wait only if a round just now (ours or one before) left some.
+        let callbacks = c.engine.has_callbacks();
         drop(c);
-        self.shared.deliver();
+        if callbacks {
+            self.shared.deliver();
+        }
         res
     }
 
@@ -613,13 +630,13 @@ impl<T: Transport> Endpoint<T> {
 
     /// Wait for `r` at most `timeout`; [`Error::Timeout`] leaves it pending.
     pub fn wait_timeout(&self, r: Request, timeout: Option<Duration>) -> Result<Completion, Error> {
-        self.shared.drive(deadline(timeout), |c| {
-            if c.engine.is_done(r.0) {
-                c.engine.take(r.0)
-            } else {
-                None
-            }
-        })?
+        // A wait on a send handed to the transport finds it complete: no
+        // deadline or waiting loop for it.
+        if let Some(res) = self.core().engine.take(r.0) {
+            return res;
+        }
+        self.shared
+            .drive(deadline(timeout), |c| c.engine.take(r.0))?
     }
 
     /// Wait until one of `reqs` completes: its index and result (MPI_Waitany).
@@ -743,7 +760,7 @@ impl<T: Transport> Endpoint<T> {
         let data = data.into();
         Request(
             self.core()
-                .post_to(peer, data.len(), |e| e.am_send(peer, id, data)),
+                .post_to(peer, data.len(), |e, _| e.am_send(peer, id, data)),
         )
     }
 
@@ -753,7 +770,7 @@ impl<T: Transport> Endpoint<T> {
     /// only for an unknown or already failed peer.
     pub fn am_post(&self, peer: PeerId, id: u16, data: impl Into<Bytes>) -> Result<(), Error> {
         let data = data.into();
-        self.core().post_to(peer, data.len(), |e| {
+        self.core().post_to(peer, data.len(), |e, _| {
             e.am_post_parts(peer, id, Bytes::new(), data, false)
         })
     }
@@ -802,7 +819,7 @@ impl<T: Transport> Endpoint<T> {
         if lent {
             c.post(|e| e.am_post_parts(peer, id, prefix, body, lent))
         } else {
-            c.post_to(peer, prefix.len() + body.len(), |e| {
+            c.post_to(peer, prefix.len() + body.len(), |e, _| {
                 e.am_post_parts(peer, id, prefix, body, lent)
             })
         }
@@ -969,7 +986,9 @@ impl<T: Transport> Shared<T> {
         deadline: Option<Instant>,
         mut check: impl FnMut(&mut Core<T>) -> Option<R>,
     ) -> Result<R, Error> {
-        let mut pacer = Pacer::new(self.spin, Instant::now());
+        // Made at the first idle round: a wait that finds its answer at
+        // once (a send handed to the transport) reads no clock.
+        let mut pacer: Option<Pacer> = None;
         let mut fds = Vec::new();
         loop {
             let threaded = self.threaded.load(Ordering::Relaxed);
@@ -995,11 +1014,12 @@ impl<T: Transport> Shared<T> {
             if deadline.is_some_and(|d| now >= d) {
                 return Err(Error::Timeout);
             }
+            let pacer = pacer.get_or_insert_with(|| Pacer::new(self.spin, now));
             match pacer.after_round(moved, now) {
                 Pace::Busy => continue,
                 Pace::Spin => {
                     drop(c);
-                    spin_or_yield(&pacer, now);
+                    spin_or_yield(pacer, now);
                     continue;
                 }
                 Pace::Sleep => {}

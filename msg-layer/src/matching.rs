@@ -142,11 +142,15 @@ impl<R, M> Matcher<R, M> {
         Self::default()
     }
 
+    /// The id the next receive that queues gets.
+    pub fn next_post_id(&self) -> PostId {
+        PostId(self.next_id)
+    }
+
     /// Post a receive: it takes the earliest waiting message it accepts, or
     /// queues behind the receives posted before it.
     pub fn post(&mut self, pattern: Pattern, recv: R) -> Posting<R, M> {
-        if let Some(i) = self.unexpected.iter().position(|u| pattern.accepts(&u.env)) {
-            let u = self.unexpected.remove(i).expect("position is in range");
+        if let Some(u) = take_first(&mut self.unexpected, |u| pattern.accepts(&u.env)) {
             self.unexpected_bytes -= u.len;
             return Posting::Matched(Matched {
                 recv,
@@ -164,18 +168,32 @@ impl<R, M> Matcher<R, M> {
     /// A message arrived: it goes to the earliest posted receive that accepts
     /// it, or waits in the unexpected queue (`None`).
     pub fn arrive(&mut self, env: Envelope, len: usize, msg: M) -> Option<Matched<R, M>> {
-        if let Some(i) = self.posted.iter().position(|p| p.pattern.accepts(&env)) {
-            let p = self.posted.remove(i).expect("position is in range");
-            return Some(Matched {
-                recv: p.recv,
+        match self.take_receive(&env) {
+            Some(recv) => Some(Matched {
+                recv,
                 env,
                 len,
                 msg,
-            });
+            }),
+            None => {
+                self.wait_unexpected(env, len, msg);
+                None
+            }
         }
+    }
+
+    /// [`Matcher::arrive`] in two steps, for a caller that keeps the
+    /// message until it knows where it goes: the earliest posted receive
+    /// that accepts a message with envelope `env`, taken.
+    pub fn take_receive(&mut self, env: &Envelope) -> Option<R> {
+        take_first(&mut self.posted, |p| p.pattern.accepts(env)).map(|p| p.recv)
+    }
+
+    /// The second step: a message no posted receive took waits in the
+    /// unexpected queue.
+    pub fn wait_unexpected(&mut self, env: Envelope, len: usize, msg: M) {
         self.unexpected_bytes += len;
         self.unexpected.push_back(Unexpected { env, len, msg });
-        None
     }
 
     /// The earliest waiting message a receive with `pattern` would get, without
@@ -233,6 +251,18 @@ impl<R, M> Matcher<R, M> {
     pub fn posted_len(&self) -> usize {
         self.posted.len()
     }
+}
+
+/// Remove the first entry of `q` that `accepts` takes. Mostly the front
+/// one (a receive posted ahead of its message, in order): that one is
+/// tried and taken without setting up a walk or shifting the rest.
+#[inline(always)]
+fn take_first<T>(q: &mut VecDeque<T>, accepts: impl Fn(&T) -> bool) -> Option<T> {
+    if accepts(q.front()?) {
+        return q.pop_front();
+    }
+    let i = 1 + q.iter().skip(1).position(accepts)?;
+    q.remove(i)
 }
 
 #[cfg(test)]

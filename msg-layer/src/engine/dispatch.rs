@@ -14,12 +14,19 @@ impl Engine {
                 return self.bad_packet(&e)
             }
         };
-        let p = match self.by_conn.get(&c) {
-            Some(ConnRole::Peer(p)) => *p,
-            Some(ConnRole::Unidentified) if hdr.kind == Kind::Hello => {
-                return self.handle_hello(c, &hdr, &packet[HEADER_LEN..]);
-            }
-            _ => return self.bad_packet(&format!("{:?} before Hello", hdr.kind)),
+        let p = match self.last_conn {
+            Some((last, p)) if last == c => p,
+            _ => match self.by_conn.get(&c) {
+                Some(ConnRole::Peer(p)) => {
+                    let p = *p;
+                    self.last_conn = Some((c, p));
+                    p
+                }
+                Some(ConnRole::Unidentified) if hdr.kind == Kind::Hello => {
+                    return self.handle_hello(c, &hdr, &packet[HEADER_LEN..]);
+                }
+                _ => return self.bad_packet(&format!("{:?} before Hello", hdr.kind)),
+            },
         };
         self.peers[p as usize].credit += hdr.credit as u64;
         match hdr.kind {

@@ -267,6 +267,10 @@ pub(crate) struct Engine {
     direct: Vec<(ConnId, Out)>,
     by_addr: FxHashMap<Addr, PeerId>,
     by_conn: FxHashMap<ConnId, ConnRole>,
+    /// The connection the last packet came on and its peer, found without
+    /// hashing when the next one comes on it too (cleared whenever
+    /// `by_conn` changes).
+    last_conn: Option<(ConnId, PeerId)>,
     matcher: Matcher<u64, Unexpected>,
     reqs: reqs::ReqTable,
     /// Registered regions (shared with the placement hook, which writes
@@ -301,6 +305,7 @@ impl Engine {
             direct: Vec::new(),
             by_addr: FxHashMap::default(),
             by_conn: FxHashMap::default(),
+            last_conn: None,
             matcher: Matcher::new(),
             reqs: reqs::ReqTable::default(),
             regions: Regions::default(),
@@ -371,14 +376,7 @@ impl Engine {
 
     /// The result of `r` if it is complete (and forget it).
     pub fn take(&mut self, r: u64) -> Option<Result<Completion, Error>> {
-        match self.reqs.get(&r) {
-            None => Some(Err(Error::UnknownRequest(r))),
-            Some(ReqState::Done(_)) => match self.reqs.release(r) {
-                Some(ReqState::Done(res)) => Some(res),
-                _ => unreachable!("checked above"),
-            },
-            Some(_) => None,
-        }
+        self.reqs.take_done(r)
     }
 
     pub fn is_done(&self, r: u64) -> bool {

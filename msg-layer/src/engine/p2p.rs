@@ -7,15 +7,81 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::{Completion, Engine, Out, ReqState, Status, Unexpected};
+use super::peers::PeerState;
+use super::{Completion, Engine, Out, Outlet, ReqState, Status, Unexpected};
 use crate::error::Error;
-use crate::matching::{Matched, Pattern, PeerId, PostId, Posting, Source};
+use crate::matching::{Matched, Pattern, PeerId, Posting, Source};
 use crate::placement::RecvBuffer;
 use crate::wire::{flags, Header, Kind, HEADER_LEN};
 
 impl Engine {
     pub fn isend(&mut self, p: PeerId, tag: u32, context: u32, data: Bytes) -> u64 {
         self.isend_with(p, tag, context, data, false)
+    }
+
+    /// [`Engine::isend`], handing an eager message to `o` at once when
+    /// going through the peer's queue would do just that (see
+    /// [`Engine::eager_now`]): no queue, no attention list, no second
+    /// state for the request.
+    pub fn isend_via<O: Outlet + ?Sized>(
+        &mut self,
+        o: Option<&mut O>,
+        p: PeerId,
+        tag: u32,
+        context: u32,
+        data: Bytes,
+    ) -> u64 {
+        if let Some(r) = o.and_then(|o| self.eager_now(o, p, tag, context, &data)) {
+            return r;
+        }
+        self.isend(p, tag, context, data)
+    }
+
+    /// Hand an eager message to `o` now, as [`Engine::transmit`] would hand
+    /// it from the peer's queue: only when nothing waits to be sent to any
+    /// peer (the transport then sees the packets in the same order), the
+    /// peer is connected and ready, and its credit covers the message.
+    /// `None` otherwise, or when `o` refuses it: the caller then queues it
+    /// as usual, and the next transmit meets the refusal and handles it.
+    fn eager_now<O: Outlet + ?Sized>(
+        &mut self,
+        o: &mut O,
+        p: PeerId,
+        tag: u32,
+        context: u32,
+        data: &Bytes,
+    ) -> Option<u64> {
+        if data.len() > self.cfg.eager_limit
+            || !self.attention.is_empty()
+            || !self.direct.is_empty()
+        {
+            return None;
+        }
+        let peer = self.peers.get_mut(p as usize)?;
+        let conn = peer.conn?;
+        let cost = (HEADER_LEN + data.len()) as u64;
+        if !matches!(peer.state, PeerState::Ready) || cost > peer.credit {
+            return None;
+        }
+        // A peer with packets queued is on the attention list.
+        debug_assert!(peer.queue.is_empty());
+        let give = peer.owed.min(u32::MAX as u64);
+        let mut hdr = Header::tagged(Kind::Eager, tag, context);
+        hdr.len = data.len() as u64;
+        hdr.credit = give as u32;
+        o.send(conn, &hdr.encode(), data.clone()).ok()?;
+        peer.credit -= cost;
+        peer.owed -= give;
+        peer.stalled = false;
+        self.handed += 1;
+        self.stats.eager_sent += 1;
+        let status = Status {
+            source: p,
+            tag,
+            context,
+            len: data.len(),
+        };
+        Some(self.new_req(ReqState::Done(Ok(Completion { status, data: None }))))
     }
 
     /// [`Engine::isend`]; `lent`: the caller waits for the transport to
@@ -96,16 +162,17 @@ impl Engine {
                 }
             }
         }
+        // Under the id the matcher gives it if it queues (if it matches at
+        // once, the state is replaced before anyone reads the id).
         let r = self.reqs.alloc(ReqState::Posted {
             buf,
-            post: PostId(0),
+            post: self.matcher.next_post_id(),
         });
         match self.matcher.post(pattern, r) {
-            Posting::Queued(post) => {
-                if let Some(ReqState::Posted { post: p, .. }) = self.reqs.get_mut(&r) {
-                    *p = post;
-                }
-            }
+            Posting::Queued(post) => debug_assert!(matches!(
+                self.reqs.get(&r),
+                Some(ReqState::Posted { post: p, .. }) if *p == post
+            )),
             Posting::Matched(m) => {
                 let cost = match m.msg {
                     Unexpected::Eager(_) => HEADER_LEN + m.len,
@@ -149,66 +216,77 @@ impl Engine {
             len,
             msg,
         } = m;
-        let Some(ReqState::Posted { buf, .. }) = self.reqs.remove(&recv) else {
-            return;
-        };
         let status = Status {
             source: env.source,
             tag: env.tag,
             context: env.context,
             len,
         };
+        let sreq = match msg {
+            Unexpected::Eager(packet) => return self.matched_eager(recv, status, packet),
+            Unexpected::Rts { sreq } => sreq,
+        };
+        let Some(ReqState::Posted { buf, .. }) = self.reqs.remove(&recv) else {
+            return;
+        };
         self.stats.received += 1;
-        match msg {
-            Unexpected::Eager(packet) => {
-                self.return_credit(env.source, (HEADER_LEN + len) as u64);
-                let mut buf = buf;
-                let payload = &packet[HEADER_LEN..];
-                let res = if len <= buf.len() {
-                    buf.truncate(len);
-                    buf.copy_from_slice(payload);
-                    Ok(Completion {
-                        status,
-                        data: Some(buf),
-                    })
-                } else {
-                    Err(Error::Truncated {
-                        message_len: len,
-                        buffer_len: buf.len(),
-                    })
-                };
-                self.spent.push(packet);
-                self.reqs.insert(recv, ReqState::Done(res));
-            }
-            Unexpected::Rts { sreq } => {
-                self.return_credit(env.source, HEADER_LEN as u64);
-                let mut hdr = Header::new(Kind::Cts);
-                hdr.id = sreq;
-                hdr.aux = recv;
-                hdr.len = len as u64;
-                if len > buf.len() {
-                    hdr.flags |= flags::REFUSED;
-                    self.reqs.insert(
-                        recv,
-                        ReqState::Done(Err(Error::Truncated {
-                            message_len: len,
-                            buffer_len: buf.len(),
-                        })),
-                    );
-                } else {
-                    let mut buf = buf;
-                    buf.truncate(len);
-                    let buf = Arc::new(RecvBuffer::new(buf));
-                    self.placements
-                        .lock()
-                        .expect("placement registry")
-                        .insert(recv, buf.clone());
-                    self.reqs
-                        .insert(recv, ReqState::Receiving { buf, status, sreq });
-                }
-                self.push(env.source, Out::control(hdr));
-            }
+        self.return_credit(env.source, HEADER_LEN as u64);
+        let mut hdr = Header::new(Kind::Cts);
+        hdr.id = sreq;
+        hdr.aux = recv;
+        hdr.len = len as u64;
+        if len > buf.len() {
+            hdr.flags |= flags::REFUSED;
+            self.reqs.insert(
+                recv,
+                ReqState::Done(Err(Error::Truncated {
+                    message_len: len,
+                    buffer_len: buf.len(),
+                })),
+            );
+        } else {
+            let mut buf = buf;
+            buf.truncate(len);
+            let buf = Arc::new(RecvBuffer::new(buf));
+            self.placements
+                .lock()
+                .expect("placement registry")
+                .insert(recv, buf.clone());
+            self.reqs
+                .insert(recv, ReqState::Receiving { buf, status, sreq });
         }
+        self.push(env.source, Out::control(hdr));
+    }
+
+    /// A receive met an eager message: its payload is copied in and the
+    /// receive completes, its state changed in place (one lookup).
+    fn matched_eager(&mut self, recv: u64, status: Status, packet: Vec<u8>) {
+        let Some(st) = self.reqs.get_mut(&recv) else {
+            return;
+        };
+        let ReqState::Posted { buf, .. } = st else {
+            return;
+        };
+        let len = status.len;
+        let source = status.source;
+        let res = if len <= buf.len() {
+            let mut buf = std::mem::take(buf);
+            buf.truncate(len);
+            buf.copy_from_slice(&packet[HEADER_LEN..]);
+            Ok(Completion {
+                status,
+                data: Some(buf),
+            })
+        } else {
+            Err(Error::Truncated {
+                message_len: len,
+                buffer_len: buf.len(),
+            })
+        };
+        *st = ReqState::Done(res);
+        self.stats.received += 1;
+        self.return_credit(source, (HEADER_LEN + len) as u64);
+        self.spent.push(packet);
     }
 
     /// An eager message arrived (`packet` holds it whole).
@@ -218,12 +296,19 @@ impl Engine {
             return self.bad_packet(&"eager length mismatch");
         }
         let env = hdr.envelope(p);
-        match self
-            .matcher
-            .arrive(env, body_len, Unexpected::Eager(packet))
-        {
-            Some(m) => self.matched(m),
+        match self.matcher.take_receive(&env) {
+            Some(recv) => {
+                let status = Status {
+                    source: p,
+                    tag: env.tag,
+                    context: env.context,
+                    len: body_len,
+                };
+                self.matched_eager(recv, status, packet);
+            }
             None => {
+                self.matcher
+                    .wait_unexpected(env, body_len, Unexpected::Eager(packet));
                 self.stats.unexpected += 1;
                 self.unexpected_bytes += HEADER_LEN + body_len;
                 self.peers[p as usize].unexpected += HEADER_LEN + body_len;

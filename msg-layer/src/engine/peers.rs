@@ -165,6 +165,7 @@ impl Engine {
             None => self.new_peer(Some(addr), PeerState::Ready),
         };
         self.by_conn.insert(conn, ConnRole::Peer(p));
+        self.last_conn = None;
         let hello = self.hello();
         let peer = &mut self.peers[p as usize];
         peer.conn = Some(conn);
@@ -240,6 +241,7 @@ impl Engine {
             None => self.new_peer(Some(addr), PeerState::Awaiting),
         };
         self.by_conn.insert(c, ConnRole::Peer(p));
+        self.last_conn = None;
         let hello = self.hello();
         let peer = &mut self.peers[p as usize];
         if let PeerState::Failed(_) = peer.state {
@@ -272,6 +274,7 @@ impl Engine {
 
     /// Connection `c` ended: with it the peer that sends on it.
     pub(super) fn connection_closed(&mut self, c: ConnId, cause: Option<FailureCause>) {
+        self.last_conn = None;
         if let Some(ConnRole::Peer(p)) = self.by_conn.remove(&c) {
             let peer = &self.peers[p as usize];
             // A second connection from a peer (both sides connected)
@@ -409,9 +412,21 @@ impl Engine {
     }
 
     /// We consumed `n` bytes of the peer's eager window: owe them back.
+    /// The next packet to the peer carries them; the peer needs a visit
+    /// from [`Engine::transmit`] only once enough is owed for a `Credit`
+    /// of its own ([`Engine::maybe_return_credit`]): a peer with packets
+    /// queued is on the attention list already.
     pub(super) fn return_credit(&mut self, p: PeerId, n: u64) {
-        self.peers[p as usize].owed += n;
-        self.mark(p);
+        let peer = &mut self.peers[p as usize];
+        peer.owed += n;
+        if peer.owed >= self.credit_due() {
+            self.mark(p);
+        }
+    }
+
+    /// Credit owed to a peer that is worth a `Credit` packet of its own.
+    fn credit_due(&self) -> u64 {
+        (self.cfg.eager_window / 4) as u64
     }
 
     /// Put `p` on the attention list for the next `transmit`.
@@ -426,11 +441,9 @@ impl Engine {
     /// Send an explicit credit return when a good part of the window is owed
     /// and no other packet is about to carry it.
     pub(super) fn maybe_return_credit<O: Outlet + ?Sized>(&mut self, p: PeerId, o: &mut O) {
+        let due = self.credit_due();
         let peer = &mut self.peers[p as usize];
-        if peer.owed >= (self.cfg.eager_window / 4) as u64
-            && peer.queue.is_empty()
-            && matches!(peer.state, PeerState::Ready)
-        {
+        if peer.owed >= due && peer.queue.is_empty() && matches!(peer.state, PeerState::Ready) {
             peer.queue
                 .push_back(Out::control(Header::new(Kind::Credit)));
             self.flush_peer(p, o);

@@ -7,7 +7,8 @@
 //! and a slot's generation changes when its request is forgotten, so an id
 //! that outlived its request (a late packet from a peer) finds nothing.
 
-use super::ReqState;
+use super::{Completion, ReqState};
+use crate::error::Error;
 
 #[derive(Debug)]
 struct Slot {
@@ -73,7 +74,7 @@ impl ReqTable {
     }
 
     /// Take a request's state out for a transition; the id stays allocated
-    /// until [`ReqTable::release`], so [`ReqTable::insert`] can put the next
+    /// until [`ReqTable::take_done`], so [`ReqTable::insert`] can put the next
     /// state back.
     pub fn remove(&mut self, id: &u64) -> Option<ReqState> {
         self.slot_mut(*id).and_then(|s| s.state.take())
@@ -87,15 +88,27 @@ impl ReqTable {
         }
     }
 
-    /// Forget a request: its id finds nothing from now on.
-    pub fn release(&mut self, id: u64) -> Option<ReqState> {
+    /// The result of request `id` if it is done, the request forgotten
+    /// with it in the same lookup (its id finds nothing from then on);
+    /// `None` while it is pending, [`Error::UnknownRequest`] when `id`
+    /// names no request.
+    pub fn take_done(&mut self, id: u64) -> Option<Result<Completion, Error>> {
         let (idx, _) = split(id);
-        let s = self.slot_mut(id)?;
-        let st = s.state.take();
+        let Some(s) = self.slot_mut(id) else {
+            return Some(Err(Error::UnknownRequest(id)));
+        };
+        match s.state {
+            Some(ReqState::Done(_)) => {}
+            Some(_) => return None,
+            None => return Some(Err(Error::UnknownRequest(id))),
+        }
+        let Some(ReqState::Done(res)) = s.state.take() else {
+            unreachable!("checked above")
+        };
         s.live = false;
         s.generation = s.generation.checked_add(1).unwrap_or(1);
         self.free.push(idx as u32);
-        st
+        Some(res)
     }
 
     /// Every request with a state.
@@ -126,8 +139,12 @@ mod tests {
         assert!(t.get(&a).is_none());
         t.insert(a, done());
         assert!(t.get(&a).is_some(), "put back under the same id");
-        assert!(t.release(a).is_some());
-        assert!(t.get(&a).is_none() && t.release(a).is_none());
+        assert!(matches!(t.take_done(a), Some(Err(Error::Cancelled))));
+        assert!(t.get(&a).is_none());
+        assert!(matches!(
+            t.take_done(a),
+            Some(Err(Error::UnknownRequest(_)))
+        ));
         t.insert(a, done());
         assert!(t.get(&a).is_none(), "a released id cannot be refilled");
         let c = t.alloc(done());

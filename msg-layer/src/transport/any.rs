@@ -104,6 +104,13 @@ impl Transport for AnyTransport {
     fn progress(&mut self, events: &mut Vec<TransportEvent>) -> Result<bool, TransportError> {
         each!(self, t => t.progress(events))
     }
+    fn progress_each(
+        &mut self,
+        scratch: &mut Vec<TransportEvent>,
+        each: impl FnMut(TransportEvent),
+    ) -> Result<bool, TransportError> {
+        each!(self, t => t.progress_each(scratch, each))
+    }
     fn counters(&self) -> Vec<(String, u64)> {
         each!(self, t => t.counters())
     }

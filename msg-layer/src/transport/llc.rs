@@ -376,7 +376,8 @@ impl<D: Device> LlcTransport<D> {
         }
     }
 
-    fn take_events(&mut self, events: &mut Vec<TransportEvent>) -> bool {
+    /// Hand the stack's events to `each`, in order; true if there were any.
+    fn take_events(&mut self, mut each: impl FnMut(TransportEvent)) -> bool {
         let mut any = false;
         while let Some((h, ev)) = self.stack.endpoint_mut().poll_event() {
             any = true;
@@ -384,15 +385,15 @@ impl<D: Device> LlcTransport<D> {
             match ev {
                 Event::Connected => {
                     let inbound = self.stack.endpoint().is_inbound(h).unwrap_or(false);
-                    events.push(if inbound {
+                    each(if inbound {
                         TransportEvent::Accepted(id)
                     } else {
                         TransportEvent::Connected(id)
                     });
                 }
-                Event::Message { data, .. } => events.push(TransportEvent::Message(id, data)),
+                Event::Message { data, .. } => each(TransportEvent::Message(id, data)),
                 Event::Acked { .. } => {} // off (see `new`)
-                Event::Closed(reason) => events.push(TransportEvent::Closed(
+                Event::Closed(reason) => each(TransportEvent::Closed(
                     id,
                     reason.map(FailureCause::Connection),
                 )),
@@ -487,6 +488,14 @@ impl<D: Device + Send + 'static> Transport for LlcTransport<D> {
     }
 
     fn progress(&mut self, events: &mut Vec<TransportEvent>) -> Result<bool, TransportError> {
+        self.progress_each(&mut Vec::new(), |ev| events.push(ev))
+    }
+
+    fn progress_each(
+        &mut self,
+        _scratch: &mut Vec<TransportEvent>,
+        each: impl FnMut(TransportEvent),
+    ) -> Result<bool, TransportError> {
         let now = Instant::now();
         // Transmit what the caller queued since the last call first, then
         // receive: replies the caller sends in reaction to these events then
@@ -496,7 +505,7 @@ impl<D: Device + Send + 'static> Transport for LlcTransport<D> {
             .poll_tx(now)
             .map_err(|e| TransportError::io("transmitting", &e))?;
         let rx = self.stack.poll_rx(now);
-        let ev = self.take_events(events);
+        let ev = self.take_events(each);
         Ok(tx + rx > 0 || ev)
     }
 

@@ -237,6 +237,25 @@ pub trait Transport: Send + 'static {
     /// events), which callers use to decide when to stop busy-polling.
     fn progress(&mut self, events: &mut Vec<TransportEvent>) -> Result<bool, TransportError>;
 
+    /// [`Transport::progress`], handing each event to `each` as it is
+    /// taken, in order, rather than through a list (what the endpoint
+    /// calls: a list filled only to be emptied costs the round trip). The
+    /// default fills `scratch` (left empty) and hands its events over.
+    fn progress_each(
+        &mut self,
+        scratch: &mut Vec<TransportEvent>,
+        mut each: impl FnMut(TransportEvent),
+    ) -> Result<bool, TransportError>
+    where
+        Self: Sized,
+    {
+        let moved = self.progress(scratch)?;
+        for ev in scratch.drain(..) {
+            each(ev);
+        }
+        Ok(moved)
+    }
+
     /// The transport's own counters (frames, retransmissions, drops by
     /// reason...), named; empty when it keeps none.
     fn counters(&self) -> Vec<(String, u64)> {
