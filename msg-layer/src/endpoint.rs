@@ -760,7 +760,7 @@ impl<T: Transport> Endpoint<T> {
         let data = data.into();
         Request(
             self.core()
-                .post_to(peer, data.len(), |e, _| e.am_send(peer, id, data)),
+                .post_to(peer, data.len(), |e, t| e.am_send_via(t, peer, id, data)),
         )
     }
 
@@ -770,8 +770,8 @@ impl<T: Transport> Endpoint<T> {
     /// only for an unknown or already failed peer.
     pub fn am_post(&self, peer: PeerId, id: u16, data: impl Into<Bytes>) -> Result<(), Error> {
         let data = data.into();
-        self.core().post_to(peer, data.len(), |e, _| {
-            e.am_post_parts(peer, id, Bytes::new(), data, false)
+        self.core().post_to(peer, data.len(), |e, t| {
+            e.am_post_via(t, peer, id, &[], data, false)
         })
     }
 
@@ -814,13 +814,12 @@ impl<T: Transport> Endpoint<T> {
         body: Bytes,
         lent: bool,
     ) -> Result<(), Error> {
-        let prefix = Bytes::copy_from_slice(prefix);
         let mut c = self.core();
         if lent {
-            c.post(|e| e.am_post_parts(peer, id, prefix, body, lent))
+            c.post_via(|e, t| e.am_post_via(Some(t), peer, id, prefix, body, lent))
         } else {
-            c.post_to(peer, prefix.len() + body.len(), |e, _| {
-                e.am_post_parts(peer, id, prefix, body, lent)
+            c.post_to(peer, prefix.len() + body.len(), |e, t| {
+                e.am_post_via(t, peer, id, prefix, body, lent)
             })
         }
     }

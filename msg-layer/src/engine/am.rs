@@ -4,12 +4,101 @@
 
 use bytes::Bytes;
 
-use super::{AmDelivery, Engine, Out, ReqState, Status};
+use super::peers::{PacketHead, PeerState};
+use super::{AmDelivery, Completion, Engine, Out, Outlet, ReqState, Status};
 use crate::error::Error;
 use crate::matching::PeerId;
 use crate::wire::{Header, Kind};
 
 impl Engine {
+    /// [`Engine::am_send`], handed to `o` at once when the peer's queue
+    /// would do just that ([`Engine::am_now`]).
+    pub fn am_send_via<O: Outlet + ?Sized>(
+        &mut self,
+        o: Option<&mut O>,
+        p: PeerId,
+        handler: u16,
+        data: Bytes,
+    ) -> u64 {
+        if o.is_some_and(|o| self.am_now(o, p, handler, &[], &data, false)) {
+            let status = Status::one_sided(p, data.len());
+            return self.new_req(ReqState::Done(Ok(Completion { status, data: None })));
+        }
+        self.am_send(p, handler, data)
+    }
+
+    /// [`Engine::am_post_parts`], handed to `o` at once when the peer's
+    /// queue would do just that ([`Engine::am_now`]); `prefix` is copied
+    /// only if the message has to wait in the queue.
+    pub fn am_post_via<O: Outlet + ?Sized>(
+        &mut self,
+        o: Option<&mut O>,
+        p: PeerId,
+        handler: u16,
+        prefix: &[u8],
+        body: Bytes,
+        lent: bool,
+    ) -> Result<(), Error> {
+        if o.is_some_and(|o| self.am_now(o, p, handler, prefix, &body, lent)) {
+            return Ok(());
+        }
+        let prefix = if prefix.is_empty() {
+            Bytes::new()
+        } else {
+            Bytes::copy_from_slice(prefix)
+        };
+        self.am_post_parts(p, handler, prefix, body, lent)
+    }
+
+    /// Hand the active message `prefix ++ body` to `o` now, as
+    /// [`Engine::transmit`] would hand it from the peer's queue, under the
+    /// conditions of [`Engine::eager_now`]: nothing waits to be sent to any
+    /// peer (the transport sees the packets in the same order), and the
+    /// peer is connected and ready (an active message uses no credit). The
+    /// packet carries the credit owed, as a queued one would. False
+    /// otherwise, or when `o` refuses it: the caller then queues it, and
+    /// the next transmit meets the refusal and handles it.
+    fn am_now<O: Outlet + ?Sized>(
+        &mut self,
+        o: &mut O,
+        p: PeerId,
+        handler: u16,
+        prefix: &[u8],
+        body: &Bytes,
+        lent: bool,
+    ) -> bool {
+        if !self.attention.is_empty() || !self.direct.is_empty() {
+            return false;
+        }
+        let Some(peer) = self.peers.get_mut(p as usize) else {
+            return false;
+        };
+        let Some(conn) = peer.conn else {
+            return false;
+        };
+        if !matches!(peer.state, PeerState::Ready) {
+            return false;
+        }
+        // A peer with packets queued is on the attention list.
+        debug_assert!(peer.queue.is_empty());
+        let give = peer.owed.min(u32::MAX as u64);
+        let mut hdr = Self::am_header(handler);
+        hdr.credit = give as u32;
+        let head = PacketHead::new(&hdr, prefix);
+        let sent = if lent {
+            o.send_awaited(conn, head.as_slice(), body.clone())
+        } else {
+            o.send(conn, head.as_slice(), body.clone())
+        };
+        if sent.is_err() {
+            return false;
+        }
+        peer.owed -= give;
+        peer.stalled = false;
+        self.handed += 1;
+        true
+    }
+
     pub fn am_send(&mut self, p: PeerId, handler: u16, data: Bytes) -> u64 {
         if let Some(e) = self.peer_error(p) {
             return self.failed_req(e);

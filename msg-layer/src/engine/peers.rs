@@ -508,13 +508,11 @@ impl Engine {
             let sent = if out.prefix.is_empty() && !out.awaited {
                 o.send(conn, &out.hdr.encode(), out.body.clone())
             } else {
-                let mut head = Vec::with_capacity(HEADER_LEN + out.prefix.len());
-                head.extend_from_slice(&out.hdr.encode());
-                head.extend_from_slice(&out.prefix);
+                let head = PacketHead::new(&out.hdr, &out.prefix);
                 if out.awaited {
-                    o.send_awaited(conn, &head, out.body.clone())
+                    o.send_awaited(conn, head.as_slice(), out.body.clone())
                 } else {
-                    o.send(conn, &head, out.body.clone())
+                    o.send(conn, head.as_slice(), out.body.clone())
                 }
             };
             match sent {
@@ -544,6 +542,47 @@ impl Engine {
                     return self.send_queued(p, o);
                 }
             }
+        }
+    }
+}
+
+/// Prefixes up to this long go into a packet's head on the stack (the
+/// transport copies the head into its own message anyway).
+const SHORT_PREFIX: usize = 64;
+
+/// A packet's head: its header encoded, then its prefix. On the stack
+/// unless the prefix is long, so that the common message costs no
+/// allocation.
+pub(super) enum PacketHead {
+    Short {
+        len: usize,
+        bytes: [u8; HEADER_LEN + SHORT_PREFIX],
+    },
+    Long(Vec<u8>),
+}
+
+impl PacketHead {
+    #[inline]
+    pub fn new(hdr: &Header, prefix: &[u8]) -> Self {
+        let len = HEADER_LEN + prefix.len();
+        if prefix.len() <= SHORT_PREFIX {
+            let mut bytes = [0u8; HEADER_LEN + SHORT_PREFIX];
+            bytes[..HEADER_LEN].copy_from_slice(&hdr.encode());
+            bytes[HEADER_LEN..len].copy_from_slice(prefix);
+            PacketHead::Short { len, bytes }
+        } else {
+            let mut head = Vec::with_capacity(len);
+            head.extend_from_slice(&hdr.encode());
+            head.extend_from_slice(prefix);
+            PacketHead::Long(head)
+        }
+    }
+
+    #[inline]
+    pub fn as_slice(&self) -> &[u8] {
+        match self {
+            PacketHead::Short { len, bytes } => &bytes[..*len],
+            PacketHead::Long(v) => v,
         }
     }
 }
