@@ -12,10 +12,12 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, Weak};
+use std::sync::Weak;
+
+use parking_lot::Mutex;
 
 use crate::endpoint::Request;
-use crate::engine::Completion;
+use crate::engine::{AmDelivery, Completion, PeerFailure};
 use crate::error::Error;
 use crate::matching::PeerId;
 use crate::wire::HEADER_LEN;
@@ -67,6 +69,8 @@ impl ActiveMessage {
 /// The queue behind [`crate::Endpoint::poll_event`].
 #[derive(Debug, Default)]
 pub(crate) struct EventQueue {
+    /// A `parking_lot` lock: taken several times per message, it costs
+    /// less than the standard one (no poisoning to check).
     events: Mutex<VecDeque<Event>>,
     /// Set while `events` may hold something (written under its lock): an
     /// idle poll takes no lock.
@@ -75,24 +79,39 @@ pub(crate) struct EventQueue {
 
 impl EventQueue {
     pub fn push(&self, e: Event) {
-        let mut q = self.events.lock().expect("event queue");
+        let mut q = self.events.lock();
         q.push_back(e);
         self.ready.store(true, Ordering::Release);
     }
 
-    pub fn extend(&self, events: impl IntoIterator<Item = Event>) {
-        let mut q = self.events.lock().expect("event queue");
-        q.extend(events);
-        if !q.is_empty() {
-            self.ready.store(true, Ordering::Release);
+    /// Queue the active messages, then the peer ends, the engine collected
+    /// (emptying both lists), under one lock.
+    pub fn take_from(&self, ams: &mut Vec<AmDelivery>, failures: &mut Vec<PeerFailure>) {
+        if ams.is_empty() && failures.is_empty() {
+            return;
         }
+        let mut q = self.events.lock();
+        for d in ams.drain(..) {
+            q.push_back(Event::Message(ActiveMessage {
+                peer: d.peer,
+                handler: d.handler,
+                packet: d.packet,
+            }));
+        }
+        for f in failures.drain(..) {
+            q.push_back(Event::PeerEnded {
+                peer: f.peer,
+                error: f.error,
+            });
+        }
+        self.ready.store(true, Ordering::Release);
     }
 
     pub fn pop(&self) -> Option<Event> {
         if !self.ready.load(Ordering::Acquire) {
             return None;
         }
-        let mut q = self.events.lock().expect("event queue");
+        let mut q = self.events.lock();
         let e = q.pop_front();
         if q.is_empty() {
             self.ready.store(false, Ordering::Release);

@@ -105,20 +105,9 @@ impl<T: Transport> Core<T> {
     /// active messages and peer ends (pull-style delivery), completions of
     /// watched requests.
     fn queue_events(&mut self) {
-        if self.pull && self.engine.has_callbacks() {
-            let ams = self.engine.am_deliveries.drain(..).map(|d| {
-                Event::Message(ActiveMessage {
-                    peer: d.peer,
-                    handler: d.handler,
-                    packet: d.packet,
-                })
-            });
-            self.queue.extend(ams);
-            let ends = self.engine.failures.drain(..).map(|f| Event::PeerEnded {
-                peer: f.peer,
-                error: f.error,
-            });
-            self.queue.extend(ends);
+        if self.pull {
+            let e = &mut self.engine;
+            self.queue.take_from(&mut e.am_deliveries, &mut e.failures);
         }
         if !self.watched.is_empty() {
             let engine = &mut self.engine;
