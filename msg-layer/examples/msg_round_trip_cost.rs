@@ -15,7 +15,9 @@
 //! BMI do instead: an 8-byte active message behind a 16-byte prefix (an
 //! ob1 match header) with [`Endpoint::am_post_parts`], taken pull-style
 //! ([`Endpoint::poll_event`], then [`Endpoint::recycle`]) after a round of
-//! [`Endpoint::progress`], and answered the same way.
+//! [`Endpoint::progress`], and answered the same way. With `am-post`
+//! first, the same 24 bytes go as one body with [`Endpoint::am_post`], as
+//! the BTL's inline send (`btl_sendi`) does.
 //!
 //! `IDLE_PEERS` (default 0) more peers are known to both ends and stay
 //! silent, as the other ranks of a large job do: the round trip should not
@@ -35,7 +37,9 @@ use msg_layer::{Config, Endpoint, Event, PeerId, Request, Source, Tag};
 
 fn main() {
     let mut args = std::env::args().skip(1).peekable();
-    let am = args.next_if(|a| a == "am").is_some();
+    let am = args.next_if(|a| a == "am" || a == "am-post");
+    let am_post = am.as_deref() == Some("am-post");
+    let am = am.is_some();
     let n: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(200_000);
     let idle_peers: u16 = args.next().and_then(|s| s.parse().ok()).unwrap_or(0);
     let connected_peers: u16 = args.next().and_then(|s| s.parse().ok()).unwrap_or(0);
@@ -107,7 +111,7 @@ fn main() {
     if am {
         a.set_pull_delivery(true);
         b.set_pull_delivery(true);
-        am_round_trips(&a, &b, pb, pa, n);
+        am_round_trips(&a, &b, pb, pa, n, am_post);
     } else {
         let served = b.irecv(Source::Peer(pa), Tag::Is(1), 0, vec![0; 8]);
         round_trips(&a, &b, pb, pa, served, n);
@@ -159,11 +163,11 @@ fn round_trips(a: &SimEndpoint, b: &SimEndpoint, pb: PeerId, pa: PeerId, served:
 /// The next active message `ep` has after a round of progress, as the BTL
 /// shim takes them: its payload checked and its buffer given back.
 #[inline(always)]
-fn am_arrived(ep: &SimEndpoint, body: &[u8]) -> bool {
+fn am_arrived(ep: &SimEndpoint, payload: &[u8]) -> bool {
     ep.progress().expect("progress");
     match ep.poll_event() {
         Some(Event::Message(m)) => {
-            assert_eq!(&m.data()[AM_PREFIX.len()..], body, "active message payload");
+            assert_eq!(m.data(), payload, "active message payload");
             ep.recycle(m);
             true
         }
@@ -176,20 +180,46 @@ fn am_arrived(ep: &SimEndpoint, body: &[u8]) -> bool {
 /// header, which `btl/llc` sends in front of each fragment.
 const AM_PREFIX: [u8; 16] = [0x5a; 16];
 
+/// The 8 bytes of every active message.
+const AM_BODY: [u8; 8] = [0xa5; 8];
+
+/// Prefix and body in one, as `am-post` sends them.
+const AM_WHOLE: [u8; 24] = {
+    let mut w = [0u8; 24];
+    let mut i = 0;
+    while i < 24 {
+        w[i] = if i < 16 {
+            AM_PREFIX[i]
+        } else {
+            AM_BODY[i - 16]
+        };
+        i += 1;
+    }
+    w
+};
+
+/// Send the active message of the round trip from `ep` to `p`.
+#[inline(always)]
+fn am_send(ep: &SimEndpoint, p: PeerId, whole: bool) {
+    if whole {
+        ep.am_post(p, 1, bytes::Bytes::from_static(&AM_WHOLE))
+    } else {
+        ep.am_post_parts(p, 1, &AM_PREFIX, bytes::Bytes::from_static(&AM_BODY))
+    }
+    .expect("active message");
+}
+
 /// `n` active-message round trips from `a` to `b` and back (see the
-/// module's doc), counted alone like [`round_trips`].
+/// module's doc; `whole`: `am-post`), counted alone like [`round_trips`].
 #[inline(never)]
-fn am_round_trips(a: &SimEndpoint, b: &SimEndpoint, pb: PeerId, pa: PeerId, n: u64) {
-    let body = bytes::Bytes::from_static(&[0xa5; 8]);
+fn am_round_trips(a: &SimEndpoint, b: &SimEndpoint, pb: PeerId, pa: PeerId, n: u64, whole: bool) {
     for _ in 0..n {
-        a.am_post_parts(pb, 1, &AM_PREFIX, body.clone())
-            .expect("a's message");
+        am_send(a, pb, whole);
         loop {
-            if am_arrived(b, &body) {
-                b.am_post_parts(pa, 1, &AM_PREFIX, body.clone())
-                    .expect("b's answer");
+            if am_arrived(b, &AM_WHOLE) {
+                am_send(b, pa, whole);
             }
-            if am_arrived(a, &body) {
+            if am_arrived(a, &AM_WHOLE) {
                 break;
             }
         }
