@@ -19,7 +19,7 @@ use llc_stack::link::sim::{Sim, SimConfig};
 use llc_stack::rng::Rng;
 use llc_stack::wire::MacAddr;
 use msg_layer::transport::llc::{LlcConfig, LlcTransport};
-use msg_layer::{Config, Endpoint, Source, Tag};
+use msg_layer::{Config, Endpoint, Event, Source, Tag};
 
 /// Counts the allocations of the thread that turned counting on.
 struct Counting;
@@ -120,5 +120,71 @@ fn eight_byte_round_trips_allocate_nothing_once_warm() {
     assert!(
         count * 1_000 <= n as u64,
         "{count} allocations in {n} 8-byte round trips: the common path allocates"
+    );
+}
+
+/// The same for active messages as the MPI BTL sends them: 8 bytes behind
+/// a 16-byte prefix (`am_post_parts`), taken pull-style and answered.
+#[test]
+fn active_message_round_trips_allocate_nothing_once_warm() {
+    let sim = Sim::new(SimConfig {
+        latency: Duration::ZERO,
+        rate_bps: 0,
+        ..SimConfig::default()
+    });
+    let open = |i: u8| {
+        let t = LlcTransport::new(
+            sim.port(),
+            MacAddr([2, 0, 0, 0, 0, i]),
+            7,
+            LlcConfig::default(),
+            Rng::new(u64::from(i)),
+        );
+        let ep = Endpoint::new(t, Config::default()).expect("endpoint");
+        ep.set_pull_delivery(true);
+        ep
+    };
+    let (a, b) = (open(1), open(2));
+    let pb = a.add_peer(&b.local_addr()).expect("add peer");
+    let pa = b.add_peer(&a.local_addr()).expect("add peer");
+    let prefix = [0x5a; 16];
+    let body = bytes::Bytes::from_static(&[0xa5; 8]);
+    let arrived = |ep: &Endpoint<_>| {
+        ep.progress().expect("progress");
+        match ep.poll_event() {
+            Some(Event::Message(m)) => {
+                assert_eq!(&m.data()[16..], [0xa5; 8]);
+                ep.recycle(m);
+                true
+            }
+            Some(other) => panic!("unexpected event {other:?}"),
+            None => false,
+        }
+    };
+    let round_trips = |n: usize| {
+        for i in 0..n {
+            a.am_post_parts(pb, 1, &prefix, body.clone())
+                .expect("a's message");
+            let mut spins = 0u64;
+            loop {
+                if arrived(&b) {
+                    b.am_post_parts(pa, 1, &prefix, body.clone())
+                        .expect("b's answer");
+                }
+                if arrived(&a) {
+                    break;
+                }
+                spins += 1;
+                assert!(spins < 1_000_000, "round trip {i} never completed");
+            }
+        }
+    };
+    round_trips(2_000);
+    let n = 10_000;
+    let count = allocations(|| round_trips(n));
+    println!("{count} allocations in {n} round trips");
+    assert!(
+        count * 1_000 <= n as u64,
+        "{count} allocations in {n} active-message round trips: the common path allocates"
     );
 }
