@@ -337,18 +337,26 @@ fn emit(
     h.crc = 0.into();
     buf[at..at + transport::HEADER_LEN].copy_from_slice(h.as_bytes());
     at += transport::HEADER_LEN;
+    // Empty pieces (no SACK block, a payload in one part) are common: each
+    // skipped copy is a library call saved.
     let sack_bytes = sacks.as_bytes();
-    buf[at..at + sack_bytes.len()].copy_from_slice(sack_bytes);
-    at += sack_bytes.len();
+    if !sack_bytes.is_empty() {
+        buf[at..at + sack_bytes.len()].copy_from_slice(sack_bytes);
+        at += sack_bytes.len();
+    }
     let (first, rest) = buf[at..].split_at_mut(payload[0].len());
-    first.copy_from_slice(payload[0]);
+    if !first.is_empty() {
+        first.copy_from_slice(payload[0]);
+    }
     // `h.crc` was written as zero above.
     let crc = if tail_out_of_line {
         use crate::sys::crc;
         let state = crc::update(crc::INIT, &buf[ethernet::HEADER_LEN..]);
         crc::finish(crc::update(state, payload[1]))
     } else {
-        rest[..payload[1].len()].copy_from_slice(payload[1]);
+        if !payload[1].is_empty() {
+            rest[..payload[1].len()].copy_from_slice(payload[1]);
+        }
         match trailer {
             Trailer::None => {}
             Trailer::Key(key) => key.sign(buf, signed_len),

@@ -320,12 +320,22 @@ impl Connection {
         (self.cfg.ack_delay.as_micros().min(u128::from(u32::MAX)) as u32).max(1)
     }
 
+    /// The SACK blocks to send (at most `room`), and how many there are.
+    /// Inlined for the common case of nothing held out of order, so that a
+    /// frame's sender pays no call and no array copy for it.
+    #[inline]
     pub(super) fn sack_blocks(&self, room: usize) -> ([SackBlock; MAX_SACK_BLOCKS], usize) {
-        let mut out = [SackBlock::default(); MAX_SACK_BLOCKS];
-        let max = room.min(MAX_SACK_BLOCKS);
-        if self.n_out_of_order == 0 || max == 0 {
-            return (out, 0);
+        if self.n_out_of_order == 0 || room == 0 {
+            return ([SackBlock::default(); MAX_SACK_BLOCKS], 0);
         }
+        self.held_sack_blocks(room.min(MAX_SACK_BLOCKS))
+    }
+
+    /// [`Connection::sack_blocks`] when frames are held out of order and
+    /// `max` (1..=4) blocks fit.
+    #[inline(never)]
+    fn held_sack_blocks(&self, max: usize) -> ([SackBlock; MAX_SACK_BLOCKS], usize) {
+        let mut out = [SackBlock::default(); MAX_SACK_BLOCKS];
         // Runs of frames held beyond `rcv_nxt`, as index ranges: the run
         // holding the frame that arrived last, and the highest runs.
         let recent = usize::try_from(self.last_out_of_order.diff(self.rcv_nxt)).ok();
