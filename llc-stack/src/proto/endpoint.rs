@@ -1142,12 +1142,11 @@ impl Endpoint {
             let Some(e) = self.conns.get_mut(&h) else {
                 continue;
             };
-            if !e.conn.wants_transmit() {
-                // Nothing to send, and nothing changed: no events to collect,
-                // no timer to move.
-                e.queued = false;
-                continue;
-            }
+            // Asked without `wants_transmit` first: a connection writes a
+            // frame exactly when it wants to send (the driver just asked
+            // [`Endpoint::wants_transmit`]), so the common call would test
+            // it twice. One with nothing to send is noted below as after
+            // any change (its deadline stays; the timer queue finds that).
             // Still marked queued while it sends, so that collecting its
             // events does not queue it again: it goes to the back only if
             // it has more to send.
