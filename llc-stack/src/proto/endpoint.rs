@@ -283,6 +283,48 @@ type Key = (MacAddr, u16, u16);
 /// connections up to the configured limits.
 type KeyMap = rustc_hash::FxHashMap<Key, ConnHandle>;
 
+/// The connections by key, with the last key a received frame found: a
+/// busy connection's frames come one after another, and comparing a key
+/// costs less than hashing it. Every change to the map forgets it.
+#[derive(Debug, Default)]
+struct KeyIndex {
+    map: KeyMap,
+    last: Option<(Key, ConnHandle)>,
+}
+
+impl KeyIndex {
+    /// The connection of a received frame's key.
+    #[inline]
+    fn find(&mut self, key: &Key) -> Option<ConnHandle> {
+        if let Some((k, h)) = self.last {
+            if k == *key {
+                return Some(h);
+            }
+        }
+        let h = *self.map.get(key)?;
+        self.last = Some((*key, h));
+        Some(h)
+    }
+
+    fn get(&self, key: &Key) -> Option<&ConnHandle> {
+        self.map.get(key)
+    }
+
+    fn contains_key(&self, key: &Key) -> bool {
+        self.map.contains_key(key)
+    }
+
+    fn insert(&mut self, key: Key, h: ConnHandle) {
+        self.last = None;
+        self.map.insert(key, h);
+    }
+
+    fn remove(&mut self, key: &Key) {
+        self.last = None;
+        self.map.remove(key);
+    }
+}
+
 /// All connections of one interface and SAP.
 #[derive(Debug)]
 pub struct Endpoint {
@@ -291,7 +333,7 @@ pub struct Endpoint {
     mtu: usize,
     rng: Rng,
     conns: ConnTable<Entry>,
-    by_key: KeyMap,
+    by_key: KeyIndex,
     listening: HashSet<u16>,
     /// Peers that answered a reachability probe.
     probe_answers: HashSet<MacAddr>,
@@ -340,7 +382,7 @@ impl Endpoint {
             mtu,
             rng,
             conns: ConnTable::default(),
-            by_key: KeyMap::default(),
+            by_key: KeyIndex::default(),
             listening: HashSet::new(),
             bound: None,
             probe_answers: HashSet::new(),
@@ -909,7 +951,7 @@ impl Endpoint {
                     self.handle_syn(now, key, h);
                     return;
                 }
-                let Some(&handle) = self.by_key.get(&key) else {
+                let Some(handle) = self.by_key.find(&key) else {
                     self.stats.dropped.no_connection += 1;
                     if kind != FrameType::Reset {
                         self.queue_reset(addr.src, h);
