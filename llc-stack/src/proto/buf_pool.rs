@@ -36,6 +36,7 @@ pub struct BufPool {
 impl BufPool {
     /// Keep `buf` for a later message, or drop it (too small to matter, or
     /// the pool is full).
+    #[inline]
     pub fn put(&mut self, mut buf: Vec<u8>) {
         let cap = buf.capacity();
         if (SMALL_CAPACITY..MIN_CAPACITY).contains(&cap) {

@@ -689,6 +689,9 @@ impl Endpoint {
     /// contents are no longer needed: a later large message is reassembled
     /// into it instead of into fresh memory (see [`super::buf_pool`]).
     /// Optional; small buffers and those beyond the pool's bound are freed.
+    /// Inlined (with [`BufPool::put`]): every delivered buffer comes back
+    /// this way, and keeping a small one costs less than the call did.
+    #[inline]
     pub fn recycle(&mut self, buf: Vec<u8>) {
         self.pool.put(buf);
     }
