@@ -264,6 +264,7 @@ pub fn emit_transport_with(
 
 /// [`emit_transport_with`] with the payload in two pieces, written one after
 /// the other (a message's header and body meet inside some fragment).
+#[inline]
 pub fn emit_transport_gather(
     buf: &mut [u8],
     addr: &Addresses,
@@ -280,6 +281,7 @@ pub fn emit_transport_gather(
 /// by `payload[1]`, which a device sends from where it lies (scatter-gather)
 /// instead of copying it in. The CRC covers it as usual. Only without a
 /// trailer: a MAC would follow the payload.
+#[inline]
 pub fn emit_transport_head(
     buf: &mut [u8],
     addr: &Addresses,
@@ -290,6 +292,9 @@ pub fn emit_transport_head(
     emit(buf, addr, header, sacks, payload, Trailer::None, true)
 }
 
+/// Inlined into each frame builder, so that the header it was handed is
+/// written to the frame as built, not copied and patched first.
+#[inline(always)]
 fn emit(
     buf: &mut [u8],
     addr: &Addresses,
