@@ -265,7 +265,7 @@ impl Connection {
             } else {
                 0
             };
-            return self.emit_sequenced(now, buf, seq, idx as usize, ack, tail);
+            return self.emit_retransmission(now, buf, seq, idx as usize, ack, tail);
         }
         None
     }
@@ -385,6 +385,24 @@ impl Connection {
         wire::emit_transport_with(buf, &self.addr, &h, &sacks[..n], &[], self.cfg.trailer()).ok()
     }
 
+    /// [`Connection::emit_sequenced`] out of line: retransmissions are rare,
+    /// and the new frames' path keeps its own copy.
+    #[inline(never)]
+    fn emit_retransmission(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        seq: Seq,
+        idx: usize,
+        ack_request: u8,
+        tail: Option<&mut Option<Bytes>>,
+    ) -> Option<usize> {
+        self.emit_sequenced(now, buf, seq, idx, ack_request, tail)
+    }
+
+    /// Inlined into the new frames' path: a frame's fields go from the
+    /// connection to the frame without a call between.
+    #[inline(always)]
     fn emit_sequenced(
         &mut self,
         now: Instant,
