@@ -299,8 +299,9 @@ impl Device for SimPort {
 
 impl SimPort {
     /// [`Device::receive`] once the counter says frames are queued: the
-    /// front one, if it has arrived by `now`.
-    #[inline]
+    /// front one, if it has arrived by `now`. Always inlined: the driver's
+    /// receive loop is its one caller.
+    #[inline(always)]
     fn receive_queued(&mut self, now: Instant) -> Option<SimRx<'_>> {
         let mut seg = self.sim.lock();
         let port = &mut seg.ports[self.index];
