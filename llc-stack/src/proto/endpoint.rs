@@ -740,7 +740,7 @@ impl Endpoint {
     }
 
     /// [`Endpoint::poll_event`] when there is one.
-    #[inline(never)]
+    #[inline]
     fn take_event(&mut self) -> Option<(ConnHandle, Event)> {
         let ev = self.events.pop_front()?;
         if let (h, Event::Message { data, .. }) = &ev {
