@@ -36,6 +36,7 @@ pub struct BufPool {
 impl BufPool {
     /// Keep `buf` for a later message, or drop it (too small to matter, or
     /// the pool is full).
+    #[inline]
     pub fn put(&mut self, mut buf: Vec<u8>) {
         let cap = buf.capacity();
         if (SMALL_CAPACITY..MIN_CAPACITY).contains(&cap) {
@@ -66,6 +67,8 @@ impl BufPool {
 
     /// A copy of `data` in a kept buffer if one fits, else in a new one
     /// (of at least [`SMALL_CAPACITY`], so that it can be kept later).
+    /// Inlined: every message delivered whole is copied here.
+    #[inline]
     pub fn copy_of(&mut self, data: &[u8]) -> Vec<u8> {
         let mut buf = if data.len() <= SMALL_CAPACITY {
             self.small

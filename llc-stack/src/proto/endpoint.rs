@@ -283,6 +283,48 @@ type Key = (MacAddr, u16, u16);
 /// connections up to the configured limits.
 type KeyMap = rustc_hash::FxHashMap<Key, ConnHandle>;
 
+/// The connections by key, with the last key a received frame found: a
+/// busy connection's frames come one after another, and comparing a key
+/// costs less than hashing it. Every change to the map forgets it.
+#[derive(Debug, Default)]
+struct KeyIndex {
+    map: KeyMap,
+    last: Option<(Key, ConnHandle)>,
+}
+
+impl KeyIndex {
+    /// The connection of a received frame's key.
+    #[inline]
+    fn find(&mut self, key: &Key) -> Option<ConnHandle> {
+        if let Some((k, h)) = self.last {
+            if k == *key {
+                return Some(h);
+            }
+        }
+        let h = *self.map.get(key)?;
+        self.last = Some((*key, h));
+        Some(h)
+    }
+
+    fn get(&self, key: &Key) -> Option<&ConnHandle> {
+        self.map.get(key)
+    }
+
+    fn contains_key(&self, key: &Key) -> bool {
+        self.map.contains_key(key)
+    }
+
+    fn insert(&mut self, key: Key, h: ConnHandle) {
+        self.last = None;
+        self.map.insert(key, h);
+    }
+
+    fn remove(&mut self, key: &Key) {
+        self.last = None;
+        self.map.remove(key);
+    }
+}
+
 /// All connections of one interface and SAP.
 #[derive(Debug)]
 pub struct Endpoint {
@@ -291,7 +333,7 @@ pub struct Endpoint {
     mtu: usize,
     rng: Rng,
     conns: ConnTable<Entry>,
-    by_key: KeyMap,
+    by_key: KeyIndex,
     listening: HashSet<u16>,
     /// Peers that answered a reachability probe.
     probe_answers: HashSet<MacAddr>,
@@ -340,7 +382,7 @@ impl Endpoint {
             mtu,
             rng,
             conns: ConnTable::default(),
-            by_key: KeyMap::default(),
+            by_key: KeyIndex::default(),
             listening: HashSet::new(),
             bound: None,
             probe_answers: HashSet::new(),
@@ -647,6 +689,9 @@ impl Endpoint {
     /// contents are no longer needed: a later large message is reassembled
     /// into it instead of into fresh memory (see [`super::buf_pool`]).
     /// Optional; small buffers and those beyond the pool's bound are freed.
+    /// Inlined (with [`BufPool::put`]): every delivered buffer comes back
+    /// this way, and keeping a small one costs less than the call did.
+    #[inline]
     pub fn recycle(&mut self, buf: Vec<u8>) {
         self.pool.put(buf);
     }
@@ -683,8 +728,20 @@ impl Endpoint {
     }
 
     /// Next event. Taking a `Message` returns its credit to the connection.
+    /// The empty check is inlined into the caller: an application drains
+    /// events until none is left, so every round ends with an empty call.
     #[must_use]
+    #[inline]
     pub fn poll_event(&mut self) -> Option<(ConnHandle, Event)> {
+        if self.events.is_empty() {
+            return None;
+        }
+        self.take_event()
+    }
+
+    /// [`Endpoint::poll_event`] when there is one.
+    #[inline]
+    fn take_event(&mut self) -> Option<(ConnHandle, Event)> {
         let ev = self.events.pop_front()?;
         if let (h, Event::Message { data, .. }) = &ev {
             if let Some(e) = self.conns.get_mut(h) {
@@ -909,7 +966,7 @@ impl Endpoint {
                     self.handle_syn(now, key, h);
                     return;
                 }
-                let Some(&handle) = self.by_key.get(&key) else {
+                let Some(handle) = self.by_key.find(&key) else {
                     self.stats.dropped.no_connection += 1;
                     if kind != FrameType::Reset {
                         self.queue_reset(addr.src, h);
@@ -1142,12 +1199,11 @@ impl Endpoint {
             let Some(e) = self.conns.get_mut(&h) else {
                 continue;
             };
-            if !e.conn.wants_transmit() {
-                // Nothing to send, and nothing changed: no events to collect,
-                // no timer to move.
-                e.queued = false;
-                continue;
-            }
+            // Asked without `wants_transmit` first: a connection writes a
+            // frame exactly when it wants to send (the driver just asked
+            // [`Endpoint::wants_transmit`]), so the common call would test
+            // it twice. One with nothing to send is noted below as after
+            // any change (its deadline stays; the timer queue finds that).
             // Still marked queued while it sends, so that collecting its
             // events does not queue it again: it goes to the back only if
             // it has more to send.

@@ -264,6 +264,7 @@ pub fn emit_transport_with(
 
 /// [`emit_transport_with`] with the payload in two pieces, written one after
 /// the other (a message's header and body meet inside some fragment).
+#[inline]
 pub fn emit_transport_gather(
     buf: &mut [u8],
     addr: &Addresses,
@@ -280,6 +281,7 @@ pub fn emit_transport_gather(
 /// by `payload[1]`, which a device sends from where it lies (scatter-gather)
 /// instead of copying it in. The CRC covers it as usual. Only without a
 /// trailer: a MAC would follow the payload.
+#[inline]
 pub fn emit_transport_head(
     buf: &mut [u8],
     addr: &Addresses,
@@ -290,6 +292,9 @@ pub fn emit_transport_head(
     emit(buf, addr, header, sacks, payload, Trailer::None, true)
 }
 
+/// Inlined into each frame builder, so that the header it was handed is
+/// written to the frame as built, not copied and patched first.
+#[inline(always)]
 fn emit(
     buf: &mut [u8],
     addr: &Addresses,
@@ -337,18 +342,26 @@ fn emit(
     h.crc = 0.into();
     buf[at..at + transport::HEADER_LEN].copy_from_slice(h.as_bytes());
     at += transport::HEADER_LEN;
+    // Empty pieces (no SACK block, a payload in one part) are common: each
+    // skipped copy is a library call saved.
     let sack_bytes = sacks.as_bytes();
-    buf[at..at + sack_bytes.len()].copy_from_slice(sack_bytes);
-    at += sack_bytes.len();
+    if !sack_bytes.is_empty() {
+        buf[at..at + sack_bytes.len()].copy_from_slice(sack_bytes);
+        at += sack_bytes.len();
+    }
     let (first, rest) = buf[at..].split_at_mut(payload[0].len());
-    first.copy_from_slice(payload[0]);
+    if !first.is_empty() {
+        first.copy_from_slice(payload[0]);
+    }
     // `h.crc` was written as zero above.
     let crc = if tail_out_of_line {
         use crate::sys::crc;
         let state = crc::update(crc::INIT, &buf[ethernet::HEADER_LEN..]);
         crc::finish(crc::update(state, payload[1]))
     } else {
-        rest[..payload[1].len()].copy_from_slice(payload[1]);
+        if !payload[1].is_empty() {
+            rest[..payload[1].len()].copy_from_slice(payload[1]);
+        }
         match trailer {
             Trailer::None => {}
             Trailer::Key(key) => key.sign(buf, signed_len),

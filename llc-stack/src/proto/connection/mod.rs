@@ -172,8 +172,9 @@ pub struct Connection {
     rtt: RttEstimator,
     /// Longest the peer holds an acknowledgement of a frame that did not ask
     /// for one soon, as it announced in the handshake (zero: a peer that
-    /// announced none, and is asked for every acknowledgement soon).
-    peer_max_ack_delay: Duration,
+    /// announced none, and is asked for every acknowledgement soon). In
+    /// nanoseconds: the frames' path adds it to deadlines.
+    peer_max_ack_delay_ns: u64,
     backoff: u32,
     syn_attempts: u32,
     close_requested: bool,
@@ -321,7 +322,7 @@ impl Connection {
             probe_credit: false,
             probes_in_a_row: 0,
             rtt,
-            peer_max_ack_delay: Duration::ZERO,
+            peer_max_ack_delay_ns: 0,
             backoff: 0,
             syn_attempts: 0,
             close_requested: false,
@@ -368,12 +369,14 @@ impl Connection {
     /// SYN-ACK's `frag_off`; 0: none announced), bounded by our largest
     /// timeout so that a hostile value cannot stall the tail-loss probe.
     fn set_peer_max_ack_delay(&mut self, micros: u32) {
-        self.peer_max_ack_delay = Duration::from_micros(u64::from(micros)).min(self.cfg.max_rto);
+        // At most 2^32 microseconds: the nanoseconds fit a u64.
+        let d = Duration::from_micros(u64::from(micros)).min(self.cfg.max_rto);
+        self.peer_max_ack_delay_ns = d.as_nanos() as u64;
     }
 
     /// The peer's announced longest acknowledgement delay (zero: none).
     pub fn peer_max_ack_delay(&self) -> Duration {
-        self.peer_max_ack_delay
+        Duration::from_nanos(self.peer_max_ack_delay_ns)
     }
 
     /// Current state.

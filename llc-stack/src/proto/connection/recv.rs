@@ -240,7 +240,9 @@ impl Connection {
     }
 
     /// Acknowledgement bookkeeping after a new sequenced frame, and the end
-    /// of the connection once the peer's CLOSE is in order.
+    /// of the connection once the peer's CLOSE is in order. Always inlined:
+    /// small, and on every in-order frame's path.
+    #[inline(always)]
     fn after_sequenced(&mut self, now: Instant, h: &TransportHeader) {
         self.ack_pending += 1;
         if self.ack_pending >= self.cfg.ack_every || h.has(flags::ACK_NOW) || self.peer_closed {
@@ -320,12 +322,22 @@ impl Connection {
         (self.cfg.ack_delay.as_micros().min(u128::from(u32::MAX)) as u32).max(1)
     }
 
+    /// The SACK blocks to send (at most `room`), and how many there are.
+    /// Inlined for the common case of nothing held out of order, so that a
+    /// frame's sender pays no call and no array copy for it.
+    #[inline]
     pub(super) fn sack_blocks(&self, room: usize) -> ([SackBlock; MAX_SACK_BLOCKS], usize) {
-        let mut out = [SackBlock::default(); MAX_SACK_BLOCKS];
-        let max = room.min(MAX_SACK_BLOCKS);
-        if self.n_out_of_order == 0 || max == 0 {
-            return (out, 0);
+        if self.n_out_of_order == 0 || room == 0 {
+            return ([SackBlock::default(); MAX_SACK_BLOCKS], 0);
         }
+        self.held_sack_blocks(room.min(MAX_SACK_BLOCKS))
+    }
+
+    /// [`Connection::sack_blocks`] when frames are held out of order and
+    /// `max` (1..=4) blocks fit.
+    #[inline(never)]
+    fn held_sack_blocks(&self, max: usize) -> ([SackBlock; MAX_SACK_BLOCKS], usize) {
+        let mut out = [SackBlock::default(); MAX_SACK_BLOCKS];
         // Runs of frames held beyond `rcv_nxt`, as index ranges: the run
         // holding the frame that arrived last, and the highest runs.
         let recent = usize::try_from(self.last_out_of_order.diff(self.rcv_nxt)).ok();

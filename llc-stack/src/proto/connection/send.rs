@@ -265,7 +265,7 @@ impl Connection {
             } else {
                 0
             };
-            return self.emit_sequenced(now, buf, seq, idx as usize, ack, tail);
+            return self.emit_retransmission(now, buf, seq, idx as usize, ack, tail);
         }
         None
     }
@@ -279,7 +279,7 @@ impl Connection {
         if !self.snd_nxt.lt(self.peer_window_end) || !self.can_send() {
             return None;
         }
-        let mut awaited = self.cfg.acked_events || self.peer_max_ack_delay.is_zero();
+        let mut awaited = self.cfg.acked_events || self.peer_max_ack_delay_ns == 0;
         let cargo = if let Some(m) = self.send_msgs.get_mut(self.next_unsent) {
             awaited |= m.awaited;
             let off = m.next_off;
@@ -385,6 +385,24 @@ impl Connection {
         wire::emit_transport_with(buf, &self.addr, &h, &sacks[..n], &[], self.cfg.trailer()).ok()
     }
 
+    /// [`Connection::emit_sequenced`] out of line: retransmissions are rare,
+    /// and the new frames' path keeps its own copy.
+    #[inline(never)]
+    fn emit_retransmission(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        seq: Seq,
+        idx: usize,
+        ack_request: u8,
+        tail: Option<&mut Option<Bytes>>,
+    ) -> Option<usize> {
+        self.emit_sequenced(now, buf, seq, idx, ack_request, tail)
+    }
+
+    /// Inlined into the new frames' path: a frame's fields go from the
+    /// connection to the frame without a call between.
+    #[inline(always)]
     fn emit_sequenced(
         &mut self,
         now: Instant,
@@ -548,8 +566,7 @@ impl Connection {
                     // announced, as QUIC does, and not below the smallest
                     // round trip seen before), so that a late acknowledgement
                     // does not inflate the timeouts of every later frame.
-                    let held = u64::from(h.ack_delay.get())
-                        .min(self.peer_max_ack_delay.as_micros() as u64);
+                    let held = u64::from(h.ack_delay.get()).min(self.peer_max_ack_delay_ns / 1000);
                     let rtt_us = rtt_us as u64;
                     let adjusted = if min_before_us == 0 || rtt_us >= min_before_us + held {
                         rtt_us.saturating_sub(held)

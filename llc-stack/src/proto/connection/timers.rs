@@ -162,7 +162,7 @@ impl Connection {
     /// [`Connection::probe_timeout`] in nanoseconds (the per-frame path's).
     #[inline]
     pub(super) fn probe_timeout_nanos(&self) -> u64 {
-        self.rtt.probe_base_nanos() + 50_000 + self.peer_max_ack_delay.as_nanos() as u64
+        self.rtt.probe_base_nanos() + 50_000 + self.peer_max_ack_delay_ns
     }
 
     /// When the next tail-loss probe is due after a retransmission: the
