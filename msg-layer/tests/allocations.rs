@@ -15,11 +15,11 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::time::Duration;
 
-use llc_stack::link::sim::{Sim, SimConfig};
+use llc_stack::link::sim::{Sim, SimConfig, SimPort};
 use llc_stack::rng::Rng;
 use llc_stack::wire::MacAddr;
 use msg_layer::transport::llc::{LlcConfig, LlcTransport};
-use msg_layer::{Config, Endpoint, Event, Source, Tag};
+use msg_layer::{Config, Endpoint, Event, PeerId, Source, Tag};
 
 /// Counts the allocations of the thread that turned counting on.
 struct Counting;
@@ -66,8 +66,10 @@ fn allocations(f: impl FnOnce()) -> u64 {
     COUNT.with(Cell::get)
 }
 
-#[test]
-fn eight_byte_round_trips_allocate_nothing_once_warm() {
+/// Two endpoints over the LLC stack on a simulated wire with no delay, each
+/// knowing the other: `(a, b, a's id at b, b's id at a)`. `pull`: messages
+/// and active messages are taken with `poll_event` rather than callbacks.
+fn pair(pull: bool) -> (Ep, Ep, PeerId, PeerId) {
     let sim = Sim::new(SimConfig {
         latency: Duration::ZERO,
         rate_bps: 0,
@@ -81,11 +83,21 @@ fn eight_byte_round_trips_allocate_nothing_once_warm() {
             LlcConfig::default(),
             Rng::new(u64::from(i)),
         );
-        Endpoint::new(t, Config::default()).expect("endpoint")
+        let ep = Endpoint::new(t, Config::default()).expect("endpoint");
+        ep.set_pull_delivery(pull);
+        ep
     };
     let (a, b) = (open(1), open(2));
     let pb = a.add_peer(&b.local_addr()).expect("add peer");
     let pa = b.add_peer(&a.local_addr()).expect("add peer");
+    (a, b, pa, pb)
+}
+
+type Ep = Endpoint<LlcTransport<SimPort>>;
+
+#[test]
+fn eight_byte_round_trips_allocate_nothing_once_warm() {
+    let (a, b, pa, pb) = pair(false);
     let msg = bytes::Bytes::from_static(&[0xa5; 8]);
     let mut served = b.irecv(Source::Peer(pa), Tag::Is(1), 0, vec![0; 8]);
     let mut abuf = vec![0u8; 8];
@@ -127,26 +139,7 @@ fn eight_byte_round_trips_allocate_nothing_once_warm() {
 /// a 16-byte prefix (`am_post_parts`), taken pull-style and answered.
 #[test]
 fn active_message_round_trips_allocate_nothing_once_warm() {
-    let sim = Sim::new(SimConfig {
-        latency: Duration::ZERO,
-        rate_bps: 0,
-        ..SimConfig::default()
-    });
-    let open = |i: u8| {
-        let t = LlcTransport::new(
-            sim.port(),
-            MacAddr([2, 0, 0, 0, 0, i]),
-            7,
-            LlcConfig::default(),
-            Rng::new(u64::from(i)),
-        );
-        let ep = Endpoint::new(t, Config::default()).expect("endpoint");
-        ep.set_pull_delivery(true);
-        ep
-    };
-    let (a, b) = (open(1), open(2));
-    let pb = a.add_peer(&b.local_addr()).expect("add peer");
-    let pa = b.add_peer(&a.local_addr()).expect("add peer");
+    let (a, b, pa, pb) = pair(true);
     let prefix = [0x5a; 16];
     let body = bytes::Bytes::from_static(&[0xa5; 8]);
     let arrived = |ep: &Endpoint<_>| {
