@@ -201,6 +201,10 @@ pub struct TransportResult {
     /// above (µs), measured before the endpoints opened.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub link_floor_one_way_us: Option<f64>,
+    /// The same floor measured again after the endpoints closed: with the
+    /// first, it brackets the latency sweep.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub link_floor_after_one_way_us: Option<f64>,
     /// Why measuring stopped early over this transport (the run goes on
     /// with the others).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -309,6 +313,7 @@ pub fn empty_result(kind: Kind, mtu: Option<u32>) -> TransportResult {
         overlap: vec![],
         incast: vec![],
         link_floor_one_way_us: None,
+        link_floor_after_one_way_us: None,
         error: None,
         counters: Default::default(),
     }

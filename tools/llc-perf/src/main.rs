@@ -650,9 +650,14 @@ fn demo_phase(
             .1
     };
     // The link floor of each LLC transport's pair, before its endpoints
-    // take the links: what the latency sweep is measured against.
-    let mut floors: Vec<(Kind, f64)> = Vec::new();
-    if s.tests.contains(&Test::Latency) {
+    // take the links and again after they let go: what the latency sweep
+    // is measured against, bracketing it (on a shared or virtual machine
+    // the floor can move while the sweep runs).
+    let measure_floors = |when: &str| -> Vec<(Kind, f64)> {
+        let mut floors = Vec::new();
+        if !s.tests.contains(&Test::Latency) {
+            return floors;
+        }
         let rounds = if s.quick { 2_000 } else { 20_000 };
         let cpus = pin.then(|| pair_cpu_ids(0, 1));
         for &k in kinds.iter().filter(|k| k.is_llc()) {
@@ -660,14 +665,16 @@ fn demo_phase(
                 Ok(f) => {
                     say(
                         out,
-                        &format!("{k}: link floor {f:.2} µs one-way (802.2 TEST on the same pair and device code, no protocol)"),
+                        &format!("{k}: link floor {f:.2} µs one-way {when} (802.2 TEST on the same pair and device code, no protocol)"),
                     );
                     floors.push((k, f));
                 }
-                Err(e) => say(out, &format!("{k}: link floor not measured: {e:#}")),
+                Err(e) => say(out, &format!("{k}: link floor not measured {when}: {e:#}")),
             }
         }
-    }
+        floors
+    };
+    let floors = measure_floors("before");
     // One server endpoint per message-rate pair (pair 0 serves every
     // other test too).
     let pairs = if s.tests.contains(&Test::Msgrate) {
@@ -782,11 +789,11 @@ fn demo_phase(
         let _ = t.join();
     }
     let mut result = result?;
+    let floors_after = measure_floors("after");
+    let find = |fs: &[(Kind, f64)], k: Kind| fs.iter().find(|(f, _)| *f == k).map(|(_, f)| *f);
     for r in &mut result {
-        r.link_floor_one_way_us = floors
-            .iter()
-            .find(|(k, _)| *k == r.transport)
-            .map(|(_, f)| *f);
+        r.link_floor_one_way_us = find(&floors, r.transport);
+        r.link_floor_after_one_way_us = find(&floors_after, r.transport);
     }
     Ok(result)
 }

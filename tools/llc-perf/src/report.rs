@@ -323,11 +323,21 @@ impl Report {
         }
         // Issue 23: what the message layer adds to its own link's floor.
         for r in self.results.iter().filter(|r| r.transport.is_llc()) {
-            if let (Some(floor), Some(lat)) = (r.link_floor_one_way_us, lat_at(r, 8)) {
+            if let (Some(before), Some(lat)) = (r.link_floor_one_way_us, lat_at(r, 8)) {
+                // Against the mean of the floors before and after the sweep,
+                // both shown: when they differ much, the machine changed
+                // pace meanwhile and the difference is that uncertain.
+                let (floor, shown) = match r.link_floor_after_one_way_us {
+                    Some(after) => (
+                        (before + after) / 2.0,
+                        format!("{before:.2} before, {after:.2} after"),
+                    ),
+                    None => (before, format!("{before:.2}")),
+                };
                 let above = lat - floor;
                 self.targets.push(Target {
                     name: format!(
-                        "8 B one-way above the link floor ({floor:.2} µs), {}, MTU {}",
+                        "8 B one-way above the link floor ({shown} µs), {}, MTU {}",
                         r.transport,
                         mtu_str(r.mtu)
                     ),

@@ -199,13 +199,16 @@ fn quick_demo_json_holds_the_documented_keys() {
     assert_eq!(small.len(), 2, "{v}");
     assert_eq!(big.len(), 2, "{v}");
     // Every transport reports its counters; the LLC one its link's too,
-    // and the floor of its link (802.2 TEST on the same pair).
+    // and the floor of its link (802.2 TEST on the same pair), measured
+    // before and after the sweep.
     for r in results {
-        if r["transport"] == "llc-packet" {
-            let f = r["link_floor_one_way_us"].as_f64().expect("link floor");
-            assert!(f > 0.0 && f < 1000.0, "{r}");
-        } else {
-            assert!(r["link_floor_one_way_us"].is_null(), "{r}");
+        for key in ["link_floor_one_way_us", "link_floor_after_one_way_us"] {
+            if r["transport"] == "llc-packet" {
+                let f = r[key].as_f64().expect(key);
+                assert!(f > 0.0 && f < 1000.0, "{key}: {r}");
+            } else {
+                assert!(r[key].is_null(), "{key}: {r}");
+            }
         }
         let c = &r["counters"];
         assert!(c["msg.eager_sent"].as_u64().unwrap() > 0, "{r}");
