@@ -4,7 +4,6 @@
 
 use bytes::Bytes;
 
-use super::peers::{PacketHead, PeerState};
 use super::{AmDelivery, Completion, Engine, Out, Outlet, ReqState, Status};
 use crate::error::Error;
 use crate::matching::PeerId;
@@ -54,13 +53,9 @@ impl Engine {
     }
 
     /// Hand the active message `prefix ++ body` to `o` now, as
-    /// [`Engine::transmit`] would hand it from the peer's queue, under the
-    /// conditions of [`Engine::eager_now`]: nothing waits to be sent to any
-    /// peer (the transport sees the packets in the same order), and the
-    /// peer is connected and ready (an active message uses no credit). The
-    /// packet carries the credit owed, as a queued one would. False
-    /// otherwise, or when `o` refuses it: the caller then queues it, and
-    /// the next transmit meets the refusal and handles it.
+    /// [`Engine::transmit`] would hand it from the peer's queue
+    /// ([`Engine::send_now`]; an active message uses no credit). False
+    /// otherwise: the caller then queues it.
     #[inline(always)]
     fn am_now<O: Outlet + ?Sized>(
         &mut self,
@@ -71,41 +66,7 @@ impl Engine {
         body: &Bytes,
         lent: bool,
     ) -> bool {
-        if !self.attention.is_empty() || !self.direct.is_empty() {
-            return false;
-        }
-        let Some(peer) = self.peers.get_mut(p as usize) else {
-            return false;
-        };
-        let Some(conn) = peer.conn else {
-            return false;
-        };
-        if !matches!(peer.state, PeerState::Ready) {
-            return false;
-        }
-        // A peer with packets queued is on the attention list.
-        debug_assert!(peer.queue.is_empty());
-        let give = peer.owed.min(u32::MAX as u64);
-        let mut hdr = Self::am_header(handler);
-        hdr.credit = give as u32;
-        // No prefix (the BTL's inline send): the header is the whole head.
-        let sent = if prefix.is_empty() && !lent {
-            o.send(conn, &hdr.encode(), body.clone())
-        } else {
-            let head = PacketHead::new(&hdr, prefix);
-            if lent {
-                o.send_awaited(conn, head.as_slice(), body.clone())
-            } else {
-                o.send(conn, head.as_slice(), body.clone())
-            }
-        };
-        if sent.is_err() {
-            return false;
-        }
-        peer.owed -= give;
-        peer.stalled = false;
-        self.handed += 1;
-        true
+        self.send_now(o, p, Self::am_header(handler), prefix, body, lent, 0)
     }
 
     pub fn am_send(&mut self, p: PeerId, handler: u16, data: Bytes) -> u64 {

@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::peers::PeerState;
 use super::{Completion, Engine, Out, Outlet, ReqState, Status, Unexpected};
 use crate::error::Error;
 use crate::matching::{Matched, Pattern, PeerId, Posting, Source};
@@ -51,29 +50,15 @@ impl Engine {
         context: u32,
         data: &Bytes,
     ) -> Option<u64> {
-        if data.len() > self.cfg.eager_limit
-            || !self.attention.is_empty()
-            || !self.direct.is_empty()
-        {
+        if data.len() > self.cfg.eager_limit {
             return None;
         }
-        let peer = self.peers.get_mut(p as usize)?;
-        let conn = peer.conn?;
-        let cost = (HEADER_LEN + data.len()) as u64;
-        if !matches!(peer.state, PeerState::Ready) || cost > peer.credit {
-            return None;
-        }
-        // A peer with packets queued is on the attention list.
-        debug_assert!(peer.queue.is_empty());
-        let give = peer.owed.min(u32::MAX as u64);
         let mut hdr = Header::tagged(Kind::Eager, tag, context);
         hdr.len = data.len() as u64;
-        hdr.credit = give as u32;
-        o.send(conn, &hdr.encode(), data.clone()).ok()?;
-        peer.credit -= cost;
-        peer.owed -= give;
-        peer.stalled = false;
-        self.handed += 1;
+        let cost = (HEADER_LEN + data.len()) as u64;
+        if !self.send_now(o, p, hdr, &[], data, false, cost) {
+            return None;
+        }
         self.stats.eager_sent += 1;
         let status = Status {
             source: p,

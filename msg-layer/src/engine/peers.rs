@@ -459,6 +459,65 @@ impl Engine {
         }
     }
 
+    /// Hand the packet `hdr` + `prefix` ++ `body` for `p` to `o` now, as
+    /// [`Engine::send_queued`] would from the peer's queue: only when
+    /// nothing waits to be sent to any peer (the transport then sees every
+    /// peer's packets in posting order), the peer is connected and ready,
+    /// and its credit covers `cost`. The packet carries the credit owed, as
+    /// a queued one would. False otherwise, or when `o` refuses it: the
+    /// caller then queues it, and the next transmit meets the refusal and
+    /// handles it. Always inlined: outlined, a post paid the calls and a
+    /// libc `memset` for its head.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub(super) fn send_now<O: Outlet + ?Sized>(
+        &mut self,
+        o: &mut O,
+        p: PeerId,
+        mut hdr: Header,
+        prefix: &[u8],
+        body: &Bytes,
+        lent: bool,
+        cost: u64,
+    ) -> bool {
+        if !self.attention.is_empty() || !self.direct.is_empty() {
+            return false;
+        }
+        let Some(peer) = self.peers.get_mut(p as usize) else {
+            return false;
+        };
+        let Some(conn) = peer.conn else {
+            return false;
+        };
+        if !matches!(peer.state, PeerState::Ready) || cost > peer.credit {
+            return false;
+        }
+        // A peer with packets queued is on the attention list.
+        debug_assert!(peer.queue.is_empty());
+        let give = peer.owed.min(u32::MAX as u64);
+        hdr.credit = give as u32;
+        // No prefix (an eager message, the BTL's inline send): the header
+        // is the whole head.
+        let sent = if prefix.is_empty() && !lent {
+            o.send(conn, &hdr.encode(), body.clone())
+        } else {
+            let head = PacketHead::new(&hdr, prefix);
+            if lent {
+                o.send_awaited(conn, head.as_slice(), body.clone())
+            } else {
+                o.send(conn, head.as_slice(), body.clone())
+            }
+        };
+        if sent.is_err() {
+            return false;
+        }
+        peer.credit -= cost;
+        peer.owed -= give;
+        peer.stalled = false;
+        self.handed += 1;
+        true
+    }
+
     fn send_queued<O: Outlet + ?Sized>(&mut self, p: PeerId, o: &mut O) {
         self.open_to(p, o);
         let peer = &mut self.peers[p as usize];
