@@ -242,6 +242,7 @@ static int llc_close(void)
     while (free_frags) {
         llc_frag_t *f = free_frags;
         free_frags = f->next;
+        llc_shim_buf_free(f->buf);
         free(f);
     }
     return OPAL_SUCCESS;
@@ -426,8 +427,11 @@ static int llc_register_error(struct mca_btl_base_module_t *btl,
 static llc_frag_t *frag_new(size_t size, uint32_t flags)
 {
     llc_frag_t *f = free_frags;
+    /* A small buffer kept from the fragment's last use serves again. */
+    LlcShimBuf *kept = NULL;
     if (f) {
         free_frags = f->next;
+        kept = f->buf;
     } else {
         f = malloc(sizeof(*f));
         if (NULL == f) {
@@ -435,7 +439,12 @@ static llc_frag_t *frag_new(size_t size, uint32_t flags)
         }
     }
     memset(f, 0, sizeof(*f));
-    f->buf = llc_shim_buf_alloc(size > 0 ? size : 1);
+    if (kept && kept->capacity >= size) {
+        f->buf = kept;
+    } else {
+        llc_shim_buf_free(kept);
+        f->buf = llc_shim_buf_alloc(size > 0 ? size : 1);
+    }
     if (NULL == f->buf) {
         f->next = free_frags;
         free_frags = f;
@@ -467,7 +476,9 @@ static int llc_free(struct mca_btl_base_module_t *btl, mca_btl_base_descriptor_t
 {
     (void) btl;
     llc_frag_t *f = (llc_frag_t *) des;
-    if (f->buf) {
+    /* Small buffers stay with the fragment for its next use (their sends
+     * copy them: see llc_send); others go. */
+    if (f->buf && f->buf->capacity > LLC_SHIM_SEND_INLINE) {
         llc_shim_buf_free(f->buf);
         f->buf = NULL;
     }
@@ -593,9 +604,18 @@ static int llc_send(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpo
         /* On success the completion comes from lent_done, later. */
         return LlcShimStatus_Ok == st ? OPAL_SUCCESS : status_to_opal(st);
     }
-    LlcShimBuf *buf = f->buf;
-    f->buf = NULL; /* the shim owns it now, whatever happens */
-    LlcShimStatus st = llc_shim_send_buf(shim, endpoint->peer, tag, buf, f->segments[0].seg_len);
+    LlcShimStatus st;
+    if (f->segments[0].seg_len <= LLC_SHIM_SEND_INLINE) {
+        /* Small (a rendezvous control message, a short eager send): copied
+         * into the transport's packet, and the buffer stays with the
+         * fragment for its next use. No allocation either way. */
+        st = llc_shim_send(shim, endpoint->peer, tag, f->buf->data, f->segments[0].seg_len, NULL,
+                           0);
+    } else {
+        LlcShimBuf *buf = f->buf;
+        f->buf = NULL; /* the shim owns it now, whatever happens */
+        st = llc_shim_send_buf(shim, endpoint->peer, tag, buf, f->segments[0].seg_len);
+    }
     if (LlcShimStatus_Ok != st) {
         return status_to_opal(st);
     }
@@ -630,6 +650,19 @@ static int llc_sendi(struct mca_btl_base_module_t *btl, struct mca_btl_base_endp
      * for its connection or for the transport, and let ob1 retry later. */
     if (!llc_shim_can_send(shim, endpoint->peer)) {
         return OPAL_ERR_OUT_OF_RESOURCE;
+    }
+    if (header_size + payload_size <= LLC_SHIM_SEND_INLINE) {
+        /* Small (an 8-byte MPI message behind its match header): packed on
+         * the stack and copied by the shim straight into the transport's
+         * packet, with no allocation on the way. */
+        unsigned char small[LLC_SHIM_SEND_INLINE];
+        size_t packed = payload_size;
+        if (payload_size > 0 && OPAL_SUCCESS != pack(convertor, small + header_size, &packed)) {
+            return OPAL_ERROR;
+        }
+        memcpy(small, header, header_size);
+        return status_to_opal(llc_shim_send(shim, endpoint->peer, tag, small,
+                                            header_size + packed, NULL, 0));
     }
     LlcShimBuf *buf = llc_shim_buf_alloc(header_size + payload_size);
     if (NULL == buf) {

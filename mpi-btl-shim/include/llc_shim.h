@@ -9,6 +9,14 @@
 #include <stdint.h>
 
 /**
+ * Messages of at most this many bytes (`head ++ body`) sent with
+ * `llc_shim_send` are copied straight into the transport's packet, with no
+ * allocation: btl/llc's inline send (`btl_sendi`) packs such messages on
+ * its stack and sends them this way.
+ */
+#define LLC_SHIM_SEND_INLINE 64
+
+/**
  * Result codes of the shim's functions.
  */
 typedef enum LlcShimStatus {
@@ -339,7 +347,8 @@ bool llc_shim_can_send(const struct LlcShim *s, uint32_t peer);
  * Send `head ++ body` to `peer` with `tag`. The bytes are copied: both
  * buffers may be reused when this returns, and the send counts as
  * complete (delivery is the transport's job; a failure is reported
- * through the failure callback).
+ * through the failure callback). Up to `LLC_SHIM_SEND_INLINE` bytes this
+ * allocates nothing.
  *
  * # Safety
  * `s` is a live handle; `head`/`body` are null with length 0 or valid for

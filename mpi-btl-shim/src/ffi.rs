@@ -462,10 +462,19 @@ pub unsafe extern "C" fn llc_shim_can_send(s: *const LlcShim, peer: u32) -> bool
     s.ep.can_post(peer)
 }
 
+/// Messages of at most this many bytes (`head ++ body`) sent with
+/// `llc_shim_send` are copied straight into the transport's packet, with no
+/// allocation: btl/llc's inline send (`btl_sendi`) packs such messages on
+/// its stack and sends them this way.
+pub const LLC_SHIM_SEND_INLINE: usize = 64;
+
+const _: () = assert!(LLC_SHIM_SEND_INLINE == msg_layer::AM_COPY_INLINE);
+
 /// Send `head ++ body` to `peer` with `tag`. The bytes are copied: both
 /// buffers may be reused when this returns, and the send counts as
 /// complete (delivery is the transport's job; a failure is reported
-/// through the failure callback).
+/// through the failure callback). Up to `LLC_SHIM_SEND_INLINE` bytes this
+/// allocates nothing.
 ///
 /// # Safety
 /// `s` is a live handle; `head`/`body` are null with length 0 or valid for
@@ -490,7 +499,15 @@ pub unsafe extern "C" fn llc_shim_send(
     }) else {
         return LlcShimStatus::Invalid;
     };
-    send_owned(s, peer, tag, [head, body].concat())
+    let n = head.len() + body.len();
+    match s.ep.am_post_copy(peer, tag.into(), head, body) {
+        Ok(()) => {
+            s.counters.count_sent(n);
+            s.arm_hold_timer();
+            LlcShimStatus::Ok
+        }
+        Err(e) => status_of(&e),
+    }
 }
 
 /// Send `head ++ body` to `peer` with `tag`, copying `head` and lending

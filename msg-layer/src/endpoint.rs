@@ -795,6 +795,29 @@ impl<T: Transport> Endpoint<T> {
         self.am_post_with(peer, id, prefix, body, true)
     }
 
+    /// [`Endpoint::am_post`] of the message `head ++ body`, both copied
+    /// before this returns (the caller's buffers are free at once). A
+    /// message of at most [`AM_COPY_INLINE`] bytes is copied straight into
+    /// the packet the transport keeps and allocates nothing (an MPI match
+    /// header and a small payload, as `btl_sendi` sends them); a longer one
+    /// is joined into one buffer first.
+    pub fn am_post_copy(
+        &self,
+        peer: PeerId,
+        id: u16,
+        head: &[u8],
+        body: &[u8],
+    ) -> Result<(), Error> {
+        let n = head.len() + body.len();
+        if n > AM_COPY_INLINE {
+            return self.am_post(peer, id, Bytes::from([head, body].concat()));
+        }
+        let mut buf = [0u8; AM_COPY_INLINE];
+        buf[..head.len()].copy_from_slice(head);
+        buf[head.len()..n].copy_from_slice(body);
+        self.am_post_with(peer, id, &buf[..n], Bytes::new(), false)
+    }
+
     fn am_post_with(
         &self,
         peer: PeerId,
@@ -940,6 +963,10 @@ impl<T: Transport> Drop for Endpoint<T> {
         }
     }
 }
+
+/// The longest message [`Endpoint::am_post_copy`] sends without
+/// allocating.
+pub const AM_COPY_INLINE: usize = crate::engine::SHORT_PREFIX;
 
 /// The deadline `timeout` from now, on the clock the pacer reads.
 /// A waiter idle this long while it spins yields the core between rounds:

@@ -136,48 +136,59 @@ fn eight_byte_round_trips_allocate_nothing_once_warm() {
 }
 
 /// The same for active messages as the MPI BTL sends them: 8 bytes behind
-/// a 16-byte prefix (`am_post_parts`), taken pull-style and answered.
+/// a 16-byte prefix, the 8 bytes lent (`am_post_parts`, a descriptor's
+/// fragment) or both parts copied (`am_post_copy`, the inline send), taken
+/// pull-style and answered.
 #[test]
 fn active_message_round_trips_allocate_nothing_once_warm() {
-    let (a, b, pa, pb) = pair(true);
-    let prefix = [0x5a; 16];
-    let body = bytes::Bytes::from_static(&[0xa5; 8]);
-    let arrived = |ep: &Endpoint<_>| {
-        ep.progress().expect("progress");
-        match ep.poll_event() {
-            Some(Event::Message(m)) => {
-                assert_eq!(&m.data()[16..], [0xa5; 8]);
-                ep.recycle(m);
-                true
+    for copied in [false, true] {
+        let (a, b, pa, pb) = pair(true);
+        let prefix = [0x5a; 16];
+        let body = bytes::Bytes::from_static(&[0xa5; 8]);
+        let post = |ep: &Ep, to: PeerId| {
+            if copied {
+                ep.am_post_copy(to, 1, &prefix, &body)
+            } else {
+                ep.am_post_parts(to, 1, &prefix, body.clone())
             }
-            Some(other) => panic!("unexpected event {other:?}"),
-            None => false,
-        }
-    };
-    let round_trips = |n: usize| {
-        for i in 0..n {
-            a.am_post_parts(pb, 1, &prefix, body.clone())
-                .expect("a's message");
-            let mut spins = 0u64;
-            loop {
-                if arrived(&b) {
-                    b.am_post_parts(pa, 1, &prefix, body.clone())
-                        .expect("b's answer");
+        };
+        let arrived = |ep: &Ep| {
+            ep.progress().expect("progress");
+            match ep.poll_event() {
+                Some(Event::Message(m)) => {
+                    assert_eq!(&m.data()[..16], [0x5a; 16]);
+                    assert_eq!(&m.data()[16..], [0xa5; 8]);
+                    ep.recycle(m);
+                    true
                 }
-                if arrived(&a) {
-                    break;
-                }
-                spins += 1;
-                assert!(spins < 1_000_000, "round trip {i} never completed");
+                Some(other) => panic!("unexpected event {other:?}"),
+                None => false,
             }
-        }
-    };
-    round_trips(2_000);
-    let n = 10_000;
-    let count = allocations(|| round_trips(n));
-    println!("{count} allocations in {n} round trips");
-    assert!(
-        count * 1_000 <= n as u64,
-        "{count} allocations in {n} active-message round trips: the common path allocates"
-    );
+        };
+        let round_trips = |n: usize| {
+            for i in 0..n {
+                post(&a, pb).expect("a's message");
+                let mut spins = 0u64;
+                loop {
+                    if arrived(&b) {
+                        post(&b, pa).expect("b's answer");
+                    }
+                    if arrived(&a) {
+                        break;
+                    }
+                    spins += 1;
+                    assert!(spins < 1_000_000, "round trip {i} never completed");
+                }
+            }
+        };
+        round_trips(2_000);
+        let n = 10_000;
+        let count = allocations(|| round_trips(n));
+        println!("copied {copied}: {count} allocations in {n} round trips");
+        assert!(
+            count * 1_000 <= n as u64,
+            "{count} allocations in {n} active-message round trips (copied {copied}): \
+             the common path allocates"
+        );
+    }
 }

@@ -8,7 +8,13 @@ use vm_tests::netns::Host;
 
 /// A shim on `h`'s interface (AF_PACKET, any port, background thread on),
 /// holding small sends for `coalesce_us`.
+#[allow(dead_code)] // not every test that includes this module uses it
 pub fn open(h: &Host, coalesce_us: u32) -> *mut LlcShim {
+    open_with(h, coalesce_us, true)
+}
+
+/// [`open`] with the background progress thread on or off.
+pub fn open_with(h: &Host, coalesce_us: u32, progress_thread: bool) -> *mut LlcShim {
     let ifname = h.ifname.clone();
     // Opened inside the host's namespace (the handle crosses back as an
     // address: raw pointers are not Send).
@@ -21,7 +27,7 @@ pub fn open(h: &Host, coalesce_us: u32) -> *mut LlcShim {
             sap: 0,
             port: 0,
             idle_timeout_ms: 0,
-            progress_thread: true,
+            progress_thread,
             exclusive: false,
             progress_interval_us: 0,
             coalesce_us,

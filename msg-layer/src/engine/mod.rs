@@ -38,6 +38,7 @@ mod am;
 mod dispatch;
 mod p2p;
 mod peers;
+pub(crate) use peers::SHORT_PREFIX;
 mod reqs;
 mod rma;
 #[cfg(test)]

@@ -606,8 +606,9 @@ impl Engine {
 }
 
 /// Prefixes up to this long go into a packet's head on the stack (the
-/// transport copies the head into its own message anyway).
-const SHORT_PREFIX: usize = 64;
+/// transport copies the head into its own message anyway, inline up to
+/// this much behind the header).
+pub(crate) const SHORT_PREFIX: usize = 64;
 
 /// A packet's head: its header encoded, then its prefix. On the stack
 /// unless the prefix is long, so that the common message costs no

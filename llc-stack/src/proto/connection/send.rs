@@ -79,9 +79,11 @@ impl OutMsg {
 /// reference.
 const GATHER_FROM: usize = 1024;
 
-/// Heads up to this long are kept inside the message (a message-layer
-/// header and a short prefix fit).
-const INLINE_HEAD: usize = 64;
+/// Heads up to this long are kept inside the message: the message
+/// layer's 48-byte header and a prefix of up to 64 bytes (an MPI match
+/// header and a small payload, which btl/llc's inline send copies in)
+/// queue without an allocation.
+const INLINE_HEAD: usize = 112;
 
 /// The layer above's header of one message. Short ones (all of the message
 /// layer's) are kept inline, so queueing a message allocates nothing for
