@@ -16,8 +16,21 @@
 //! ob1 match header) with [`Endpoint::am_post_parts`], taken pull-style
 //! ([`Endpoint::poll_event`], then [`Endpoint::recycle`]) after a round of
 //! [`Endpoint::progress`], and answered the same way. With `am-post`
-//! first, the same 24 bytes go as one body with [`Endpoint::am_post`], as
-//! the BTL's inline send (`btl_sendi`) does.
+//! first, prefix and payload are both copied with
+//! [`Endpoint::am_post_copy`], as the BTL's inline send (`btl_sendi`) does.
+//!
+//! With `idle` first, the cost of one idle round of a waiter (a `test` of a
+//! receive nothing matches): a frame that arrives is seen, on average, half
+//! a round late. A fourth number, `POLLUTE_KIB`, writes that much other
+//! memory between the two halves of every tagged round trip (as the
+//! kernel's path of a real link runs on the same cores between messages);
+//! under callgrind's cache simulation the round trip's first-level misses
+//! are then the cache lines it touches:
+//!
+//! ```sh
+//! valgrind --tool=callgrind --cache-sim=yes --D1=49152,12,64 --LL=1048576,16,64 \
+//!     --toggle-collect='*round_trips*' target/release/examples/msg_round_trip_cost 4000 0 0 64
+//! ```
 //!
 //! `IDLE_PEERS` (default 0) more peers are known to both ends and stay
 //! silent, as the other ranks of a large job do: the round trip should not
@@ -37,12 +50,18 @@ use msg_layer::{Config, Endpoint, Event, PeerId, Request, Source, Tag};
 
 fn main() {
     let mut args = std::env::args().skip(1).peekable();
+    let idle = args.next_if(|a| a == "idle").is_some();
     let am = args.next_if(|a| a == "am" || a == "am-post");
     let am_post = am.as_deref() == Some("am-post");
     let am = am.is_some();
     let n: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(200_000);
     let idle_peers: u16 = args.next().and_then(|s| s.parse().ok()).unwrap_or(0);
     let connected_peers: u16 = args.next().and_then(|s| s.parse().ok()).unwrap_or(0);
+    // KiB of other memory written between the two halves of every round
+    // trip, as the kernel's path of a real link runs on the same cores
+    // between messages: the round trip then finds its own state evicted
+    // from the first-level cache, as on veth.
+    let pollute_kib: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(0);
     // A wire with no delay and no line rate: what is left is CPU time.
     let sim = Sim::new(SimConfig {
         latency: Duration::ZERO,
@@ -107,14 +126,35 @@ fn main() {
         a.add_peer(&addr).expect("add peer");
         b.add_peer(&addr).expect("add peer");
     }
+    let mut pollution = Pollution::new(pollute_kib);
+    if pollute_kib > 0 {
+        let t = Instant::now();
+        for _ in 0..n {
+            pollution.touch();
+            pollution.touch();
+        }
+        println!(
+            "pollution alone: {:.1} ns per round trip (2 x {pollute_kib} KiB)",
+            t.elapsed().as_nanos() as f64 / n as f64
+        );
+    }
     let t = Instant::now();
+    if idle {
+        let r = a.irecv(Source::Peer(pb), Tag::Is(9), 0, vec![0; 8]);
+        idle_rounds(&a, &r, n);
+        println!(
+            "message layer over LLC (Sim): {:.1} ns per idle test round",
+            t.elapsed().as_nanos() as f64 / n as f64
+        );
+        return;
+    }
     if am {
         a.set_pull_delivery(true);
         b.set_pull_delivery(true);
         am_round_trips(&a, &b, pb, pa, n, am_post);
     } else {
         let served = b.irecv(Source::Peer(pa), Tag::Is(1), 0, vec![0; 8]);
-        round_trips(&a, &b, pb, pa, served, n);
+        round_trips(&a, &b, pb, pa, served, n, &mut pollution);
     }
     for (name, ep) in [("a", &a), ("b", &b)] {
         let c: Vec<String> = ep
@@ -138,15 +178,25 @@ type SimEndpoint = Endpoint<LlcTransport<SimPort>>;
 /// receive. Its own function, so that callgrind can count it alone
 /// (`--toggle-collect`), without the set-up.
 #[inline(never)]
-fn round_trips(a: &SimEndpoint, b: &SimEndpoint, pb: PeerId, pa: PeerId, served: Request, n: u64) {
+fn round_trips(
+    a: &SimEndpoint,
+    b: &SimEndpoint,
+    pb: PeerId,
+    pa: PeerId,
+    served: Request,
+    n: u64,
+    pollution: &mut Pollution,
+) {
     let msg = bytes::Bytes::from_static(&[0xa5; 8]);
     let mut served = served;
     let mut abuf = vec![0u8; 8];
     for _ in 0..n {
         let r = a.irecv(Source::Peer(pb), Tag::Is(1), 0, abuf);
         let s = a.isend(pb, 1, 0, msg.clone());
+        pollution.touch();
         abuf = loop {
             if let Some(done) = b.test(&served) {
+                pollution.touch();
                 let c = done.expect("b's receive");
                 let echo = b.isend(pa, 1, 0, msg.clone());
                 b.wait(echo).expect("b's send");
@@ -157,6 +207,33 @@ fn round_trips(a: &SimEndpoint, b: &SimEndpoint, pb: PeerId, pa: PeerId, served:
             }
         };
         a.wait(s).expect("a's send");
+    }
+}
+
+/// Memory written between the halves of a round trip (none when empty).
+struct Pollution(Vec<u64>);
+
+impl Pollution {
+    fn new(kib: usize) -> Self {
+        Pollution(vec![0; kib * 1024 / 8])
+    }
+
+    /// One write per cache line, each a new value (not optimised away).
+    #[inline(never)]
+    fn touch(&mut self) {
+        for w in self.0.iter_mut().step_by(8) {
+            *w = std::hint::black_box(w.wrapping_add(1));
+        }
+    }
+}
+
+/// `n` rounds of a waiter polling for a receive nothing will match: what
+/// one idle round of progress costs (a frame that arrives is seen, on
+/// average, half a round late).
+#[inline(never)]
+fn idle_rounds(a: &SimEndpoint, r: &Request, n: u64) {
+    for _ in 0..n {
+        assert!(a.test(r).is_none());
     }
 }
 
@@ -202,7 +279,7 @@ const AM_WHOLE: [u8; 24] = {
 #[inline(always)]
 fn am_send(ep: &SimEndpoint, p: PeerId, whole: bool) {
     if whole {
-        ep.am_post(p, 1, bytes::Bytes::from_static(&AM_WHOLE))
+        ep.am_post_copy(p, 1, &AM_PREFIX, &AM_BODY)
     } else {
         ep.am_post_parts(p, 1, &AM_PREFIX, bytes::Bytes::from_static(&AM_BODY))
     }
@@ -210,7 +287,7 @@ fn am_send(ep: &SimEndpoint, p: PeerId, whole: bool) {
 }
 
 /// `n` active-message round trips from `a` to `b` and back (see the
-/// module's doc; `whole`: `am-post`), counted alone like [`round_trips`].
+/// module's doc; `whole`: `am-post`, both parts copied), counted alone like [`round_trips`].
 #[inline(never)]
 fn am_round_trips(a: &SimEndpoint, b: &SimEndpoint, pb: PeerId, pa: PeerId, n: u64, whole: bool) {
     for _ in 0..n {
