@@ -259,8 +259,25 @@ fn server(method: &str, listen: &str, clients: usize) -> Result<()> {
             }
         }
     }
+    // What went wrong on the server's side (its receive drops, its
+    // repairs), for the report next to the clients'.
+    println!("trouble {}", serde_json::to_string(&trouble(&b))?);
     println!("server done");
     Ok(())
+}
+
+/// The counters that say something went wrong (retransmissions, drops,
+/// timeouts, stalls) and are not zero.
+fn trouble(b: &Bmi) -> BTreeMap<String, u64> {
+    b.counters()
+        .into_iter()
+        .filter(|(k, v)| {
+            *v > 0
+                && ["retrans", "drop", "timeout", "stall"]
+                    .iter()
+                    .any(|w| k.contains(w))
+        })
+        .collect()
 }
 
 fn client(method: &str, server: &str, id: usize, rounds: usize, reply: usize) -> Result<()> {
@@ -319,16 +336,7 @@ fn client(method: &str, server: &str, id: usize, rounds: usize, reply: usize) ->
             .first()
             .map(|t| t.1.clone())
             .unwrap_or_default(),
-        trouble: b
-            .counters()
-            .into_iter()
-            .filter(|(k, v)| {
-                *v > 0
-                    && ["retrans", "drop", "timeout", "stall"]
-                        .iter()
-                        .any(|w| k.contains(w))
-            })
-            .collect(),
+        trouble: trouble(&b),
     };
     println!("{}", serde_json::to_string(&f)?);
     Ok(())
@@ -485,6 +493,8 @@ struct LoadRun {
     spread: f64,
     aggregate_mbytes_per_s: f64,
     per_client: Vec<ClientFigures>,
+    /// The server's counters that say something went wrong.
+    server_trouble: BTreeMap<String, u64>,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -563,6 +573,13 @@ fn serverload(
                         "server: {}",
                         server.output()
                     );
+                    let server_trouble = server
+                        .output()
+                        .lines()
+                        .find_map(|l| l.strip_prefix("trouble "))
+                        .map(serde_json::from_str)
+                        .transpose()?
+                        .unwrap_or_default();
                     per_client.sort_by_key(|c| c.id);
                     let start = per_client.iter().map(|c| c.start_us).min().unwrap_or(0);
                     let end = per_client.iter().map(|c| c.end_us).max().unwrap_or(1);
@@ -583,6 +600,7 @@ fn serverload(
                             / tp.iter().copied().fold(f64::MAX, f64::min),
                         aggregate_mbytes_per_s: bytes as f64 / ((end - start).max(1) as f64),
                         per_client,
+                        server_trouble,
                     };
                     eprintln!(
                         "{method} {n} clients, {reply} B: avg {:.1} us, aggregate {:.0} MB/s, spread {:.2}",

@@ -214,6 +214,14 @@ fn shared_interface(backend: Backend) -> Vec<String> {
             "{}: {counters:?}",
             e.local_addr()
         );
+        // The device's own counters come with the transport's: what the
+        // kernel dropped before the stack saw a frame, and the kicks.
+        get("link.device.rx_kernel_drops");
+        assert!(
+            get("link.device.tx_kicks") > 0,
+            "{}: {counters:?}",
+            e.local_addr()
+        );
     }
     eps.iter().map(|e| e.transport_name()).collect()
 }

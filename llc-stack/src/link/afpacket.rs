@@ -726,6 +726,17 @@ impl Device for AfPacket {
             rx_queue_frames: Some(self.rx_ring_frames),
         }
     }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let s = self.stats();
+        vec![
+            ("rx_kernel_drops", s.rx_kernel_drops),
+            ("rx_truncated", s.rx_truncated),
+            ("tx_kicks", s.tx_kicks),
+            ("tx_kick_retries", s.tx_kick_retries),
+            ("tx_errors", s.tx_errors),
+        ]
+    }
 }
 
 #[cfg(test)]

@@ -1065,6 +1065,18 @@ impl Device for AfXdp {
             ),
         }
     }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let s = self.stats();
+        vec![
+            ("rx_kernel_drops", s.rx_kernel_drops),
+            ("rx_fill_ring_empty", s.rx_fill_ring_empty),
+            ("rx_bad_descs", s.rx_bad_descs),
+            ("tx_kicks", s.tx_kicks),
+            ("tx_kick_retries", s.tx_kick_retries),
+            ("tx_errors", s.tx_errors),
+        ]
+    }
 }
 
 impl Drop for AfXdp {

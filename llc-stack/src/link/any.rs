@@ -224,4 +224,11 @@ impl Device for AnyLink {
             AnyLink::Xdp(d) => d.capabilities(),
         }
     }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        match self {
+            AnyLink::Packet(d) => d.counters(),
+            AnyLink::Xdp(d) => d.counters(),
+        }
+    }
 }

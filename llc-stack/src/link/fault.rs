@@ -271,6 +271,10 @@ impl<D: Device> Device for FaultInjector<D> {
         c.backend = format!("{}+faults", c.backend);
         c
     }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        self.inner.counters()
+    }
 }
 
 #[cfg(test)]

@@ -149,6 +149,13 @@ pub trait Device {
 
     /// What this device can carry.
     fn capabilities(&self) -> Capabilities;
+
+    /// The device's own counters since it was opened, named for reports:
+    /// above all what the kernel dropped on receive (a ring with no room),
+    /// which a reliable transport above sees only as loss. None by default.
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
 }
 
 /// Why a link could not be opened or used. Every variant says what to do.

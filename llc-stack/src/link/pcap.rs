@@ -194,6 +194,10 @@ impl<D: Device, W: Write> Device for PcapWriter<D, W> {
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
     }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        self.inner.counters()
+    }
 }
 
 #[cfg(test)]

@@ -509,8 +509,9 @@ impl<D: Device + Send + 'static> Transport for LlcTransport<D> {
         Ok(tx + rx > 0 || ev)
     }
 
-    /// The endpoint's counters, its drops by reason (`dropped.*`) and the
-    /// sums over its connections (`conn.*`).
+    /// The endpoint's counters, its drops by reason (`dropped.*`), the
+    /// sums over its connections (`conn.*`) and the device's own (`device.*`:
+    /// what the kernel dropped before the stack saw it).
     fn counters(&self) -> Vec<(String, u64)> {
         let ep = self.stack.endpoint();
         let st = ep.stats();
@@ -538,6 +539,13 @@ impl<D: Device + Send + 'static> Transport for LlcTransport<D> {
             }
         }
         out.extend(sums);
+        out.extend(
+            self.stack
+                .device()
+                .counters()
+                .into_iter()
+                .map(|(k, v)| (format!("device.{k}"), v)),
+        );
         out
     }
 
