@@ -13,54 +13,24 @@
 //! allocation per hundred messages, where one per message would be
 //! thousands.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::ffi::c_void;
 use std::time::{Duration, Instant};
 
 use mpi_btl_shim::*;
+use vm_tests::alloc_count::{allocations, Counting};
 use vm_tests::netns::TwoHosts;
 use vm_tests::require_root;
 
 mod common;
 use common::{introduce, open_with};
 
-/// Counts the allocations of the thread that turned counting on.
-struct Counting;
-
-thread_local! {
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-    static COUNT: Cell<u64> = const { Cell::new(0) };
-    static RECEIVED: Cell<u64> = const { Cell::new(0) };
-}
-
-// SAFETY: every call is forwarded to the system allocator unchanged; the
-// thread-locals are const-initialised, so touching them never allocates.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if COUNTING.with(Cell::get) {
-            COUNT.with(|c| c.set(c.get() + 1));
-        }
-        // SAFETY: the caller's contract is the system allocator's.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` came from `alloc` above, i.e. from `System`.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if COUNTING.with(Cell::get) {
-            COUNT.with(|c| c.set(c.get() + 1));
-        }
-        // SAFETY: as for `alloc` and `dealloc`.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
 static ALLOC: Counting = Counting;
+
+thread_local! {
+    static RECEIVED: Cell<u64> = const { Cell::new(0) };
+}
 
 /// The receive callback: checks the message and counts it.
 unsafe extern "C" fn on_recv(_ctx: *mut c_void, _peer: u32, tag: u8, data: *const u8, len: usize) {
@@ -134,11 +104,7 @@ fn small_sends_allocate_nothing_once_warm() {
     // Warm up: connections, tables, free lists and rings reach their size.
     ping_pongs(2_000);
     let n = 5_000;
-    COUNT.with(|c| c.set(0));
-    COUNTING.with(|c| c.set(true));
-    ping_pongs(n);
-    COUNTING.with(|c| c.set(false));
-    let count = COUNT.with(Cell::get);
+    let count = allocations(|| ping_pongs(n));
     // SAFETY: handles from llc_shim_open, closed once.
     unsafe {
         llc_shim_close(a, 1000);

@@ -11,8 +11,6 @@
 //! the bound is one allocation per thousand round trips, where a single
 //! allocation per message would make it thousands.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::time::Duration;
 
 use llc_stack::link::sim::{Sim, SimConfig, SimPort};
@@ -20,51 +18,10 @@ use llc_stack::rng::Rng;
 use llc_stack::wire::MacAddr;
 use msg_layer::transport::llc::{LlcConfig, LlcTransport};
 use msg_layer::{Config, Endpoint, Event, PeerId, Source, Tag};
-
-/// Counts the allocations of the thread that turned counting on.
-struct Counting;
-
-thread_local! {
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-    static COUNT: Cell<u64> = const { Cell::new(0) };
-}
-
-// SAFETY: every call is forwarded to the system allocator unchanged; the
-// thread-locals are const-initialised, so touching them never allocates.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if COUNTING.with(Cell::get) {
-            COUNT.with(|c| c.set(c.get() + 1));
-        }
-        // SAFETY: the caller's contract is the system allocator's.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` came from `alloc` above, i.e. from `System`.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if COUNTING.with(Cell::get) {
-            COUNT.with(|c| c.set(c.get() + 1));
-        }
-        // SAFETY: as for `alloc` and `dealloc`.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+use vm_tests::alloc_count::{allocations, Counting};
 
 #[global_allocator]
 static ALLOC: Counting = Counting;
-
-/// Allocations made by `f` on this thread.
-fn allocations(f: impl FnOnce()) -> u64 {
-    COUNT.with(|c| c.set(0));
-    COUNTING.with(|c| c.set(true));
-    f();
-    COUNTING.with(|c| c.set(false));
-    COUNT.with(Cell::get)
-}
 
 /// Two endpoints over the LLC stack on a simulated wire with no delay, each
 /// knowing the other: `(a, b, a's id at b, b's id at a)`. `pull`: messages

@@ -18,6 +18,7 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod alloc_count;
 pub mod cluster;
 pub mod link_chaos;
 pub mod netns;
