@@ -262,7 +262,8 @@ impl Entry {
         }
     }
 
-    fn new(conn: Connection, inbound: bool, peer: MacAddr) -> Self {
+    fn new(h: ConnHandle, mut conn: Connection, inbound: bool, peer: MacAddr) -> Self {
+        conn.set_handle(h);
         Entry {
             conn,
             inbound,
@@ -575,7 +576,7 @@ impl Endpoint {
         );
         let h = self.new_handle();
         self.by_key.insert(key, h);
-        self.conns.insert(h, Entry::new(conn, false, peer));
+        self.conns.insert(h, Entry::new(h, conn, false, peer));
         self.share_receive_budget();
         self.refresh(h);
         Ok(h)
@@ -992,8 +993,17 @@ impl Endpoint {
                     .as_mut()
                     .map(|p| &mut *p.0 as &mut dyn Placement);
                 let held_before = e.conn.acked_held();
-                e.conn
-                    .handle_frame_placed(now, &t, placement, &mut self.pool);
+                // An announced connection with nothing queued (the common
+                // case) queues its events straight into ours: none of them
+                // needs `collect`'s care for a connection still half open.
+                let direct = e.announced && !e.conn.needs_collecting();
+                if direct {
+                    e.conn
+                        .handle_frame_into(now, &t, placement, &mut self.pool, &mut self.events);
+                } else {
+                    e.conn
+                        .handle_frame_placed(now, &t, placement, &mut self.pool);
+                }
                 if held_before == 0 && e.conn.acked_held() > 0 {
                     self.acked_holders.push(handle);
                 }
@@ -1001,7 +1011,11 @@ impl Endpoint {
                 let d = &mut self.stats.dropped;
                 d.beyond_window += s.beyond_window - before.0;
                 d.out_of_window += s.out_of_window - before.1;
-                self.collect(handle);
+                if direct && e.conn.state() != State::Closed {
+                    e.note(handle, &mut self.queues);
+                } else {
+                    self.collect(handle);
+                }
             }
         }
     }
@@ -1090,7 +1104,8 @@ impl Endpoint {
         self.half_open += 1;
         self.stats.accepted += 1;
         self.by_key.insert(key, handle);
-        self.conns.insert(handle, Entry::new(conn, true, peer));
+        self.conns
+            .insert(handle, Entry::new(handle, conn, true, peer));
         self.share_receive_budget();
         self.refresh(handle);
     }

@@ -36,6 +36,7 @@ use bytes::Bytes;
 
 use super::buf_pool::BufPool;
 use super::config::Config;
+use super::conn_table::ConnHandle;
 use super::error::ConnectionError;
 use super::placement::Placement;
 use super::rtt::RttEstimator;
@@ -207,7 +208,11 @@ pub struct Connection {
     peer_closed: bool,
 
     timers: [Option<Instant>; TIMER_COUNT],
-    events: VecDeque<Event>,
+    /// Events tagged with `handle`, as the endpoint's queue holds them: the
+    /// endpoint lends its queue for a frame ([`Connection::handle_frame_into`]).
+    events: VecDeque<(ConnHandle, Event)>,
+    /// The endpoint's name for this connection.
+    handle: ConnHandle,
     stats: ConnStats,
 }
 
@@ -347,6 +352,7 @@ impl Connection {
             peer_closed: false,
             timers: [None; TIMER_COUNT],
             events: VecDeque::new(),
+            handle: ConnHandle(0),
             stats: ConnStats::default(),
             cfg,
         }
@@ -610,7 +616,7 @@ impl Connection {
         if self.state != State::Closed {
             tracing::debug!(port = self.local_port, ?reason, "connection failed");
             self.state = State::Closed;
-            self.events.push_back(Event::Closed(Some(reason)));
+            self.push_event(Event::Closed(Some(reason)));
             self.timers = [None; TIMER_COUNT];
         }
     }
@@ -618,7 +624,7 @@ impl Connection {
     fn finish(&mut self) {
         if self.state != State::Closed {
             self.state = State::Closed;
-            self.events.push_back(Event::Closed(None));
+            self.push_event(Event::Closed(None));
             self.timers = [None; TIMER_COUNT];
         }
     }
@@ -626,7 +632,17 @@ impl Connection {
     /// Next event for the application.
     #[must_use]
     pub fn poll_event(&mut self) -> Option<Event> {
-        self.events.pop_front()
+        self.events.pop_front().map(|(_, ev)| ev)
+    }
+
+    #[inline(always)]
+    fn push_event(&mut self, ev: Event) {
+        self.events.push_back((self.handle, ev));
+    }
+
+    /// Name this connection `h` in the events it queues.
+    pub(crate) fn set_handle(&mut self, h: ConnHandle) {
+        self.handle = h;
     }
 
     /// True when `poll_event` has something, or the connection ended: what
@@ -705,6 +721,25 @@ impl Connection {
         }
     }
 
+    /// [`Connection::handle_frame_placed`] queueing the frame's events
+    /// straight at the end of `events` (the endpoint's queue) instead of
+    /// here: the endpoint need not move them over one by one. Only when
+    /// none is queued here, so that the order of events stays.
+    #[inline(always)]
+    pub(crate) fn handle_frame_into(
+        &mut self,
+        now: Instant,
+        frame: &TransportFrame<'_>,
+        placement: Option<&mut dyn Placement>,
+        pool: &mut BufPool,
+        events: &mut VecDeque<(ConnHandle, Event)>,
+    ) {
+        debug_assert!(self.events.is_empty());
+        std::mem::swap(&mut self.events, events);
+        self.handle_frame_placed(now, frame, placement, pool);
+        std::mem::swap(&mut self.events, events);
+    }
+
     /// A RESET for an established connection.
     #[cold]
     #[inline(never)]
@@ -769,7 +804,7 @@ impl Connection {
         };
         self.backoff = 0;
         self.timers[Timer::Rto as usize] = None;
-        self.events.push_back(Event::Connected);
+        self.push_event(Event::Connected);
         self.rearm_idle(now);
         self.timers[Timer::Probe as usize] = Some(now + self.cfg.keepalive_interval);
     }

@@ -230,7 +230,7 @@ impl Connection {
                 if let Some(asm) = self.assemblies.remove(&meta.msg_id) {
                     self.undelivered_bytes += asm.data.len();
                     self.stats.messages_received += 1;
-                    self.events.push_back(Event::Message {
+                    self.push_event(Event::Message {
                         msg_id: meta.msg_id,
                         data: asm.data,
                     });
@@ -284,7 +284,7 @@ impl Connection {
         self.undelivered_bytes += payload.len();
         self.stats.payload_bytes_received += payload.len() as u64;
         self.stats.messages_received += 1;
-        self.events.push_back(Event::Message {
+        self.push_event(Event::Message {
             msg_id,
             data: pool.copy_of(payload),
         });

@@ -515,7 +515,7 @@ impl Connection {
                         self.send_bytes -= m.len();
                         self.stats.messages_acked += 1;
                         if self.cfg.acked_events {
-                            self.events.push_back(Event::Acked { msg_id });
+                            self.push_event(Event::Acked { msg_id });
                         }
                         if m.len() <= RETIRE_MAX_BYTES && self.retired.len() < RETIRE_LIMIT {
                             self.retired.push(m);
