@@ -740,8 +740,10 @@ impl Endpoint {
         self.take_event()
     }
 
-    /// [`Endpoint::poll_event`] when there is one.
-    #[inline]
+    /// [`Endpoint::poll_event`] when there is one. Inlined into the
+    /// application's loop: a call returning the event through memory cost
+    /// as much as taking it.
+    #[inline(always)]
     fn take_event(&mut self) -> Option<(ConnHandle, Event)> {
         let ev = self.events.pop_front()?;
         if let (h, Event::Message { data, .. }) = &ev {
