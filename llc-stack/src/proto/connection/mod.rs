@@ -138,8 +138,9 @@ pub struct Connection {
     /// Messages not yet fully acknowledged, in id order.
     send_msgs: VecDeque<OutMsg>,
     /// Buffers of small acknowledged messages, freed by `release_acked`:
-    /// freeing them in the ACK's path would delay the reply to it.
-    retired: Vec<OutMsg>,
+    /// freeing them in the ACK's path would delay the reply to it. Only the
+    /// bodies: a head is inline (a long one, rare, is freed at once).
+    retired: Vec<Bytes>,
     /// Index in `send_msgs` of the first message with fragments still unsent.
     next_unsent: usize,
     /// Bytes of messages queued or unacknowledged.

@@ -512,13 +512,16 @@ impl Connection {
                             .expect("an unacknowledged message");
                         debug_assert_eq!(m.msg_id, msg_id);
                         self.next_unsent = self.next_unsent.saturating_sub(1);
-                        self.send_bytes -= m.len();
+                        let len = m.len();
+                        self.send_bytes -= len;
                         self.stats.messages_acked += 1;
                         if self.cfg.acked_events {
                             self.push_event(Event::Acked { msg_id });
                         }
-                        if m.len() <= RETIRE_MAX_BYTES && self.retired.len() < RETIRE_LIMIT {
-                            self.retired.push(m);
+                        if len <= RETIRE_MAX_BYTES && self.retired.len() < RETIRE_LIMIT {
+                            // The body alone: moving the whole message
+                            // here cost more than the rest of retiring it.
+                            self.retired.push(m.body);
                         }
                     }
                 }
