@@ -998,17 +998,8 @@ impl Endpoint {
                     .as_mut()
                     .map(|p| &mut *p.0 as &mut dyn Placement);
                 let held_before = e.conn.acked_held();
-                // An announced connection with nothing queued (the common
-                // case) queues its events straight into ours: none of them
-                // needs `collect`'s care for a connection still half open.
-                let direct = e.announced && !e.conn.needs_collecting();
-                if direct {
-                    e.conn
-                        .handle_frame_into(now, &t, placement, &mut self.pool, &mut self.events);
-                } else {
-                    e.conn
-                        .handle_frame_placed(now, &t, placement, &mut self.pool);
-                }
+                e.conn
+                    .handle_frame_to(now, &t, placement, &mut self.pool, Some(&mut self.events));
                 if held_before == 0 && e.conn.acked_held() > 0 {
                     self.acked_holders.push(handle);
                 }
@@ -1016,10 +1007,13 @@ impl Endpoint {
                 let d = &mut self.stats.dropped;
                 d.beyond_window += s.beyond_window - before.0;
                 d.out_of_window += s.out_of_window - before.1;
-                if direct && e.conn.state() != State::Closed {
-                    e.note(handle, &mut self.queues);
-                } else {
+                // What `collect` does for a connection with no events (the
+                // common case: a message delivered whole went straight to
+                // our queue), without looking it up again.
+                if e.conn.needs_collecting() {
                     self.collect(handle);
+                } else {
+                    e.note(handle, &mut self.queues);
                 }
             }
         }

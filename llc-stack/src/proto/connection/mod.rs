@@ -209,10 +209,9 @@ pub struct Connection {
     peer_closed: bool,
 
     timers: [Option<Instant>; TIMER_COUNT],
-    /// Events tagged with `handle`, as the endpoint's queue holds them: the
-    /// endpoint lends its queue for a frame ([`Connection::handle_frame_into`]).
-    events: VecDeque<(ConnHandle, Event)>,
-    /// The endpoint's name for this connection.
+    events: VecDeque<Event>,
+    /// The endpoint's name for this connection, for the events it queues
+    /// straight into the endpoint's queue.
     handle: ConnHandle,
     stats: ConnStats,
 }
@@ -617,7 +616,7 @@ impl Connection {
         if self.state != State::Closed {
             tracing::debug!(port = self.local_port, ?reason, "connection failed");
             self.state = State::Closed;
-            self.push_event(Event::Closed(Some(reason)));
+            self.events.push_back(Event::Closed(Some(reason)));
             self.timers = [None; TIMER_COUNT];
         }
     }
@@ -625,7 +624,7 @@ impl Connection {
     fn finish(&mut self) {
         if self.state != State::Closed {
             self.state = State::Closed;
-            self.push_event(Event::Closed(None));
+            self.events.push_back(Event::Closed(None));
             self.timers = [None; TIMER_COUNT];
         }
     }
@@ -633,12 +632,7 @@ impl Connection {
     /// Next event for the application.
     #[must_use]
     pub fn poll_event(&mut self) -> Option<Event> {
-        self.events.pop_front().map(|(_, ev)| ev)
-    }
-
-    #[inline(always)]
-    fn push_event(&mut self, ev: Event) {
-        self.events.push_back((self.handle, ev));
+        self.events.pop_front()
     }
 
     /// Name this connection `h` in the events it queues.
@@ -686,6 +680,20 @@ impl Connection {
         placement: Option<&mut dyn Placement>,
         pool: &mut BufPool,
     ) {
+        self.handle_frame_to(now, frame, placement, pool, None);
+    }
+
+    /// [`Connection::handle_frame_placed`] that queues a message delivered
+    /// whole straight into `events` (the endpoint's queue) when nothing is
+    /// queued here before it: the endpoint then need not move it over.
+    pub(crate) fn handle_frame_to(
+        &mut self,
+        now: Instant,
+        frame: &TransportFrame<'_>,
+        placement: Option<&mut dyn Placement>,
+        pool: &mut BufPool,
+        events: Option<&mut VecDeque<(ConnHandle, Event)>>,
+    ) {
         let h = frame.header;
         if self.state == State::Closed {
             return;
@@ -708,7 +716,7 @@ impl Connection {
         // one early wake-up per interval.
         match h.frame_type() {
             FrameType::Data | FrameType::Close => {
-                self.receive_sequenced(now, frame, placement, pool)
+                self.receive_sequenced(now, frame, placement, pool, events)
             }
             FrameType::Ping => self.ack_now = true,
             FrameType::Reset => {
@@ -720,25 +728,6 @@ impl Connection {
         if self.state != State::Closed {
             self.process_ack(now, h, frame.sacks);
         }
-    }
-
-    /// [`Connection::handle_frame_placed`] queueing the frame's events
-    /// straight at the end of `events` (the endpoint's queue) instead of
-    /// here: the endpoint need not move them over one by one. Only when
-    /// none is queued here, so that the order of events stays.
-    #[inline(always)]
-    pub(crate) fn handle_frame_into(
-        &mut self,
-        now: Instant,
-        frame: &TransportFrame<'_>,
-        placement: Option<&mut dyn Placement>,
-        pool: &mut BufPool,
-        events: &mut VecDeque<(ConnHandle, Event)>,
-    ) {
-        debug_assert!(self.events.is_empty());
-        std::mem::swap(&mut self.events, events);
-        self.handle_frame_placed(now, frame, placement, pool);
-        std::mem::swap(&mut self.events, events);
     }
 
     /// A RESET for an established connection.
@@ -805,7 +794,7 @@ impl Connection {
         };
         self.backoff = 0;
         self.timers[Timer::Rto as usize] = None;
-        self.push_event(Event::Connected);
+        self.events.push_back(Event::Connected);
         self.rearm_idle(now);
         self.timers[Timer::Probe as usize] = Some(now + self.cfg.keepalive_interval);
     }

@@ -516,7 +516,7 @@ impl Connection {
                         self.send_bytes -= len;
                         self.stats.messages_acked += 1;
                         if self.cfg.acked_events {
-                            self.push_event(Event::Acked { msg_id });
+                            self.events.push_back(Event::Acked { msg_id });
                         }
                         if len <= RETIRE_MAX_BYTES && self.retired.len() < RETIRE_LIMIT {
                             // The body alone: moving the whole message
