@@ -496,7 +496,8 @@ impl Connection {
             if f.sacked {
                 self.n_sacked -= 1;
             } else {
-                note_delivered(&mut rack, &f, seq, echoes(&f));
+                // Only a retransmission needs the echo (a division).
+                note_delivered(&mut rack, &f, seq, f.retransmitted && echoes(&f));
             }
             if f.lost {
                 self.n_lost -= 1;
