@@ -177,6 +177,9 @@ pub struct Connection {
     /// announced none, and is asked for every acknowledgement soon). In
     /// nanoseconds: the frames' path adds it to deadlines.
     peer_max_ack_delay_ns: u64,
+    /// The same in whole microseconds, as the RTT samples take it (kept
+    /// apart: a division on every acknowledgement otherwise).
+    peer_max_ack_delay_us: u64,
     backoff: u32,
     syn_attempts: u32,
     close_requested: bool,
@@ -328,6 +331,7 @@ impl Connection {
             probes_in_a_row: 0,
             rtt,
             peer_max_ack_delay_ns: 0,
+            peer_max_ack_delay_us: 0,
             backoff: 0,
             syn_attempts: 0,
             close_requested: false,
@@ -378,6 +382,7 @@ impl Connection {
         // At most 2^32 microseconds: the nanoseconds fit a u64.
         let d = Duration::from_micros(u64::from(micros)).min(self.cfg.max_rto);
         self.peer_max_ack_delay_ns = d.as_nanos() as u64;
+        self.peer_max_ack_delay_us = d.as_micros() as u64;
     }
 
     /// The peer's announced longest acknowledgement delay (zero: none).

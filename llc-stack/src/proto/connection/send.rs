@@ -556,7 +556,8 @@ impl Connection {
                 let rtt_us = wire_ts(now).wrapping_sub(ecr);
                 if rtt_us < 60_000_000 {
                     let s = &mut self.stats;
-                    let min_before_us = s.min_rtt_ns / 1000;
+                    // In nanoseconds, whole microseconds (as every sample).
+                    let min_before = s.min_rtt_ns;
                     let ns = rtt_us as u64 * 1000;
                     s.rtt_samples += 1;
                     s.latest_rtt_ns = ns;
@@ -570,14 +571,13 @@ impl Connection {
                     // announced, as QUIC does, and not below the smallest
                     // round trip seen before), so that a late acknowledgement
                     // does not inflate the timeouts of every later frame.
-                    let held = u64::from(h.ack_delay.get()).min(self.peer_max_ack_delay_ns / 1000);
-                    let rtt_us = rtt_us as u64;
-                    let adjusted = if min_before_us == 0 || rtt_us >= min_before_us + held {
-                        rtt_us.saturating_sub(held)
+                    let held = u64::from(h.ack_delay.get()).min(self.peer_max_ack_delay_us) * 1000;
+                    let adjusted = if min_before == 0 || ns >= min_before + held {
+                        ns.saturating_sub(held)
                     } else {
-                        rtt_us
+                        ns
                     };
-                    self.rtt.sample_nanos(adjusted * 1000);
+                    self.rtt.sample_nanos(adjusted);
                     s.srtt_ns = self.rtt.srtt_nanos();
                 }
             }
