@@ -82,6 +82,10 @@ impl Connection {
             self.stats.beyond_window += 1;
             return false;
         }
+        // The frame expected next (the common case) is within any horizon.
+        if seq == self.rcv_nxt {
+            return true;
+        }
         let horizon = self
             .window_frames
             .saturating_mul(DUPLICATE_HORIZON_WINDOWS)
