@@ -760,7 +760,9 @@ impl Endpoint {
     /// [`Connection::release_acked`]). Cheap when there are none; drivers
     /// call it when idle.
     pub fn release_acked(&mut self) {
-        for h in self.acked_holders.drain(..) {
+        // Popped, not drained: the order does not matter, and a drain's
+        // set-up costs more than the usual one connection.
+        while let Some(h) = self.acked_holders.pop() {
             if let Some(e) = self.conns.get_mut(&h) {
                 e.conn.release_acked();
             }
