@@ -1592,6 +1592,34 @@ mod tests {
         }
     }
 
+    /// The frame that completes an inbound handshake may carry the first
+    /// message: `Connected` comes before it, though the message would go
+    /// straight to the endpoint's queue on an established connection.
+    #[test]
+    fn the_first_message_follows_connected() {
+        let t0 = Instant::ZERO;
+        let mut a = keyed(PEER, None, 1);
+        let mut b = keyed(ME, None, 2);
+        b.listen(7);
+        let c = a.connect(t0, ME, 7, None).unwrap();
+        a.send(c, vec![5u8; 8]).unwrap();
+        let mut tap = Vec::new();
+        shuttle(&mut a, &mut b, t0, &mut tap);
+        assert_eq!(
+            tap.len(),
+            2,
+            "SYN, then the message with the handshake's ACK"
+        );
+        let evs: Vec<_> = std::iter::from_fn(|| b.poll_event())
+            .map(|(_, ev)| ev)
+            .collect();
+        let msg = Event::Message {
+            msg_id: 0,
+            data: vec![5; 8],
+        };
+        assert_eq!(evs, [Event::Connected, msg]);
+    }
+
     fn messages(ep: &mut Endpoint) -> Vec<Vec<u8>> {
         let mut out = Vec::new();
         while let Some((_, ev)) = ep.poll_event() {
