@@ -97,16 +97,28 @@ impl<V> ConnTable<V> {
         self.entries.len()
     }
 
+    // The hint's own path returns from where it compared the handle, so
+    // that the position is checked against the length once.
     #[inline]
     pub fn get(&self, h: &ConnHandle) -> Option<&V> {
-        let i = self.find(*h).ok()?;
-        Some(&self.entries[i].1)
+        let hint = self.last.get();
+        if let Some((k, v)) = self.entries.get(hint) {
+            if k == h {
+                return Some(v);
+            }
+        }
+        let i = self.search(*h).ok()?;
+        self.entries.get(i).map(|(_, v)| v)
     }
 
     #[inline]
     pub fn get_mut(&mut self, h: &ConnHandle) -> Option<&mut V> {
-        let i = self.find(*h).ok()?;
-        Some(&mut self.entries[i].1)
+        let hint = self.last.get();
+        if self.entries.get(hint).is_some_and(|(k, _)| k == h) {
+            return self.entries.get_mut(hint).map(|(_, v)| v);
+        }
+        let i = self.search(*h).ok()?;
+        self.entries.get_mut(i).map(|(_, v)| v)
     }
 
     /// Add `v` under `h`, replacing (and returning) a value already there.

@@ -15,22 +15,43 @@ const PARALLEL_FROM: usize = 1024;
 /// Running CRC state: start from [`INIT`], feed with [`update`], finish with [`finish`].
 pub(crate) const INIT: u32 = !0;
 
+/// True when the CPU has the `crc32` instruction (SSE4.2).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+fn has_sse42() -> bool {
+    static HW: OnceLock<bool> = OnceLock::new();
+    *HW.get_or_init(|| std::arch::is_x86_feature_detected!("sse4.2"))
+}
+
 /// Feed `data` into the running state.
 #[inline]
 pub(crate) fn update(state: u32, data: &[u8]) -> u32 {
     #[cfg(target_arch = "x86_64")]
-    {
-        static HW: OnceLock<bool> = OnceLock::new();
-        if data.len() < PARALLEL_FROM
-            && *HW.get_or_init(|| std::arch::is_x86_feature_detected!("sse4.2"))
-        {
-            // SAFETY: the CPU supports SSE4.2 (checked just above), which is
-            // the only requirement of `update_sse42`.
-            return unsafe { update_sse42(state, data) };
-        }
+    if data.len() < PARALLEL_FROM && has_sse42() {
+        // SAFETY: the CPU supports SSE4.2 (checked just above), which is
+        // the only requirement of `update_sse42`.
+        return unsafe { update_sse42(state, data) };
     }
     // The crate works on finished values: undo and redo the final inversion.
     !crc32c::crc32c_append(!state, data)
+}
+
+/// Feed `head ++ rest` into the running state, each little-endian word of
+/// `head` ANDed with its mask first: a field inside `head` counts as zero
+/// without a copy of `head` to clear it in, and in one pass.
+#[inline]
+pub(crate) fn update_masked(state: u32, head: &[u8; 64], rest: &[u8], masks: &[u64; 8]) -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    if rest.len() < PARALLEL_FROM && has_sse42() {
+        // SAFETY: the CPU supports SSE4.2 (checked just above), which is
+        // the only requirement of `update_masked_sse42`.
+        return unsafe { update_masked_sse42(state, head, rest, masks) };
+    }
+    let mut h = *head;
+    for (w, m) in h.as_chunks_mut::<8>().0.iter_mut().zip(masks) {
+        *w = (u64::from_le_bytes(*w) & m).to_le_bytes();
+    }
+    update(update(state, &h), rest)
 }
 
 /// The CRC of everything fed so far.
@@ -65,9 +86,42 @@ fn update_sse42(state: u32, data: &[u8]) -> u32 {
     c
 }
 
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse4.2")]
+fn update_masked_sse42(state: u32, head: &[u8; 64], rest: &[u8], masks: &[u64; 8]) -> u32 {
+    use std::arch::x86_64::_mm_crc32_u64;
+    let mut c = state as u64;
+    for (w, m) in head.as_chunks::<8>().0.iter().zip(masks) {
+        c = _mm_crc32_u64(c, u64::from_le_bytes(*w) & m);
+    }
+    update_sse42(c as u32, rest)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn masked_matches_a_cleared_copy() {
+        let data: Vec<u8> = (0..3000u32).map(|i| (i * 37 + 11) as u8).collect();
+        // Bytes 13..15 and 55..59 (a word's end and the next one's start).
+        let mut masks = [u64::MAX; 8];
+        for i in [13, 14, 55, 56, 57, 58] {
+            masks[i / 8] &= !(0xff << (8 * (i % 8)));
+        }
+        for len in [64, 65, 71, 72, 100, 1087, 1088, 1089, 3000] {
+            let (head, rest) = data[..len].split_first_chunk::<64>().unwrap();
+            let mut cleared = data[..len].to_vec();
+            for i in [13, 14, 55, 56, 57, 58] {
+                cleared[i] = 0;
+            }
+            assert_eq!(
+                update_masked(INIT, head, rest, &masks),
+                update(INIT, &cleared),
+                "{len}"
+            );
+        }
+    }
 
     #[test]
     fn matches_the_reference() {

@@ -207,20 +207,27 @@ fn parse_transport(llc_span: &[u8]) -> Result<TransportFrame<'_>, WireError> {
 
 /// CRC32C of an LLC+transport span, with the CRC field taken as zero.
 ///
-/// The headers (the first 64 bytes, which hold the field at 55..59) go
-/// through a fixed-size copy with the field zeroed, so the CRC runs over
-/// whole words in two pieces instead of three that end mid-word (a short
+/// The headers (the first 64 bytes, which hold the field at 55..59) are
+/// read as whole words with the field masked out, so the CRC runs over
+/// whole words in one piece instead of three that end mid-word (a short
 /// frame's CRC is a visible part of its cost).
 fn checksum(span: &[u8]) -> u32 {
     use crate::sys::crc;
     const CRC_AT: usize = llc::HEADER_LEN + transport::CRC_OFFSET;
     const HEAD: usize = 64;
     const _: () = assert!(CRC_AT + 4 <= HEAD);
-    if let Some(head) = span.get(..HEAD) {
-        let mut head: [u8; HEAD] = head.try_into().expect("64 bytes");
-        head[CRC_AT..CRC_AT + 4].fill(0);
-        let state = crc::update(crc::INIT, &head);
-        return crc::finish(crc::update(state, &span[HEAD..]));
+    /// The masks of the header's words that clear the CRC field.
+    const MASKS: [u64; HEAD / 8] = {
+        let mut m = [u64::MAX; HEAD / 8];
+        let mut i = CRC_AT;
+        while i < CRC_AT + 4 {
+            m[i / 8] &= !(0xff << (8 * (i % 8)));
+            i += 1;
+        }
+        m
+    };
+    if let Some((head, rest)) = span.split_first_chunk::<HEAD>() {
+        return crc::finish(crc::update_masked(crc::INIT, head, rest, &MASKS));
     }
     // Under 64 bytes from the LLC header on: under 5 bytes of payload and no
     // SACK block.

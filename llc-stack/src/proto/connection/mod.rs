@@ -36,6 +36,7 @@ use bytes::Bytes;
 
 use super::buf_pool::BufPool;
 use super::config::Config;
+use super::conn_table::ConnHandle;
 use super::error::ConnectionError;
 use super::placement::Placement;
 use super::rtt::RttEstimator;
@@ -137,8 +138,9 @@ pub struct Connection {
     /// Messages not yet fully acknowledged, in id order.
     send_msgs: VecDeque<OutMsg>,
     /// Buffers of small acknowledged messages, freed by `release_acked`:
-    /// freeing them in the ACK's path would delay the reply to it.
-    retired: Vec<OutMsg>,
+    /// freeing them in the ACK's path would delay the reply to it. Only the
+    /// bodies: a head is inline (a long one, rare, is freed at once).
+    retired: Vec<Bytes>,
     /// Index in `send_msgs` of the first message with fragments still unsent.
     next_unsent: usize,
     /// Bytes of messages queued or unacknowledged.
@@ -175,6 +177,9 @@ pub struct Connection {
     /// announced none, and is asked for every acknowledgement soon). In
     /// nanoseconds: the frames' path adds it to deadlines.
     peer_max_ack_delay_ns: u64,
+    /// The same in whole microseconds, as the RTT samples take it (kept
+    /// apart: a division on every acknowledgement otherwise).
+    peer_max_ack_delay_us: u64,
     backoff: u32,
     syn_attempts: u32,
     close_requested: bool,
@@ -208,6 +213,9 @@ pub struct Connection {
 
     timers: [Option<Instant>; TIMER_COUNT],
     events: VecDeque<Event>,
+    /// The endpoint's name for this connection, for the events it queues
+    /// straight into the endpoint's queue.
+    handle: ConnHandle,
     stats: ConnStats,
 }
 
@@ -323,6 +331,7 @@ impl Connection {
             probes_in_a_row: 0,
             rtt,
             peer_max_ack_delay_ns: 0,
+            peer_max_ack_delay_us: 0,
             backoff: 0,
             syn_attempts: 0,
             close_requested: false,
@@ -347,6 +356,7 @@ impl Connection {
             peer_closed: false,
             timers: [None; TIMER_COUNT],
             events: VecDeque::new(),
+            handle: ConnHandle(0),
             stats: ConnStats::default(),
             cfg,
         }
@@ -372,6 +382,7 @@ impl Connection {
         // At most 2^32 microseconds: the nanoseconds fit a u64.
         let d = Duration::from_micros(u64::from(micros)).min(self.cfg.max_rto);
         self.peer_max_ack_delay_ns = d.as_nanos() as u64;
+        self.peer_max_ack_delay_us = d.as_micros() as u64;
     }
 
     /// The peer's announced longest acknowledgement delay (zero: none).
@@ -629,6 +640,11 @@ impl Connection {
         self.events.pop_front()
     }
 
+    /// Name this connection `h` in the events it queues.
+    pub(crate) fn set_handle(&mut self, h: ConnHandle) {
+        self.handle = h;
+    }
+
     /// True when `poll_event` has something, or the connection ended: what
     /// its owner must look at after a frame (cheap).
     #[inline]
@@ -669,6 +685,20 @@ impl Connection {
         placement: Option<&mut dyn Placement>,
         pool: &mut BufPool,
     ) {
+        self.handle_frame_to(now, frame, placement, pool, None);
+    }
+
+    /// [`Connection::handle_frame_placed`] that queues a message delivered
+    /// whole straight into `events` (the endpoint's queue) when nothing is
+    /// queued here before it: the endpoint then need not move it over.
+    pub(crate) fn handle_frame_to(
+        &mut self,
+        now: Instant,
+        frame: &TransportFrame<'_>,
+        placement: Option<&mut dyn Placement>,
+        pool: &mut BufPool,
+        events: Option<&mut VecDeque<(ConnHandle, Event)>>,
+    ) {
         let h = frame.header;
         if self.state == State::Closed {
             return;
@@ -691,7 +721,7 @@ impl Connection {
         // one early wake-up per interval.
         match h.frame_type() {
             FrameType::Data | FrameType::Close => {
-                self.receive_sequenced(now, frame, placement, pool)
+                self.receive_sequenced(now, frame, placement, pool, events)
             }
             FrameType::Ping => self.ack_now = true,
             FrameType::Reset => {

@@ -2,11 +2,13 @@
 //! fragment's bytes go, in-order delivery of whole messages, and what we
 //! tell the peer back (cumulative ACK, credit, SACK blocks).
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use super::timers::Timer;
 use super::{wire_ts, Connection, Event};
 use crate::proto::buf_pool::BufPool;
+use crate::proto::conn_table::ConnHandle;
 use crate::proto::error::ConnectionError;
 use crate::proto::placement::{Placement, Sink};
 use crate::proto::seq::Seq;
@@ -80,6 +82,10 @@ impl Connection {
             self.stats.beyond_window += 1;
             return false;
         }
+        // The frame expected next (the common case) is within any horizon.
+        if seq == self.rcv_nxt {
+            return true;
+        }
         let horizon = self
             .window_frames
             .saturating_mul(DUPLICATE_HORIZON_WINDOWS)
@@ -97,6 +103,7 @@ impl Connection {
         frame: &TransportFrame<'_>,
         placement: Option<&mut dyn Placement>,
         pool: &mut BufPool,
+        events: Option<&mut VecDeque<(ConnHandle, Event)>>,
     ) {
         let h = frame.header;
         // A whole message in one frame, in order: deliver it without the
@@ -109,7 +116,7 @@ impl Connection {
                 && h.has(flags::LAST_FRAGMENT)
                 && msg_len <= self.cfg.max_message_len
             {
-                self.deliver_in_order_single(now, h, h.msg_id.get(), frame.payload, pool);
+                self.deliver_in_order_single(now, h, h.msg_id.get(), frame.payload, pool, events);
                 return;
             }
         }
@@ -276,6 +283,7 @@ impl Connection {
         msg_id: u32,
         payload: &[u8],
         pool: &mut BufPool,
+        events: Option<&mut VecDeque<(ConnHandle, Event)>>,
     ) {
         self.ts_recent = h.ts_val.get();
         self.ts_recent_rx = wire_ts(now);
@@ -284,10 +292,14 @@ impl Connection {
         self.undelivered_bytes += payload.len();
         self.stats.payload_bytes_received += payload.len() as u64;
         self.stats.messages_received += 1;
-        self.events.push_back(Event::Message {
+        let ev = Event::Message {
             msg_id,
             data: pool.copy_of(payload),
-        });
+        };
+        match events {
+            Some(q) if self.events.is_empty() => q.push_back((self.handle, ev)),
+            _ => self.events.push_back(ev),
+        }
         // Frames that arrived early may now be in order.
         if !self.recv_meta.is_empty() {
             self.advance_in_order(None);

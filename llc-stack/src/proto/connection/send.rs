@@ -498,7 +498,8 @@ impl Connection {
             if f.sacked {
                 self.n_sacked -= 1;
             } else {
-                note_delivered(&mut rack, &f, seq, echoes(&f));
+                // Only a retransmission needs the echo (a division).
+                note_delivered(&mut rack, &f, seq, f.retransmitted && echoes(&f));
             }
             if f.lost {
                 self.n_lost -= 1;
@@ -514,13 +515,16 @@ impl Connection {
                             .expect("an unacknowledged message");
                         debug_assert_eq!(m.msg_id, msg_id);
                         self.next_unsent = self.next_unsent.saturating_sub(1);
-                        self.send_bytes -= m.len();
+                        let len = m.len();
+                        self.send_bytes -= len;
                         self.stats.messages_acked += 1;
                         if self.cfg.acked_events {
                             self.events.push_back(Event::Acked { msg_id });
                         }
-                        if m.len() <= RETIRE_MAX_BYTES && self.retired.len() < RETIRE_LIMIT {
-                            self.retired.push(m);
+                        if len <= RETIRE_MAX_BYTES && self.retired.len() < RETIRE_LIMIT {
+                            // The body alone: moving the whole message
+                            // here cost more than the rest of retiring it.
+                            self.retired.push(m.body);
                         }
                     }
                 }
@@ -554,7 +558,8 @@ impl Connection {
                 let rtt_us = wire_ts(now).wrapping_sub(ecr);
                 if rtt_us < 60_000_000 {
                     let s = &mut self.stats;
-                    let min_before_us = s.min_rtt_ns / 1000;
+                    // In nanoseconds, whole microseconds (as every sample).
+                    let min_before = s.min_rtt_ns;
                     let ns = rtt_us as u64 * 1000;
                     s.rtt_samples += 1;
                     s.latest_rtt_ns = ns;
@@ -568,14 +573,13 @@ impl Connection {
                     // announced, as QUIC does, and not below the smallest
                     // round trip seen before), so that a late acknowledgement
                     // does not inflate the timeouts of every later frame.
-                    let held = u64::from(h.ack_delay.get()).min(self.peer_max_ack_delay_ns / 1000);
-                    let rtt_us = rtt_us as u64;
-                    let adjusted = if min_before_us == 0 || rtt_us >= min_before_us + held {
-                        rtt_us.saturating_sub(held)
+                    let held = u64::from(h.ack_delay.get()).min(self.peer_max_ack_delay_us) * 1000;
+                    let adjusted = if min_before == 0 || ns >= min_before + held {
+                        ns.saturating_sub(held)
                     } else {
-                        rtt_us
+                        ns
                     };
-                    self.rtt.sample_nanos(adjusted * 1000);
+                    self.rtt.sample_nanos(adjusted);
                     s.srtt_ns = self.rtt.srtt_nanos();
                 }
             }
