@@ -520,13 +520,8 @@ impl Connection {
         self.send_bytes += len;
         self.stats.messages_sent += 1;
         self.stats.payload_bytes_sent += len as u64;
-        self.send_msgs.push_back(OutMsg {
-            msg_id,
-            head: send::MsgHead::new(head),
-            body,
-            next_off: 0,
-            awaited,
-        });
+        self.send_msgs
+            .push_back(OutMsg::new(msg_id, head, body, awaited));
         Ok(msg_id)
     }
 

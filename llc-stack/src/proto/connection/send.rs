@@ -29,46 +29,67 @@ pub(crate) const RETIRE_LIMIT: usize = 64;
 #[derive(Debug)]
 pub(super) struct OutMsg {
     pub(super) msg_id: u32,
-    pub(super) head: MsgHead,
-    pub(super) body: Bytes,
+    /// `head`'s length, kept beside it: every fragment's bounds depend on
+    /// it, and most messages have no head to look into.
+    head_len: u32,
     /// Offset of the next fragment to cut.
-    pub(super) next_off: usize,
+    next_off: u32,
     /// The sender waits for the acknowledgement (see
     /// [`Connection::send_parts_awaited`]).
-    pub(super) awaited: bool,
+    awaited: bool,
+    head: MsgHead,
+    body: Bytes,
 }
 
 impl OutMsg {
-    fn len(&self) -> usize {
-        self.head.len() + self.body.len()
+    /// The message `head ++ body` (at most `u32::MAX` bytes, as `send`
+    /// checks).
+    pub(super) fn new(msg_id: u32, head: &[u8], body: Bytes, awaited: bool) -> Self {
+        OutMsg {
+            msg_id,
+            head_len: head.len() as u32,
+            next_off: 0,
+            awaited,
+            head: MsgHead::new(head),
+            body,
+        }
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.head_len as usize + self.body.len()
+    }
+
+    fn head(&self) -> &[u8] {
+        match &self.head {
+            MsgHead::Inline(bytes) => &bytes[..self.head_len as usize],
+            MsgHead::Shared(b) => b,
+        }
     }
 
     /// Bytes `off..off + len` of `head ++ body`: the part in the head (a
     /// slice, possibly empty) and the part in the body (shared, not copied).
     fn range_shared(&self, off: usize, len: usize) -> (&[u8], Bytes) {
-        let head = self.head.as_slice();
-        let h = head.len();
+        let h = self.head_len as usize;
         let end = off + len;
-        if end <= h {
-            (&head[off..end], Bytes::new())
-        } else if off >= h {
+        if off >= h {
             (&[], self.body.slice(off - h..end - h))
+        } else if end <= h {
+            (&self.head()[off..end], Bytes::new())
         } else {
-            (&head[off..], self.body.slice(..end - h))
+            (&self.head()[off..], self.body.slice(..end - h))
         }
     }
 
     /// Bytes `off..off + len` of `head ++ body`, as at most two slices.
     fn range(&self, off: usize, len: usize) -> [&[u8]; 2] {
-        let head = self.head.as_slice();
-        let h = head.len();
+        let h = self.head_len as usize;
         let end = off + len;
-        if end <= h {
-            [&head[off..end], &[]]
-        } else if off >= h {
+        if off >= h {
             [&self.body[off - h..end - h], &[]]
+        } else if end <= h {
+            [&self.head()[off..end], &[]]
         } else {
-            [&head[off..], &self.body[..end - h]]
+            [&self.head()[off..], &self.body[..end - h]]
         }
     }
 }
@@ -83,38 +104,25 @@ const GATHER_FROM: usize = 1024;
 /// header and a short prefix fit).
 const INLINE_HEAD: usize = 64;
 
-/// The layer above's header of one message. Short ones (all of the message
-/// layer's) are kept inline, so queueing a message allocates nothing for
-/// its header; longer ones are copied once into shared memory.
+/// The layer above's header of one message (its length is the message's
+/// `head_len`). Short ones (all of the message layer's) are kept inline, so
+/// queueing a message allocates nothing for its header; longer ones are
+/// copied once into shared memory.
 #[derive(Debug)]
-pub(super) enum MsgHead {
-    Inline { len: u8, bytes: [u8; INLINE_HEAD] },
+enum MsgHead {
+    Inline([u8; INLINE_HEAD]),
     Shared(Bytes),
 }
 
 impl MsgHead {
-    pub(super) fn new(head: &[u8]) -> Self {
+    fn new(head: &[u8]) -> Self {
         if head.len() <= INLINE_HEAD {
             let mut bytes = [0u8; INLINE_HEAD];
             bytes[..head.len()].copy_from_slice(head);
-            MsgHead::Inline {
-                len: head.len() as u8,
-                bytes,
-            }
+            MsgHead::Inline(bytes)
         } else {
             MsgHead::Shared(Bytes::copy_from_slice(head))
         }
-    }
-
-    fn as_slice(&self) -> &[u8] {
-        match self {
-            MsgHead::Inline { len, bytes } => &bytes[..usize::from(*len)],
-            MsgHead::Shared(b) => b,
-        }
-    }
-
-    fn len(&self) -> usize {
-        self.as_slice().len()
     }
 }
 
@@ -282,10 +290,10 @@ impl Connection {
         let mut awaited = self.cfg.acked_events || self.peer_max_ack_delay_ns == 0;
         let cargo = if let Some(m) = self.send_msgs.get_mut(self.next_unsent) {
             awaited |= m.awaited;
-            let off = m.next_off;
+            let off = m.next_off as usize;
             let len = (m.len() - off).min(self.frag_len);
-            m.next_off += len;
-            let last = m.next_off == m.len();
+            m.next_off += len as u32;
+            let last = m.next_off as usize == m.len();
             let cargo = Cargo::Data {
                 msg_id: m.msg_id,
                 off: off as u32,
@@ -444,7 +452,7 @@ impl Connection {
         let trailer = self.cfg.trailer();
         if let (Some(m), Some(slot), true) = (m, tail, trailer.is_empty()) {
             // Only a long body part is worth a shared reference.
-            let in_body = (off + len).saturating_sub(off.max(m.head.as_slice().len()));
+            let in_body = (off + len).saturating_sub(off.max(m.head_len as usize));
             if in_body >= GATHER_FROM {
                 let (inline, body) = m.range_shared(off, len);
                 let n =
