@@ -455,15 +455,20 @@ impl Connection {
             let in_body = (off + len).saturating_sub(off.max(m.head_len as usize));
             if in_body >= GATHER_FROM {
                 let (inline, body) = m.range_shared(off, len);
-                let n =
-                    wire::emit_transport_head(buf, &self.addr, &h, &sacks[..n], [inline, &body])
-                        .ok()?;
+                let n = wire::emit_transport_head_prefixed(
+                    buf,
+                    &self.prefix,
+                    &h,
+                    &sacks[..n],
+                    [inline, &body],
+                )
+                .ok()?;
                 *slot = Some(body);
                 return Some(n);
             }
         }
         let payload = m.map_or([&[][..], &[][..]], |m| m.range(off, len));
-        wire::emit_transport_gather(buf, &self.addr, &h, &sacks[..n], payload, trailer).ok()
+        wire::emit_transport_prefixed(buf, &self.prefix, &h, &sacks[..n], payload, trailer).ok()
     }
 
     pub(super) fn process_ack(&mut self, now: Instant, h: &TransportHeader, sacks: &[SackBlock]) {
