@@ -81,6 +81,7 @@ impl OutMsg {
     }
 
     /// Bytes `off..off + len` of `head ++ body`, as at most two slices.
+    #[inline]
     fn range(&self, off: usize, len: usize) -> [&[u8]; 2] {
         let h = self.head_len as usize;
         let end = off + len;
@@ -467,7 +468,10 @@ impl Connection {
                 return Some(n);
             }
         }
-        let payload = m.map_or([&[][..], &[][..]], |m| m.range(off, len));
+        let payload = match m {
+            Some(m) => m.range(off, len),
+            None => [&[][..], &[][..]],
+        };
         wire::emit_transport_prefixed(buf, &self.prefix, &h, &sacks[..n], payload, trailer).ok()
     }
 
