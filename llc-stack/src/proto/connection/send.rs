@@ -128,7 +128,7 @@ impl MsgHead {
 }
 
 /// What a sequenced frame in flight carries.
-#[derive(Debug)]
+#[derive(Clone, Copy, Debug)]
 enum Cargo {
     Data {
         msg_id: u32,
@@ -289,7 +289,8 @@ impl Connection {
             return None;
         }
         let mut awaited = self.cfg.acked_events || self.peer_max_ack_delay_ns == 0;
-        let cargo = if let Some(m) = self.send_msgs.get_mut(self.next_unsent) {
+        let mi = self.next_unsent;
+        let cargo = if let Some(m) = self.send_msgs.get_mut(mi) {
             awaited |= m.awaited;
             let off = m.next_off as usize;
             let len = (m.len() - off).min(self.frag_len);
@@ -346,8 +347,7 @@ impl Connection {
         } else {
             flags::ACK_NOW
         };
-        let idx = self.inflight.len() - 1;
-        self.emit_sequenced(now, buf, seq, idx, ack, tail)
+        self.emit_sequenced(now, buf, seq, cargo, mi, ack, tail)
     }
 
     fn base_header(&self, now: Instant, kind: FrameType, flag_bits: u8) -> TransportHeader {
@@ -406,33 +406,45 @@ impl Connection {
         ack_request: u8,
         tail: Option<&mut Option<Bytes>>,
     ) -> Option<usize> {
-        self.emit_sequenced(now, buf, seq, idx, ack_request, tail)
+        let cargo = self.inflight[idx].cargo;
+        let mi = match cargo {
+            Cargo::Data { msg_id, .. } => {
+                let first = self.send_msgs.front().expect("a message in flight").msg_id;
+                msg_id.wrapping_sub(first) as usize
+            }
+            Cargo::Close => 0,
+        };
+        self.emit_sequenced(now, buf, seq, cargo, mi, ack_request, tail)
     }
 
-    /// Inlined into the new frames' path: a frame's fields go from the
-    /// connection to the frame without a call between.
+    /// The frame `seq` carrying `cargo`, whose message (for data) is
+    /// `send_msgs[mi]`: the new frames' path has both at hand. Inlined
+    /// into it: a frame's fields go from the connection to the frame
+    /// without a call between.
+    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn emit_sequenced(
         &mut self,
         now: Instant,
         buf: &mut [u8],
         seq: Seq,
-        idx: usize,
+        cargo: Cargo,
+        mi: usize,
         ack_request: u8,
         tail: Option<&mut Option<Bytes>>,
     ) -> Option<usize> {
         let mut h = self.base_header(now, FrameType::Data, ack_request);
         h.seq = seq.0.into();
         self.ack_fields(&mut h);
-        let (m, off, len) = match self.inflight[idx].cargo {
+        let (m, off, len) = match cargo {
             Cargo::Data {
                 msg_id,
                 off,
                 len,
                 last,
             } => {
-                let first = self.send_msgs.front().expect("a message in flight").msg_id;
-                let m = &self.send_msgs[msg_id.wrapping_sub(first) as usize];
+                let m = &self.send_msgs[mi];
+                debug_assert_eq!(m.msg_id, msg_id);
                 h.msg_id = msg_id.into();
                 h.msg_len = (m.len() as u32).into();
                 h.frag_off = off.into();
