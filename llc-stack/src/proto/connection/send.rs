@@ -81,7 +81,8 @@ impl OutMsg {
     }
 
     /// Bytes `off..off + len` of `head ++ body`, as at most two slices.
-    #[inline]
+    /// Always inlined: every frame's payload is found through it.
+    #[inline(always)]
     fn range(&self, off: usize, len: usize) -> [&[u8]; 2] {
         let h = self.head_len as usize;
         let end = off + len;
