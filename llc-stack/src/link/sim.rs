@@ -91,7 +91,8 @@ impl Segment {
 
 impl Segment {
     /// Queue the first `len` bytes of `frame` for port `i`, receivable at
-    /// `arrival`.
+    /// `arrival`. Inlined into the transmit path, as it was written there.
+    #[inline(always)]
     fn deliver(&mut self, i: usize, arrival: Instant, frame: Vec<u8>, len: usize) {
         let port = &mut self.ports[i];
         port.rx.push_back((arrival, frame, len));
