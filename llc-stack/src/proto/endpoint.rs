@@ -811,7 +811,10 @@ impl Endpoint {
     /// Give the timer queue the deadlines of the connections that changed,
     /// and leave a live entry on top.
     fn update_timers(&mut self) {
-        for h in self.queues.changed.drain(..) {
+        // Indexed, then cleared: cheaper than a draining iterator for the
+        // one connection a round trip changes.
+        for i in 0..self.queues.changed.len() {
+            let h = self.queues.changed[i];
             let Some(e) = self.conns.get_mut(&h) else {
                 continue;
             };
@@ -838,6 +841,7 @@ impl Endpoint {
                 self.timers.push(Reverse((t, h)));
             }
         }
+        self.queues.changed.clear();
         while let Some(&Reverse((t, h))) = self.timers.peek() {
             if self.conns.get(&h).is_some_and(|e| e.armed == Some(t)) {
                 break;
