@@ -809,7 +809,8 @@ impl Endpoint {
     }
 
     /// Give the timer queue the deadlines of the connections that changed,
-    /// and leave a live entry on top.
+    /// and leave a live entry on top (unless a connection went since: its
+    /// stale entry only wakes the driver early, and goes then).
     fn update_timers(&mut self) {
         // Indexed, then cleared: cheaper than a draining iterator for the
         // one connection a round trip changes.
@@ -840,8 +841,15 @@ impl Endpoint {
             } else if let Some(t) = t {
                 self.timers.push(Reverse((t, h)));
             }
+            // Only a deadline that moved can leave a stale entry on top.
+            self.settle_timers();
         }
         self.queues.changed.clear();
+    }
+
+    /// Drop stale entries from the top of the timer queue, and rebuild it
+    /// should stale entries buried inside pile up.
+    fn settle_timers(&mut self) {
         while let Some(&Reverse((t, h))) = self.timers.peek() {
             if self.conns.get(&h).is_some_and(|e| e.armed == Some(t)) {
                 break;
