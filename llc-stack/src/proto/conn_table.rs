@@ -97,15 +97,32 @@ impl<V> ConnTable<V> {
         self.entries.len()
     }
 
+    /// The hinted position holds `h` (the busy connection again): its
+    /// entry is then read with the one bounds check made here.
+    #[inline]
+    fn at_hint(&self, h: ConnHandle) -> Option<usize> {
+        let hint = self.last.get();
+        self.entries
+            .get(hint)
+            .is_some_and(|(k, _)| *k == h)
+            .then_some(hint)
+    }
+
     #[inline]
     pub fn get(&self, h: &ConnHandle) -> Option<&V> {
-        let i = self.find(*h).ok()?;
+        if let Some(i) = self.at_hint(*h) {
+            return Some(&self.entries[i].1);
+        }
+        let i = self.search(*h).ok()?;
         Some(&self.entries[i].1)
     }
 
     #[inline]
     pub fn get_mut(&mut self, h: &ConnHandle) -> Option<&mut V> {
-        let i = self.find(*h).ok()?;
+        if let Some(i) = self.at_hint(*h) {
+            return Some(&mut self.entries[i].1);
+        }
+        let i = self.search(*h).ok()?;
         Some(&mut self.entries[i].1)
     }
 
