@@ -228,7 +228,9 @@ struct Entry {
     /// In [`Endpoint::changed`]: its deadline may have moved.
     changed: bool,
     /// The deadline this connection has in the timer queue, if any: the
-    /// queue's other entries for it are stale.
+    /// queue's other entries for it are stale. At or before the
+    /// connection's own next deadline (armed lazily, see
+    /// [`Endpoint::update_timers`]).
     armed: Option<Instant>,
 }
 
@@ -821,7 +823,11 @@ impl Endpoint {
             };
             e.changed = false;
             let t = e.conn.poll_timeout();
-            if t == e.armed {
+            // Armed lazily: an entry at or before the new deadline stays.
+            // A frame moves the deadline later and its answer back; should
+            // the early entry fire, the connection finds nothing due and is
+            // armed again (at most one early wake per deadline).
+            if t.is_none_or(|t| e.armed.is_some_and(|a| a <= t)) {
                 continue;
             }
             let old = std::mem::replace(&mut e.armed, t);
@@ -1263,8 +1269,11 @@ impl Endpoint {
                     "connection {h:?} wants to send but is not queued"
                 );
                 debug_assert!(
-                    e.changed || e.armed == e.conn.poll_timeout(),
-                    "connection {h:?}'s deadline is not in the timer queue"
+                    e.changed
+                        || e.conn
+                            .poll_timeout()
+                            .is_none_or(|t| e.armed.is_some_and(|a| a <= t)),
+                    "connection {h:?}'s deadline is not covered by the timer queue"
                 );
             }
         }
