@@ -539,8 +539,7 @@ impl Connection {
         self.send_bytes += len;
         self.stats.messages_sent += 1;
         self.stats.payload_bytes_sent += len as u64;
-        self.send_msgs
-            .push_back(OutMsg::new(msg_id, head, body, awaited));
+        OutMsg::push(&mut self.send_msgs, msg_id, head, body, awaited);
         Ok(msg_id)
     }
 

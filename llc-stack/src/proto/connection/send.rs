@@ -2,6 +2,8 @@
 //! (first transmissions, repairs, control frames), and the acknowledgements
 //! and SACK blocks that come back for them.
 
+use std::collections::VecDeque;
+
 use bytes::Bytes;
 
 use super::timers::Timer;
@@ -42,16 +44,39 @@ pub(super) struct OutMsg {
 }
 
 impl OutMsg {
-    /// The message `head ++ body` (at most `u32::MAX` bytes, as `send`
-    /// checks).
-    pub(super) fn new(msg_id: u32, head: &[u8], body: Bytes, awaited: bool) -> Self {
-        OutMsg {
+    /// Queue the message `head ++ body` (at most `u32::MAX` bytes, as
+    /// `send` checks) at the back of `queue`. A short head is written into
+    /// its place there: built first, the entry would be moved whole through
+    /// copies on its way in.
+    pub(super) fn push(
+        queue: &mut VecDeque<OutMsg>,
+        msg_id: u32,
+        head: &[u8],
+        body: Bytes,
+        awaited: bool,
+    ) {
+        let inline = head.len() <= INLINE_HEAD;
+        queue.push_back(OutMsg {
             msg_id,
             head_len: head.len() as u32,
             next_off: 0,
             awaited,
-            head: MsgHead::new(head),
+            head: if inline {
+                MsgHead::Inline([0; INLINE_HEAD])
+            } else {
+                MsgHead::Shared(Bytes::copy_from_slice(head))
+            },
             body,
+        });
+        if let (
+            true,
+            Some(OutMsg {
+                head: MsgHead::Inline(bytes),
+                ..
+            }),
+        ) = (inline, queue.back_mut())
+        {
+            bytes[..head.len()].copy_from_slice(head);
         }
     }
 
@@ -114,18 +139,6 @@ const INLINE_HEAD: usize = 64;
 enum MsgHead {
     Inline([u8; INLINE_HEAD]),
     Shared(Bytes),
-}
-
-impl MsgHead {
-    fn new(head: &[u8]) -> Self {
-        if head.len() <= INLINE_HEAD {
-            let mut bytes = [0u8; INLINE_HEAD];
-            bytes[..head.len()].copy_from_slice(head);
-            MsgHead::Inline(bytes)
-        } else {
-            MsgHead::Shared(Bytes::copy_from_slice(head))
-        }
-    }
 }
 
 /// What a sequenced frame in flight carries.
