@@ -1145,8 +1145,10 @@ impl Endpoint {
     /// True when `poll_transmit` may produce a frame now. Cheap enough to call
     /// on every busy-poll pass, so that an idle driver does not ask the
     /// device for transmit buffers it would hand back unused. Forgets the
-    /// queued connections in front that have nothing to send.
-    #[inline]
+    /// queued connections in front that have nothing to send. Always
+    /// inlined: the driver's transmit half asks before and after every
+    /// frame.
+    #[inline(always)]
     pub fn wants_transmit(&mut self) -> bool {
         if !self.control.is_empty() {
             return true;
