@@ -56,6 +56,8 @@ struct Port {
     queued: Arc<AtomicUsize>,
     /// When this port's transmitter is free again (serialisation).
     tx_free_at: Instant,
+    /// Where the switch sent this port's last frame (a switched segment).
+    route: Option<Route>,
 }
 
 #[derive(Debug)]
@@ -71,6 +73,9 @@ struct Segment {
     spare: Vec<Vec<u8>>,
     /// Where each source address was last seen (a switched segment).
     learned: rustc_hash::FxHashMap<[u8; 6], usize>,
+    /// Changes of `learned` so far: a port's remembered [`Route`] holds
+    /// while it is unchanged.
+    learned_gen: u64,
 }
 
 /// Most spare frame buffers a segment keeps.
@@ -99,6 +104,37 @@ impl Segment {
         port.queued.fetch_add(1, Ordering::Release);
         self.delivered += 1;
     }
+
+    /// Where a switched segment sends `frame` from port `me` (`None`:
+    /// everywhere), learning its source address: the port's last route
+    /// while no address was learnt since, else two table lookups.
+    #[inline(always)]
+    fn route(&mut self, frame: &[u8], me: usize) -> Option<usize> {
+        let src: [u8; 6] = frame[6..12].try_into().expect("6 bytes");
+        let dst: [u8; 6] = frame[..6].try_into().expect("6 bytes");
+        if let Some(r) = self.ports[me].route {
+            if r.gen == self.learned_gen && r.src == src && r.dst == dst {
+                return r.to;
+            }
+        }
+        if self.learned.get(&src) != Some(&me) {
+            self.learned.insert(src, me);
+            self.learned_gen += 1;
+        }
+        // A group address (lowest bit of the first byte) floods.
+        let to = if dst[0] & 1 == 0 {
+            self.learned.get(&dst).copied()
+        } else {
+            None
+        };
+        self.ports[me].route = Some(Route {
+            gen: self.learned_gen,
+            src,
+            dst,
+            to,
+        });
+        to
+    }
 }
 
 /// The size of every frame buffer of a segment of `mtu`.
@@ -123,6 +159,7 @@ impl Sim {
                 delivered: 0,
                 spare: Vec::new(),
                 learned: Default::default(),
+                learned_gen: 0,
             })),
         }
     }
@@ -165,6 +202,19 @@ impl Sim {
     pub fn delivered(&self) -> u64 {
         self.lock().delivered
     }
+}
+
+/// A switched segment's decision for a frame from `src` to `dst`: learnt
+/// `src`'s port, and the port it goes to (`None`: everywhere). Valid while
+/// the segment's learned addresses are as they were (`gen`): a port sends
+/// to one peer again and again, and two address comparisons cost less than
+/// two table lookups.
+#[derive(Clone, Copy, Debug)]
+struct Route {
+    gen: u64,
+    src: [u8; 6],
+    dst: [u8; 6],
+    to: Option<usize>,
 }
 
 /// One port of a [`Sim`] segment.
@@ -236,18 +286,7 @@ impl TxToken for SimTx<'_> {
             seg.ports[me].tx_free_at = done;
             let arrival = done + latency;
             let to = if switched && n >= 12 {
-                let frame = &port.tx_buf[..n];
-                let src: [u8; 6] = frame[6..12].try_into().expect("6 bytes");
-                if seg.learned.get(&src) != Some(&me) {
-                    seg.learned.insert(src, me);
-                }
-                let dst: [u8; 6] = frame[..6].try_into().expect("6 bytes");
-                // A group address (lowest bit of the first byte) floods.
-                if dst[0] & 1 == 0 {
-                    seg.learned.get(&dst).copied()
-                } else {
-                    None
-                }
+                seg.route(&port.tx_buf, me)
             } else {
                 None
             };
