@@ -55,26 +55,30 @@ impl OutMsg {
         body: Bytes,
         awaited: bool,
     ) {
-        let inline = head.len() <= INLINE_HEAD;
+        let head_len = head.len() as u32;
+        if head.len() > INLINE_HEAD {
+            queue.push_back(OutMsg {
+                msg_id,
+                head_len,
+                next_off: 0,
+                awaited,
+                head: MsgHead::Shared(Bytes::copy_from_slice(head)),
+                body,
+            });
+            return;
+        }
         queue.push_back(OutMsg {
             msg_id,
-            head_len: head.len() as u32,
+            head_len,
             next_off: 0,
             awaited,
-            head: if inline {
-                MsgHead::Inline([0; INLINE_HEAD])
-            } else {
-                MsgHead::Shared(Bytes::copy_from_slice(head))
-            },
+            head: MsgHead::Inline([0; INLINE_HEAD]),
             body,
         });
-        if let (
-            true,
-            Some(OutMsg {
-                head: MsgHead::Inline(bytes),
-                ..
-            }),
-        ) = (inline, queue.back_mut())
+        if let Some(OutMsg {
+            head: MsgHead::Inline(bytes),
+            ..
+        }) = queue.back_mut()
         {
             bytes[..head.len()].copy_from_slice(head);
         }
