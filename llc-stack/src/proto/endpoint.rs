@@ -761,11 +761,15 @@ impl Endpoint {
     /// [`Connection::release_acked`]). Cheap when there are none; drivers
     /// call it when idle.
     pub fn release_acked(&mut self) {
-        for h in self.acked_holders.drain(..) {
+        // Indexed, then cleared: cheaper than a draining iterator for the
+        // one connection a round trip leaves here.
+        for i in 0..self.acked_holders.len() {
+            let h = self.acked_holders[i];
             if let Some(e) = self.conns.get_mut(&h) {
                 e.conn.release_acked();
             }
         }
+        self.acked_holders.clear();
     }
 
     /// Earliest timer of any connection.
