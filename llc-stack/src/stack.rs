@@ -151,9 +151,22 @@ impl<D: Device> Stack<D> {
 
     /// Transmit every frame the endpoint has ready (as far as the device
     /// takes them), then flush. Returns the number of frames sent.
+    /// Inlined: a busy-polling driver asks far more often than it sends,
+    /// and the question then costs no call into the frames' path.
+    #[inline]
     pub fn poll_tx(&mut self, now: Instant) -> io::Result<usize> {
+        if self.ep.wants_transmit() {
+            return self.transmit_ready(now);
+        }
+        // Cheap when nothing is pending; also retries a kick the kernel deferred.
+        self.dev.flush(now)?;
+        Ok(0)
+    }
+
+    /// [`Stack::poll_tx`] once the endpoint wants to send.
+    fn transmit_ready(&mut self, now: Instant) -> io::Result<usize> {
         let mut n = 0;
-        while self.ep.wants_transmit() {
+        loop {
             let Some(tok) = self.dev.transmit(now) else {
                 break;
             };
@@ -168,6 +181,9 @@ impl<D: Device> Stack<D> {
             n += 1;
             if n % self.burst == 0 {
                 self.dev.flush(now)?;
+            }
+            if !self.ep.wants_transmit() {
+                break;
             }
         }
         // Cheap when nothing is pending; also retries a kick the kernel deferred.

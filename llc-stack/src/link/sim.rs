@@ -48,12 +48,16 @@ impl Default for SimConfig {
 
 #[derive(Debug, Default)]
 struct Port {
-    rx: VecDeque<(Instant, Vec<u8>)>,
+    /// Frames on their way: when each becomes receivable, and its bytes as
+    /// the first `len` of a frame-sized buffer.
+    rx: VecDeque<(Instant, Vec<u8>, usize)>,
     /// `rx.len()`, readable without the lock: an idle port's receive poll
     /// reads it and nothing else, as a driver reads a ring's producer index.
     queued: Arc<AtomicUsize>,
     /// When this port's transmitter is free again (serialisation).
     tx_free_at: Instant,
+    /// Where the switch sent this port's last frame (a switched segment).
+    route: Option<Route>,
 }
 
 #[derive(Debug)]
@@ -64,10 +68,14 @@ struct Segment {
     delivered: u64,
     /// Frame buffers received and done with, for the next frames sent: the
     /// simulated wire allocates nothing per frame, so allocation counts of
-    /// the stack above it are the stack's own.
+    /// the stack above it are the stack's own. Every buffer is a port's
+    /// transmit buffer's size (see [`SimPort::tx_buf`]).
     spare: Vec<Vec<u8>>,
     /// Where each source address was last seen (a switched segment).
     learned: rustc_hash::FxHashMap<[u8; 6], usize>,
+    /// Changes of `learned` so far: a port's remembered [`Route`] holds
+    /// while it is unchanged.
+    learned_gen: u64,
 }
 
 /// Most spare frame buffers a segment keeps.
@@ -78,13 +86,60 @@ const MAX_SPARE: usize = 256;
 const PORT_SPARE: usize = 32;
 
 impl Segment {
-    /// A buffer holding `frame`, reused when one is spare.
-    fn copy_of(&mut self, frame: &[u8]) -> Vec<u8> {
-        let mut buf = self.spare.pop().unwrap_or_default();
-        buf.clear();
-        buf.extend_from_slice(frame);
-        buf
+    /// A frame-sized buffer, reused when one is spare.
+    fn spare_buf(&mut self) -> Vec<u8> {
+        self.spare
+            .pop()
+            .unwrap_or_else(|| vec![0; frame_buf_len(self.cfg.mtu)])
     }
+}
+
+impl Segment {
+    /// Queue the first `len` bytes of `frame` for port `i`, receivable at
+    /// `arrival`. Inlined into the transmit path, as it was written there.
+    #[inline(always)]
+    fn deliver(&mut self, i: usize, arrival: Instant, frame: Vec<u8>, len: usize) {
+        let port = &mut self.ports[i];
+        port.rx.push_back((arrival, frame, len));
+        port.queued.fetch_add(1, Ordering::Release);
+        self.delivered += 1;
+    }
+
+    /// Where a switched segment sends `frame` from port `me` (`None`:
+    /// everywhere), learning its source address: the port's last route
+    /// while no address was learnt since, else two table lookups.
+    #[inline(always)]
+    fn route(&mut self, frame: &[u8], me: usize) -> Option<usize> {
+        let src: [u8; 6] = frame[6..12].try_into().expect("6 bytes");
+        let dst: [u8; 6] = frame[..6].try_into().expect("6 bytes");
+        if let Some(r) = self.ports[me].route {
+            if r.gen == self.learned_gen && r.src == src && r.dst == dst {
+                return r.to;
+            }
+        }
+        if self.learned.get(&src) != Some(&me) {
+            self.learned.insert(src, me);
+            self.learned_gen += 1;
+        }
+        // A group address (lowest bit of the first byte) floods.
+        let to = if dst[0] & 1 == 0 {
+            self.learned.get(&dst).copied()
+        } else {
+            None
+        };
+        self.ports[me].route = Some(Route {
+            gen: self.learned_gen,
+            src,
+            dst,
+            to,
+        });
+        to
+    }
+}
+
+/// The size of every frame buffer of a segment of `mtu`.
+fn frame_buf_len(mtu: usize) -> usize {
+    mtu + crate::wire::ethernet::HEADER_LEN
 }
 
 /// A simulated Ethernet segment (a hub).
@@ -104,6 +159,7 @@ impl Sim {
                 delivered: 0,
                 spare: Vec::new(),
                 learned: Default::default(),
+                learned_gen: 0,
             })),
         }
     }
@@ -123,7 +179,7 @@ impl Sim {
             queued,
             sim: self.clone(),
             index: seg.ports.len() - 1,
-            tx_buf: vec![0; mtu + crate::wire::ethernet::HEADER_LEN],
+            tx_buf: vec![0; frame_buf_len(mtu)],
             spare: Vec::new(),
         }
     }
@@ -148,6 +204,19 @@ impl Sim {
     }
 }
 
+/// A switched segment's decision for a frame from `src` to `dst`: learnt
+/// `src`'s port, and the port it goes to (`None`: everywhere). Valid while
+/// the segment's learned addresses are as they were (`gen`): a port sends
+/// to one peer again and again, and two address comparisons cost less than
+/// two table lookups.
+#[derive(Clone, Copy, Debug)]
+struct Route {
+    gen: u64,
+    src: [u8; 6],
+    dst: [u8; 6],
+    to: Option<usize>,
+}
+
 /// One port of a [`Sim`] segment.
 #[derive(Debug)]
 pub struct SimPort {
@@ -155,21 +224,26 @@ pub struct SimPort {
     queued: Arc<AtomicUsize>,
     sim: Sim,
     index: usize,
+    /// Where the next frame is written. A frame sent goes to its (last)
+    /// receiver in this very buffer, and a spare one takes its place: the
+    /// frame is not copied.
     tx_buf: Vec<u8>,
     /// Buffers of frames this port received and read (see [`PORT_SPARE`]).
     spare: Vec<Vec<u8>>,
 }
 
-/// A received frame, owned; its buffer goes back to the port once read.
+/// A received frame (the first `len` bytes of `frame`), owned; its buffer
+/// goes back to the port once read.
 #[derive(Debug)]
 pub struct SimRx<'a> {
     frame: Vec<u8>,
+    len: usize,
     port: &'a mut SimPort,
 }
 
 impl RxToken for SimRx<'_> {
     fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
-        let r = f(&self.frame);
+        let r = f(&self.frame[..self.len]);
         let port = self.port;
         if port.spare.len() >= PORT_SPARE {
             let mut seg = port.sim.lock();
@@ -195,7 +269,6 @@ impl TxToken for SimTx<'_> {
         let n = f(&mut self.port.tx_buf).min(self.port.tx_buf.len());
         if n > 0 {
             let port = self.port;
-            let frame = &port.tx_buf[..n];
             let mut seg = port.sim.lock();
             let (rate_bps, latency, switched, rx_queue_frames) = (
                 seg.cfg.rate_bps,
@@ -213,17 +286,7 @@ impl TxToken for SimTx<'_> {
             seg.ports[me].tx_free_at = done;
             let arrival = done + latency;
             let to = if switched && n >= 12 {
-                let src: [u8; 6] = frame[6..12].try_into().expect("6 bytes");
-                if seg.learned.get(&src) != Some(&me) {
-                    seg.learned.insert(src, me);
-                }
-                let dst: [u8; 6] = frame[..6].try_into().expect("6 bytes");
-                // A group address (lowest bit of the first byte) floods.
-                if dst[0] & 1 == 0 {
-                    seg.learned.get(&dst).copied()
-                } else {
-                    None
-                }
+                seg.route(&port.tx_buf, me)
             } else {
                 None
             };
@@ -231,25 +294,27 @@ impl TxToken for SimTx<'_> {
                 Some(i) => i..i + 1,
                 None => 0..seg.ports.len(),
             };
+            // Every receiver but the last gets a copy; the last one the
+            // transmit buffer itself.
+            let mut last = None;
             for i in ports {
                 if i == me {
                     continue;
                 }
                 if seg.ports[i].rx.len() >= rx_queue_frames {
                     seg.overflow_drops += 1;
-                } else {
-                    let copy = match port.spare.pop() {
-                        Some(mut buf) => {
-                            buf.clear();
-                            buf.extend_from_slice(frame);
-                            buf
-                        }
-                        None => seg.copy_of(frame),
-                    };
-                    seg.ports[i].rx.push_back((arrival, copy));
-                    seg.ports[i].queued.fetch_add(1, Ordering::Release);
-                    seg.delivered += 1;
+                    continue;
                 }
+                if let Some(j) = last.replace(i) {
+                    let mut copy = port.spare.pop().unwrap_or_else(|| seg.spare_buf());
+                    copy[..n].copy_from_slice(&port.tx_buf[..n]);
+                    seg.deliver(j, arrival, copy, n);
+                }
+            }
+            if let Some(j) = last {
+                let fresh = port.spare.pop().unwrap_or_else(|| seg.spare_buf());
+                let frame = std::mem::replace(&mut port.tx_buf, fresh);
+                seg.deliver(j, arrival, frame, n);
             }
         }
         n
@@ -307,12 +372,16 @@ impl SimPort {
         let port = &mut seg.ports[self.index];
         let frame = if port.rx.front().is_some_and(|f| f.0 <= now) {
             port.queued.fetch_sub(1, Ordering::Relaxed);
-            port.rx.pop_front().map(|f| f.1)
+            port.rx.pop_front().map(|f| (f.1, f.2))
         } else {
             None
         };
         drop(seg);
-        frame.map(|frame| SimRx { frame, port: self })
+        frame.map(|(frame, len)| SimRx {
+            frame,
+            len,
+            port: self,
+        })
     }
 }
 

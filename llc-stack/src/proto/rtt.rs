@@ -99,6 +99,10 @@ impl RttEstimator {
     #[inline]
     pub(crate) fn rto_backed_off_nanos(&self, backoff: u32) -> u64 {
         let base = self.rto_nanos();
+        // No back-off (every new frame's case): the base as it is.
+        if backoff == 0 {
+            return base;
+        }
         let backed = base.saturating_mul(1u64 << backoff.min(32));
         backed.min(self.max_rto.max(base))
     }

@@ -114,19 +114,25 @@ impl EthernetHeader {
     }
 }
 
+/// The length/type field for an LLC payload of `payload_len` bytes: the
+/// length form when it fits, the jumbo form otherwise.
+#[inline]
+pub fn len_or_type(payload_len: usize) -> U16 {
+    U16::new(if payload_len <= MAX_LENGTH_FIELD as usize {
+        payload_len as u16
+    } else {
+        ETHERTYPE_JUMBO_LLC
+    })
+}
+
 /// Write an Ethernet header for an LLC payload of `payload_len` bytes, choosing
 /// the length form when it fits and the jumbo form otherwise. Returns
 /// [`HEADER_LEN`]. `buf` must hold at least [`HEADER_LEN`] bytes.
 pub fn emit_header(buf: &mut [u8], dst: MacAddr, src: MacAddr, payload_len: usize) -> usize {
-    let field = if payload_len <= MAX_LENGTH_FIELD as usize {
-        payload_len as u16
-    } else {
-        ETHERTYPE_JUMBO_LLC
-    };
     let hdr = EthernetHeader {
         dst: dst.0,
         src: src.0,
-        len_or_type: U16::new(field),
+        len_or_type: len_or_type(payload_len),
     };
     buf[..HEADER_LEN].copy_from_slice(hdr.as_bytes());
     HEADER_LEN

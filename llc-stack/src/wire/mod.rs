@@ -242,6 +242,47 @@ fn checksum_zeroed(span: &[u8]) -> u32 {
     crc::finish(crc::update(crc::INIT, span))
 }
 
+/// Bytes of the transport header that one connection's frames all share:
+/// the ports and cookies, after version, type, flags and SACK count.
+const SHARED_FIELDS: std::ops::Range<usize> = 4..16;
+
+/// Length of a [`FramePrefix`]: the Ethernet and LLC headers and the
+/// transport header up to its shared fields' end.
+pub const PREFIX_LEN: usize = ethernet::HEADER_LEN + llc::HEADER_LEN + SHARED_FIELDS.end;
+
+/// The start of every transport frame one connection sends (addresses, SAPs,
+/// ports, cookies), encoded once: a frame copies it and writes only what
+/// changes (the length field, the transport header's first four bytes and
+/// the fields from `seq` on). In it the Ethernet length field and those four
+/// bytes are zero.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FramePrefix([u8; PREFIX_LEN]);
+
+impl FramePrefix {
+    /// The prefix of frames between `addr` with `header`'s ports and
+    /// cookies (its other fields are not read).
+    pub fn new(addr: &Addresses, header: &TransportHeader) -> Self {
+        let mut b = [0u8; PREFIX_LEN];
+        ethernet::emit_header(&mut b, addr.dst, addr.src, 0);
+        let llc_hdr = LlcHeader::new(addr.dsap, addr.ssap, false, Command::Ui);
+        let at = ethernet::HEADER_LEN;
+        b[at..at + llc::HEADER_LEN].copy_from_slice(llc_hdr.as_bytes());
+        let at = at + llc::HEADER_LEN;
+        b[at + SHARED_FIELDS.start..].copy_from_slice(&header.as_bytes()[SHARED_FIELDS]);
+        FramePrefix(b)
+    }
+}
+
+/// How a frame's first bytes are written.
+#[derive(Clone, Copy)]
+enum Start<'a> {
+    /// From the addresses and the whole header.
+    Addresses(&'a Addresses),
+    /// Copied from a connection's prefix (the header's ports and cookies
+    /// are not read).
+    Prefix(&'a FramePrefix),
+}
+
 /// Write a whole transport frame: Ethernet (length or jumbo form), LLC UI
 /// header, `header` (its `sack_count`, `payload_len`, `version` and `crc`
 /// fields are filled in here, and its AUTH flag cleared), `sacks` and
@@ -280,7 +321,37 @@ pub fn emit_transport_gather(
     payload: [&[u8]; 2],
     trailer: Trailer<'_>,
 ) -> Result<usize, WireError> {
-    emit(buf, addr, header, sacks, payload, trailer, false)
+    emit(
+        buf,
+        Start::Addresses(addr),
+        header,
+        sacks,
+        payload,
+        trailer,
+        false,
+    )
+}
+
+/// [`emit_transport_gather`] of a frame that starts with `prefix`; the
+/// header's ports and cookies are the prefix's (`header`'s are not read).
+#[inline]
+pub fn emit_transport_prefixed(
+    buf: &mut [u8],
+    prefix: &FramePrefix,
+    header: &TransportHeader,
+    sacks: &[SackBlock],
+    payload: [&[u8]; 2],
+    trailer: Trailer<'_>,
+) -> Result<usize, WireError> {
+    emit(
+        buf,
+        Start::Prefix(prefix),
+        header,
+        sacks,
+        payload,
+        trailer,
+        false,
+    )
 }
 
 /// [`emit_transport_gather`] that leaves `payload[1]` out of `buf`: returns
@@ -296,7 +367,36 @@ pub fn emit_transport_head(
     sacks: &[SackBlock],
     payload: [&[u8]; 2],
 ) -> Result<usize, WireError> {
-    emit(buf, addr, header, sacks, payload, Trailer::None, true)
+    emit(
+        buf,
+        Start::Addresses(addr),
+        header,
+        sacks,
+        payload,
+        Trailer::None,
+        true,
+    )
+}
+
+/// [`emit_transport_head`] of a frame that starts with `prefix` (see
+/// [`emit_transport_prefixed`]).
+#[inline]
+pub fn emit_transport_head_prefixed(
+    buf: &mut [u8],
+    prefix: &FramePrefix,
+    header: &TransportHeader,
+    sacks: &[SackBlock],
+    payload: [&[u8]; 2],
+) -> Result<usize, WireError> {
+    emit(
+        buf,
+        Start::Prefix(prefix),
+        header,
+        sacks,
+        payload,
+        Trailer::None,
+        true,
+    )
 }
 
 /// Inlined into each frame builder, so that the header it was handed is
@@ -304,7 +404,7 @@ pub fn emit_transport_head(
 #[inline(always)]
 fn emit(
     buf: &mut [u8],
-    addr: &Addresses,
+    start: Start<'_>,
     header: &TransportHeader,
     sacks: &[SackBlock],
     payload: [&[u8]; 2],
@@ -332,11 +432,19 @@ fn emit(
         total
     };
     let buf = &mut buf[..written];
-    ethernet::emit_header(buf, addr.dst, addr.src, llc_len);
-    let mut at = ethernet::HEADER_LEN;
-    let llc_hdr = LlcHeader::new(addr.dsap, addr.ssap, false, Command::Ui);
-    buf[at..at + llc::HEADER_LEN].copy_from_slice(llc_hdr.as_bytes());
-    at += llc::HEADER_LEN;
+    let mut at = ethernet::HEADER_LEN + llc::HEADER_LEN;
+    match start {
+        Start::Addresses(addr) => {
+            ethernet::emit_header(buf, addr.dst, addr.src, llc_len);
+            let llc_hdr = LlcHeader::new(addr.dsap, addr.ssap, false, Command::Ui);
+            buf[ethernet::HEADER_LEN..at].copy_from_slice(llc_hdr.as_bytes());
+        }
+        Start::Prefix(p) => {
+            buf[..PREFIX_LEN].copy_from_slice(&p.0);
+            buf[ethernet::HEADER_LEN - 2..ethernet::HEADER_LEN]
+                .copy_from_slice(ethernet::len_or_type(llc_len).as_bytes());
+        }
+    }
     let mut h = *header;
     h.version = transport::VERSION;
     h.flags = if trailer.is_empty() {
@@ -347,7 +455,15 @@ fn emit(
     h.sack_count = sacks.len() as u8;
     h.payload_len = (payload_len as u16).into();
     h.crc = 0.into();
-    buf[at..at + transport::HEADER_LEN].copy_from_slice(h.as_bytes());
+    let hb = h.as_bytes();
+    match start {
+        Start::Addresses(_) => buf[at..at + transport::HEADER_LEN].copy_from_slice(hb),
+        Start::Prefix(_) => {
+            buf[at..at + SHARED_FIELDS.start].copy_from_slice(&hb[..SHARED_FIELDS.start]);
+            buf[at + SHARED_FIELDS.end..at + transport::HEADER_LEN]
+                .copy_from_slice(&hb[SHARED_FIELDS.end..]);
+        }
+    }
     at += transport::HEADER_LEN;
     // Empty pieces (no SACK block, a payload in one part) are common: each
     // skipped copy is a library call saved.

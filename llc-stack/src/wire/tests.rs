@@ -480,3 +480,58 @@ fn frame_with_payload_left_out_is_the_whole_frame() {
         Err(WireError::BufferTooSmall)
     );
 }
+
+/// A frame started from a connection's prefix is the frame written from
+/// the addresses and the whole header, whatever its length, SACK blocks,
+/// trailer or payload left out; the header's own ports and cookies are
+/// not read.
+#[test]
+fn a_prefixed_frame_is_the_frame_written_whole() {
+    let prefix = FramePrefix::new(&addr(), &data_header());
+    let other = TransportHeader {
+        src_port: 1.into(),
+        dst_port: 2.into(),
+        src_cookie: 3.into(),
+        dst_cookie: 4.into(),
+        ..data_header()
+    };
+    let key = AuthKey::derive(b"prefix");
+    let sacks = [SackBlock::new(120, 130), SackBlock::new(140, 141)];
+    for len in [0usize, 3, 64, 1400, 1600, 3000] {
+        let payload: Vec<u8> = (0..len as u32).map(|i| (i * 13) as u8).collect();
+        let (a, b) = payload.split_at(len / 3);
+        for (s, trailer) in [(0, Trailer::None), (2, Trailer::Key(&key))] {
+            let mut whole = [0u8; 3200];
+            let n = emit_transport_gather(
+                &mut whole,
+                &addr(),
+                &data_header(),
+                &sacks[..s],
+                [a, b],
+                trailer,
+            )
+            .unwrap();
+            let mut from_prefix = [0u8; 3200];
+            let m = emit_transport_prefixed(
+                &mut from_prefix,
+                &prefix,
+                &other,
+                &sacks[..s],
+                [a, b],
+                trailer,
+            )
+            .unwrap();
+            assert_eq!(
+                &from_prefix[..m],
+                &whole[..n],
+                "payload {len}, {s} SACK blocks"
+            );
+        }
+        let mut head = [0u8; 3200];
+        let mut head_prefixed = [0u8; 3200];
+        let h = emit_transport_head(&mut head, &addr(), &data_header(), &[], [a, b]).unwrap();
+        let hp =
+            emit_transport_head_prefixed(&mut head_prefixed, &prefix, &other, &[], [a, b]).unwrap();
+        assert_eq!(&head_prefixed[..hp], &head[..h]);
+    }
+}

@@ -43,7 +43,7 @@ use super::rtt::RttEstimator;
 use super::seq::Seq;
 use crate::time::Instant;
 use crate::wire::transport::max_payload;
-use crate::wire::{Addresses, FrameType, TransportFrame, TransportHeader};
+use crate::wire::{Addresses, FramePrefix, FrameType, TransportFrame, TransportHeader};
 
 mod congestion;
 mod recv;
@@ -122,6 +122,9 @@ pub struct Connection {
     cfg: Config,
     state: State,
     addr: Addresses,
+    /// The start of every DATA and CLOSE frame: addresses, ports and
+    /// cookies, encoded again when the peer's cookie is learnt.
+    prefix: FramePrefix,
     local_port: u16,
     peer_port: u16,
     local_cookie: u32,
@@ -296,8 +299,9 @@ impl Connection {
         let window_frames = cfg.window_frames(frag_len);
         let rtt = RttEstimator::new(cfg.initial_rto, cfg.min_rto, cfg.max_rto);
         let isn = Seq(isn);
-        Connection {
+        let mut c = Connection {
             state: State::SynSent,
+            prefix: FramePrefix::new(&addr, &TransportHeader::default()),
             addr,
             local_port,
             peer_port,
@@ -359,7 +363,22 @@ impl Connection {
             handle: ConnHandle(0),
             stats: ConnStats::default(),
             cfg,
-        }
+        };
+        c.set_peer_cookie(0);
+        c
+    }
+
+    /// The peer's cookie is known: it goes into every frame's prefix.
+    fn set_peer_cookie(&mut self, cookie: u32) {
+        self.peer_cookie = cookie;
+        let h = TransportHeader {
+            src_port: self.local_port.into(),
+            dst_port: self.peer_port.into(),
+            src_cookie: self.local_cookie.into(),
+            dst_cookie: cookie.into(),
+            ..Default::default()
+        };
+        self.prefix = FramePrefix::new(&self.addr, &h);
     }
 
     fn set_peer_mtu(&mut self, peer_mtu: usize) {
@@ -531,13 +550,7 @@ impl Connection {
         self.send_bytes += len;
         self.stats.messages_sent += 1;
         self.stats.payload_bytes_sent += len as u64;
-        self.send_msgs.push_back(OutMsg {
-            msg_id,
-            head: send::MsgHead::new(head),
-            body,
-            next_off: 0,
-            awaited,
-        });
+        OutMsg::push(&mut self.send_msgs, msg_id, head, body, awaited);
         Ok(msg_id)
     }
 
@@ -574,7 +587,7 @@ impl Connection {
     /// number, and a SYN-ACK to send, within the handshake timeout.
     fn answer_syn(&mut self, now: Instant, syn: &TransportHeader) {
         self.state = State::SynReceived;
-        self.peer_cookie = syn.src_cookie.get();
+        self.set_peer_cookie(syn.src_cookie.get());
         self.set_peer_mtu(syn.msg_len.get() as usize);
         self.set_peer_max_ack_delay(syn.frag_off.get());
         self.rcv_nxt = Seq(syn.seq.get());
@@ -759,7 +772,7 @@ impl Connection {
                 if h.dst_cookie.get() != self.local_cookie {
                     return true;
                 }
-                self.peer_cookie = h.src_cookie.get();
+                self.set_peer_cookie(h.src_cookie.get());
                 self.set_peer_mtu(h.msg_len.get() as usize);
                 self.set_peer_max_ack_delay(h.frag_off.get());
                 self.rcv_nxt = Seq(h.seq.get());

@@ -2,6 +2,8 @@
 //! (first transmissions, repairs, control frames), and the acknowledgements
 //! and SACK blocks that come back for them.
 
+use std::collections::VecDeque;
+
 use bytes::Bytes;
 
 use super::timers::Timer;
@@ -29,46 +31,96 @@ pub(crate) const RETIRE_LIMIT: usize = 64;
 #[derive(Debug)]
 pub(super) struct OutMsg {
     pub(super) msg_id: u32,
-    pub(super) head: MsgHead,
-    pub(super) body: Bytes,
+    /// `head`'s length, kept beside it: every fragment's bounds depend on
+    /// it, and most messages have no head to look into.
+    head_len: u32,
     /// Offset of the next fragment to cut.
-    pub(super) next_off: usize,
+    next_off: u32,
     /// The sender waits for the acknowledgement (see
     /// [`Connection::send_parts_awaited`]).
-    pub(super) awaited: bool,
+    awaited: bool,
+    head: MsgHead,
+    body: Bytes,
 }
 
 impl OutMsg {
-    fn len(&self) -> usize {
-        self.head.len() + self.body.len()
+    /// Queue the message `head ++ body` (at most `u32::MAX` bytes, as
+    /// `send` checks) at the back of `queue`. A short head is written into
+    /// its place there: built first, the entry would be moved whole through
+    /// copies on its way in.
+    pub(super) fn push(
+        queue: &mut VecDeque<OutMsg>,
+        msg_id: u32,
+        head: &[u8],
+        body: Bytes,
+        awaited: bool,
+    ) {
+        let head_len = head.len() as u32;
+        if head.len() > INLINE_HEAD {
+            queue.push_back(OutMsg {
+                msg_id,
+                head_len,
+                next_off: 0,
+                awaited,
+                head: MsgHead::Shared(Bytes::copy_from_slice(head)),
+                body,
+            });
+            return;
+        }
+        queue.push_back(OutMsg {
+            msg_id,
+            head_len,
+            next_off: 0,
+            awaited,
+            head: MsgHead::Inline([0; INLINE_HEAD]),
+            body,
+        });
+        if let Some(OutMsg {
+            head: MsgHead::Inline(bytes),
+            ..
+        }) = queue.back_mut()
+        {
+            bytes[..head.len()].copy_from_slice(head);
+        }
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.head_len as usize + self.body.len()
+    }
+
+    fn head(&self) -> &[u8] {
+        match &self.head {
+            MsgHead::Inline(bytes) => &bytes[..self.head_len as usize],
+            MsgHead::Shared(b) => b,
+        }
     }
 
     /// Bytes `off..off + len` of `head ++ body`: the part in the head (a
     /// slice, possibly empty) and the part in the body (shared, not copied).
     fn range_shared(&self, off: usize, len: usize) -> (&[u8], Bytes) {
-        let head = self.head.as_slice();
-        let h = head.len();
+        let h = self.head_len as usize;
         let end = off + len;
-        if end <= h {
-            (&head[off..end], Bytes::new())
-        } else if off >= h {
+        if off >= h {
             (&[], self.body.slice(off - h..end - h))
+        } else if end <= h {
+            (&self.head()[off..end], Bytes::new())
         } else {
-            (&head[off..], self.body.slice(..end - h))
+            (&self.head()[off..], self.body.slice(..end - h))
         }
     }
 
     /// Bytes `off..off + len` of `head ++ body`, as at most two slices.
+    /// Always inlined: every frame's payload is found through it.
+    #[inline(always)]
     fn range(&self, off: usize, len: usize) -> [&[u8]; 2] {
-        let head = self.head.as_slice();
-        let h = head.len();
+        let h = self.head_len as usize;
         let end = off + len;
-        if end <= h {
-            [&head[off..end], &[]]
-        } else if off >= h {
+        if off >= h {
             [&self.body[off - h..end - h], &[]]
+        } else if end <= h {
+            [&self.head()[off..end], &[]]
         } else {
-            [&head[off..], &self.body[..end - h]]
+            [&self.head()[off..], &self.body[..end - h]]
         }
     }
 }
@@ -85,43 +137,18 @@ const GATHER_FROM: usize = 1024;
 /// queue without an allocation.
 const INLINE_HEAD: usize = 112;
 
-/// The layer above's header of one message. Short ones (all of the message
-/// layer's) are kept inline, so queueing a message allocates nothing for
-/// its header; longer ones are copied once into shared memory.
+/// The layer above's header of one message (its length is the message's
+/// `head_len`). Short ones (all of the message layer's) are kept inline, so
+/// queueing a message allocates nothing for its header; longer ones are
+/// copied once into shared memory.
 #[derive(Debug)]
-pub(super) enum MsgHead {
-    Inline { len: u8, bytes: [u8; INLINE_HEAD] },
+enum MsgHead {
+    Inline([u8; INLINE_HEAD]),
     Shared(Bytes),
 }
 
-impl MsgHead {
-    pub(super) fn new(head: &[u8]) -> Self {
-        if head.len() <= INLINE_HEAD {
-            let mut bytes = [0u8; INLINE_HEAD];
-            bytes[..head.len()].copy_from_slice(head);
-            MsgHead::Inline {
-                len: head.len() as u8,
-                bytes,
-            }
-        } else {
-            MsgHead::Shared(Bytes::copy_from_slice(head))
-        }
-    }
-
-    fn as_slice(&self) -> &[u8] {
-        match self {
-            MsgHead::Inline { len, bytes } => &bytes[..usize::from(*len)],
-            MsgHead::Shared(b) => b,
-        }
-    }
-
-    fn len(&self) -> usize {
-        self.as_slice().len()
-    }
-}
-
 /// What a sequenced frame in flight carries.
-#[derive(Debug)]
+#[derive(Clone, Copy, Debug)]
 enum Cargo {
     Data {
         msg_id: u32,
@@ -282,12 +309,13 @@ impl Connection {
             return None;
         }
         let mut awaited = self.cfg.acked_events || self.peer_max_ack_delay_ns == 0;
-        let cargo = if let Some(m) = self.send_msgs.get_mut(self.next_unsent) {
+        let mi = self.next_unsent;
+        let cargo = if let Some(m) = self.send_msgs.get_mut(mi) {
             awaited |= m.awaited;
-            let off = m.next_off;
+            let off = m.next_off as usize;
             let len = (m.len() - off).min(self.frag_len);
-            m.next_off += len;
-            let last = m.next_off == m.len();
+            m.next_off += len as u32;
+            let last = m.next_off as usize == m.len();
             let cargo = Cargo::Data {
                 msg_id: m.msg_id,
                 off: off as u32,
@@ -339,8 +367,7 @@ impl Connection {
         } else {
             flags::ACK_NOW
         };
-        let idx = self.inflight.len() - 1;
-        self.emit_sequenced(now, buf, seq, idx, ack, tail)
+        self.emit_sequenced(now, buf, seq, cargo, mi, ack, tail)
     }
 
     fn base_header(&self, now: Instant, kind: FrameType, flag_bits: u8) -> TransportHeader {
@@ -399,33 +426,45 @@ impl Connection {
         ack_request: u8,
         tail: Option<&mut Option<Bytes>>,
     ) -> Option<usize> {
-        self.emit_sequenced(now, buf, seq, idx, ack_request, tail)
+        let cargo = self.inflight[idx].cargo;
+        let mi = match cargo {
+            Cargo::Data { msg_id, .. } => {
+                let first = self.send_msgs.front().expect("a message in flight").msg_id;
+                msg_id.wrapping_sub(first) as usize
+            }
+            Cargo::Close => 0,
+        };
+        self.emit_sequenced(now, buf, seq, cargo, mi, ack_request, tail)
     }
 
-    /// Inlined into the new frames' path: a frame's fields go from the
-    /// connection to the frame without a call between.
+    /// The frame `seq` carrying `cargo`, whose message (for data) is
+    /// `send_msgs[mi]`: the new frames' path has both at hand. Inlined
+    /// into it: a frame's fields go from the connection to the frame
+    /// without a call between.
+    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn emit_sequenced(
         &mut self,
         now: Instant,
         buf: &mut [u8],
         seq: Seq,
-        idx: usize,
+        cargo: Cargo,
+        mi: usize,
         ack_request: u8,
         tail: Option<&mut Option<Bytes>>,
     ) -> Option<usize> {
         let mut h = self.base_header(now, FrameType::Data, ack_request);
         h.seq = seq.0.into();
         self.ack_fields(&mut h);
-        let (m, off, len) = match self.inflight[idx].cargo {
+        let (m, off, len) = match cargo {
             Cargo::Data {
                 msg_id,
                 off,
                 len,
                 last,
             } => {
-                let first = self.send_msgs.front().expect("a message in flight").msg_id;
-                let m = &self.send_msgs[msg_id.wrapping_sub(first) as usize];
+                let m = &self.send_msgs[mi];
+                debug_assert_eq!(m.msg_id, msg_id);
                 h.msg_id = msg_id.into();
                 h.msg_len = (m.len() as u32).into();
                 h.frag_off = off.into();
@@ -446,18 +485,26 @@ impl Connection {
         let trailer = self.cfg.trailer();
         if let (Some(m), Some(slot), true) = (m, tail, trailer.is_empty()) {
             // Only a long body part is worth a shared reference.
-            let in_body = (off + len).saturating_sub(off.max(m.head.as_slice().len()));
+            let in_body = (off + len).saturating_sub(off.max(m.head_len as usize));
             if in_body >= GATHER_FROM {
                 let (inline, body) = m.range_shared(off, len);
-                let n =
-                    wire::emit_transport_head(buf, &self.addr, &h, &sacks[..n], [inline, &body])
-                        .ok()?;
+                let n = wire::emit_transport_head_prefixed(
+                    buf,
+                    &self.prefix,
+                    &h,
+                    &sacks[..n],
+                    [inline, &body],
+                )
+                .ok()?;
                 *slot = Some(body);
                 return Some(n);
             }
         }
-        let payload = m.map_or([&[][..], &[][..]], |m| m.range(off, len));
-        wire::emit_transport_gather(buf, &self.addr, &h, &sacks[..n], payload, trailer).ok()
+        let payload = match m {
+            Some(m) => m.range(off, len),
+            None => [&[][..], &[][..]],
+        };
+        wire::emit_transport_prefixed(buf, &self.prefix, &h, &sacks[..n], payload, trailer).ok()
     }
 
     pub(super) fn process_ack(&mut self, now: Instant, h: &TransportHeader, sacks: &[SackBlock]) {
