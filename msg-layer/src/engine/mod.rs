@@ -357,6 +357,7 @@ impl Engine {
 
     // ----- requests -----
 
+    #[inline(always)]
     fn new_req(&mut self, st: ReqState) -> u64 {
         self.reqs.alloc(st)
     }

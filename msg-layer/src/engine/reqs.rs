@@ -32,7 +32,9 @@ fn split(id: u64) -> (usize, u32) {
 }
 
 impl ReqTable {
-    /// A new request in state `st`.
+    /// A new request in state `st` (inlined: the state is built in its
+    /// slot, not passed by pointer and copied).
+    #[inline(always)]
     pub fn alloc(&mut self, st: ReqState) -> u64 {
         let idx = match self.free.pop() {
             Some(i) => i,
