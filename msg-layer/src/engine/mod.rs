@@ -377,6 +377,7 @@ impl Engine {
     }
 
     /// The result of `r` if it is complete (and forget it).
+    #[inline(always)]
     pub fn take(&mut self, r: u64) -> Option<Result<Completion, Error>> {
         self.reqs.take_done(r)
     }

@@ -94,6 +94,7 @@ impl ReqTable {
     /// with it in the same lookup (its id finds nothing from then on);
     /// `None` while it is pending, [`Error::UnknownRequest`] when `id`
     /// names no request.
+    #[inline(always)]
     pub fn take_done(&mut self, id: u64) -> Option<Result<Completion, Error>> {
         let (idx, _) = split(id);
         let Some(s) = self.slot_mut(id) else {
