@@ -184,12 +184,12 @@ pub(crate) trait Outlet {
 }
 
 impl<T: Transport + ?Sized> Outlet for T {
-    #[inline]
+    #[inline(always)]
     fn send(&mut self, conn: ConnId, head: &[u8], body: Bytes) -> Result<(), SendError> {
         Transport::send(self, conn, head, body)
     }
 
-    #[inline]
+    #[inline(always)]
     fn send_awaited(&mut self, conn: ConnId, head: &[u8], body: Bytes) -> Result<(), SendError> {
         Transport::send_awaited(self, conn, head, body)
     }
