@@ -590,7 +590,22 @@ impl<T: Transport> Endpoint<T> {
 
     /// The result of `r` if it completed (then it is forgotten).
     pub fn test(&self, r: &Request) -> Option<Result<Completion, Error>> {
-        self.after_progress(|c| !c.engine.is_done(r.0), |c| c.engine.take(r.0))
+        // Taken at once when it is in (one lookup); a round of progress
+        // and a second look otherwise.
+        let mut c = self.core();
+        let res = match c.engine.take(r.0) {
+            Some(res) => Some(res),
+            None => {
+                let _ = c.progress();
+                c.engine.take(r.0)
+            }
+        };
+        let callbacks = c.engine.has_callbacks();
+        drop(c);
+        if callbacks {
+            self.shared.deliver();
+        }
+        res
     }
 
     /// The completed ones among `reqs`, with their index (MPI_Testsome).

@@ -184,12 +184,12 @@ pub(crate) trait Outlet {
 }
 
 impl<T: Transport + ?Sized> Outlet for T {
-    #[inline]
+    #[inline(always)]
     fn send(&mut self, conn: ConnId, head: &[u8], body: Bytes) -> Result<(), SendError> {
         Transport::send(self, conn, head, body)
     }
 
-    #[inline]
+    #[inline(always)]
     fn send_awaited(&mut self, conn: ConnId, head: &[u8], body: Bytes) -> Result<(), SendError> {
         Transport::send_awaited(self, conn, head, body)
     }
@@ -357,6 +357,7 @@ impl Engine {
 
     // ----- requests -----
 
+    #[inline(always)]
     fn new_req(&mut self, st: ReqState) -> u64 {
         self.reqs.alloc(st)
     }
@@ -376,6 +377,7 @@ impl Engine {
     }
 
     /// The result of `r` if it is complete (and forget it).
+    #[inline(always)]
     pub fn take(&mut self, r: u64) -> Option<Result<Completion, Error>> {
         self.reqs.take_done(r)
     }

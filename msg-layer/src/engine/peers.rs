@@ -610,6 +610,41 @@ impl Engine {
 /// this much behind the header).
 pub(crate) const SHORT_PREFIX: usize = 64;
 
+/// `dst.copy_from_slice(src)` for a prefix of at most 64 bytes, as two
+/// overlapping fixed-size copies: no libc `memcpy` call (which cost more
+/// than such a copy), and the head it copies into is cleared whole in a few
+/// stores rather than by a `memset` call for the part past the prefix.
+#[inline(always)]
+fn copy_short(dst: &mut [u8], src: &[u8]) {
+    let n = src.len();
+    match n {
+        33..=64 => {
+            dst[..32].copy_from_slice(&src[..32]);
+            dst[n - 32..n].copy_from_slice(&src[n - 32..]);
+        }
+        16..=32 => {
+            dst[..16].copy_from_slice(&src[..16]);
+            dst[n - 16..n].copy_from_slice(&src[n - 16..]);
+        }
+        8..=15 => {
+            dst[..8].copy_from_slice(&src[..8]);
+            dst[n - 8..n].copy_from_slice(&src[n - 8..]);
+        }
+        4..=7 => {
+            dst[..4].copy_from_slice(&src[..4]);
+            dst[n - 4..n].copy_from_slice(&src[n - 4..]);
+        }
+        1..=3 => {
+            dst[0] = src[0];
+            dst[n / 2] = src[n / 2];
+            dst[n - 1] = src[n - 1];
+        }
+        0 => {}
+        _ => dst.copy_from_slice(src),
+    }
+    debug_assert_eq!(dst.len(), n);
+}
+
 /// A packet's head: its header encoded, then its prefix. On the stack
 /// unless the prefix is long, so that the common message costs no
 /// allocation.
@@ -622,13 +657,13 @@ pub(super) enum PacketHead {
 }
 
 impl PacketHead {
-    #[inline]
+    #[inline(always)]
     pub fn new(hdr: &Header, prefix: &[u8]) -> Self {
         let len = HEADER_LEN + prefix.len();
         if prefix.len() <= SHORT_PREFIX {
             let mut bytes = [0u8; HEADER_LEN + SHORT_PREFIX];
             bytes[..HEADER_LEN].copy_from_slice(&hdr.encode());
-            bytes[HEADER_LEN..len].copy_from_slice(prefix);
+            copy_short(&mut bytes[HEADER_LEN..len], prefix);
             PacketHead::Short { len, bytes }
         } else {
             let mut head = Vec::with_capacity(len);
@@ -692,4 +727,17 @@ fn send_bundle<O: Outlet + ?Sized>(
     stats.bundles_sent += 1;
     stats.bundled += n as u64;
     Ok(n)
+}
+
+#[cfg(test)]
+mod copy_tests {
+    #[test]
+    fn copy_short_copies_every_length() {
+        for n in 0..=80usize {
+            let src: Vec<u8> = (0..n).map(|i| (i as u8).wrapping_mul(37) ^ 0x5a).collect();
+            let mut dst = vec![0u8; n];
+            super::copy_short(&mut dst, &src);
+            assert_eq!(dst, src, "length {n}");
+        }
+    }
 }

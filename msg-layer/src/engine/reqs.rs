@@ -32,7 +32,9 @@ fn split(id: u64) -> (usize, u32) {
 }
 
 impl ReqTable {
-    /// A new request in state `st`.
+    /// A new request in state `st` (inlined: the state is built in its
+    /// slot, not passed by pointer and copied).
+    #[inline(always)]
     pub fn alloc(&mut self, st: ReqState) -> u64 {
         let idx = match self.free.pop() {
             Some(i) => i,
@@ -92,6 +94,7 @@ impl ReqTable {
     /// with it in the same lookup (its id finds nothing from then on);
     /// `None` while it is pending, [`Error::UnknownRequest`] when `id`
     /// names no request.
+    #[inline(always)]
     pub fn take_done(&mut self, id: u64) -> Option<Result<Completion, Error>> {
         let (idx, _) = split(id);
         let Some(s) = self.slot_mut(id) else {

@@ -350,6 +350,7 @@ impl<D: Device> LlcTransport<D> {
 
     /// Queue `head ++ body`; `awaited`: the caller waits for its release,
     /// so its last frame asks for a prompt acknowledgement.
+    #[inline(always)]
     fn send_with(
         &mut self,
         conn: ConnId,
@@ -471,10 +472,12 @@ impl<D: Device + Send + 'static> Transport for LlcTransport<D> {
         true
     }
 
+    #[inline(always)]
     fn send(&mut self, conn: ConnId, head: &[u8], body: Bytes) -> Result<(), SendError> {
         self.send_with(conn, head, body, false)
     }
 
+    #[inline(always)]
     fn send_awaited(&mut self, conn: ConnId, head: &[u8], body: Bytes) -> Result<(), SendError> {
         self.send_with(conn, head, body, true)
     }
