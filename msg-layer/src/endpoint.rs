@@ -390,7 +390,9 @@ impl<T: Transport> Endpoint<T> {
     }
 
     /// The message layer's counters (`msg.*`) and the transport's
-    /// (`link.*`), named, for reports.
+    /// (`link.*`; over LLC these include the connections' sums,
+    /// `link.conn.*`, and the device's own, `link.device.*`: what the
+    /// kernel dropped before the stack saw a frame), named, for reports.
     pub fn counters(&self) -> Vec<(String, u64)> {
         let c = self.core();
         let mut out: Vec<(String, u64)> = c
