@@ -76,6 +76,11 @@ struct Segment {
     /// Changes of `learned` so far: a port's remembered [`Route`] holds
     /// while it is unchanged.
     learned_gen: u64,
+    /// Frame buffers made and not freed (ports' transmit buffers, frames
+    /// queued, spares): the wire's own memory, which measurements of the
+    /// stack's leave out ([`Sim::frame_buffer_bytes`]). Changed only where a
+    /// buffer is made or freed, never per frame.
+    frame_bufs: usize,
 }
 
 /// Most spare frame buffers a segment keeps.
@@ -88,9 +93,10 @@ const PORT_SPARE: usize = 32;
 impl Segment {
     /// A frame-sized buffer, reused when one is spare.
     fn spare_buf(&mut self) -> Vec<u8> {
-        self.spare
-            .pop()
-            .unwrap_or_else(|| vec![0; frame_buf_len(self.cfg.mtu)])
+        self.spare.pop().unwrap_or_else(|| {
+            self.frame_bufs += 1;
+            vec![0; frame_buf_len(self.cfg.mtu)]
+        })
     }
 }
 
@@ -160,6 +166,7 @@ impl Sim {
                 spare: Vec::new(),
                 learned: Default::default(),
                 learned_gen: 0,
+                frame_bufs: 0,
             })),
         }
     }
@@ -175,6 +182,7 @@ impl Sim {
         let queued = port.queued.clone();
         seg.ports.push(port);
         let mtu = seg.cfg.mtu;
+        seg.frame_bufs += 1;
         SimPort {
             queued,
             sim: self.clone(),
@@ -201,6 +209,15 @@ impl Sim {
     /// Frames delivered into receive queues.
     pub fn delivered(&self) -> u64 {
         self.lock().delivered
+    }
+
+    /// Bytes of the frame buffers this wire made and has not freed while
+    /// its ports live (their transmit buffers, queued frames, spares): the
+    /// simulated wire's own memory, for measurements of what the stack
+    /// above it holds to leave out.
+    pub fn frame_buffer_bytes(&self) -> usize {
+        let seg = self.lock();
+        seg.frame_bufs * frame_buf_len(seg.cfg.mtu)
     }
 }
 
@@ -248,6 +265,9 @@ impl RxToken for SimRx<'_> {
         if port.spare.len() >= PORT_SPARE {
             let mut seg = port.sim.lock();
             let room = MAX_SPARE.saturating_sub(seg.spare.len());
+            let excess = port.spare.len() - PORT_SPARE / 2;
+            // What the segment has no room for is freed.
+            seg.frame_bufs -= excess - excess.min(room);
             seg.spare
                 .extend(port.spare.drain(PORT_SPARE / 2..).take(room));
             port.spare.truncate(PORT_SPARE / 2);
