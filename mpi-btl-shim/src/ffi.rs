@@ -500,14 +500,7 @@ pub unsafe extern "C" fn llc_shim_send(
         return LlcShimStatus::Invalid;
     };
     let n = head.len() + body.len();
-    match s.ep.am_post_copy(peer, tag.into(), head, body) {
-        Ok(()) => {
-            s.counters.count_sent(n);
-            s.arm_hold_timer();
-            LlcShimStatus::Ok
-        }
-        Err(e) => status_of(&e),
-    }
+    posted(s, n, s.ep.am_post_copy(peer, tag.into(), head, body))
 }
 
 /// Send `head ++ body` to `peer` with `tag`, copying `head` and lending
@@ -559,7 +552,13 @@ pub unsafe extern "C" fn llc_shim_send_lent(
 
 fn send_owned(s: &LlcShim, peer: u32, tag: u8, v: Vec<u8>) -> LlcShimStatus {
     let n = v.len();
-    match s.ep.am_post(peer, tag.into(), Bytes::from(v)) {
+    posted(s, n, s.ep.am_post(peer, tag.into(), Bytes::from(v)))
+}
+
+/// What a post of `n` bytes returned, as the C caller sees it: a message
+/// taken is counted and may start the hold timer.
+fn posted(s: &LlcShim, n: usize, r: Result<(), Error>) -> LlcShimStatus {
+    match r {
         Ok(()) => {
             s.counters.count_sent(n);
             s.arm_hold_timer();

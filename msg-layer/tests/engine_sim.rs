@@ -56,6 +56,19 @@ fn endpoints_with(
         .collect()
 }
 
+/// `a` connects to `b`, and both make progress until `b` knows `a` and
+/// nothing `a` sent waits for an acknowledgement: `a`'s id for `b`.
+fn connect_settled(a: &SimEndpoint, b: &SimEndpoint) -> msg_layer::PeerId {
+    let pb = a.connect(&b.local_addr()).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while b.peer_count() == 0 || a.flush(Some(Duration::ZERO)).is_err() {
+        a.progress().unwrap();
+        b.progress().unwrap();
+        assert!(std::time::Instant::now() < deadline, "connecting timed out");
+    }
+    pb
+}
+
 fn two(cfg: &Config) -> (SimEndpoint, SimEndpoint) {
     let mut v = endpoints(2, cfg, FaultConfig::default(), 1);
     let b = v.pop().unwrap();
@@ -215,16 +228,13 @@ fn can_post_is_false_while_sends_would_wait() {
         Endpoint::new(t, Config::default()).unwrap()
     };
     let (a, b) = (open(1), open(2));
-    let pb = a.connect(&b.local_addr()).unwrap();
+    let pb = connect_settled(&a, &b);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     let both = || {
         a.progress().unwrap();
         b.progress().unwrap();
         assert!(std::time::Instant::now() < deadline, "timed out");
     };
-    while b.peer_count() == 0 || a.flush(Some(Duration::ZERO)).is_err() {
-        both();
-    }
     assert!(a.can_post(pb));
     // b stops making progress: a's frames are not acknowledged.
     let mut posted = 0;
@@ -502,16 +512,13 @@ fn active_messages_queued_behind_a_credit_stall_keep_their_order() {
         };
         let (a, b) = two(&cfg);
         b.set_pull_delivery(true);
-        let pb = a.connect(&b.local_addr()).unwrap();
+        let pb = connect_settled(&a, &b);
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         let both = || {
             a.progress().unwrap();
             b.progress().unwrap();
             assert!(std::time::Instant::now() < deadline, "timed out");
         };
-        while b.peer_count() == 0 || a.flush(Some(Duration::ZERO)).is_err() {
-            both();
-        }
         let posted = std::cell::Cell::new(0u32);
         let post = |n: u32| {
             for _ in 0..n {
