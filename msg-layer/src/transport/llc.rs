@@ -248,33 +248,39 @@ fn open_device(
 /// link itself" a message costs. One host answers, the other times.
 impl LlcSpec {
     /// Answer every TEST command from `peer` on this spec's link until
-    /// `stop` is set; `ready` runs once the link is open.
+    /// `stop` is set; `ready` runs once the link is open. `work` runs before
+    /// each answer (nothing, for the bare floor; see
+    /// [`test_ping::answer_tests_with`]).
     pub fn answer_link_tests(
         &self,
         peer: MacAddr,
         ready: impl FnOnce(),
         stop: &AtomicBool,
+        work: &mut impl FnMut(),
     ) -> Result<(), TransportError> {
         let (mut dev, _) = self.open_bare()?;
         ready();
         let back = self.addresses(dev.mac(), peer);
-        test_ping::answer_tests(&mut dev, back, stop)
+        test_ping::answer_tests_with(&mut dev, back, stop, work)
             .map_err(|e| TransportError::io("answering TEST", &e))
     }
 
     /// `warmup` then `rounds` TEST round trips to `peer` on this spec's
-    /// link, one at a time; the measured ones' times. Fails when an answer
-    /// does not come within `stall`.
+    /// link, one at a time, each command carrying `info_len` bytes (8 to
+    /// [`test_ping::MAX_INFO`]), doing `work` before each; the measured
+    /// ones' times. Fails when an answer does not come within `stall`.
     pub fn link_round_trips(
         &self,
         peer: MacAddr,
         warmup: usize,
         rounds: usize,
         stall: Duration,
+        info_len: usize,
+        work: &mut impl FnMut(),
     ) -> Result<Vec<Duration>, TransportError> {
         let (mut dev, _) = self.open_bare()?;
         let to = self.addresses(dev.mac(), peer);
-        test_ping::round_trips(&mut dev, to, warmup, rounds, stall)
+        test_ping::round_trips_with(&mut dev, to, warmup, rounds, stall, info_len, work)
             .map_err(|e| TransportError::io("TEST round trips", &e))
     }
 

@@ -64,6 +64,10 @@ pub struct Settings {
     /// they run where the measuring thread may).
     #[serde(skip)]
     pub pair_cpus: Vec<usize>,
+    /// The demo's link floors again with each end doing this work per
+    /// message (`--floor-work`; empty: not measured).
+    #[serde(skip)]
+    pub floor_work: Vec<crate::floor::FloorWork>,
 }
 
 /// One transport as the client sees it.

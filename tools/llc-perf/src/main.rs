@@ -241,6 +241,13 @@ struct DemoArgs {
     /// pair of its own, so the program is on llc-xdp's link only.
     #[arg(long, value_enum, default_value_t = XdpAttach::Generic)]
     xdp_attach: XdpAttach,
+    /// Also measure each LLC link's floor with each end doing this work
+    /// per message (comma-separated: a number of cache lines to touch, or
+    /// `msg` for an in-memory message-layer round trip), beside what the
+    /// same work costs in a warm loop: what this platform charges software
+    /// between its frames (latency test only).
+    #[arg(long, value_delimiter = ',')]
+    floor_work: Vec<floor::FloorWork>,
     #[command(flatten)]
     measure: Measure,
     #[command(flatten)]
@@ -313,6 +320,7 @@ fn settings(m: &Measure, default_tests: &[Test], osu: bool) -> Result<Settings> 
         },
         pairs: m.pairs,
         pair_cpus: vec![],
+        floor_work: vec![],
     })
 }
 
@@ -321,6 +329,31 @@ fn check_pairs(pairs: usize) -> Result<()> {
         bail!("--pairs must be 1 to {MAX_PAIRS}");
     }
     Ok(())
+}
+
+/// `k`'s link floor again with each end doing each of `works` per message
+/// (`--floor-work`), beside the bare floor and what the same work costs in
+/// a warm loop.
+fn worked_floors(
+    out: &Output,
+    works: &[floor::FloorWork],
+    k: Kind,
+    bare: f64,
+    measure: impl Fn(floor::FloorWork) -> Result<f64>,
+) {
+    for &w in works.iter().filter(|&&w| w != floor::FloorWork::None) {
+        let warm = w.warm_micros(2_000);
+        match measure(w) {
+            Ok(f) => say(
+                out,
+                &format!(
+                    "{k}: link floor with {w} per message {f:.2} µs one-way, {:+.3} against the bare floor; the same work in a warm loop {warm:.3} µs",
+                    f - bare
+                ),
+            ),
+            Err(e) => say(out, &format!("{k}: link floor with {w} not measured: {e:#}")),
+        }
+    }
 }
 
 fn say(out: &Output, s: &str) {
@@ -661,13 +694,25 @@ fn demo_phase(
         let rounds = if s.quick { 2_000 } else { 20_000 };
         let cpus = pin.then(|| pair_cpu_ids(0, 1));
         for &k in kinds.iter().filter(|k| k.is_llc()) {
-            match floor::link_floor(k, bed_of(k), xdp_attach, rounds, cpus) {
+            match floor::link_floor(
+                k,
+                bed_of(k),
+                xdp_attach,
+                rounds,
+                cpus,
+                floor::FloorWork::None,
+            ) {
                 Ok(f) => {
                     say(
                         out,
                         &format!("{k}: link floor {f:.2} µs one-way {when} (802.2 TEST on the same pair and device code, no protocol)"),
                     );
                     floors.push((k, f));
+                    if when == "before" {
+                        worked_floors(out, &s.floor_work, k, f, |w| {
+                            floor::link_floor(k, bed_of(k), xdp_attach, rounds, cpus, w)
+                        });
+                    }
                 }
                 Err(e) => say(out, &format!("{k}: link floor not measured {when}: {e:#}")),
             }
@@ -811,7 +856,7 @@ fn demo(a: &DemoArgs) -> Result<()> {
              `llc-perf client --transport tcp,tcp-uring SERVER_IP`."
         );
     }
-    let s = settings(
+    let mut s = settings(
         &a.measure,
         &[
             Test::Latency,
@@ -822,6 +867,7 @@ fn demo(a: &DemoArgs) -> Result<()> {
         ],
         a.out.osu(),
     )?;
+    s.floor_work = a.floor_work.clone();
     if !(1..=32).contains(&a.incast_senders) {
         bail!("--incast-senders must be 1 to 32");
     }

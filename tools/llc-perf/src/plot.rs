@@ -317,6 +317,7 @@ mod tests {
                 overlap_bytes: 0,
                 pairs: 1,
                 pair_cpus: vec![],
+                floor_work: vec![],
             },
             notes: vec![],
             unavailable: vec![],
