@@ -70,6 +70,19 @@ pub struct Settings {
     pub floor_work: Vec<crate::floor::FloorWork>,
 }
 
+/// The link floor with each end doing some work per message.
+#[derive(Clone, Debug, Serialize)]
+pub struct WorkedFloor {
+    /// What each end did per message it sent.
+    pub work: String,
+    /// Median one-way time (µs).
+    pub one_way_us: f64,
+    /// Against the bare floor measured just before (µs).
+    pub above_bare_us: f64,
+    /// The same work run back to back on one thread (µs per run).
+    pub warm_us: f64,
+}
+
 /// One transport as the client sees it.
 pub struct Link {
     /// Which.
@@ -209,6 +222,10 @@ pub struct TransportResult {
     /// first, it brackets the latency sweep.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub link_floor_after_one_way_us: Option<f64>,
+    /// The floor again with each end doing some work per message
+    /// (`--floor-work`), measured after the first floor.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub link_floor_worked: Vec<WorkedFloor>,
     /// Why measuring stopped early over this transport (the run goes on
     /// with the others).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -318,6 +335,7 @@ pub fn empty_result(kind: Kind, mtu: Option<u32>) -> TransportResult {
         incast: vec![],
         link_floor_one_way_us: None,
         link_floor_after_one_way_us: None,
+        link_floor_worked: vec![],
         error: None,
         counters: Default::default(),
     }

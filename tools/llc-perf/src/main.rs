@@ -340,20 +340,33 @@ fn worked_floors(
     k: Kind,
     bare: f64,
     measure: impl Fn(floor::FloorWork) -> Result<f64>,
-) {
+) -> Vec<driver::WorkedFloor> {
+    let mut measured = Vec::new();
     for &w in works.iter().filter(|&&w| w != floor::FloorWork::None) {
         let warm = w.warm_micros(2_000);
         match measure(w) {
-            Ok(f) => say(
+            Ok(f) => {
+                say(
+                    out,
+                    &format!(
+                        "{k}: link floor with {w} per message {f:.2} µs one-way, {:+.3} against the bare floor; the same work in a warm loop {warm:.3} µs",
+                        f - bare
+                    ),
+                );
+                measured.push(driver::WorkedFloor {
+                    work: w.to_string(),
+                    one_way_us: f,
+                    above_bare_us: f - bare,
+                    warm_us: warm,
+                });
+            }
+            Err(e) => say(
                 out,
-                &format!(
-                    "{k}: link floor with {w} per message {f:.2} µs one-way, {:+.3} against the bare floor; the same work in a warm loop {warm:.3} µs",
-                    f - bare
-                ),
+                &format!("{k}: link floor with {w} not measured: {e:#}"),
             ),
-            Err(e) => say(out, &format!("{k}: link floor with {w} not measured: {e:#}")),
         }
     }
+    measured
 }
 
 fn say(out: &Output, s: &str) {
@@ -686,6 +699,7 @@ fn demo_phase(
     // take the links and again after they let go: what the latency sweep
     // is measured against, bracketing it (on a shared or virtual machine
     // the floor can move while the sweep runs).
+    let worked = std::cell::RefCell::new(Vec::new());
     let measure_floors = |when: &str| -> Vec<(Kind, f64)> {
         let mut floors = Vec::new();
         if !s.tests.contains(&Test::Latency) {
@@ -709,9 +723,10 @@ fn demo_phase(
                     );
                     floors.push((k, f));
                     if when == "before" {
-                        worked_floors(out, &s.floor_work, k, f, |w| {
+                        let w = worked_floors(out, &s.floor_work, k, f, |w| {
                             floor::link_floor(k, bed_of(k), xdp_attach, rounds, cpus, w)
                         });
+                        worked.borrow_mut().push((k, w));
                     }
                 }
                 Err(e) => say(out, &format!("{k}: link floor not measured {when}: {e:#}")),
@@ -839,6 +854,9 @@ fn demo_phase(
     for r in &mut result {
         r.link_floor_one_way_us = find(&floors, r.transport);
         r.link_floor_after_one_way_us = find(&floors_after, r.transport);
+        if let Some((_, w)) = worked.borrow().iter().find(|(k, _)| *k == r.transport) {
+            r.link_floor_worked = w.clone();
+        }
     }
     Ok(result)
 }

@@ -47,6 +47,14 @@ fn argument_errors_are_clear() {
         ),
         (&["client"], "PEER"),
         (&["frobnicate"], "unrecognized subcommand"),
+        (
+            &["demo", "--floor-work", "lots"],
+            "a number of cache lines, msg, or frame=BYTES",
+        ),
+        (
+            &["demo", "--floor-work", "frame=9000"],
+            "frame=N with N from 25 to 273",
+        ),
     ];
     for (args, want) in cases {
         let o = run(args);
@@ -267,6 +275,60 @@ fn quick_demo_json_holds_the_documented_keys() {
                 && c["reference"] == "tcp"),
         "{cmp:?}"
     );
+}
+
+/// The link floor with work per message: each kind asked for is measured
+/// and reported beside its warm cost.
+#[test]
+fn demo_measures_the_floor_with_work_per_message() {
+    require_root!();
+    let o = run(&[
+        "demo",
+        "--quick",
+        "--json",
+        "--rounds",
+        "1",
+        "--big-mtu",
+        "0",
+        "--max-size",
+        "8",
+        "--tests",
+        "latency",
+        "--transport",
+        "llc-packet",
+        "--floor-work",
+        "64,msg,frame=129",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value =
+        serde_json::from_slice(&o.stdout).expect("stdout is one JSON document");
+    let r = &v["results"][0];
+    assert_eq!(r["transport"], "llc-packet", "{v}");
+    let bare = r["link_floor_one_way_us"].as_f64().expect("the bare floor");
+    let worked = r["link_floor_worked"]
+        .as_array()
+        .expect("link_floor_worked");
+    let names: Vec<&str> = worked.iter().map(|w| w["work"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "64 cache lines touched",
+            "an in-memory message-layer round trip",
+            "129-byte frames"
+        ],
+        "{v}"
+    );
+    for w in worked {
+        let f = w["one_way_us"].as_f64().unwrap();
+        assert!(f > 0.0 && f < 1000.0, "{w}");
+        let above = w["above_bare_us"].as_f64().unwrap();
+        assert!((f - bare - above).abs() < 1e-9, "{w}");
+    }
+    // Work that costs something costs something in a warm loop; a longer
+    // frame is no work.
+    assert!(worked[0]["warm_us"].as_f64().unwrap() > 0.0, "{v}");
+    assert!(worked[1]["warm_us"].as_f64().unwrap() > 0.0, "{v}");
+    assert!(worked[2]["warm_us"].as_f64().unwrap() < 0.05, "{v}");
 }
 
 #[test]
