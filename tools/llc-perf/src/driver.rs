@@ -75,9 +75,10 @@ pub struct Settings {
 pub struct WorkedFloor {
     /// What each end did per message it sent.
     pub work: String,
-    /// Median one-way time (µs).
+    /// Median one-way time (µs), of three measurements.
     pub one_way_us: f64,
-    /// Against the bare floor measured just before (µs).
+    /// Against the bare floor: the median of three differences, each
+    /// against a bare floor measured just before (µs).
     pub above_bare_us: f64,
     /// The same work run back to back on one thread (µs per run).
     pub warm_us: f64,

@@ -59,6 +59,10 @@ pub enum FloorWork {
     /// endpoints of this thread on the in-memory wire: the message layer's
     /// own code and state, both ends' share of two messages.
     MessageLayer,
+    /// One round trip of an 8-byte active message behind a 16-byte prefix
+    /// (an ob1 match header), both copied in as btl/llc's inline send does
+    /// (`am_post_copy`) and taken pull-style, as btl/llc takes them.
+    ActiveMessages,
     /// No work, but TEST frames of this many bytes (at most 273) instead
     /// of the shortest: the link's cost of a longer frame (the message
     /// layer's 8-byte message is a 129-byte frame).
@@ -74,6 +78,7 @@ impl std::str::FromStr for FloorWork {
     fn from_str(s: &str) -> std::result::Result<Self, String> {
         match s {
             "msg" => Ok(FloorWork::MessageLayer),
+            "am" => Ok(FloorWork::ActiveMessages),
             "0" => Ok(FloorWork::None),
             _ if s.starts_with("frame=") => match s["frame=".len()..].parse() {
                 Ok(n) if (TEST_HEAD + 8..=TEST_HEAD + MAX_INFO).contains(&n) => {
@@ -88,7 +93,7 @@ impl std::str::FromStr for FloorWork {
             n => n
                 .parse()
                 .map(FloorWork::Lines)
-                .map_err(|_| format!("{s:?}: a number of cache lines, msg, or frame=BYTES")),
+                .map_err(|_| format!("{s:?}: a number of cache lines, msg, am, or frame=BYTES")),
         }
     }
 }
@@ -99,6 +104,7 @@ impl std::fmt::Display for FloorWork {
             FloorWork::None => write!(f, "no work"),
             FloorWork::Lines(n) => write!(f, "{n} cache lines touched"),
             FloorWork::MessageLayer => write!(f, "an in-memory message-layer round trip"),
+            FloorWork::ActiveMessages => write!(f, "an in-memory active-message round trip"),
             FloorWork::FrameBytes(n) => write!(f, "{n}-byte frames"),
         }
     }
@@ -116,6 +122,12 @@ impl FloorWork {
             FloorWork::MessageLayer => {
                 let mut p = InMemoryPair::new();
                 Box::new(move || p.round_trip())
+            }
+            FloorWork::ActiveMessages => {
+                let p = InMemoryPair::new();
+                p.a.set_pull_delivery(true);
+                p.b.set_pull_delivery(true);
+                Box::new(move || p.am_round_trip())
             }
         }
     }
@@ -221,6 +233,37 @@ impl InMemoryPair {
             }
         };
         a.wait(s).expect("a's send");
+    }
+
+    /// An active message from `a` to `b` and one back.
+    fn am_round_trip(&self) {
+        /// Prefix and payload of every active message.
+        const PREFIX: [u8; 16] = [0x5a; 16];
+        const BODY: [u8; 8] = [0xa5; 8];
+        let arrived = |ep: &SimEndpoint| {
+            ep.progress().expect("progress");
+            match ep.poll_event() {
+                Some(msg_layer::Event::Message(m)) => {
+                    ep.recycle(m);
+                    true
+                }
+                Some(other) => panic!("unexpected event {other:?}"),
+                None => false,
+            }
+        };
+        let send = |ep: &SimEndpoint, p| {
+            ep.am_post_copy(p, 1, &PREFIX, &BODY)
+                .expect("an active message")
+        };
+        send(&self.a, self.pb);
+        loop {
+            if arrived(&self.b) {
+                send(&self.b, self.pa);
+            }
+            if arrived(&self.a) {
+                break;
+            }
+        }
     }
 }
 

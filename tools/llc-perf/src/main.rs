@@ -242,8 +242,10 @@ struct DemoArgs {
     #[arg(long, value_enum, default_value_t = XdpAttach::Generic)]
     xdp_attach: XdpAttach,
     /// Also measure each LLC link's floor with each end doing this work
-    /// per message (comma-separated: a number of cache lines to touch, or
-    /// `msg` for an in-memory message-layer round trip), beside what the
+    /// per message (comma-separated: a number of cache lines to touch,
+    /// `msg` for an in-memory message-layer round trip, `am` for an
+    /// active-message one as btl/llc's, `frame=BYTES` for longer TEST
+    /// frames), beside what the
     /// same work costs in a warm loop: what this platform charges software
     /// between its frames (latency test only).
     #[arg(long, value_delimiter = ',')]
@@ -332,31 +334,40 @@ fn check_pairs(pairs: usize) -> Result<()> {
 }
 
 /// `k`'s link floor again with each end doing each of `works` per message
-/// (`--floor-work`), beside the bare floor and what the same work costs in
-/// a warm loop.
+/// (`--floor-work`), beside what the same work costs in a warm loop. Each
+/// worked floor alternates three times with the bare floor and is stated
+/// as the median of the differences: this machine's speed comes in phases,
+/// and a difference of two measurements far apart would measure them.
 fn worked_floors(
     out: &Output,
     works: &[floor::FloorWork],
     k: Kind,
-    bare: f64,
     measure: impl Fn(floor::FloorWork) -> Result<f64>,
 ) -> Vec<driver::WorkedFloor> {
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
     let mut measured = Vec::new();
     for &w in works.iter().filter(|&&w| w != floor::FloorWork::None) {
         let warm = w.warm_micros(2_000);
-        match measure(w) {
-            Ok(f) => {
+        let pairs: Result<Vec<(f64, f64)>> = (0..3)
+            .map(|_| Ok((measure(floor::FloorWork::None)?, measure(w)?)))
+            .collect();
+        match pairs {
+            Ok(pairs) => {
+                let f = median(pairs.iter().map(|p| p.1).collect());
+                let above = median(pairs.iter().map(|p| p.1 - p.0).collect());
                 say(
                     out,
                     &format!(
-                        "{k}: link floor with {w} per message {f:.2} µs one-way, {:+.3} against the bare floor; the same work in a warm loop {warm:.3} µs",
-                        f - bare
+                        "{k}: link floor with {w} per message {f:.2} µs one-way, {above:+.3} against the bare floor; the same work in a warm loop {warm:.3} µs"
                     ),
                 );
                 measured.push(driver::WorkedFloor {
                     work: w.to_string(),
                     one_way_us: f,
-                    above_bare_us: f - bare,
+                    above_bare_us: above,
                     warm_us: warm,
                 });
             }
@@ -723,7 +734,7 @@ fn demo_phase(
                     );
                     floors.push((k, f));
                     if when == "before" {
-                        let w = worked_floors(out, &s.floor_work, k, f, |w| {
+                        let w = worked_floors(out, &s.floor_work, k, |w| {
                             floor::link_floor(k, bed_of(k), xdp_attach, rounds, cpus, w)
                         });
                         worked.borrow_mut().push((k, w));
