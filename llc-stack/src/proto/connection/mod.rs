@@ -58,7 +58,7 @@ use congestion::RtoUndo;
 use recv::{Assembly, RecvMeta};
 #[cfg(test)]
 pub(crate) use send::RETIRE_LIMIT;
-use send::{InFlight, OutMsg};
+use send::{InFlight, OutQueue};
 pub use stats::ConnStats;
 use timers::{Timer, TIMER_COUNT};
 
@@ -139,7 +139,7 @@ pub struct Connection {
     peer_window_end: Seq,
     next_msg_id: u32,
     /// Messages not yet fully acknowledged, in id order.
-    send_msgs: VecDeque<OutMsg>,
+    send_msgs: OutQueue,
     /// Buffers of small acknowledged messages, freed by `release_acked`:
     /// freeing them in the ACK's path would delay the reply to it. Only the
     /// bodies: a head is inline (a long one, rare, is freed at once).
@@ -314,7 +314,7 @@ impl Connection {
             snd_nxt: isn,
             peer_window_end: isn,
             next_msg_id: 0,
-            send_msgs: VecDeque::new(),
+            send_msgs: OutQueue::default(),
             retired: Vec::new(),
             next_unsent: 0,
             send_bytes: 0,
@@ -550,7 +550,7 @@ impl Connection {
         self.send_bytes += len;
         self.stats.messages_sent += 1;
         self.stats.payload_bytes_sent += len as u64;
-        OutMsg::push(&mut self.send_msgs, msg_id, head, body, awaited);
+        self.send_msgs.push(msg_id, head, body, awaited);
         Ok(msg_id)
     }
 
