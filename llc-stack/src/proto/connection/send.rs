@@ -518,12 +518,18 @@ impl Connection {
             }
             _ => self.ack_fields(&mut h),
         }
-        let (sacks, n) = if matches!(kind, FrameType::Ack | FrameType::Ping) {
-            self.sack_blocks(MAX_SACK_BLOCKS)
-        } else {
-            ([SackBlock::default(); MAX_SACK_BLOCKS], 0)
+        let blocks;
+        let sacks: &[SackBlock] = match kind {
+            FrameType::Ack | FrameType::Ping => match self.sack_blocks(MAX_SACK_BLOCKS) {
+                (_, 0) => &[],
+                (b, n) => {
+                    blocks = b;
+                    &blocks[..n]
+                }
+            },
+            _ => &[],
         };
-        wire::emit_transport_with(buf, &self.addr, &h, &sacks[..n], &[], self.cfg.trailer()).ok()
+        wire::emit_transport_with(buf, &self.addr, &h, sacks, &[], self.cfg.trailer()).ok()
     }
 
     /// [`Connection::emit_sequenced`] out of line: retransmissions are rare,
@@ -593,7 +599,16 @@ impl Connection {
         // Carry SACK blocks when they fit beside the payload within the
         // fragment size both ends accept.
         let room = self.frag_len.saturating_sub(len) / crate::wire::transport::SACK_BLOCK_LEN;
-        let (sacks, n) = self.sack_blocks(room);
+        // No block (the usual case) is an empty slice, not an array of
+        // zeroed blocks copied on the way.
+        let blocks;
+        let sacks: &[SackBlock] = match self.sack_blocks(room) {
+            (_, 0) => &[],
+            (b, n) => {
+                blocks = b;
+                &blocks[..n]
+            }
+        };
         let trailer = self.cfg.trailer();
         if let (Some(m), Some(slot), true) = (m, tail, trailer.is_empty()) {
             // Only a long body part is worth a shared reference.
@@ -604,7 +619,7 @@ impl Connection {
                     buf,
                     &self.prefix,
                     &h,
-                    &sacks[..n],
+                    sacks,
                     [inline, &body],
                 )
                 .ok()?;
@@ -616,7 +631,7 @@ impl Connection {
             Some(m) => m.range(off, len),
             None => [&[][..], &[][..]],
         };
-        wire::emit_transport_prefixed(buf, &self.prefix, &h, &sacks[..n], payload, trailer).ok()
+        wire::emit_transport_prefixed(buf, &self.prefix, &h, sacks, payload, trailer).ok()
     }
 
     pub(super) fn process_ack(&mut self, now: Instant, h: &TransportHeader, sacks: &[SackBlock]) {
