@@ -510,8 +510,11 @@ impl Connection {
     }
 
     /// Queue a message. Returns its id, which a later `Acked` event names.
+    /// Inlined, with the queueing: a short message's send cost less than
+    /// the call and its result returned through memory.
+    #[inline]
     pub fn send(&mut self, data: Bytes) -> Result<u32, SendError> {
-        self.send_parts(&[], data)
+        self.queue_message(&[], data, false)
     }
 
     /// Queue the message `head ++ body` without joining the two.
@@ -533,6 +536,13 @@ impl Connection {
         body: Bytes,
         awaited: bool,
     ) -> Result<u32, SendError> {
+        self.queue_message(head, body, awaited)
+    }
+
+    /// What every send does, inlined into [`Connection::send`] and
+    /// [`Connection::send_parts_with`].
+    #[inline(always)]
+    fn queue_message(&mut self, head: &[u8], body: Bytes, awaited: bool) -> Result<u32, SendError> {
         if self.close_requested || self.state == State::Closed {
             return Err(SendError::Closed);
         }
