@@ -530,6 +530,7 @@ impl Connection {
         self.send_parts_with(head, body, true)
     }
 
+    #[inline]
     pub(crate) fn send_parts_with(
         &mut self,
         head: &[u8],
