@@ -310,14 +310,29 @@ impl TxToken for SimTx<'_> {
             } else {
                 None
             };
-            let ports = match to {
-                Some(i) => i..i + 1,
-                None => 0..seg.ports.len(),
+            // One receiver (a switched frame's port, or the other end of a
+            // two-port wire) takes the transmit buffer without the walk.
+            let single = match to {
+                Some(i) => Some(i),
+                None if seg.ports.len() == 2 => Some(1 - me),
+                None => None,
             };
+            if let Some(j) = single {
+                if j != me {
+                    if seg.ports[j].rx.len() >= rx_queue_frames {
+                        seg.overflow_drops += 1;
+                    } else {
+                        let fresh = port.spare.pop().unwrap_or_else(|| seg.spare_buf());
+                        let frame = std::mem::replace(&mut port.tx_buf, fresh);
+                        seg.deliver(j, arrival, frame, n);
+                    }
+                }
+                return n;
+            }
             // Every receiver but the last gets a copy; the last one the
             // transmit buffer itself.
             let mut last = None;
-            for i in ports {
+            for i in 0..seg.ports.len() {
                 if i == me {
                     continue;
                 }

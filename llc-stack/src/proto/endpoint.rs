@@ -630,6 +630,7 @@ impl Endpoint {
     /// Queue the message `head ++ body` on a connection without joining the
     /// two (a header of the layer above in front of a payload it lends). The
     /// head is copied, inside the message when short; the body is not.
+    #[inline]
     pub fn send_parts(
         &mut self,
         h: ConnHandle,
@@ -642,6 +643,7 @@ impl Endpoint {
     /// [`Endpoint::send_parts`] of a message whose sender waits for the
     /// peer's acknowledgement (a lent body): see
     /// [`Connection::send_parts_awaited`].
+    #[inline]
     pub fn send_parts_awaited(
         &mut self,
         h: ConnHandle,
@@ -651,6 +653,9 @@ impl Endpoint {
         self.send_parts_with(h, head, body, true)
     }
 
+    /// Inlined, as [`Endpoint::send`] is: the message layer sends every
+    /// message this way, and two calls cost more than its queueing.
+    #[inline(always)]
     fn send_parts_with(
         &mut self,
         h: ConnHandle,

@@ -473,9 +473,7 @@ fn emit(
         at += sack_bytes.len();
     }
     let (first, rest) = buf[at..].split_at_mut(payload[0].len());
-    if !first.is_empty() {
-        first.copy_from_slice(payload[0]);
-    }
+    copy_short(first, payload[0]);
     // `h.crc` was written as zero above.
     let crc = if tail_out_of_line {
         use crate::sys::crc;
@@ -495,6 +493,25 @@ fn emit(
     let crc_at = ethernet::HEADER_LEN + llc::HEADER_LEN + transport::CRC_OFFSET;
     buf[crc_at..crc_at + 4].copy_from_slice(&crc.to_be_bytes());
     Ok(written)
+}
+
+/// `dst.copy_from_slice(src)` (equal lengths), without a library call for
+/// 16 to 64 bytes (a short message's payload): two fixed-size copies,
+/// overlapping in the middle, cover any length in that range.
+#[inline(always)]
+fn copy_short(dst: &mut [u8], src: &[u8]) {
+    let n = src.len();
+    if !(16..=64).contains(&n) || dst.len() != n {
+        if n > 0 {
+            dst.copy_from_slice(src);
+        }
+    } else if n >= 32 {
+        dst[..32].copy_from_slice(&src[..32]);
+        dst[n - 32..].copy_from_slice(&src[n - 32..]);
+    } else {
+        dst[..16].copy_from_slice(&src[..16]);
+        dst[n - 16..].copy_from_slice(&src[n - 16..]);
+    }
 }
 
 /// Write an LLC TEST or XID frame (`command` must be `Test` or `Xid`) with

@@ -535,3 +535,17 @@ fn a_prefixed_frame_is_the_frame_written_whole() {
         assert_eq!(&head_prefixed[..hp], &head[..h]);
     }
 }
+
+/// The short copy writes exactly `src` over `dst`, for every length around
+/// its fixed-size steps.
+#[test]
+fn copy_short_matches_copy_from_slice() {
+    let src: Vec<u8> = (0..100u8)
+        .map(|i| i.wrapping_mul(7).wrapping_add(1))
+        .collect();
+    for n in 0..=100 {
+        let mut dst = vec![0xaa; n];
+        copy_short(&mut dst, &src[..n]);
+        assert_eq!(dst, &src[..n], "{n}");
+    }
+}

@@ -58,7 +58,7 @@ use congestion::RtoUndo;
 use recv::{Assembly, RecvMeta};
 #[cfg(test)]
 pub(crate) use send::RETIRE_LIMIT;
-use send::{InFlight, OutMsg};
+use send::{InFlight, OutQueue};
 pub use stats::ConnStats;
 use timers::{Timer, TIMER_COUNT};
 
@@ -139,7 +139,7 @@ pub struct Connection {
     peer_window_end: Seq,
     next_msg_id: u32,
     /// Messages not yet fully acknowledged, in id order.
-    send_msgs: VecDeque<OutMsg>,
+    send_msgs: OutQueue,
     /// Buffers of small acknowledged messages, freed by `release_acked`:
     /// freeing them in the ACK's path would delay the reply to it. Only the
     /// bodies: a head is inline (a long one, rare, is freed at once).
@@ -314,7 +314,7 @@ impl Connection {
             snd_nxt: isn,
             peer_window_end: isn,
             next_msg_id: 0,
-            send_msgs: VecDeque::new(),
+            send_msgs: OutQueue::default(),
             retired: Vec::new(),
             next_unsent: 0,
             send_bytes: 0,
@@ -510,8 +510,11 @@ impl Connection {
     }
 
     /// Queue a message. Returns its id, which a later `Acked` event names.
+    /// Inlined, with the queueing: a short message's send cost less than
+    /// the call and its result returned through memory.
+    #[inline]
     pub fn send(&mut self, data: Bytes) -> Result<u32, SendError> {
-        self.send_parts(&[], data)
+        self.queue_message(&[], data, false)
     }
 
     /// Queue the message `head ++ body` without joining the two.
@@ -527,12 +530,20 @@ impl Connection {
         self.send_parts_with(head, body, true)
     }
 
+    #[inline]
     pub(crate) fn send_parts_with(
         &mut self,
         head: &[u8],
         body: Bytes,
         awaited: bool,
     ) -> Result<u32, SendError> {
+        self.queue_message(head, body, awaited)
+    }
+
+    /// What every send does, inlined into [`Connection::send`] and
+    /// [`Connection::send_parts_with`].
+    #[inline(always)]
+    fn queue_message(&mut self, head: &[u8], body: Bytes, awaited: bool) -> Result<u32, SendError> {
         if self.close_requested || self.state == State::Closed {
             return Err(SendError::Closed);
         }
@@ -550,7 +561,7 @@ impl Connection {
         self.send_bytes += len;
         self.stats.messages_sent += 1;
         self.stats.payload_bytes_sent += len as u64;
-        OutMsg::push(&mut self.send_msgs, msg_id, head, body, awaited);
+        self.send_msgs.push(msg_id, head, body, awaited);
         Ok(msg_id)
     }
 

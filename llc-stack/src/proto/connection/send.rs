@@ -2,8 +2,6 @@
 //! (first transmissions, repairs, control frames), and the acknowledgements
 //! and SACK blocks that come back for them.
 
-use std::collections::VecDeque;
-
 use bytes::Bytes;
 
 use super::timers::Timer;
@@ -44,43 +42,36 @@ pub(super) struct OutMsg {
 }
 
 impl OutMsg {
-    /// Queue the message `head ++ body` (at most `u32::MAX` bytes, as
-    /// `send` checks) at the back of `queue`. A short head is written into
-    /// its place there: built first, the entry would be moved whole through
-    /// copies on its way in.
-    pub(super) fn push(
-        queue: &mut VecDeque<OutMsg>,
-        msg_id: u32,
-        head: &[u8],
-        body: Bytes,
-        awaited: bool,
-    ) {
-        let head_len = head.len() as u32;
-        if head.len() > INLINE_HEAD {
-            queue.push_back(OutMsg {
-                msg_id,
-                head_len,
-                next_off: 0,
-                awaited,
-                head: MsgHead::Shared(Bytes::copy_from_slice(head)),
-                body,
-            });
-            return;
-        }
-        queue.push_back(OutMsg {
-            msg_id,
-            head_len,
+    /// A slot of an [`OutQueue`] that holds no message.
+    fn vacant() -> Self {
+        OutMsg {
+            msg_id: 0,
+            head_len: 0,
             next_off: 0,
-            awaited,
+            awaited: false,
             head: MsgHead::Inline([0; INLINE_HEAD]),
-            body,
-        });
-        if let Some(OutMsg {
-            head: MsgHead::Inline(bytes),
-            ..
-        }) = queue.back_mut()
-        {
-            bytes[..head.len()].copy_from_slice(head);
+            body: Bytes::new(),
+        }
+    }
+
+    /// Make this slot the message `head ++ body`, field by field where it
+    /// lies.
+    #[inline(always)]
+    fn fill(&mut self, msg_id: u32, head: &[u8], body: Bytes, awaited: bool) {
+        self.msg_id = msg_id;
+        self.head_len = head.len() as u32;
+        self.next_off = 0;
+        self.awaited = awaited;
+        // A free slot's body is empty and static (`Bytes::new`): nothing
+        // to drop, and the call through its vtable is saved.
+        let free = std::mem::replace(&mut self.body, body);
+        debug_assert!(free.is_empty());
+        std::mem::forget(free);
+        match &mut self.head {
+            MsgHead::Inline(bytes) if head.len() <= INLINE_HEAD => {
+                bytes[..head.len()].copy_from_slice(head);
+            }
+            slot => *slot = MsgHead::new(head),
         }
     }
 
@@ -145,6 +136,127 @@ const INLINE_HEAD: usize = 112;
 enum MsgHead {
     Inline([u8; INLINE_HEAD]),
     Shared(Bytes),
+}
+
+impl MsgHead {
+    fn new(head: &[u8]) -> Self {
+        if head.len() > INLINE_HEAD {
+            return MsgHead::Shared(Bytes::copy_from_slice(head));
+        }
+        let mut bytes = [0; INLINE_HEAD];
+        bytes[..head.len()].copy_from_slice(head);
+        MsgHead::Inline(bytes)
+    }
+}
+
+/// The messages of a connection not yet acknowledged, oldest first: a ring
+/// of [`OutMsg`] slots that a new message is written into where it lies
+/// (built apart and moved in, its 170 bytes would be copied on the way, a
+/// visible part of a short message's send). Slots left by acknowledged
+/// messages stay for the next ones; the ring grows by doubling.
+#[derive(Debug, Default)]
+pub(super) struct OutQueue {
+    slots: Vec<OutMsg>,
+    /// Slot of the oldest message. Both counts are 32-bit: the queue
+    /// takes no more room in a connection than a `VecDeque`.
+    first: u32,
+    len: u32,
+}
+
+/// What the acknowledgement of a whole message leaves of it.
+pub(super) struct AckedMsg {
+    pub(super) msg_id: u32,
+    len: usize,
+    pub(super) body: Bytes,
+}
+
+impl AckedMsg {
+    pub(super) fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl OutQueue {
+    pub(super) fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The slot of the `i`th message (`i < slots.len()`).
+    #[inline(always)]
+    fn slot(&self, i: usize) -> usize {
+        let at = self.first as usize + i;
+        if at >= self.slots.len() {
+            at - self.slots.len()
+        } else {
+            at
+        }
+    }
+
+    pub(super) fn get_mut(&mut self, i: usize) -> Option<&mut OutMsg> {
+        if i >= self.len as usize {
+            return None;
+        }
+        let at = self.slot(i);
+        Some(&mut self.slots[at])
+    }
+
+    pub(super) fn front(&self) -> Option<&OutMsg> {
+        (self.len > 0).then(|| &self.slots[self.first as usize])
+    }
+
+    /// Queue the message `head ++ body` (at most `u32::MAX` bytes, as
+    /// `send` checks) at the back.
+    #[inline(always)]
+    pub(super) fn push(&mut self, msg_id: u32, head: &[u8], body: Bytes, awaited: bool) {
+        if self.len as usize == self.slots.len() {
+            self.grow();
+        }
+        let at = self.slot(self.len as usize);
+        self.len += 1;
+        self.slots[at].fill(msg_id, head, body, awaited);
+    }
+
+    /// Double the ring (at least four slots), its messages moved to the
+    /// front in order.
+    #[cold]
+    fn grow(&mut self) {
+        self.slots.rotate_left(self.first as usize);
+        self.first = 0;
+        let n = (2 * self.slots.len()).max(4);
+        self.slots.resize_with(n, OutMsg::vacant);
+    }
+
+    /// Take the oldest message off; its slot keeps no buffer.
+    pub(super) fn pop_front(&mut self) -> Option<AckedMsg> {
+        if self.len == 0 {
+            return None;
+        }
+        let m = &mut self.slots[self.first as usize];
+        let acked = AckedMsg {
+            msg_id: m.msg_id,
+            len: m.len(),
+            body: std::mem::take(&mut m.body),
+        };
+        if let MsgHead::Shared(_) = m.head {
+            m.head = MsgHead::Inline([0; INLINE_HEAD]);
+        }
+        self.first = self.slot(1) as u32;
+        self.len -= 1;
+        Some(acked)
+    }
+}
+
+impl std::ops::Index<usize> for OutQueue {
+    type Output = OutMsg;
+
+    fn index(&self, i: usize) -> &OutMsg {
+        debug_assert!(i < self.len as usize, "message {i} of {}", self.len);
+        &self.slots[self.slot(i)]
+    }
 }
 
 /// What a sequenced frame in flight carries.
@@ -406,12 +518,18 @@ impl Connection {
             }
             _ => self.ack_fields(&mut h),
         }
-        let (sacks, n) = if matches!(kind, FrameType::Ack | FrameType::Ping) {
-            self.sack_blocks(MAX_SACK_BLOCKS)
-        } else {
-            ([SackBlock::default(); MAX_SACK_BLOCKS], 0)
+        let blocks;
+        let sacks: &[SackBlock] = match kind {
+            FrameType::Ack | FrameType::Ping => match self.sack_blocks(MAX_SACK_BLOCKS) {
+                (_, 0) => &[],
+                (b, n) => {
+                    blocks = b;
+                    &blocks[..n]
+                }
+            },
+            _ => &[],
         };
-        wire::emit_transport_with(buf, &self.addr, &h, &sacks[..n], &[], self.cfg.trailer()).ok()
+        wire::emit_transport_with(buf, &self.addr, &h, sacks, &[], self.cfg.trailer()).ok()
     }
 
     /// [`Connection::emit_sequenced`] out of line: retransmissions are rare,
@@ -481,7 +599,16 @@ impl Connection {
         // Carry SACK blocks when they fit beside the payload within the
         // fragment size both ends accept.
         let room = self.frag_len.saturating_sub(len) / crate::wire::transport::SACK_BLOCK_LEN;
-        let (sacks, n) = self.sack_blocks(room);
+        // No block (the usual case) is an empty slice, not an array of
+        // zeroed blocks copied on the way.
+        let blocks;
+        let sacks: &[SackBlock] = match self.sack_blocks(room) {
+            (_, 0) => &[],
+            (b, n) => {
+                blocks = b;
+                &blocks[..n]
+            }
+        };
         let trailer = self.cfg.trailer();
         if let (Some(m), Some(slot), true) = (m, tail, trailer.is_empty()) {
             // Only a long body part is worth a shared reference.
@@ -492,7 +619,7 @@ impl Connection {
                     buf,
                     &self.prefix,
                     &h,
-                    &sacks[..n],
+                    sacks,
                     [inline, &body],
                 )
                 .ok()?;
@@ -504,7 +631,7 @@ impl Connection {
             Some(m) => m.range(off, len),
             None => [&[][..], &[][..]],
         };
-        wire::emit_transport_prefixed(buf, &self.prefix, &h, &sacks[..n], payload, trailer).ok()
+        wire::emit_transport_prefixed(buf, &self.prefix, &h, sacks, payload, trailer).ok()
     }
 
     pub(super) fn process_ack(&mut self, now: Instant, h: &TransportHeader, sacks: &[SackBlock]) {
@@ -718,6 +845,45 @@ mod tests {
         let frag = p.a.fragment_len();
         p.a.send(pattern(frames * frag, 1).into()).unwrap();
         transmit_all(&mut p.a, p.now)
+    }
+
+    /// The ring keeps what a `VecDeque` of whole messages would, through
+    /// growth, wrapping and heads of every kind (none, inline, shared).
+    #[test]
+    fn out_queue_matches_a_deque() {
+        let mut q = OutQueue::default();
+        let mut model: std::collections::VecDeque<(u32, Vec<u8>, Bytes, bool)> = Default::default();
+        let mut rng = crate::rng::Rng::new(9);
+        let mut id = 0u32;
+        for step in 0..5000 {
+            if rng.next_u32() % 5 < 3 && model.len() < 40 {
+                let head_len =
+                    [0, 1, 48, INLINE_HEAD, INLINE_HEAD + 1, 300][rng.next_u32() as usize % 6];
+                let head = pattern(head_len, step as u8);
+                let body = Bytes::from(pattern(rng.next_u32() as usize % 100, 3));
+                let awaited = rng.next_u32() & 1 == 0;
+                q.push(id, &head, body.clone(), awaited);
+                model.push_back((id, head, body, awaited));
+                id += 1;
+            } else if let Some((mid, head, body, _)) = model.pop_front() {
+                let m = q.pop_front().expect("a message");
+                assert_eq!(
+                    (m.msg_id, m.len(), &m.body),
+                    (mid, head.len() + body.len(), &body)
+                );
+            } else {
+                assert!(q.pop_front().is_none());
+            }
+            assert_eq!(q.len(), model.len());
+            assert_eq!(q.front().map(|m| m.msg_id), model.front().map(|m| m.0));
+            for (i, (mid, head, body, awaited)) in model.iter().enumerate() {
+                let m = &q[i];
+                assert_eq!((m.msg_id, m.awaited, m.next_off), (*mid, *awaited, 0));
+                assert_eq!((m.head(), &m.body), (&head[..], body));
+                assert_eq!(q.get_mut(i).map(|m| m.msg_id), Some(*mid));
+            }
+            assert!(q.get_mut(model.len()).is_none());
+        }
     }
 
     #[test]
