@@ -50,6 +50,7 @@ impl Connection {
         self.lost_queue.clear();
     }
 
+    #[inline(always)]
     pub(super) fn grow_cwnd(&mut self, acked: u32) {
         if self.cwnd < self.ssthresh {
             self.cwnd = (self.cwnd + acked).min(self.ssthresh);

@@ -522,8 +522,8 @@ impl Connection {
         {
             self.peer_window_end = window_end;
         }
-        if sacks.is_empty() && self.acks_one_plain_frame(ack) {
-            self.ack_one_plain_frame(now, h);
+        if sacks.is_empty() && self.acks_one_frame(ack) {
+            self.ack_one_frame(now, h);
             return;
         }
         let mut newly_acked = 0u32;
@@ -606,43 +606,53 @@ impl Connection {
 
     /// Header prediction for acknowledgements (as Van Jacobson's TCP
     /// receive path): true when `ack` (already checked against `snd_una`
-    /// and `snd_nxt`) acknowledges exactly the oldest frame in flight, a
-    /// DATA frame sent once, and there is no loss, recovery or timeout
-    /// state to update (no frame SACKed or lost). Then, without SACK
-    /// blocks, [`Self::ack_one_plain_frame`] does what the general path
-    /// would, without its loop and the branches it never takes.
+    /// and `snd_nxt`) acknowledges exactly the oldest frame in flight and
+    /// there is no loss, recovery or timeout state to update (no frame
+    /// SACKed or lost). Then, without SACK blocks,
+    /// [`Self::ack_one_frame`] does what the general path would, without
+    /// its loop and the branches it never takes.
     #[inline(always)]
-    fn acks_one_plain_frame(&self, ack: Seq) -> bool {
+    fn acks_one_frame(&self, ack: Seq) -> bool {
         super::prediction_on()
             && ack == self.snd_una.add(1)
             && (self.n_sacked | self.n_lost) == 0
             && self.rto_undo.is_none()
             && self.recovery_end.is_none()
-            && self
-                .inflight
-                .front()
-                .is_some_and(|f| !f.retransmitted && matches!(f.cargo, Cargo::Data { .. }))
     }
 
     /// [`Self::process_ack`]'s work, after the window update, for an ACK
-    /// that [`Self::acks_one_plain_frame`] predicted.
+    /// that [`Self::acks_one_frame`] predicted.
     #[inline(always)]
-    fn ack_one_plain_frame(&mut self, now: Instant, h: &TransportHeader) {
+    fn ack_one_frame(&mut self, now: Instant, h: &TransportHeader) {
         let Some(f) = self.inflight.pop_front() else {
+            // Not reached (a frame is in flight below `snd_nxt`); as the
+            // general path would.
+            if self.window_blocked() {
+                self.timers[Timer::Probe as usize] = Some(now + self.probe_interval());
+            }
             return;
         };
-        debug_assert!(!f.sacked && !f.lost && !f.retransmitted);
+        debug_assert!(!f.sacked && !f.lost);
         let seq = self.snd_una;
         self.snd_una = seq.add(1);
-        if let Cargo::Data {
-            msg_id, last: true, ..
-        } = f.cargo
-        {
-            self.retire_oldest_message(msg_id);
+        match f.cargo {
+            Cargo::Data { msg_id, last, .. } => {
+                if last {
+                    self.retire_oldest_message(msg_id);
+                }
+            }
+            Cargo::Close => {
+                self.finish();
+                return;
+            }
         }
-        self.note_rack(now, f.sent_at, seq);
-        self.probes_in_a_row = 0;
         let ecr = h.ts_ecr.get();
+        // A retransmission counts for RACK only when the ACK echoes it
+        // (see `process_ack`).
+        if !f.retransmitted || (ecr != 0 && ecr.wrapping_sub(wire_ts(f.sent_at)) as i32 >= 0) {
+            self.note_rack(now, f.sent_at, seq);
+        }
+        self.probes_in_a_row = 0;
         if ecr != 0 {
             self.rtt_sample(now, ecr, h);
         }
