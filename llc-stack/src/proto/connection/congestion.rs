@@ -97,7 +97,7 @@ impl Connection {
     /// is found without a later acknowledgement.
     #[inline(never)]
     pub(super) fn detect_losses(&mut self, now: Instant) {
-        let wait = self.rack_rtt + self.reorder_window();
+        let wait = Duration::from_nanos(self.rack_rtt_ns) + self.reorder_window();
         let (rack_time, rack_seq) = (self.rack_time, self.rack_seq);
         let mut found = false;
         let mut next: Option<Instant> = None;

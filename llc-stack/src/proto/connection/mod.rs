@@ -184,7 +184,9 @@ pub struct Connection {
     /// sent frame that was delivered, and its round trip.
     rack_time: Instant,
     rack_seq: Seq,
-    rack_rtt: Duration,
+    /// In nanoseconds: set on every acknowledgement, read only when
+    /// looking for losses (a `Duration` costs a division to make).
+    rack_rtt_ns: u64,
     /// A tail-loss probe may send one retransmission beyond the congestion
     /// window (the frames that fill it may be lost too, and nothing would
     /// drain it before the RTO).
@@ -348,7 +350,7 @@ impl Connection {
             last_delay_cut: Instant::ZERO,
             rack_time: Instant::ZERO,
             rack_seq: isn,
-            rack_rtt: Duration::ZERO,
+            rack_rtt_ns: 0,
             probe_credit: false,
             probes_in_a_row: 0,
             rtt,

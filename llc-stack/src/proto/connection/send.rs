@@ -694,7 +694,7 @@ impl Connection {
         if t > self.rack_time || (t == self.rack_time && self.rack_seq.lt(seq)) {
             self.rack_time = t;
             self.rack_seq = seq;
-            self.rack_rtt = now.saturating_duration_since(t);
+            self.rack_rtt_ns = now.as_nanos().saturating_sub(t.as_nanos());
         }
     }
 
