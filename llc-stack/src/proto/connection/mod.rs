@@ -733,12 +733,15 @@ impl Connection {
         events: Option<&mut VecDeque<(ConnHandle, Event)>>,
     ) {
         let h = frame.header;
+        // Our wire clock, read once: the timestamp to echo and the RTT
+        // sample both take it.
+        let wts = wire_ts(now);
         if self.predicted(frame) {
             // Header prediction: what the dispatch below does for this
             // frame, without the checks it already passed.
             self.last_rx = now;
             self.stats.frames_received += 1;
-            self.deliver_in_order_single(now, h, h.msg_id.get(), frame.payload, pool, events);
+            self.deliver_in_order_single(now, wts, h, frame.payload, pool, events);
         } else {
             if self.state == State::Closed {
                 return;
@@ -774,7 +777,7 @@ impl Connection {
                 return;
             }
         }
-        self.process_ack(now, h, frame.sacks);
+        self.process_ack(now, wts, h, frame.sacks);
     }
 
     /// A RESET for an established connection.

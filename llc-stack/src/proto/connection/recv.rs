@@ -143,7 +143,7 @@ impl Connection {
                 && h.has(flags::LAST_FRAGMENT)
                 && msg_len <= self.cfg.max_message_len
             {
-                self.deliver_in_order_single(now, h, h.msg_id.get(), frame.payload, pool, events);
+                self.deliver_in_order_single(now, wire_ts(now), h, frame.payload, pool, events);
                 return;
             }
         }
@@ -307,14 +307,15 @@ impl Connection {
     pub(super) fn deliver_in_order_single(
         &mut self,
         now: Instant,
+        wts: u32,
         h: &TransportHeader,
-        msg_id: u32,
         payload: &[u8],
         pool: &mut BufPool,
         events: Option<&mut VecDeque<(ConnHandle, Event)>>,
     ) {
+        let msg_id = h.msg_id.get();
         self.ts_recent = h.ts_val.get();
-        self.ts_recent_rx = wire_ts(now);
+        self.ts_recent_rx = wts;
         self.rcv_nxt = self.rcv_nxt.add(1);
         self.recv_meta.pop_front();
         self.undelivered_bytes += payload.len();

@@ -507,7 +507,14 @@ impl Connection {
         wire::emit_transport_prefixed(buf, &self.prefix, &h, &sacks[..n], payload, trailer).ok()
     }
 
-    pub(super) fn process_ack(&mut self, now: Instant, h: &TransportHeader, sacks: &[SackBlock]) {
+    /// `wts` is our wire clock now ([`wire_ts`]).
+    pub(super) fn process_ack(
+        &mut self,
+        now: Instant,
+        wts: u32,
+        h: &TransportHeader,
+        sacks: &[SackBlock],
+    ) {
         let ack = Seq(h.ack.get());
         if self.snd_nxt.lt(ack) || ack.lt(self.snd_una) {
             // Acknowledges something never sent, or is older than what we know.
@@ -523,7 +530,7 @@ impl Connection {
             self.peer_window_end = window_end;
         }
         if sacks.is_empty() && self.acks_one_frame(ack) {
-            self.ack_one_frame(now, h);
+            self.ack_one_frame(now, wts, h);
             return;
         }
         let mut newly_acked = 0u32;
@@ -584,7 +591,7 @@ impl Connection {
                 self.check_rto(ecr);
             }
             if ecr != 0 && cumulative > 0 {
-                self.rtt_sample(now, ecr, h);
+                self.rtt_sample(wts, ecr, h);
             }
             self.restart_ack_timers(now);
         }
@@ -623,7 +630,7 @@ impl Connection {
     /// [`Self::process_ack`]'s work, after the window update, for an ACK
     /// that [`Self::acks_one_frame`] predicted.
     #[inline(always)]
-    fn ack_one_frame(&mut self, now: Instant, h: &TransportHeader) {
+    fn ack_one_frame(&mut self, now: Instant, wts: u32, h: &TransportHeader) {
         let Some(f) = self.inflight.pop_front() else {
             // Not reached (a frame is in flight below `snd_nxt`); as the
             // general path would.
@@ -654,7 +661,7 @@ impl Connection {
         }
         self.probes_in_a_row = 0;
         if ecr != 0 {
-            self.rtt_sample(now, ecr, h);
+            self.rtt_sample(wts, ecr, h);
         }
         self.restart_ack_timers(now);
         self.grow_or_cut(now, 1);
@@ -699,10 +706,10 @@ impl Connection {
     }
 
     /// An RTT sample from an ACK that moved the cumulative point and
-    /// echoes our timestamp `ecr` (not zero).
+    /// echoes our timestamp `ecr` (not zero); `wts` is our wire clock now.
     #[inline(always)]
-    fn rtt_sample(&mut self, now: Instant, ecr: u32, h: &TransportHeader) {
-        let rtt_us = wire_ts(now).wrapping_sub(ecr);
+    fn rtt_sample(&mut self, wts: u32, ecr: u32, h: &TransportHeader) {
+        let rtt_us = wts.wrapping_sub(ecr);
         if rtt_us < 60_000_000 {
             let s = &mut self.stats;
             // In nanoseconds, whole microseconds (as every sample).
