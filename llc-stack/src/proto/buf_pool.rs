@@ -68,7 +68,7 @@ impl BufPool {
     /// A copy of `data` in a kept buffer if one fits, else in a new one
     /// (of at least [`SMALL_CAPACITY`], so that it can be kept later).
     /// Inlined: every message delivered whole is copied here.
-    #[inline]
+    #[inline(always)]
     pub fn copy_of(&mut self, data: &[u8]) -> Vec<u8> {
         let mut buf = if data.len() <= SMALL_CAPACITY {
             self.small

@@ -50,6 +50,7 @@ impl Connection {
         self.lost_queue.clear();
     }
 
+    #[inline(always)]
     pub(super) fn grow_cwnd(&mut self, acked: u32) {
         if self.cwnd < self.ssthresh {
             self.cwnd = (self.cwnd + acked).min(self.ssthresh);
@@ -96,7 +97,7 @@ impl Connection {
     /// is found without a later acknowledgement.
     #[inline(never)]
     pub(super) fn detect_losses(&mut self, now: Instant) {
-        let wait = self.rack_rtt + self.reorder_window();
+        let wait = Duration::from_nanos(self.rack_rtt_ns) + self.reorder_window();
         let (rack_time, rack_seq) = (self.rack_time, self.rack_seq);
         let mut found = false;
         let mut next: Option<Instant> = None;

@@ -53,6 +53,24 @@ mod timers;
 
 #[cfg(test)]
 mod harness;
+#[cfg(test)]
+mod prediction_tests;
+
+#[cfg(test)]
+thread_local! {
+    /// Set by tests that compare header prediction with the general path.
+    static NO_PREDICTION: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// True unless a test turned header prediction off (always, outside tests).
+#[inline(always)]
+fn prediction_on() -> bool {
+    #[cfg(test)]
+    if NO_PREDICTION.with(|c| c.get()) {
+        return false;
+    }
+    true
+}
 
 use congestion::RtoUndo;
 use recv::{Assembly, RecvMeta};
@@ -166,7 +184,9 @@ pub struct Connection {
     /// sent frame that was delivered, and its round trip.
     rack_time: Instant,
     rack_seq: Seq,
-    rack_rtt: Duration,
+    /// In nanoseconds: set on every acknowledgement, read only when
+    /// looking for losses (a `Duration` costs a division to make).
+    rack_rtt_ns: u64,
     /// A tail-loss probe may send one retransmission beyond the congestion
     /// window (the frames that fill it may be lost too, and nothing would
     /// drain it before the RTO).
@@ -330,7 +350,7 @@ impl Connection {
             last_delay_cut: Instant::ZERO,
             rack_time: Instant::ZERO,
             rack_seq: isn,
-            rack_rtt: Duration::ZERO,
+            rack_rtt_ns: 0,
             probe_credit: false,
             probes_in_a_row: 0,
             rtt,
@@ -724,39 +744,51 @@ impl Connection {
         events: Option<&mut VecDeque<(ConnHandle, Event)>>,
     ) {
         let h = frame.header;
-        if self.state == State::Closed {
-            return;
-        }
-        if h.frame_type().is_sequenced() && !self.seq_plausible(Seq(h.seq.get())) {
-            return;
-        }
-        let settled = matches!(self.state, State::Established | State::Closing)
-            && !matches!(h.frame_type(), FrameType::SynAck | FrameType::Syn);
-        if !settled && self.handle_handshake_frame(now, h) {
-            return;
-        }
-        self.last_rx = now;
-        self.stats.frames_received += 1;
-        if !settled {
-            self.rearm_idle(now);
-        }
-        // Settled: the idle and keepalive deadlines follow `last_rx` lazily
-        // (see `on_timer`): pushing both back on every frame costs more than
-        // one early wake-up per interval.
-        match h.frame_type() {
-            FrameType::Data | FrameType::Close => {
-                self.receive_sequenced(now, frame, placement, pool, events)
-            }
-            FrameType::Ping => self.ack_now = true,
-            FrameType::Reset => {
-                self.handle_reset();
+        // Our wire clock, read once: the timestamp to echo and the RTT
+        // sample both take it.
+        let wts = wire_ts(now);
+        if self.predicted(frame) {
+            // Header prediction: what the dispatch below does for this
+            // frame, without the checks it already passed.
+            self.last_rx = now;
+            self.stats.frames_received += 1;
+            self.deliver_in_order_single(now, wts, h, frame.payload, pool, events);
+        } else {
+            if self.state == State::Closed {
                 return;
             }
-            _ => {}
+            if h.frame_type().is_sequenced() && !self.seq_plausible(Seq(h.seq.get())) {
+                return;
+            }
+            let settled = matches!(self.state, State::Established | State::Closing)
+                && !matches!(h.frame_type(), FrameType::SynAck | FrameType::Syn);
+            if !settled && self.handle_handshake_frame(now, h) {
+                return;
+            }
+            self.last_rx = now;
+            self.stats.frames_received += 1;
+            if !settled {
+                self.rearm_idle(now);
+            }
+            // Settled: the idle and keepalive deadlines follow `last_rx` lazily
+            // (see `on_timer`): pushing both back on every frame costs more than
+            // one early wake-up per interval.
+            match h.frame_type() {
+                FrameType::Data | FrameType::Close => {
+                    self.receive_sequenced(now, frame, placement, pool, events)
+                }
+                FrameType::Ping => self.ack_now = true,
+                FrameType::Reset => {
+                    self.handle_reset();
+                    return;
+                }
+                _ => {}
+            }
+            if self.state == State::Closed {
+                return;
+            }
         }
-        if self.state != State::Closed {
-            self.process_ack(now, h, frame.sacks);
-        }
+        self.process_ack(now, wts, h, frame.sacks);
     }
 
     /// A RESET for an established connection.

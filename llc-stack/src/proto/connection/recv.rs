@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use super::timers::Timer;
-use super::{wire_ts, Connection, Event};
+use super::{wire_ts, Connection, Event, State};
 use crate::proto::buf_pool::BufPool;
 use crate::proto::conn_table::ConnHandle;
 use crate::proto::error::ConnectionError;
@@ -97,6 +97,33 @@ impl Connection {
         true
     }
 
+    /// Header prediction (as Van Jacobson's TCP receive path): true when
+    /// `frame` is the common case of an established exchange, the DATA
+    /// frame expected next (so within the credit and no duplicate),
+    /// carrying a whole message, with nothing held out of order. What the
+    /// general dispatch does for it is then known: deliver the message,
+    /// then take the acknowledgement (which predicts its own common case).
+    #[inline(always)]
+    pub(super) fn predicted(&self, frame: &TransportFrame<'_>) -> bool {
+        let h = frame.header;
+        let seq = Seq(h.seq.get());
+        let msg_len = h.msg_len.get() as usize;
+        super::prediction_on()
+            && self.state == State::Established
+            && h.frame_type() == FrameType::Data
+            && seq == self.rcv_nxt
+            && seq.lt(self.window_end)
+            && h.frag_off.get() == 0
+            && h.has(flags::LAST_FRAGMENT)
+            && frame.payload.len() == msg_len
+            && msg_len <= self.cfg.max_message_len
+            && self.recv_meta.is_empty()
+    }
+
+    /// Sequenced frames that header prediction did not take: out of line,
+    /// so that the predicted path's copy of the delivery stays the only
+    /// one in the frame's path.
+    #[inline(never)]
     pub(super) fn receive_sequenced(
         &mut self,
         now: Instant,
@@ -116,7 +143,7 @@ impl Connection {
                 && h.has(flags::LAST_FRAGMENT)
                 && msg_len <= self.cfg.max_message_len
             {
-                self.deliver_in_order_single(now, h, h.msg_id.get(), frame.payload, pool, events);
+                self.deliver_in_order_single(now, wire_ts(now), h, frame.payload, pool, events);
                 return;
             }
         }
@@ -276,17 +303,19 @@ impl Connection {
         }
     }
 
-    fn deliver_in_order_single(
+    #[inline(always)]
+    pub(super) fn deliver_in_order_single(
         &mut self,
         now: Instant,
+        wts: u32,
         h: &TransportHeader,
-        msg_id: u32,
         payload: &[u8],
         pool: &mut BufPool,
         events: Option<&mut VecDeque<(ConnHandle, Event)>>,
     ) {
+        let msg_id = h.msg_id.get();
         self.ts_recent = h.ts_val.get();
-        self.ts_recent_rx = wire_ts(now);
+        self.ts_recent_rx = wts;
         self.rcv_nxt = self.rcv_nxt.add(1);
         self.recv_meta.pop_front();
         self.undelivered_bytes += payload.len();

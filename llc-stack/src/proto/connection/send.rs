@@ -634,7 +634,14 @@ impl Connection {
         wire::emit_transport_prefixed(buf, &self.prefix, &h, sacks, payload, trailer).ok()
     }
 
-    pub(super) fn process_ack(&mut self, now: Instant, h: &TransportHeader, sacks: &[SackBlock]) {
+    /// `wts` is our wire clock now, `wire_ts(now)`.
+    pub(super) fn process_ack(
+        &mut self,
+        now: Instant,
+        wts: u32,
+        h: &TransportHeader,
+        sacks: &[SackBlock],
+    ) {
         let ack = Seq(h.ack.get());
         if self.snd_nxt.lt(ack) || ack.lt(self.snd_una) {
             // Acknowledges something never sent, or is older than what we know.
@@ -648,6 +655,10 @@ impl Connection {
             && window_end.diff(ack) as u32 <= self.cfg.max_window_frames.max(1 << 16)
         {
             self.peer_window_end = window_end;
+        }
+        if sacks.is_empty() && self.acks_one_frame(ack) {
+            self.ack_one_frame(now, wts, h);
+            return;
         }
         let mut newly_acked = 0u32;
         let mut cumulative = 0u32;
@@ -681,25 +692,7 @@ impl Connection {
             match f.cargo {
                 Cargo::Data { msg_id, last, .. } => {
                     if last {
-                        // Frames are acknowledged in order, so this is the
-                        // oldest message.
-                        let m = self
-                            .send_msgs
-                            .pop_front()
-                            .expect("an unacknowledged message");
-                        debug_assert_eq!(m.msg_id, msg_id);
-                        self.next_unsent = self.next_unsent.saturating_sub(1);
-                        let len = m.len();
-                        self.send_bytes -= len;
-                        self.stats.messages_acked += 1;
-                        if self.cfg.acked_events {
-                            self.events.push_back(Event::Acked { msg_id });
-                        }
-                        if len <= RETIRE_MAX_BYTES && self.retired.len() < RETIRE_LIMIT {
-                            // The body alone: moving the whole message
-                            // here cost more than the rest of retiring it.
-                            self.retired.push(m.body);
-                        }
+                        self.retire_oldest_message(msg_id);
                     }
                 }
                 Cargo::Close => {
@@ -712,11 +705,7 @@ impl Connection {
             newly_acked += self.apply_sacks(sacks, &mut rack);
         }
         if let Some((t, seq)) = rack {
-            if t > self.rack_time || (t == self.rack_time && self.rack_seq.lt(seq)) {
-                self.rack_time = t;
-                self.rack_seq = seq;
-                self.rack_rtt = now.saturating_duration_since(t);
-            }
+            self.note_rack(now, t, seq);
         }
         if newly_acked > 0 {
             self.probes_in_a_row = 0;
@@ -729,46 +718,9 @@ impl Connection {
                 self.check_rto(ecr);
             }
             if ecr != 0 && cumulative > 0 {
-                let rtt_us = wire_ts(now).wrapping_sub(ecr);
-                if rtt_us < 60_000_000 {
-                    let s = &mut self.stats;
-                    // In nanoseconds, whole microseconds (as every sample).
-                    let min_before = s.min_rtt_ns;
-                    let ns = rtt_us as u64 * 1000;
-                    s.rtt_samples += 1;
-                    s.latest_rtt_ns = ns;
-                    s.min_rtt_ns = if s.min_rtt_ns == 0 {
-                        ns
-                    } else {
-                        s.min_rtt_ns.min(ns)
-                    };
-                    // The time the peer held the acknowledgement is not the
-                    // path's: take it out (at most the delay the peer
-                    // announced, as QUIC does, and not below the smallest
-                    // round trip seen before), so that a late acknowledgement
-                    // does not inflate the timeouts of every later frame.
-                    let held = u64::from(h.ack_delay.get()).min(self.peer_max_ack_delay_us) * 1000;
-                    let adjusted = if min_before == 0 || ns >= min_before + held {
-                        ns.saturating_sub(held)
-                    } else {
-                        ns
-                    };
-                    self.rtt.sample_nanos(adjusted);
-                    s.srtt_ns = self.rtt.srtt_nanos();
-                }
+                self.rtt_sample(wts, ecr, h);
             }
-            self.backoff = 0;
-            (
-                self.timers[Timer::Rto as usize],
-                self.timers[Timer::Tail as usize],
-            ) = if self.inflight.is_empty() {
-                (None, None)
-            } else {
-                (
-                    Some(now.add_nanos(self.rtt.rto_nanos())),
-                    Some(now.add_nanos(self.probe_timeout_nanos())),
-                )
-            };
+            self.restart_ack_timers(now);
         }
         if let Some(end) = self.recovery_end {
             if !self.snd_una.lt(end) {
@@ -779,14 +731,168 @@ impl Connection {
             self.detect_losses(now);
         }
         if newly_acked > 0 && self.recovery_end.is_none() {
-            if self.cfg.delay_control && self.queue_building() {
-                self.cut_for_delay(now);
-            } else {
-                self.grow_cwnd(newly_acked);
-            }
+            self.grow_or_cut(now, newly_acked);
         }
         if self.window_blocked() {
             self.timers[Timer::Probe as usize] = Some(now + self.probe_interval());
+        }
+    }
+
+    /// Header prediction for acknowledgements (as Van Jacobson's TCP
+    /// receive path): true when `ack` (already checked against `snd_una`
+    /// and `snd_nxt`) acknowledges exactly the oldest frame in flight and
+    /// there is no loss, recovery or timeout state to update (no frame
+    /// SACKed or lost). Then, without SACK blocks,
+    /// [`Self::ack_one_frame`] does what the general path would, without
+    /// its loop and the branches it never takes.
+    #[inline(always)]
+    fn acks_one_frame(&self, ack: Seq) -> bool {
+        super::prediction_on()
+            && ack == self.snd_una.add(1)
+            && (self.n_sacked | self.n_lost) == 0
+            && self.rto_undo.is_none()
+            && self.recovery_end.is_none()
+    }
+
+    /// [`Self::process_ack`]'s work, after the window update, for an ACK
+    /// that [`Self::acks_one_frame`] predicted.
+    #[inline(always)]
+    fn ack_one_frame(&mut self, now: Instant, wts: u32, h: &TransportHeader) {
+        let Some(f) = self.inflight.pop_front() else {
+            // Not reached (a frame is in flight below `snd_nxt`); as the
+            // general path would.
+            if self.window_blocked() {
+                self.timers[Timer::Probe as usize] = Some(now + self.probe_interval());
+            }
+            return;
+        };
+        debug_assert!(!f.sacked && !f.lost);
+        let seq = self.snd_una;
+        self.snd_una = seq.add(1);
+        match f.cargo {
+            Cargo::Data { msg_id, last, .. } => {
+                if last {
+                    self.retire_oldest_message(msg_id);
+                }
+            }
+            Cargo::Close => {
+                self.finish();
+                return;
+            }
+        }
+        let ecr = h.ts_ecr.get();
+        // A retransmission counts for RACK only when the ACK echoes it
+        // (see `process_ack`).
+        if !f.retransmitted || (ecr != 0 && ecr.wrapping_sub(wire_ts(f.sent_at)) as i32 >= 0) {
+            self.note_rack(now, f.sent_at, seq);
+        }
+        self.probes_in_a_row = 0;
+        if ecr != 0 {
+            self.rtt_sample(wts, ecr, h);
+        }
+        self.restart_ack_timers(now);
+        self.grow_or_cut(now, 1);
+        if self.window_blocked() {
+            self.timers[Timer::Probe as usize] = Some(now + self.probe_interval());
+        }
+    }
+
+    /// The peer acknowledged the last fragment of our oldest message,
+    /// `msg_id`: it leaves the send queue. Out of line: inlined into the
+    /// frame's path (measured), its buffer push became a call there anyway,
+    /// and the path cost more.
+    #[inline(never)]
+    fn retire_oldest_message(&mut self, msg_id: u32) {
+        // Frames are acknowledged in order, so this is the oldest message.
+        let m = self
+            .send_msgs
+            .pop_front()
+            .expect("an unacknowledged message");
+        debug_assert_eq!(m.msg_id, msg_id);
+        self.next_unsent = self.next_unsent.saturating_sub(1);
+        let len = m.len();
+        self.send_bytes -= len;
+        self.stats.messages_acked += 1;
+        if self.cfg.acked_events {
+            self.events.push_back(Event::Acked { msg_id });
+        }
+        if len <= RETIRE_MAX_BYTES && self.retired.len() < RETIRE_LIMIT {
+            // The body alone: moving the whole message
+            // here cost more than the rest of retiring it.
+            self.retired.push(m.body);
+        }
+    }
+
+    /// RACK: the frame `seq` sent at `t` was delivered; remember it when
+    /// it is the most recently sent one so far.
+    #[inline(always)]
+    fn note_rack(&mut self, now: Instant, t: Instant, seq: Seq) {
+        if t > self.rack_time || (t == self.rack_time && self.rack_seq.lt(seq)) {
+            self.rack_time = t;
+            self.rack_seq = seq;
+            self.rack_rtt_ns = now.as_nanos().saturating_sub(t.as_nanos());
+        }
+    }
+
+    /// An RTT sample from an ACK that moved the cumulative point and
+    /// echoes our timestamp `ecr` (not zero); `wts` is our wire clock now.
+    #[inline(always)]
+    fn rtt_sample(&mut self, wts: u32, ecr: u32, h: &TransportHeader) {
+        let rtt_us = wts.wrapping_sub(ecr);
+        if rtt_us < 60_000_000 {
+            let s = &mut self.stats;
+            // In nanoseconds, whole microseconds (as every sample).
+            let min_before = s.min_rtt_ns;
+            let ns = rtt_us as u64 * 1000;
+            s.rtt_samples += 1;
+            s.latest_rtt_ns = ns;
+            s.min_rtt_ns = if s.min_rtt_ns == 0 {
+                ns
+            } else {
+                s.min_rtt_ns.min(ns)
+            };
+            // The time the peer held the acknowledgement is not the
+            // path's: take it out (at most the delay the peer
+            // announced, as QUIC does, and not below the smallest
+            // round trip seen before), so that a late acknowledgement
+            // does not inflate the timeouts of every later frame.
+            let held = u64::from(h.ack_delay.get()).min(self.peer_max_ack_delay_us) * 1000;
+            let adjusted = if min_before == 0 || ns >= min_before + held {
+                ns.saturating_sub(held)
+            } else {
+                ns
+            };
+            self.rtt.sample_nanos(adjusted);
+            s.srtt_ns = self.rtt.srtt_nanos();
+        }
+    }
+
+    /// New data was acknowledged: the back-off ends, and the timeout and
+    /// the tail-loss probe restart from now (or stop, nothing in flight).
+    #[inline(always)]
+    fn restart_ack_timers(&mut self, now: Instant) {
+        self.backoff = 0;
+        (
+            self.timers[Timer::Rto as usize],
+            self.timers[Timer::Tail as usize],
+        ) = if self.inflight.is_empty() {
+            (None, None)
+        } else {
+            (
+                Some(now.add_nanos(self.rtt.rto_nanos())),
+                Some(now.add_nanos(self.probe_timeout_nanos())),
+            )
+        };
+    }
+
+    /// The congestion window's answer to `acked` newly acknowledged frames
+    /// outside recovery.
+    #[inline(always)]
+    fn grow_or_cut(&mut self, now: Instant, acked: u32) {
+        if self.cfg.delay_control && self.queue_building() {
+            self.cut_for_delay(now);
+        } else {
+            self.grow_cwnd(acked);
         }
     }
 
