@@ -390,10 +390,13 @@ impl SimPort {
     fn receive_queued(&mut self, now: Instant) -> Option<SimRx<'_>> {
         let mut seg = self.sim.lock();
         let rx = &mut seg.ports[self.index].rx;
-        if rx.front().is_none_or(|f| f.0 > now) {
+        // Taken, and put back should it not have arrived yet: one look at
+        // the queue's front instead of two.
+        let (at, frame, len) = rx.pop_front()?;
+        if at > now {
+            rx.push_front((at, frame, len));
             return None;
         }
-        let (_, frame, len) = rx.pop_front()?;
         // This port's own counter (the same as the segment's entry's).
         self.queued.fetch_sub(1, Ordering::Relaxed);
         drop(seg);
