@@ -129,13 +129,14 @@ impl<D: Device> Stack<D> {
             self.ep.handle_timeout(now);
         }
         let mut n = 0;
-        while n < self.burst {
-            let Some(tok) = self.dev.receive(now) else {
-                break;
-            };
+        // The burst is at least one frame.
+        while let Some(tok) = self.dev.receive(now) {
             let ep = &mut self.ep;
             tok.consume(|frame| ep.handle_frame(now, frame));
             n += 1;
+            if n == self.burst {
+                break;
+            }
         }
         if n == 0 {
             // Idle: free what the last acknowledgements released, off the

@@ -404,15 +404,18 @@ impl SimPort {
     #[inline(always)]
     fn receive_queued(&mut self, now: Instant) -> Option<SimRx<'_>> {
         let mut seg = self.sim.lock();
-        let port = &mut seg.ports[self.index];
-        let frame = if port.rx.front().is_some_and(|f| f.0 <= now) {
-            port.queued.fetch_sub(1, Ordering::Relaxed);
-            port.rx.pop_front().map(|f| (f.1, f.2))
-        } else {
-            None
-        };
+        let rx = &mut seg.ports[self.index].rx;
+        // Taken, and put back should it not have arrived yet: one look at
+        // the queue's front instead of two.
+        let (at, frame, len) = rx.pop_front()?;
+        if at > now {
+            rx.push_front((at, frame, len));
+            return None;
+        }
+        // This port's own counter (the same as the segment's entry's).
+        self.queued.fetch_sub(1, Ordering::Relaxed);
         drop(seg);
-        frame.map(|(frame, len)| SimRx {
+        Some(SimRx {
             frame,
             len,
             port: self,

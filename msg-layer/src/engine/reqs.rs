@@ -105,13 +105,14 @@ impl ReqTable {
             Some(_) => return None,
             None => return Some(Err(Error::UnknownRequest(id))),
         }
-        let Some(ReqState::Done(res)) = s.state.take() else {
-            unreachable!("checked above")
-        };
         s.live = false;
         s.generation = s.generation.checked_add(1).unwrap_or(1);
+        let st = s.state.take();
         self.free.push(idx as u32);
-        Some(res)
+        match st {
+            Some(ReqState::Done(res)) => Some(res),
+            _ => unreachable!("checked above"),
+        }
     }
 
     /// Every request with a state.

@@ -516,3 +516,13 @@ fn a_peer_that_does_not_announce_bundles_gets_every_packet_alone() {
     assert_eq!(out.sent.len(), 10);
     assert_eq!(a.stats().bundles_sent, 0);
 }
+
+#[test]
+fn a_small_copy_equals_copy_from_slice() {
+    for n in 0..=40usize {
+        let src: Vec<u8> = (0..n as u8).map(|b| b.wrapping_mul(37) ^ 0x5a).collect();
+        let mut dst = vec![0xffu8; n];
+        super::p2p::copy_small(&mut dst, &src);
+        assert_eq!(dst, src, "length {n}");
+    }
+}
