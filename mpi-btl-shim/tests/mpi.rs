@@ -20,6 +20,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use msg_layer::transport::floor_work::FloorWork;
 use vm_tests::netns::MultiPort;
 use vm_tests::{forward_env, require_root, run_bounded, Cluster};
 
@@ -782,15 +783,18 @@ fn link_floor(bed: &MultiPort, backend: &str, rounds: usize) -> f64 {
         ],
         backend,
         rounds,
+        FloorWork::None,
     )
 }
 
 /// [`link_floor`] between two interfaces, each in its namespace: (namespace,
-/// interface, MAC) of the pinging end and of the answering end.
+/// interface, MAC) of the pinging end and of the answering end; each end
+/// does `work` per message it sends (`FloorWork::None`: the bare floor).
 fn link_floor_between(
     ends: [(&vm_tests::Netns, &String, [u8; 6]); 2],
     backend: &str,
     rounds: usize,
+    work: FloorWork,
 ) -> f64 {
     use llc_stack::link::any::{self, Backend};
     use llc_stack::link::test_ping;
@@ -818,8 +822,9 @@ fn link_floor_between(
     let ifname1 = ends[1].1.clone();
     let responder = ends[1].0.spawn(move || {
         let mut dev = open(&ifname1);
+        let mut work = work.make();
         ready_tx.send(()).expect("ready");
-        test_ping::answer_tests(&mut dev, reply_to, &responder_stop)
+        test_ping::answer_tests_with(&mut dev, reply_to, &responder_stop, &mut work)
     });
     ready_rx
         .recv_timeout(Duration::from_secs(30))
@@ -827,7 +832,16 @@ fn link_floor_between(
     let (to, ifname0) = (addr(0, 1), ends[0].1.clone());
     let pinger = ends[0].0.spawn(move || {
         let mut dev = open(&ifname0);
-        test_ping::round_trips(&mut dev, to, rounds / 10, rounds, Duration::from_secs(10))
+        let (info_len, mut work) = (work.info_len(), work.make());
+        test_ping::round_trips_with(
+            &mut dev,
+            to,
+            rounds / 10,
+            rounds,
+            Duration::from_secs(10),
+            info_len,
+            &mut work,
+        )
     });
     let rtts = pinger.join();
     stop.store(true, Ordering::Relaxed);
@@ -975,8 +989,9 @@ fn netpipe_llc_vs_tcp() {
 /// itself (`btl_llc_exclusive`, how one rank per interface ran before),
 /// each over AF_XDP and AF_PACKET, and btl/tcp (`self,vader,tcp`) between
 /// the hosts' addresses, the same bridge path. Each llc run follows its
-/// backend's link floor between the same two interfaces. Prints the table
-/// and ratios for docs/BENCHMARKS.md.
+/// backend's link floor between the same two interfaces (and, with
+/// `LLC_BENCH_FLOOR_WORK`, that floor with work per message: see
+/// `FloorWork`). Prints the table and ratios for docs/BENCHMARKS.md.
 #[test]
 #[ignore = "benchmark: run with --release --ignored --nocapture"]
 fn netpipe_cluster_shared_vs_exclusive_vs_tcp() {
@@ -989,6 +1004,14 @@ fn netpipe_cluster_shared_vs_exclusive_vs_tcp() {
         .expect("LLC_BENCH_ROUNDS");
     let np_args = env("LLC_BENCH_NP_ARGS", "-u 4194304");
     let backends = env("LLC_BENCH_BACKENDS", "xdp,packet");
+    // The link floor again with work per message (llc-perf's --floor-work
+    // kinds, e.g. "frame=145,am": the BTL's 8-byte frame, the active
+    // messages it runs): what this bed charges the software between frames.
+    let floor_work: Vec<FloorWork> = env("LLC_BENCH_FLOOR_WORK", "")
+        .split(',')
+        .filter(|w| !w.is_empty())
+        .map(|w| w.parse().expect("LLC_BENCH_FLOOR_WORK"))
+        .collect();
     // name=value,... for every btl/llc run (e.g. btl_llc_rdma=1).
     let llc_extra: Vec<(String, String)> = env("LLC_BENCH_LLC_MCA", "")
         .split(',')
@@ -1036,8 +1059,22 @@ fn netpipe_cluster_shared_vs_exclusive_vs_tcp() {
         for (which, mca) in &configs {
             let floor = which.strip_prefix("llc/").map(|rest| {
                 let backend = rest.split('/').next().expect("backend");
-                let f = link_floor_between(ends, backend, 20_000);
+                let f = link_floor_between(ends, backend, 20_000, FloorWork::None);
                 println!("round {round} link floor {backend}: {f:.2} µs one-way");
+                // The floor with work per message, each right after a bare
+                // one (see llc-perf's --floor-work).
+                for &w in &floor_work {
+                    let (bare, worked) = (
+                        link_floor_between(ends, backend, 20_000, FloorWork::None),
+                        link_floor_between(ends, backend, 20_000, w),
+                    );
+                    println!(
+                        "round {round} link floor {backend} with {w}: {worked:.2} µs one-way, \
+                         {:+.3} against the bare floor just before; warm {:.3} µs",
+                        worked - bare,
+                        w.warm_micros(2_000)
+                    );
+                }
                 f
             });
             let out = std::env::temp_dir().join(format!("np-cluster-{}.out", std::process::id()));

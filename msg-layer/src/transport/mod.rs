@@ -30,6 +30,7 @@ use bytes::Bytes;
 use crate::addr::Addr;
 
 mod any;
+pub mod floor_work;
 pub mod llc;
 pub mod placement;
 pub mod spec;
