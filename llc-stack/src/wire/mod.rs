@@ -161,8 +161,20 @@ pub fn parse(frame: &[u8], sap: Option<u8>) -> Result<Frame<'_>, WireError> {
     Ok(Frame { addr, body })
 }
 
+/// The LLC span of a frame in the 802.3 length form, as [`parse`] cuts
+/// it; `None` for any other frame, and for one shorter than its length
+/// field (which [`parse`] refuses).
+#[inline(always)]
+pub(crate) fn length_form_llc_span(frame: &[u8]) -> Option<&[u8]> {
+    let n = u16::from_be_bytes([*frame.get(12)?, *frame.get(13)?]);
+    if n > ethernet::MAX_LENGTH_FIELD {
+        return None;
+    }
+    frame.get(ethernet::HEADER_LEN..ethernet::HEADER_LEN + n as usize)
+}
+
 /// `llc_span` runs from the LLC header to the end of the LLC payload.
-fn parse_transport(llc_span: &[u8]) -> Result<TransportFrame<'_>, WireError> {
+pub(crate) fn parse_transport(llc_span: &[u8]) -> Result<TransportFrame<'_>, WireError> {
     let rest = llc_span
         .get(llc::HEADER_LEN..)
         .ok_or(WireError::Truncated)?;

@@ -59,12 +59,12 @@ mod prediction_tests;
 #[cfg(test)]
 thread_local! {
     /// Set by tests that compare header prediction with the general path.
-    static NO_PREDICTION: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    pub(crate) static NO_PREDICTION: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// True unless a test turned header prediction off (always, outside tests).
 #[inline(always)]
-fn prediction_on() -> bool {
+pub(crate) fn prediction_on() -> bool {
     #[cfg(test)]
     if NO_PREDICTION.with(|c| c.get()) {
         return false;
