@@ -9,7 +9,9 @@
 use std::collections::VecDeque;
 use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use super::{Capabilities, Device, RxToken, TxToken};
@@ -172,7 +174,7 @@ impl Sim {
     }
 
     fn lock(&self) -> MutexGuard<'_, Segment> {
-        self.seg.lock().unwrap_or_else(|p| p.into_inner())
+        self.seg.lock()
     }
 
     /// Attach a new port.
