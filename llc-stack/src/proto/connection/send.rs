@@ -992,6 +992,56 @@ mod tests {
         }
     }
 
+    /// A frame written whole (`poll_transmit`, what a device that does
+    /// not gather is handed) is the frame written with its payload's end
+    /// left in the message (`poll_transmit_gather`) once the two are
+    /// joined, for messages with and without a head, short and long, and
+    /// their retransmissions.
+    #[test]
+    fn frames_written_whole_are_the_gathered_frames_joined() {
+        let (mut whole, mut gathered) = (Pair::new(), Pair::new());
+        let frag = whole.a.fragment_len();
+        for (head_len, body_len) in [(0, 64), (48, 8), (48, 3 * frag + 100), (0, 2 * frag)] {
+            for p in [&mut whole, &mut gathered] {
+                p.a.send_parts(&pattern(head_len, 5), pattern(body_len, 9).into())
+                    .unwrap();
+            }
+        }
+        let mut buf = vec![0u8; 1500 + wire::ethernet::HEADER_LEN];
+        let (mut frames, mut tails) = (0, 0);
+        for round in 0..2 {
+            if round == 1 {
+                // Everything in flight is lost: the repairs are written again.
+                for p in [&mut whole, &mut gathered] {
+                    p.now += std::time::Duration::from_secs(2);
+                    p.a.handle_timeout(p.now);
+                }
+            }
+            loop {
+                let a = whole
+                    .a
+                    .poll_transmit(whole.now, &mut buf)
+                    .map(|n| buf[..n].to_vec());
+                let b = gathered
+                    .a
+                    .poll_transmit_gather(gathered.now, &mut buf)
+                    .map(|(n, tail)| {
+                        tails += usize::from(tail.is_some());
+                        let mut f = buf[..n].to_vec();
+                        f.extend_from_slice(tail.as_deref().unwrap_or(&[]));
+                        f
+                    });
+                assert_eq!(a, b);
+                if a.is_none() {
+                    break;
+                }
+                frames += 1;
+            }
+        }
+        assert!(frames > 10 && tails > 4, "{frames} frames, {tails} tails");
+        assert!(gathered.a.stats().retransmits > 0);
+    }
+
     #[test]
     fn new_frames_stop_at_the_peers_credit() {
         let b = Config {
