@@ -597,16 +597,20 @@ impl Connection {
             }
         };
         // Carry SACK blocks when they fit beside the payload within the
-        // fragment size both ends accept.
-        let room = self.frag_len.saturating_sub(len) / crate::wire::transport::SACK_BLOCK_LEN;
-        // No block (the usual case) is an empty slice, not an array of
-        // zeroed blocks copied on the way.
+        // fragment size both ends accept. No block (the usual case: nothing
+        // held out of order) is an empty slice, not an array of zeroed
+        // blocks copied on the way, and the room for them is not worked out.
         let blocks;
-        let sacks: &[SackBlock] = match self.sack_blocks(room) {
-            (_, 0) => &[],
-            (b, n) => {
-                blocks = b;
-                &blocks[..n]
+        let sacks: &[SackBlock] = if !self.holds_out_of_order() {
+            &[]
+        } else {
+            let room = self.frag_len.saturating_sub(len) / crate::wire::transport::SACK_BLOCK_LEN;
+            match self.sack_blocks(room) {
+                (_, 0) => &[],
+                (b, n) => {
+                    blocks = b;
+                    &blocks[..n]
+                }
             }
         };
         let trailer = self.cfg.trailer();
