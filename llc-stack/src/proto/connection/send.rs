@@ -196,12 +196,24 @@ impl OutQueue {
         }
     }
 
-    pub(super) fn get_mut(&mut self, i: usize) -> Option<&mut OutMsg> {
-        if i >= self.len as usize {
-            return None;
-        }
-        let at = self.slot(i);
-        Some(&mut self.slots[at])
+    /// Where the `i`th message lies (`None`: past the last), for
+    /// [`OutQueue::at`] and [`OutQueue::at_mut`]: a frame's path finds its
+    /// message once and reads it twice.
+    #[inline(always)]
+    pub(super) fn slot_of(&self, i: usize) -> Option<usize> {
+        (i < self.len as usize).then(|| self.slot(i))
+    }
+
+    /// The message in slot `at`, as [`OutQueue::slot_of`] found it.
+    #[inline(always)]
+    fn at(&self, at: usize) -> &OutMsg {
+        &self.slots[at]
+    }
+
+    /// [`OutQueue::at`], mutably.
+    #[inline(always)]
+    fn at_mut(&mut self, at: usize) -> &mut OutMsg {
+        &mut self.slots[at]
     }
 
     pub(super) fn front(&self) -> Option<&OutMsg> {
@@ -421,8 +433,10 @@ impl Connection {
             return None;
         }
         let mut awaited = self.cfg.acked_events || self.peer_max_ack_delay_ns == 0;
-        let mi = self.next_unsent;
-        let cargo = if let Some(m) = self.send_msgs.get_mut(mi) {
+        let mut slot = 0;
+        let cargo = if let Some(at) = self.send_msgs.slot_of(self.next_unsent) {
+            slot = at;
+            let m = self.send_msgs.at_mut(at);
             awaited |= m.awaited;
             let off = m.next_off as usize;
             let len = (m.len() - off).min(self.frag_len);
@@ -479,7 +493,7 @@ impl Connection {
         } else {
             flags::ACK_NOW
         };
-        self.emit_sequenced(now, buf, seq, cargo, mi, ack, tail)
+        self.emit_sequenced(now, buf, seq, cargo, slot, ack, tail)
     }
 
     fn base_header(&self, now: Instant, kind: FrameType, flag_bits: u8) -> TransportHeader {
@@ -545,18 +559,19 @@ impl Connection {
         tail: Option<&mut Option<Bytes>>,
     ) -> Option<usize> {
         let cargo = self.inflight[idx].cargo;
-        let mi = match cargo {
+        let at = match cargo {
             Cargo::Data { msg_id, .. } => {
                 let first = self.send_msgs.front().expect("a message in flight").msg_id;
-                msg_id.wrapping_sub(first) as usize
+                let mi = msg_id.wrapping_sub(first) as usize;
+                self.send_msgs.slot_of(mi).expect("a message in flight")
             }
             Cargo::Close => 0,
         };
-        self.emit_sequenced(now, buf, seq, cargo, mi, ack_request, tail)
+        self.emit_sequenced(now, buf, seq, cargo, at, ack_request, tail)
     }
 
-    /// The frame `seq` carrying `cargo`, whose message (for data) is
-    /// `send_msgs[mi]`: the new frames' path has both at hand. Inlined
+    /// The frame `seq` carrying `cargo`, whose message (for data) lies in
+    /// the send queue's slot `at`: the new frames' path has both at hand. Inlined
     /// into it: a frame's fields go from the connection to the frame
     /// without a call between.
     #[allow(clippy::too_many_arguments)]
@@ -567,7 +582,7 @@ impl Connection {
         buf: &mut [u8],
         seq: Seq,
         cargo: Cargo,
-        mi: usize,
+        at: usize,
         ack_request: u8,
         tail: Option<&mut Option<Bytes>>,
     ) -> Option<usize> {
@@ -581,7 +596,7 @@ impl Connection {
                 len,
                 last,
             } => {
-                let m = &self.send_msgs[mi];
+                let m = self.send_msgs.at(at);
                 debug_assert_eq!(m.msg_id, msg_id);
                 h.msg_id = msg_id.into();
                 h.msg_len = (m.len() as u32).into();
@@ -990,9 +1005,9 @@ mod tests {
                 let m = &q[i];
                 assert_eq!((m.msg_id, m.awaited, m.next_off), (*mid, *awaited, 0));
                 assert_eq!((m.head(), &m.body), (&head[..], body));
-                assert_eq!(q.get_mut(i).map(|m| m.msg_id), Some(*mid));
+                assert_eq!(q.slot_of(i).map(|at| q.at_mut(at).msg_id), Some(*mid));
             }
-            assert!(q.get_mut(model.len()).is_none());
+            assert!(q.slot_of(model.len()).is_none());
         }
     }
 
