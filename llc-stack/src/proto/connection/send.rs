@@ -344,8 +344,11 @@ impl Connection {
             }
             State::Established | State::Closing => {}
         }
-        if let Some(n) = self.poll_retransmit(now, buf, tail.as_deref_mut()) {
-            return Some(n);
+        // Repairs first; none is due in a loss-free exchange.
+        if !self.lost_queue.is_empty() {
+            if let Some(n) = self.poll_retransmit(now, buf, tail.as_deref_mut()) {
+                return Some(n);
+            }
         }
         if let Some(n) = self.poll_new_frame(now, buf, tail) {
             return Some(n);
@@ -386,6 +389,8 @@ impl Connection {
         self.flight() < self.cwnd
     }
 
+    /// Out of line: called only with frames marked lost.
+    #[inline(never)]
     fn poll_retransmit(
         &mut self,
         now: Instant,
