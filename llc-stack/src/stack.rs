@@ -173,9 +173,13 @@ impl<D: Device> Stack<D> {
             };
             let ep = &mut self.ep;
             // A long payload goes from the message itself where the device
-            // can send from two places (AF_PACKET); others copy it in.
-            let len =
-                tok.consume_gather(|buf| ep.poll_transmit_gather(now, buf).unwrap_or((0, None)));
+            // can send from two places (AF_PACKET); others are handed the
+            // frame written whole, as their `consume_gather` would copy it.
+            let len = if <D::TxToken<'_> as TxToken>::GATHERS {
+                tok.consume_gather(|buf| ep.poll_transmit_gather(now, buf).unwrap_or((0, None)))
+            } else {
+                tok.consume(|buf| ep.poll_transmit(now, buf).unwrap_or(0))
+            };
             if len == 0 {
                 break;
             }

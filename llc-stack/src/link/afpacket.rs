@@ -579,6 +579,8 @@ pub struct AfPacketTxToken<'a> {
 }
 
 impl TxToken for AfPacketTxToken<'_> {
+    const GATHERS: bool = true;
+
     #[inline]
     fn consume<F: FnOnce(&mut [u8]) -> usize>(self, f: F) -> usize {
         self.consume_gather(|buf| (f(buf), None))

@@ -164,6 +164,9 @@ pub enum AnyTxToken<'a> {
 }
 
 impl TxToken for AnyTxToken<'_> {
+    /// AF_PACKET's tokens gather (AF_XDP's copy, as the default would).
+    const GATHERS: bool = true;
+
     fn consume<F: FnOnce(&mut [u8]) -> usize>(self, f: F) -> usize {
         match self {
             AnyTxToken::Packet(t) => t.consume(f),

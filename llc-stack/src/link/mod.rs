@@ -76,6 +76,13 @@ pub trait RxToken {
 
 /// Permission to transmit one frame.
 pub trait TxToken {
+    /// The device sends a frame's end from where it lies
+    /// ([`TxToken::consume_gather`] is its own). When false, the default
+    /// copies the end in, and a caller hands it the frame whole through
+    /// [`TxToken::consume`] instead: the same bytes, without the tail's
+    /// round trip.
+    const GATHERS: bool = false;
+
     /// Lend `f` a buffer of [`Capabilities::max_frame_len`] bytes; `f` writes a
     /// frame at its start and returns the frame's length. Returning 0 cancels
     /// the transmission and gives the slot back.

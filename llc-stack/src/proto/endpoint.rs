@@ -1323,20 +1323,8 @@ impl Endpoint {
         buf: &mut [u8],
         mut tail: Option<&mut Option<Bytes>>,
     ) -> Option<usize> {
-        if let Some(f) = self.control.pop_front() {
-            let n = match f {
-                ControlFrame::Llc {
-                    addr,
-                    response,
-                    command,
-                    info,
-                } => wire::emit_llc_control(buf, &addr, response, command, &info),
-                ControlFrame::Reset { addr, header } => {
-                    wire::emit_transport_with(buf, &addr, &header, &[], &[], self.cfg.trailer())
-                }
-            };
-            if let Ok(n) = n {
-                self.stats.tx_frames += 1;
+        if !self.control.is_empty() {
+            if let Some(n) = self.transmit_control(buf) {
                 return Some(n);
             }
         }
@@ -1389,6 +1377,26 @@ impl Endpoint {
         }
         self.debug_check_queued();
         None
+    }
+
+    /// The oldest control frame (an LLC answer, a reset) into `buf`, ahead
+    /// of the connections' frames. Out of line: rare beside them.
+    #[inline(never)]
+    fn transmit_control(&mut self, buf: &mut [u8]) -> Option<usize> {
+        let n = match self.control.pop_front()? {
+            ControlFrame::Llc {
+                addr,
+                response,
+                command,
+                info,
+            } => wire::emit_llc_control(buf, &addr, response, command, &info),
+            ControlFrame::Reset { addr, header } => {
+                wire::emit_transport_with(buf, &addr, &header, &[], &[], self.cfg.trailer())
+            }
+        };
+        let n = n.ok()?;
+        self.stats.tx_frames += 1;
+        Some(n)
     }
 
     /// Every connection that wants to send is in the transmit queue: a

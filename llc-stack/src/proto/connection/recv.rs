@@ -363,6 +363,12 @@ impl Connection {
         (self.cfg.ack_delay.as_micros().min(u128::from(u32::MAX)) as u32).max(1)
     }
 
+    /// Frames are held out of order: there are SACK blocks to send.
+    #[inline(always)]
+    pub(super) fn holds_out_of_order(&self) -> bool {
+        self.n_out_of_order != 0
+    }
+
     /// The SACK blocks to send (at most `room`), and how many there are.
     /// Inlined for the common case of nothing held out of order, so that a
     /// frame's sender pays no call and no array copy for it.

@@ -196,12 +196,24 @@ impl OutQueue {
         }
     }
 
-    pub(super) fn get_mut(&mut self, i: usize) -> Option<&mut OutMsg> {
-        if i >= self.len as usize {
-            return None;
-        }
-        let at = self.slot(i);
-        Some(&mut self.slots[at])
+    /// Where the `i`th message lies (`None`: past the last), for
+    /// [`OutQueue::at`] and [`OutQueue::at_mut`]: a frame's path finds its
+    /// message once and reads it twice.
+    #[inline(always)]
+    pub(super) fn slot_of(&self, i: usize) -> Option<usize> {
+        (i < self.len as usize).then(|| self.slot(i))
+    }
+
+    /// The message in slot `at`, as [`OutQueue::slot_of`] found it.
+    #[inline(always)]
+    fn at(&self, at: usize) -> &OutMsg {
+        &self.slots[at]
+    }
+
+    /// [`OutQueue::at`], mutably.
+    #[inline(always)]
+    fn at_mut(&mut self, at: usize) -> &mut OutMsg {
+        &mut self.slots[at]
     }
 
     pub(super) fn front(&self) -> Option<&OutMsg> {
@@ -332,8 +344,11 @@ impl Connection {
             }
             State::Established | State::Closing => {}
         }
-        if let Some(n) = self.poll_retransmit(now, buf, tail.as_deref_mut()) {
-            return Some(n);
+        // Repairs first; none is due in a loss-free exchange.
+        if !self.lost_queue.is_empty() {
+            if let Some(n) = self.poll_retransmit(now, buf, tail.as_deref_mut()) {
+                return Some(n);
+            }
         }
         if let Some(n) = self.poll_new_frame(now, buf, tail) {
             return Some(n);
@@ -374,6 +389,8 @@ impl Connection {
         self.flight() < self.cwnd
     }
 
+    /// Out of line: called only with frames marked lost.
+    #[inline(never)]
     fn poll_retransmit(
         &mut self,
         now: Instant,
@@ -421,8 +438,10 @@ impl Connection {
             return None;
         }
         let mut awaited = self.cfg.acked_events || self.peer_max_ack_delay_ns == 0;
-        let mi = self.next_unsent;
-        let cargo = if let Some(m) = self.send_msgs.get_mut(mi) {
+        let mut slot = 0;
+        let cargo = if let Some(at) = self.send_msgs.slot_of(self.next_unsent) {
+            slot = at;
+            let m = self.send_msgs.at_mut(at);
             awaited |= m.awaited;
             let off = m.next_off as usize;
             let len = (m.len() - off).min(self.frag_len);
@@ -479,7 +498,7 @@ impl Connection {
         } else {
             flags::ACK_NOW
         };
-        self.emit_sequenced(now, buf, seq, cargo, mi, ack, tail)
+        self.emit_sequenced(now, buf, seq, cargo, slot, ack, tail)
     }
 
     fn base_header(&self, now: Instant, kind: FrameType, flag_bits: u8) -> TransportHeader {
@@ -545,18 +564,19 @@ impl Connection {
         tail: Option<&mut Option<Bytes>>,
     ) -> Option<usize> {
         let cargo = self.inflight[idx].cargo;
-        let mi = match cargo {
+        let at = match cargo {
             Cargo::Data { msg_id, .. } => {
                 let first = self.send_msgs.front().expect("a message in flight").msg_id;
-                msg_id.wrapping_sub(first) as usize
+                let mi = msg_id.wrapping_sub(first) as usize;
+                self.send_msgs.slot_of(mi).expect("a message in flight")
             }
             Cargo::Close => 0,
         };
-        self.emit_sequenced(now, buf, seq, cargo, mi, ack_request, tail)
+        self.emit_sequenced(now, buf, seq, cargo, at, ack_request, tail)
     }
 
-    /// The frame `seq` carrying `cargo`, whose message (for data) is
-    /// `send_msgs[mi]`: the new frames' path has both at hand. Inlined
+    /// The frame `seq` carrying `cargo`, whose message (for data) lies in
+    /// the send queue's slot `at`: the new frames' path has both at hand. Inlined
     /// into it: a frame's fields go from the connection to the frame
     /// without a call between.
     #[allow(clippy::too_many_arguments)]
@@ -567,7 +587,7 @@ impl Connection {
         buf: &mut [u8],
         seq: Seq,
         cargo: Cargo,
-        mi: usize,
+        at: usize,
         ack_request: u8,
         tail: Option<&mut Option<Bytes>>,
     ) -> Option<usize> {
@@ -581,7 +601,7 @@ impl Connection {
                 len,
                 last,
             } => {
-                let m = &self.send_msgs[mi];
+                let m = self.send_msgs.at(at);
                 debug_assert_eq!(m.msg_id, msg_id);
                 h.msg_id = msg_id.into();
                 h.msg_len = (m.len() as u32).into();
@@ -597,16 +617,20 @@ impl Connection {
             }
         };
         // Carry SACK blocks when they fit beside the payload within the
-        // fragment size both ends accept.
-        let room = self.frag_len.saturating_sub(len) / crate::wire::transport::SACK_BLOCK_LEN;
-        // No block (the usual case) is an empty slice, not an array of
-        // zeroed blocks copied on the way.
+        // fragment size both ends accept. No block (the usual case: nothing
+        // held out of order) is an empty slice, not an array of zeroed
+        // blocks copied on the way, and the room for them is not worked out.
         let blocks;
-        let sacks: &[SackBlock] = match self.sack_blocks(room) {
-            (_, 0) => &[],
-            (b, n) => {
-                blocks = b;
-                &blocks[..n]
+        let sacks: &[SackBlock] = if !self.holds_out_of_order() {
+            &[]
+        } else {
+            let room = self.frag_len.saturating_sub(len) / crate::wire::transport::SACK_BLOCK_LEN;
+            match self.sack_blocks(room) {
+                (_, 0) => &[],
+                (b, n) => {
+                    blocks = b;
+                    &blocks[..n]
+                }
             }
         };
         let trailer = self.cfg.trailer();
@@ -986,10 +1010,60 @@ mod tests {
                 let m = &q[i];
                 assert_eq!((m.msg_id, m.awaited, m.next_off), (*mid, *awaited, 0));
                 assert_eq!((m.head(), &m.body), (&head[..], body));
-                assert_eq!(q.get_mut(i).map(|m| m.msg_id), Some(*mid));
+                assert_eq!(q.slot_of(i).map(|at| q.at_mut(at).msg_id), Some(*mid));
             }
-            assert!(q.get_mut(model.len()).is_none());
+            assert!(q.slot_of(model.len()).is_none());
         }
+    }
+
+    /// A frame written whole (`poll_transmit`, what a device that does
+    /// not gather is handed) is the frame written with its payload's end
+    /// left in the message (`poll_transmit_gather`) once the two are
+    /// joined, for messages with and without a head, short and long, and
+    /// their retransmissions.
+    #[test]
+    fn frames_written_whole_are_the_gathered_frames_joined() {
+        let (mut whole, mut gathered) = (Pair::new(), Pair::new());
+        let frag = whole.a.fragment_len();
+        for (head_len, body_len) in [(0, 64), (48, 8), (48, 3 * frag + 100), (0, 2 * frag)] {
+            for p in [&mut whole, &mut gathered] {
+                p.a.send_parts(&pattern(head_len, 5), pattern(body_len, 9).into())
+                    .unwrap();
+            }
+        }
+        let mut buf = vec![0u8; 1500 + wire::ethernet::HEADER_LEN];
+        let (mut frames, mut tails) = (0, 0);
+        for round in 0..2 {
+            if round == 1 {
+                // Everything in flight is lost: the repairs are written again.
+                for p in [&mut whole, &mut gathered] {
+                    p.now += std::time::Duration::from_secs(2);
+                    p.a.handle_timeout(p.now);
+                }
+            }
+            loop {
+                let a = whole
+                    .a
+                    .poll_transmit(whole.now, &mut buf)
+                    .map(|n| buf[..n].to_vec());
+                let b = gathered
+                    .a
+                    .poll_transmit_gather(gathered.now, &mut buf)
+                    .map(|(n, tail)| {
+                        tails += usize::from(tail.is_some());
+                        let mut f = buf[..n].to_vec();
+                        f.extend_from_slice(tail.as_deref().unwrap_or(&[]));
+                        f
+                    });
+                assert_eq!(a, b);
+                if a.is_none() {
+                    break;
+                }
+                frames += 1;
+            }
+        }
+        assert!(frames > 10 && tails > 4, "{frames} frames, {tails} tails");
+        assert!(gathered.a.stats().retransmits > 0);
     }
 
     #[test]
