@@ -78,6 +78,8 @@ struct Segment {
     /// Changes of `learned` so far: a port's remembered [`Route`] holds
     /// while it is unchanged.
     learned_gen: u64,
+    /// `cfg.latency` in nanoseconds, as a frame's arrival adds it.
+    latency_ns: u64,
     /// Frame buffers made and not freed (ports' transmit buffers, frames
     /// queued, spares): the wire's own memory, which measurements of the
     /// stack's leave out ([`Sim::frame_buffer_bytes`]). Changed only where a
@@ -159,6 +161,7 @@ pub struct Sim {
 impl Sim {
     /// A segment with no ports yet.
     pub fn new(cfg: SimConfig) -> Self {
+        let latency_ns = u64::try_from(cfg.latency.as_nanos()).unwrap_or(u64::MAX);
         Sim {
             seg: Arc::new(Mutex::new(Segment {
                 cfg,
@@ -168,6 +171,7 @@ impl Sim {
                 spare: Vec::new(),
                 learned: Default::default(),
                 learned_gen: 0,
+                latency_ns,
                 frame_bufs: 0,
             })),
         }
@@ -292,9 +296,9 @@ impl TxToken for SimTx<'_> {
         if n > 0 {
             let port = self.port;
             let mut seg = port.sim.lock();
-            let (rate_bps, latency, switched, rx_queue_frames) = (
+            let (rate_bps, latency_ns, switched, rx_queue_frames) = (
                 seg.cfg.rate_bps,
-                seg.cfg.latency,
+                seg.latency_ns,
                 seg.cfg.switched,
                 seg.cfg.rx_queue_frames,
             );
@@ -302,11 +306,11 @@ impl TxToken for SimTx<'_> {
             let start = seg.ports[me].tx_free_at.max(self.now);
             // Preamble, FCS and inter-frame gap add 24 bytes of line time.
             let done = match ((n as u64 + 24) * 8 * 1_000_000_000).checked_div(rate_bps) {
-                Some(ns) => start + Duration::from_nanos(ns),
+                Some(ns) => start.add_nanos(ns),
                 None => start,
             };
             seg.ports[me].tx_free_at = done;
-            let arrival = done + latency;
+            let arrival = done.add_nanos(latency_ns);
             let to = if switched && n >= 12 {
                 seg.route(&port.tx_buf, me)
             } else {
