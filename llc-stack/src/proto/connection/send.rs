@@ -713,16 +713,8 @@ impl Connection {
             if f.lost {
                 self.n_lost -= 1;
             }
-            match f.cargo {
-                Cargo::Data { msg_id, last, .. } => {
-                    if last {
-                        self.retire_oldest_message(msg_id);
-                    }
-                }
-                Cargo::Close => {
-                    self.finish();
-                    return;
-                }
+            if !self.retire_cargo(f.cargo) {
+                return;
             }
         }
         if !sacks.is_empty() {
@@ -793,16 +785,8 @@ impl Connection {
         debug_assert!(!f.sacked && !f.lost);
         let seq = self.snd_una;
         self.snd_una = seq.add(1);
-        match f.cargo {
-            Cargo::Data { msg_id, last, .. } => {
-                if last {
-                    self.retire_oldest_message(msg_id);
-                }
-            }
-            Cargo::Close => {
-                self.finish();
-                return;
-            }
+        if !self.retire_cargo(f.cargo) {
+            return;
         }
         let ecr = h.ts_ecr.get();
         // A retransmission counts for RACK only when the ACK echoes it
@@ -818,6 +802,24 @@ impl Connection {
         self.grow_or_cut(now, 1);
         if self.window_blocked() {
             self.timers[Timer::Probe as usize] = Some(now + self.probe_interval());
+        }
+    }
+
+    /// Retire what an acknowledged frame carried: the message it ended, or
+    /// the connection with its CLOSE. False when the connection finished.
+    #[inline(always)]
+    fn retire_cargo(&mut self, cargo: Cargo) -> bool {
+        match cargo {
+            Cargo::Data { msg_id, last, .. } => {
+                if last {
+                    self.retire_oldest_message(msg_id);
+                }
+                true
+            }
+            Cargo::Close => {
+                self.finish();
+                false
+            }
         }
     }
 
