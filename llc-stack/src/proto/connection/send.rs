@@ -331,8 +331,10 @@ impl Connection {
                 }
                 self.syn_ack_due = false;
                 self.syn_attempts += 1;
-                self.timers[Timer::Rto as usize] =
-                    Some(now + self.rtt.rto_backed_off(self.backoff));
+                self.timers.set(
+                    Timer::Rto,
+                    Some(now + self.rtt.rto_backed_off(self.backoff)),
+                );
                 return self.emit_control(now, buf, FrameType::Syn, 0);
             }
             State::SynReceived => {
@@ -411,7 +413,7 @@ impl Connection {
             }
             self.probe_credit = false;
             self.lost_queue.pop_front();
-            self.timers[Timer::Tail as usize] = self.next_probe(now);
+            self.timers.set(Timer::Tail, self.next_probe(now));
             let f = &mut self.inflight[idx as usize];
             f.lost = false;
             f.retransmitted = true;
@@ -473,10 +475,13 @@ impl Connection {
             retransmitted: false,
         });
         self.stats.data_frames_sent += 1;
-        self.timers[Timer::Tail as usize] = Some(now.add_nanos(self.probe_timeout_nanos()));
-        if self.timers[Timer::Rto as usize].is_none() {
-            self.timers[Timer::Rto as usize] =
-                Some(now.add_nanos(self.rtt.rto_backed_off_nanos(self.backoff)));
+        self.timers
+            .set(Timer::Tail, Some(now.add_nanos(self.probe_timeout_nanos())));
+        if self.timers.get(Timer::Rto).is_none() {
+            self.timers.set(
+                Timer::Rto,
+                Some(now.add_nanos(self.rtt.rto_backed_off_nanos(self.backoff))),
+            );
         }
         // Ask for an immediate ACK when this is the last frame we may send
         // for now although more is queued: we would otherwise wait for the
@@ -758,7 +763,8 @@ impl Connection {
             self.grow_or_cut(now, newly_acked);
         }
         if self.window_blocked() {
-            self.timers[Timer::Probe as usize] = Some(now + self.probe_interval());
+            self.timers
+                .set(Timer::Probe, Some(now + self.probe_interval()));
         }
     }
 
@@ -786,7 +792,8 @@ impl Connection {
             // Not reached (a frame is in flight below `snd_nxt`); as the
             // general path would.
             if self.window_blocked() {
-                self.timers[Timer::Probe as usize] = Some(now + self.probe_interval());
+                self.timers
+                    .set(Timer::Probe, Some(now + self.probe_interval()));
             }
             return;
         };
@@ -817,7 +824,8 @@ impl Connection {
         self.restart_ack_timers(now);
         self.grow_or_cut(now, 1);
         if self.window_blocked() {
-            self.timers[Timer::Probe as usize] = Some(now + self.probe_interval());
+            self.timers
+                .set(Timer::Probe, Some(now + self.probe_interval()));
         }
     }
 
@@ -896,10 +904,7 @@ impl Connection {
     #[inline(always)]
     fn restart_ack_timers(&mut self, now: Instant) {
         self.backoff = 0;
-        (
-            self.timers[Timer::Rto as usize],
-            self.timers[Timer::Tail as usize],
-        ) = if self.inflight.is_empty() {
+        let (rto, tail) = if self.inflight.is_empty() {
             (None, None)
         } else {
             (
@@ -907,6 +912,8 @@ impl Connection {
                 Some(now.add_nanos(self.probe_timeout_nanos())),
             )
         };
+        self.timers.set(Timer::Rto, rto);
+        self.timers.set(Timer::Tail, tail);
     }
 
     /// The congestion window's answer to `acked` newly acknowledged frames
