@@ -185,15 +185,13 @@ impl OutQueue {
         self.len == 0
     }
 
-    /// The slot of the `i`th message (`i < slots.len()`).
+    /// The slot of the `i`th message (`i < slots.len()`). The ring's size
+    /// is a power of two ([`OutQueue::grow`] doubles it from four), so the
+    /// wrap is a mask rather than a comparison and a subtraction.
     #[inline(always)]
     fn slot(&self, i: usize) -> usize {
-        let at = self.first as usize + i;
-        if at >= self.slots.len() {
-            at - self.slots.len()
-        } else {
-            at
-        }
+        debug_assert!(self.slots.len().is_power_of_two());
+        (self.first as usize + i) & (self.slots.len() - 1)
     }
 
     /// Where the `i`th message lies (`None`: past the last), for
@@ -232,8 +230,8 @@ impl OutQueue {
         self.slots[at].fill(msg_id, head, body, awaited);
     }
 
-    /// Double the ring (at least four slots), its messages moved to the
-    /// front in order.
+    /// Double the ring (at least four slots: its size stays a power of
+    /// two), its messages moved to the front in order.
     #[cold]
     fn grow(&mut self) {
         self.slots.rotate_left(self.first as usize);
