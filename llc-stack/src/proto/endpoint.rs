@@ -230,9 +230,14 @@ struct Entry {
     /// The deadline this connection has in the timer queue, if any: the
     /// queue's other entries for it are stale. At or before the
     /// connection's own next deadline (armed lazily, see
-    /// [`Endpoint::update_timers`]).
-    armed: Option<Instant>,
+    /// [`Endpoint::update_timers`]). In nanoseconds, [`NOT_ARMED`] for none
+    /// (no deadline is there: it is the end of time), so the checks on every
+    /// change are integer comparisons.
+    armed: u64,
 }
+
+/// [`Entry::armed`] when the connection has no entry in the timer queue.
+const NOT_ARMED: u64 = u64::MAX;
 
 /// What [`Entry::note`] files a changed connection in.
 #[derive(Debug, Default)]
@@ -273,7 +278,7 @@ impl Entry {
             peer,
             queued: false,
             changed: false,
-            armed: None,
+            armed: NOT_ARMED,
         }
     }
 }
@@ -851,9 +856,9 @@ impl Endpoint {
             }
             self.timers.pop();
             if let Some(e) = self.conns.get_mut(&h) {
-                if e.armed == Some(t) {
+                if e.armed == t.as_nanos() {
                     // Disarmed: `refresh` arms what the timer leaves.
-                    e.armed = None;
+                    e.armed = NOT_ARMED;
                     due.push(h);
                 }
             }
@@ -894,14 +899,14 @@ impl Endpoint {
             // A frame moves the deadline later and its answer back; should
             // the early entry fire, the connection finds nothing due and is
             // armed again (at most one early wake per deadline).
-            if t.is_none_or(|t| e.armed.is_some_and(|a| a <= t)) {
+            if t.is_none_or(|t| e.armed <= t.as_nanos()) {
                 continue;
             }
-            let old = std::mem::replace(&mut e.armed, t);
+            let old = std::mem::replace(&mut e.armed, t.map_or(NOT_ARMED, Instant::as_nanos));
             let on_top = self
                 .timers
                 .peek()
-                .is_some_and(|Reverse(top)| old == Some(top.0) && top.1 == h);
+                .is_some_and(|Reverse(top)| old == top.0.as_nanos() && top.1 == h);
             if on_top {
                 // The busy connection's entry is usually the earliest: move
                 // it in place instead of burying a stale one.
@@ -924,7 +929,7 @@ impl Endpoint {
     /// should stale entries buried inside pile up.
     fn settle_timers(&mut self) {
         while let Some(&Reverse((t, h))) = self.timers.peek() {
-            if self.conns.get(&h).is_some_and(|e| e.armed == Some(t)) {
+            if self.conns.get(&h).is_some_and(|e| e.armed == t.as_nanos()) {
                 break;
             }
             self.timers.pop();
@@ -934,7 +939,7 @@ impl Endpoint {
         if self.timers.len() > 2 * self.conns.len() + 16 {
             // In place: the queue keeps its allocation.
             let mut v = std::mem::take(&mut self.timers).into_vec();
-            v.retain(|Reverse((t, h))| self.conns.get(h).is_some_and(|e| e.armed == Some(*t)));
+            v.retain(|Reverse((t, h))| self.conns.get(h).is_some_and(|e| e.armed == t.as_nanos()));
             self.timers = BinaryHeap::from(v);
         }
     }
@@ -1414,7 +1419,7 @@ impl Endpoint {
                     e.changed
                         || e.conn
                             .poll_timeout()
-                            .is_none_or(|t| e.armed.is_some_and(|a| a <= t)),
+                            .is_none_or(|t| e.armed <= t.as_nanos()),
                     "connection {h:?}'s deadline is not covered by the timer queue"
                 );
             }

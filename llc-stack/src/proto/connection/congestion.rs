@@ -120,7 +120,7 @@ impl Connection {
                 next = Some(next.map_or(due, |n| n.min(due)));
             }
         }
-        self.timers[Timer::Reorder as usize] = next;
+        self.timers.set(Timer::Reorder, next);
         if found && self.recovery_end.is_none() {
             self.enter_recovery(now);
         }
@@ -212,7 +212,7 @@ mod tests {
         let frag = p.a.fragment_len();
         p.a.send(pattern(20 * frag, 1).into()).unwrap();
         assert_eq!(transmit_all(&mut p.a, p.now).len(), 20);
-        let rto = p.a.timers[Timer::Rto as usize].unwrap();
+        let rto = p.a.timers.get(Timer::Rto).unwrap();
         p.advance_to(rto);
         assert_eq!(p.a.stats().timeouts, 1);
         assert_eq!(p.a.cwnd(), Config::default().min_cwnd);
@@ -249,7 +249,10 @@ mod tests {
         let before = p.a.cwnd();
         // RACK: lost once out for the delivered frames' round trip plus the
         // reordering allowance (a quarter of the smallest RTT, at least 50 µs).
-        let due = p.a.timers[Timer::Reorder as usize].expect("the reordering timer");
+        let due =
+            p.a.timers
+                .get(Timer::Reorder)
+                .expect("the reordering timer");
         assert_eq!(due, t + rtt + Duration::from_micros(50));
         assert_eq!(p.a.n_lost, 0);
         p.advance_to(due);

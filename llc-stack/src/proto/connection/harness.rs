@@ -77,7 +77,7 @@ impl Pair {
         self.drive();
         while let Some(t) = [&self.a, &self.b]
             .iter()
-            .filter_map(|c| c.timers[Timer::Ack as usize])
+            .filter_map(|c| c.timers.get(Timer::Ack))
             .min()
         {
             self.advance_to(t);

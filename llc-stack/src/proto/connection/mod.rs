@@ -78,7 +78,7 @@ use recv::{Assembly, RecvMeta};
 pub(crate) use send::RETIRE_LIMIT;
 use send::{InFlight, OutQueue};
 pub use stats::ConnStats;
-use timers::{Timer, TIMER_COUNT};
+use timers::{Timer, Timers};
 
 /// Where a connection is in its life.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -234,7 +234,7 @@ pub struct Connection {
     last_rx: Instant,
     peer_closed: bool,
 
-    timers: [Option<Instant>; TIMER_COUNT],
+    timers: Timers,
     events: VecDeque<Event>,
     /// The endpoint's name for this connection, for the events it queues
     /// straight into the endpoint's queue.
@@ -378,7 +378,7 @@ impl Connection {
             ts_recent_rx: 0,
             last_rx: now,
             peer_closed: false,
-            timers: [None; TIMER_COUNT],
+            timers: Timers::NONE,
             events: VecDeque::new(),
             handle: ConnHandle(0),
             stats: ConnStats::default(),
@@ -526,7 +526,7 @@ impl Connection {
 
     /// True when we owe the peer an acknowledgement (due now or delayed).
     pub fn ack_pending(&self) -> bool {
-        self.ack_now || self.timers[Timer::Ack as usize].is_some()
+        self.ack_now || self.timers.get(Timer::Ack).is_some()
     }
 
     /// Queue a message. Returns its id, which a later `Acked` event names.
@@ -610,7 +610,7 @@ impl Connection {
     pub(crate) fn adopt_syn(&mut self, now: Instant, syn: &TransportHeader) {
         debug_assert_eq!(self.state, State::SynSent);
         self.backoff = 0;
-        self.timers = [None; TIMER_COUNT];
+        self.timers = Timers::NONE;
         self.answer_syn(now, syn);
     }
 
@@ -624,7 +624,8 @@ impl Connection {
         self.rcv_nxt = Seq(syn.seq.get());
         self.window_end = self.rcv_nxt.add(self.window_frames);
         self.syn_ack_due = true;
-        self.timers[Timer::Idle as usize] = Some(now + self.cfg.handshake_timeout);
+        self.timers
+            .set(Timer::Idle, Some(now + self.cfg.handshake_timeout));
     }
 
     pub(crate) fn resend_syn_ack(&mut self) {
@@ -666,7 +667,7 @@ impl Connection {
             tracing::debug!(port = self.local_port, ?reason, "connection failed");
             self.state = State::Closed;
             self.events.push_back(Event::Closed(Some(reason)));
-            self.timers = [None; TIMER_COUNT];
+            self.timers = Timers::NONE;
         }
     }
 
@@ -674,7 +675,7 @@ impl Connection {
         if self.state != State::Closed {
             self.state = State::Closed;
             self.events.push_back(Event::Closed(None));
-            self.timers = [None; TIMER_COUNT];
+            self.timers = Timers::NONE;
         }
     }
 
@@ -699,13 +700,7 @@ impl Connection {
     /// When `handle_timeout` should be called next.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Instant> {
-        // Branch-free: an unarmed timer counts as the end of time.
-        let t = self
-            .timers
-            .iter()
-            .map(|t| t.map_or(u64::MAX, Instant::as_nanos))
-            .fold(u64::MAX, u64::min);
-        (t != u64::MAX).then(|| Instant::from_nanos(t))
+        self.timers.next()
     }
 
     /// True once the connection ended and its final event was taken.
@@ -854,10 +849,11 @@ impl Connection {
             State::Established
         };
         self.backoff = 0;
-        self.timers[Timer::Rto as usize] = None;
+        self.timers.set(Timer::Rto, None);
         self.events.push_back(Event::Connected);
         self.rearm_idle(now);
-        self.timers[Timer::Probe as usize] = Some(now + self.cfg.keepalive_interval);
+        self.timers
+            .set(Timer::Probe, Some(now + self.cfg.keepalive_interval));
     }
 
     /// Process every timer that expired at `now`. Spurious calls are harmless.
@@ -873,8 +869,8 @@ impl Connection {
             if self.state == State::Closed {
                 return;
             }
-            if self.timers[t as usize].is_some_and(|d| d <= now) {
-                self.timers[t as usize] = None;
+            if self.timers.get(t).is_some_and(|d| d <= now) {
+                self.timers.set(t, None);
                 self.on_timer(now, t);
             }
         }

@@ -288,8 +288,9 @@ impl Connection {
                 self.cfg.ack_delay
             };
             let due = now + delay;
-            let t = &mut self.timers[Timer::Ack as usize];
-            *t = Some(t.map_or(due, |d| d.min(due)));
+            let t = self.timers.get(Timer::Ack);
+            self.timers
+                .set(Timer::Ack, Some(t.map_or(due, |d| d.min(due))));
         }
         if self.peer_closed {
             // Everything before the CLOSE is delivered; acknowledge it, then end.
@@ -353,7 +354,7 @@ impl Connection {
         }
         self.ack_pending = 0;
         self.ack_now = false;
-        self.timers[Timer::Ack as usize] = None;
+        self.timers.set(Timer::Ack, None);
     }
 
     /// The `max_ack_delay` we announce in the handshake: the longest we

@@ -185,15 +185,13 @@ impl OutQueue {
         self.len == 0
     }
 
-    /// The slot of the `i`th message (`i < slots.len()`).
+    /// The slot of the `i`th message (`i < slots.len()`). The ring's size
+    /// is a power of two ([`OutQueue::grow`] doubles it from four), so the
+    /// wrap is a mask rather than a comparison and a subtraction.
     #[inline(always)]
     fn slot(&self, i: usize) -> usize {
-        let at = self.first as usize + i;
-        if at >= self.slots.len() {
-            at - self.slots.len()
-        } else {
-            at
-        }
+        debug_assert!(self.slots.len().is_power_of_two());
+        (self.first as usize + i) & (self.slots.len() - 1)
     }
 
     /// Where the `i`th message lies (`None`: past the last), for
@@ -232,8 +230,8 @@ impl OutQueue {
         self.slots[at].fill(msg_id, head, body, awaited);
     }
 
-    /// Double the ring (at least four slots), its messages moved to the
-    /// front in order.
+    /// Double the ring (at least four slots: its size stays a power of
+    /// two), its messages moved to the front in order.
     #[cold]
     fn grow(&mut self) {
         self.slots.rotate_left(self.first as usize);
@@ -331,8 +329,10 @@ impl Connection {
                 }
                 self.syn_ack_due = false;
                 self.syn_attempts += 1;
-                self.timers[Timer::Rto as usize] =
-                    Some(now + self.rtt.rto_backed_off(self.backoff));
+                self.timers.set(
+                    Timer::Rto,
+                    Some(now + self.rtt.rto_backed_off(self.backoff)),
+                );
                 return self.emit_control(now, buf, FrameType::Syn, 0);
             }
             State::SynReceived => {
@@ -411,7 +411,7 @@ impl Connection {
             }
             self.probe_credit = false;
             self.lost_queue.pop_front();
-            self.timers[Timer::Tail as usize] = self.next_probe(now);
+            self.timers.set(Timer::Tail, self.next_probe(now));
             let f = &mut self.inflight[idx as usize];
             f.lost = false;
             f.retransmitted = true;
@@ -473,10 +473,13 @@ impl Connection {
             retransmitted: false,
         });
         self.stats.data_frames_sent += 1;
-        self.timers[Timer::Tail as usize] = Some(now.add_nanos(self.probe_timeout_nanos()));
-        if self.timers[Timer::Rto as usize].is_none() {
-            self.timers[Timer::Rto as usize] =
-                Some(now.add_nanos(self.rtt.rto_backed_off_nanos(self.backoff)));
+        self.timers
+            .set(Timer::Tail, Some(now.add_nanos(self.probe_timeout_nanos())));
+        if self.timers.get(Timer::Rto).is_none() {
+            self.timers.set(
+                Timer::Rto,
+                Some(now.add_nanos(self.rtt.rto_backed_off_nanos(self.backoff))),
+            );
         }
         // Ask for an immediate ACK when this is the last frame we may send
         // for now although more is queued: we would otherwise wait for the
@@ -750,7 +753,8 @@ impl Connection {
             self.grow_or_cut(now, newly_acked);
         }
         if self.window_blocked() {
-            self.timers[Timer::Probe as usize] = Some(now + self.probe_interval());
+            self.timers
+                .set(Timer::Probe, Some(now + self.probe_interval()));
         }
     }
 
@@ -778,7 +782,8 @@ impl Connection {
             // Not reached (a frame is in flight below `snd_nxt`); as the
             // general path would.
             if self.window_blocked() {
-                self.timers[Timer::Probe as usize] = Some(now + self.probe_interval());
+                self.timers
+                    .set(Timer::Probe, Some(now + self.probe_interval()));
             }
             return;
         };
@@ -801,7 +806,8 @@ impl Connection {
         self.restart_ack_timers(now);
         self.grow_or_cut(now, 1);
         if self.window_blocked() {
-            self.timers[Timer::Probe as usize] = Some(now + self.probe_interval());
+            self.timers
+                .set(Timer::Probe, Some(now + self.probe_interval()));
         }
     }
 
@@ -898,10 +904,7 @@ impl Connection {
     #[inline(always)]
     fn restart_ack_timers(&mut self, now: Instant) {
         self.backoff = 0;
-        (
-            self.timers[Timer::Rto as usize],
-            self.timers[Timer::Tail as usize],
-        ) = if self.inflight.is_empty() {
+        let (rto, tail) = if self.inflight.is_empty() {
             (None, None)
         } else {
             (
@@ -909,6 +912,8 @@ impl Connection {
                 Some(now.add_nanos(self.probe_timeout_nanos())),
             )
         };
+        self.timers.set(Timer::Rto, rto);
+        self.timers.set(Timer::Tail, tail);
     }
 
     /// The congestion window's answer to `acked` newly acknowledged frames

@@ -32,6 +32,38 @@ pub(super) enum Timer {
 
 pub(super) const TIMER_COUNT: usize = 6;
 
+/// A timer not armed: the end of time. A deadline that saturates there
+/// (an infinite timeout) never fires either way.
+const UNARMED: u64 = u64::MAX;
+
+/// The deadlines in nanoseconds, [`UNARMED`] for a timer not armed: the
+/// next one is a plain minimum of integers (the endpoint asks after every
+/// change), not a minimum over options, and arming one is one store.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Timers([u64; TIMER_COUNT]);
+
+impl Timers {
+    pub(super) const NONE: Timers = Timers([UNARMED; TIMER_COUNT]);
+
+    #[inline(always)]
+    pub(super) fn get(&self, t: Timer) -> Option<Instant> {
+        let n = self.0[t as usize];
+        (n != UNARMED).then(|| Instant::from_nanos(n))
+    }
+
+    #[inline(always)]
+    pub(super) fn set(&mut self, t: Timer, at: Option<Instant>) {
+        self.0[t as usize] = at.map_or(UNARMED, Instant::as_nanos);
+    }
+
+    /// The earliest deadline armed.
+    #[inline(always)]
+    pub(super) fn next(&self) -> Option<Instant> {
+        let t = self.0.iter().fold(UNARMED, |a, &b| a.min(b));
+        (t != UNARMED).then(|| Instant::from_nanos(t))
+    }
+}
+
 impl Connection {
     pub(super) fn on_timer(&mut self, now: Instant, t: Timer) {
         match t {
@@ -45,11 +77,11 @@ impl Connection {
                 }
                 State::SynReceived => {
                     self.state = State::Closed;
-                    self.timers = [None; TIMER_COUNT];
+                    self.timers = Timers::NONE;
                 }
                 State::Established | State::Closing if now < self.idle_deadline() => {
                     // Heard from the peer since the deadline was set.
-                    self.timers[Timer::Idle as usize] = Some(self.idle_deadline());
+                    self.timers.set(Timer::Idle, Some(self.idle_deadline()));
                 }
                 _ => self.fail(ConnectionError::IdleTimeout(self.cfg.idle_timeout)),
             },
@@ -96,8 +128,10 @@ impl Connection {
                         self.lost_queue.push_back(self.snd_una.add(i as u32));
                     }
                 }
-                self.timers[Timer::Rto as usize] =
-                    Some(now + self.rtt.rto_backed_off(self.backoff));
+                self.timers.set(
+                    Timer::Rto,
+                    Some(now + self.rtt.rto_backed_off(self.backoff)),
+                );
             }
             Timer::Ack => {
                 if self.ack_pending > 0 {
@@ -109,11 +143,12 @@ impl Connection {
                     let due = self.last_rx + self.probe_interval();
                     if now < due {
                         // Heard from the peer since the deadline was set.
-                        self.timers[Timer::Probe as usize] = Some(due);
+                        self.timers.set(Timer::Probe, Some(due));
                         return;
                     }
                     self.probe_due = true;
-                    self.timers[Timer::Probe as usize] = Some(now + self.probe_interval());
+                    self.timers
+                        .set(Timer::Probe, Some(now + self.probe_interval()));
                 }
             }
             Timer::Tail => self.tail_probe(),
@@ -126,9 +161,11 @@ impl Connection {
     }
 
     pub(super) fn rearm_idle(&mut self, now: Instant) {
-        self.timers[Timer::Idle as usize] = Some(now + self.cfg.idle_timeout);
-        if self.timers[Timer::Probe as usize].is_some() {
-            self.timers[Timer::Probe as usize] = Some(now + self.probe_interval());
+        self.timers
+            .set(Timer::Idle, Some(now + self.cfg.idle_timeout));
+        if self.timers.get(Timer::Probe).is_some() {
+            self.timers
+                .set(Timer::Probe, Some(now + self.probe_interval()));
         }
     }
 
@@ -213,7 +250,7 @@ mod tests {
     use crate::wire::FrameType;
 
     fn rto_deadline(c: &Connection) -> Instant {
-        c.timers[Timer::Rto as usize].expect("a retransmission timer")
+        c.timers.get(Timer::Rto).expect("a retransmission timer")
     }
 
     #[test]
@@ -264,9 +301,9 @@ mod tests {
         for f in transmit_all(&mut p.a, p.now) {
             deliver(&mut p.b, p.now, &f);
         }
-        assert!(p.a.timers[Timer::Rto as usize].is_some());
+        assert!(p.a.timers.get(Timer::Rto).is_some());
         p.settle();
-        assert_eq!(p.a.timers[Timer::Rto as usize], None);
+        assert_eq!(p.a.timers.get(Timer::Rto), None);
         assert_eq!(p.a.stats().timeouts, 0);
         assert_eq!(messages(&mut p.b).len(), 1);
     }
@@ -326,7 +363,7 @@ mod tests {
             transmit_all(&mut p.b, p.now).is_empty(),
             "acknowledged at once"
         );
-        let due = p.b.timers[Timer::Ack as usize].expect("a delayed ACK");
+        let due = p.b.timers.get(Timer::Ack).expect("a delayed ACK");
         assert_eq!(due - p.now, Config::default().ack_soon_delay);
         p.advance_to(due);
         let acks = transmit_all(&mut p.b, p.now);
@@ -363,7 +400,7 @@ mod tests {
         assert_eq!(req.len(), 1);
         assert!(!header(&req[0]).has(crate::wire::transport::flags::ACK_SOON));
         deliver(&mut p.b, p.now, &req[0]);
-        let due = p.b.timers[Timer::Ack as usize].expect("a delayed ACK");
+        let due = p.b.timers.get(Timer::Ack).expect("a delayed ACK");
         assert_eq!(due - p.now, Config::default().ack_delay);
         // B's application answers 100 µs later (it waited for a core):
         // long past ACK_SOON's 10 µs, within the announced delay.
@@ -388,7 +425,7 @@ mod tests {
         let f = transmit_all(&mut p.a, p.now);
         assert!(header(&f[0]).has(crate::wire::transport::flags::ACK_SOON));
         deliver(&mut p.b, p.now, &f[0]);
-        let due = p.b.timers[Timer::Ack as usize].expect("a delayed ACK");
+        let due = p.b.timers.get(Timer::Ack).expect("a delayed ACK");
         assert_eq!(due - p.now, Config::default().ack_soon_delay);
         p.advance_to(due);
         let acks = transmit_all(&mut p.b, p.now);
@@ -405,7 +442,7 @@ mod tests {
         p.a.send(pattern(100, 1).into()).unwrap();
         let f = transmit_all(&mut p.a, p.now);
         assert!(header(&f[0]).has(crate::wire::transport::flags::ACK_SOON));
-        let probe_after = p.a.timers[Timer::Tail as usize].unwrap() - p.now;
+        let probe_after = p.a.timers.get(Timer::Tail).unwrap() - p.now;
         assert!(probe_after < Config::default().ack_delay, "{probe_after:?}");
     }
 
@@ -414,11 +451,11 @@ mod tests {
         let mut p = Pair::with(no_acked_events(), no_acked_events());
         p.a.send(pattern(100, 1).into()).unwrap();
         let f = transmit_all(&mut p.a, p.now);
-        let probe_after = p.a.timers[Timer::Tail as usize].unwrap() - p.now;
+        let probe_after = p.a.timers.get(Timer::Tail).unwrap() - p.now;
         assert!(probe_after > Config::default().ack_delay, "{probe_after:?}");
         // B acknowledges when its timer fires: before A probes.
         deliver(&mut p.b, p.now, &f[0]);
-        let due = p.b.timers[Timer::Ack as usize].unwrap();
+        let due = p.b.timers.get(Timer::Ack).unwrap();
         p.advance_to(due);
         for ack in transmit_all(&mut p.b, p.now) {
             deliver(&mut p.a, p.now, &ack);
