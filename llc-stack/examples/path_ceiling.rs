@@ -5,7 +5,7 @@
 //! cluster bed (veth pairs to one bridge, as `mpirun` runs on) itself.
 //!
 //! ```text
-//! cargo run --release -p llc-stack --example path_ceiling -- [--mtu 9000,65000] [--rounds 3] [--backend packet]
+//! cargo run --release -p llc-stack --example path_ceiling -- [--mtu 9000,65000] [--rounds 3] [--backend packet] [--patterns stream,reqreply]
 //! ```
 //!
 //! The LLC side is raw frames with no protocol at all: the transport's
@@ -31,6 +31,17 @@
 //!
 //! A goal "LLC at least x times TCP" on this path is out of reach for any
 //! LLC transport when the raw frames' ratio is below x.
+//!
+//! `--patterns reqreply` measures issue 21's pattern the same way: 8-byte
+//! requests from 1 or more clients (a host each) to one server, which
+//! answers each with a reply of `--reply` bytes (raw frames of the
+//! transport's size, or one TCP write); the mean round trip per client.
+//! Every thread yields the core when a poll found nothing, as BMI's test
+//! calls do, and none is pinned (the benchmark's processes are not):
+//!
+//! ```text
+//! path_ceiling --patterns reqreply --mtu 9000,65000 --clients 1,2 --reply 10000,100000 --rounds 3
+//! ```
 
 #[path = "support/pin.rs"]
 mod pin;
@@ -41,6 +52,7 @@ mod veth_link;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant as StdInstant};
 
@@ -64,6 +76,12 @@ struct Args {
     backend: String,
     pingpongs: usize,
     bidir_mib: usize,
+    /// `stream` (1 MiB ping-pong and both ways), `reqreply` (issue 21's
+    /// 8-byte requests and their replies).
+    patterns: Vec<String>,
+    clients: Vec<usize>,
+    replies: Vec<usize>,
+    requests: usize,
 }
 
 fn parse_args() -> Args {
@@ -73,6 +91,10 @@ fn parse_args() -> Args {
         backend: "packet".into(),
         pingpongs: 300,
         bidir_mib: 1024,
+        patterns: vec!["stream".into()],
+        clients: vec![1, 2],
+        replies: vec![10_000, 100_000],
+        requests: 2000,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -83,8 +105,13 @@ fn parse_args() -> Args {
             "--backend" => a.backend = val,
             "--pingpongs" => a.pingpongs = val.parse().expect("--pingpongs N"),
             "--bidir-mib" => a.bidir_mib = val.parse().expect("--bidir-mib N"),
+            "--patterns" => a.patterns = veth_link::list(&val, |v| v.to_string()),
+            "--clients" => a.clients = veth_link::list(&val, |v| v.parse().expect("--clients")),
+            "--reply" => a.replies = veth_link::list(&val, |v| v.parse().expect("--reply")),
+            "--requests" => a.requests = val.parse().expect("--requests N"),
             other => panic!(
-                "unknown argument {other} (--mtu, --rounds, --backend, --pingpongs, --bidir-mib)"
+                "unknown argument {other} (--mtu, --rounds, --backend, --pingpongs, --bidir-mib, \
+                 --patterns stream,reqreply, --clients, --reply, --requests)"
             ),
         }
     }
@@ -215,6 +242,77 @@ impl RawEnd {
         got
     }
 
+    /// Send one frame of `len` payload bytes to `dst`, cut from the
+    /// message (with its CRC32C at `copy+crc`); false when the device is
+    /// full.
+    fn send_to(&mut self, dst: MacAddr, len: usize) -> bool {
+        let now = Instant::now();
+        let Some(tok) = self.dev.transmit(now) else {
+            return false;
+        };
+        if self.out_at + len > MSG {
+            self.out_at = 0;
+        }
+        let data = &self.out[self.out_at..self.out_at + len];
+        self.out_at += len;
+        let addr = Addresses { dst, ..self.addr };
+        let crc = self.crc;
+        tok.consume(|buf| {
+            if crc {
+                let header = TransportHeader::default();
+                return wire::emit_transport_gather(
+                    buf,
+                    &addr,
+                    &header,
+                    &[],
+                    [data, &[]],
+                    Trailer::None,
+                )
+                .expect("frame fits");
+            }
+            ethernet::emit_header(
+                buf,
+                addr.dst,
+                addr.src,
+                llc::HEADER_LEN + transport::HEADER_LEN + len,
+            );
+            let at = ethernet::HEADER_LEN;
+            buf[at..at + 3].copy_from_slice(&[addr.dsap, addr.ssap, llc::CONTROL_UI]);
+            HEAD + len
+        });
+        true
+    }
+
+    /// Take one frame, if one arrived: its sender and payload length (at
+    /// `copy+crc` checked and copied into the message).
+    fn receive_from(&mut self) -> Option<(MacAddr, usize)> {
+        let tok = self.dev.receive(Instant::now())?;
+        if self.in_at + self.payload > MSG {
+            self.in_at = 0;
+        }
+        let dst = &mut self.inbuf[self.in_at..];
+        let crc = self.crc;
+        let got = tok.consume(|f| {
+            let src = f.get(6..12)?;
+            let src = MacAddr(src.try_into().ok()?);
+            if !crc {
+                return Some((src, f.len().checked_sub(HEAD)?));
+            }
+            match wire::parse(f, Some(llc::DEFAULT_SAP)) {
+                Ok(wire::Frame {
+                    body: Body::Transport(t),
+                    ..
+                }) if t.payload.len() <= dst.len() => {
+                    dst[..t.payload.len()].copy_from_slice(t.payload);
+                    Some((src, t.payload.len()))
+                }
+                _ => None,
+            }
+        })?;
+        self.in_at += got.1;
+        Some(got)
+    }
+
     /// Send a message of `frames` frames, all of them.
     fn send_message(&mut self, frames: usize) {
         let mut left = frames;
@@ -240,7 +338,19 @@ impl RawEnd {
 }
 
 fn open_raw(cluster: &Cluster, i: usize, backend: &str, payload: usize, crc: bool) -> RawEnd {
-    let peer = MacAddr(cluster.hosts()[1 - i].mac);
+    open_raw_to(cluster, i, 1 - i, backend, payload, crc)
+}
+
+/// Host `i`'s raw end, sending to host `peer` by default.
+fn open_raw_to(
+    cluster: &Cluster,
+    i: usize,
+    peer: usize,
+    backend: &str,
+    payload: usize,
+    crc: bool,
+) -> RawEnd {
+    let peer = MacAddr(cluster.hosts()[peer].mac);
     let dev = cluster.hosts()[i]
         .ns
         .run(|| veth_link::open(vm_tests::CLUSTER_IFNAME, backend));
@@ -328,6 +438,192 @@ fn raw_bidir(cluster: &Cluster, backend: &str, mtu: u32, mib: usize, crc: bool) 
         secs = secs.max(s);
     }
     bytes as f64 * 8.0 / secs / 1e9
+}
+
+/// The request of the request/reply pattern: 8 bytes, as a BMI client's
+/// request to its server (issue 21's many-to-one load).
+const REQUEST: usize = 8;
+
+/// Raw frames, request/reply: a server on host 0 answers each 8-byte
+/// request with `reply` bytes in frames of the transport's size; `clients`
+/// clients on hosts 1.. each time `n` round trips. Every thread yields the
+/// core when a poll found nothing, as BMI's test calls do, and none is
+/// pinned (the benchmark's processes are not). The mean round trip in µs
+/// over all clients, or None when frames were lost.
+fn raw_reqreply(
+    cluster: &Cluster,
+    backend: &str,
+    mtu: u32,
+    clients: usize,
+    reply: usize,
+    n: usize,
+    crc: bool,
+) -> Option<f64> {
+    let payload = transport::max_payload(mtu as usize, 0);
+    let mut server = open_raw_to(cluster, 0, 1, backend, payload, crc);
+    let ends: Vec<_> = (1..=clients)
+        .map(|i| open_raw_to(cluster, i, 0, backend, payload, crc))
+        .collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let go = Arc::new(Barrier::new(clients + 1));
+    let srv = {
+        let (stop, go) = (stop.clone(), go.clone());
+        std::thread::spawn(move || {
+            go.wait();
+            while !stop.load(Ordering::Relaxed) {
+                match server.receive_from() {
+                    Some((src, REQUEST)) => {
+                        let mut left = reply;
+                        while left > 0 {
+                            let len = left.min(payload);
+                            while !server.send_to(src, len) {
+                                server.dev.flush(Instant::now()).expect("flush");
+                            }
+                            left -= len;
+                        }
+                        server.dev.flush(Instant::now()).expect("flush");
+                    }
+                    Some(_) => {}
+                    None => std::thread::yield_now(),
+                }
+            }
+        })
+    };
+    let threads: Vec<_> = ends
+        .into_iter()
+        .map(|mut c| {
+            let go = go.clone();
+            std::thread::spawn(move || {
+                go.wait();
+                let to = c.addr.dst;
+                let mut start = StdInstant::now();
+                for i in 0..n + 1 {
+                    if i == 1 {
+                        start = StdInstant::now();
+                    }
+                    while !c.send_to(to, REQUEST) {
+                        c.dev.flush(Instant::now()).expect("flush");
+                    }
+                    c.dev.flush(Instant::now()).expect("flush");
+                    let (mut got, mut last) = (0, StdInstant::now());
+                    while got < reply {
+                        match c.receive_from() {
+                            Some((_, len)) => {
+                                got += len;
+                                last = StdInstant::now();
+                            }
+                            None if last.elapsed() > LOST_AFTER => return None,
+                            None => std::thread::yield_now(),
+                        }
+                    }
+                }
+                Some(start.elapsed().as_secs_f64() / n as f64)
+            })
+        })
+        .collect();
+    let rts: Vec<Option<f64>> = threads
+        .into_iter()
+        .map(|t| t.join().expect("client thread"))
+        .collect();
+    stop.store(true, Ordering::Relaxed);
+    srv.join().expect("server thread");
+    let rts: Option<Vec<f64>> = rts.into_iter().collect();
+    rts.map(|v| v.iter().sum::<f64>() / v.len() as f64 * 1e6)
+}
+
+/// TCP, request/reply as [`raw_reqreply`]: one connection per client to
+/// the server on host 0, set up as `tcp_pair`'s; the mean round trip in µs.
+fn tcp_reqreply(cluster: &Cluster, clients: usize, reply: usize, n: usize) -> f64 {
+    let h0 = &cluster.hosts()[0];
+    let listener = h0
+        .ns
+        .run(|| TcpListener::bind(SocketAddr::from((Ipv4Addr::UNSPECIFIED, PORT))))
+        .expect("listen");
+    let to = SocketAddr::from((h0.ipv4, PORT));
+    let conns: Vec<TcpStream> = (1..=clients)
+        .map(|i| {
+            let s = cluster.hosts()[i]
+                .ns
+                .run(|| TcpStream::connect_timeout(&to, Duration::from_secs(5)))
+                .expect("connect");
+            tuned(s)
+        })
+        .collect();
+    let served: Vec<TcpStream> = (0..clients)
+        .map(|_| tuned(listener.accept().expect("accept").0))
+        .collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let go = Arc::new(Barrier::new(clients + 1));
+    let srv = {
+        let (stop, go) = (stop.clone(), go.clone());
+        std::thread::spawn(move || {
+            let mut served = served;
+            let answer = vec![0x5Au8; reply];
+            let mut have = vec![0usize; served.len()];
+            let mut req = [0u8; REQUEST];
+            go.wait();
+            while !stop.load(Ordering::Relaxed) {
+                let mut busy = false;
+                for (s, have) in served.iter_mut().zip(&mut have) {
+                    if *have == usize::MAX {
+                        continue;
+                    }
+                    match s.read(&mut req[..REQUEST - *have]) {
+                        // This client is done.
+                        Ok(0) => *have = usize::MAX,
+                        Ok(k) => {
+                            busy = true;
+                            *have += k;
+                            if *have == REQUEST {
+                                *have = 0;
+                                write_all_spin(s, &answer);
+                            }
+                        }
+                        Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                        Err(e) if e.kind() == ErrorKind::ConnectionReset => *have = usize::MAX,
+                        Err(e) => panic!("TCP read: {e}"),
+                    }
+                }
+                if !busy {
+                    std::thread::yield_now();
+                }
+            }
+        })
+    };
+    let threads: Vec<_> = conns
+        .into_iter()
+        .map(|mut s| {
+            let go = go.clone();
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; reply];
+                go.wait();
+                let mut start = StdInstant::now();
+                for i in 0..n + 1 {
+                    if i == 1 {
+                        start = StdInstant::now();
+                    }
+                    write_all_spin(&mut s, &[7u8; REQUEST]);
+                    let mut at = 0;
+                    while at < reply {
+                        match s.read(&mut buf[at..]) {
+                            Ok(0) => panic!("TCP server closed"),
+                            Ok(k) => at += k,
+                            Err(e) if e.kind() == ErrorKind::WouldBlock => std::thread::yield_now(),
+                            Err(e) => panic!("TCP read: {e}"),
+                        }
+                    }
+                }
+                start.elapsed().as_secs_f64() / n as f64
+            })
+        })
+        .collect();
+    let rts: Vec<f64> = threads
+        .into_iter()
+        .map(|t| t.join().expect("client thread"))
+        .collect();
+    stop.store(true, Ordering::Relaxed);
+    srv.join().expect("server thread");
+    rts.iter().sum::<f64>() / rts.len() as f64 * 1e6
 }
 
 fn gbit(bytes: usize, secs: f64) -> f64 {
@@ -458,6 +754,22 @@ fn main() {
         std::process::exit(2);
     }
     let args = parse_args();
+    for p in &args.patterns {
+        assert!(
+            p == "stream" || p == "reqreply",
+            "unknown pattern {p} (stream, reqreply)"
+        );
+    }
+    if args.patterns.iter().any(|p| p == "stream") {
+        stream_patterns(&args);
+    }
+    if args.patterns.iter().any(|p| p == "reqreply") {
+        reqreply_pattern(&args);
+    }
+}
+
+/// 1 MiB ping-pong and both ways at once, per MTU.
+fn stream_patterns(args: &Args) {
     println!(
         "the cluster bed's path (2 hosts on a bridge): raw LLC frames ({}, no protocol) against TCP, medians of {} alternating rounds",
         args.backend, args.rounds
@@ -493,6 +805,57 @@ fn main() {
                 ratio(raw),
                 ratio(crc)
             );
+        }
+    }
+}
+
+/// Issue 21's request/reply, per MTU, client count and reply size.
+fn reqreply_pattern(args: &Args) {
+    let most = args.clients.iter().copied().max().unwrap_or(1);
+    println!();
+    println!(
+        "request/reply: 8-byte requests from each client (own host), replies from one server; raw LLC frames ({}) against TCP, mean round trip, medians of {} alternating rounds of {} requests per client",
+        args.backend, args.rounds, args.requests
+    );
+    println!();
+    println!("| MTU | clients | reply B | raw frames µs | raw frames, copy+crc µs | TCP µs | raw / TCP | copy+crc / TCP | lost rounds |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for &mtu in &args.mtus {
+        let cluster = Cluster::new(1 + most, mtu).expect("cluster bed");
+        for &clients in &args.clients {
+            for &reply in &args.replies {
+                let mut v = [vec![], vec![], vec![]];
+                let mut lost = 0;
+                for _ in 0..args.rounds {
+                    for (k, crc) in [(0, false), (1, true)] {
+                        let got = raw_reqreply(
+                            &cluster,
+                            &args.backend,
+                            mtu,
+                            clients,
+                            reply,
+                            args.requests,
+                            crc,
+                        );
+                        match got {
+                            Some(us) => v[k].push(us),
+                            None => lost += 1,
+                        }
+                    }
+                    v[2].push(tcp_reqreply(&cluster, clients, reply, args.requests));
+                }
+                let [raw, crc, tcp] = v.map(|v| (!v.is_empty()).then(|| median(v)));
+                let tcp = tcp.expect("TCP rounds");
+                let show = |x: Option<f64>| x.map_or("lost".into(), |x| format!("{x:.1}"));
+                let ratio = |x: Option<f64>| x.map_or("-".into(), |x| format!("{:.2}x", x / tcp));
+                println!(
+                    "| {mtu} | {clients} | {reply} | {} | {} | {tcp:.1} | {} | {} | {lost} |",
+                    show(raw),
+                    show(crc),
+                    ratio(raw),
+                    ratio(crc)
+                );
+            }
         }
     }
 }
