@@ -356,3 +356,41 @@ fn one_socket_per_rx_queue() {
         assert_eq!(rx0.program().unwrap().counters().no_socket, want as u64);
     });
 }
+
+/// `auto` takes AF_PACKET where a frame would span more than
+/// `AUTO_GENERIC_MAX_CHUNKS` UMEM chunks in generic XDP (MTU 65000 on veth),
+/// and says why; at MTU 9000 it still takes AF_XDP, and asking for AF_XDP
+/// still gets it at 65000.
+#[test]
+fn auto_takes_af_packet_for_jumbo_frames_in_generic_mode() {
+    use llc_stack::link::any::{self, Backend, AUTO_GENERIC_MAX_CHUNKS};
+    vm_tests::require_root!();
+    assert!(llc_stack::link::afxdp::chunks_per_frame(9000) <= AUTO_GENERIC_MAX_CHUNKS);
+    assert!(llc_stack::link::afxdp::chunks_per_frame(65000) > AUTO_GENERIC_MAX_CHUNKS);
+    let open = |hosts: &TwoHosts, backend: Backend| {
+        let ifname = hosts.a.ifname.clone();
+        hosts.a.ns.run(move || {
+            let (dev, notes) = any::open(
+                &ifname,
+                backend,
+                AfPacketConfig::default(),
+                AfXdpConfig::default(),
+            )
+            .expect("open");
+            (dev.capabilities().backend.clone(), notes)
+        })
+    };
+    let jumbo = TwoHosts::new(65000).unwrap();
+    let (backend, notes) = open(&jumbo, Backend::Auto);
+    assert!(backend.starts_with("af_packet"), "{backend}");
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("65000") && n.contains("chunks")),
+        "{notes:?}"
+    );
+    let (backend, _) = open(&jumbo, Backend::Xdp);
+    assert!(backend.starts_with("af_xdp"), "{backend}");
+    let (backend, notes) = open(&TwoHosts::new(9000).unwrap(), Backend::Auto);
+    assert!(backend.starts_with("af_xdp"), "{backend} {notes:?}");
+}

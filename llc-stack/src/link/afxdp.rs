@@ -357,6 +357,31 @@ pub fn needs_multi_buffer(mtu: usize) -> bool {
     mtu + HEADER_LEN > CHUNK_SIZE - RX_HEADROOM
 }
 
+/// UMEM chunks one received frame of `mtu` spans (the first holds the
+/// headroom too).
+pub fn chunks_per_frame(mtu: usize) -> usize {
+    (mtu + HEADER_LEN + RX_HEADROOM).div_ceil(CHUNK_SIZE)
+}
+
+/// Whether `AfXdp::open(ifname, config)` would attach generic (skb-mode)
+/// XDP: asked for, or `auto` on a veth (see [`AfXdp::open`]). `None` when
+/// only opening can tell (a NIC's driver may or may not have native XDP).
+pub fn takes_generic(ifname: &str, config: &AfXdpConfig) -> Option<bool> {
+    match config.attach {
+        AttachMode::Generic => Some(true),
+        AttachMode::Native => Some(false),
+        AttachMode::Auto => (interfaces::driver(ifname).as_deref() == Some("veth")).then_some(true),
+    }
+}
+
+impl AfXdp {
+    /// The XDP program runs in generic (skb) mode, where the kernel copies
+    /// every frame into the UMEM.
+    pub fn generic(&self) -> bool {
+        self.backend.ends_with("/generic")
+    }
+}
+
 impl AfXdp {
     /// Open AF_XDP sockets on interface `ifname` of the calling thread's
     /// network namespace, with our XDP program attached.
