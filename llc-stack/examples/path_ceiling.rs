@@ -159,84 +159,26 @@ impl RawEnd {
     /// Write up to `n` frames (fewer when the device is full); returns how
     /// many.
     fn send(&mut self, n: usize) -> usize {
-        let now = Instant::now();
         let mut sent = 0;
-        while sent < n {
-            let Some(tok) = self.dev.transmit(now) else {
-                break;
-            };
-            let (addr, payload) = (&self.addr, self.payload);
-            if self.out_at + payload > MSG {
-                self.out_at = 0;
-            }
-            let data = &self.out[self.out_at..self.out_at + payload];
-            self.out_at += payload;
-            let crc = self.crc;
-            tok.consume(|buf| {
-                if crc {
-                    let header = TransportHeader::default();
-                    return wire::emit_transport_gather(
-                        buf,
-                        addr,
-                        &header,
-                        &[],
-                        [data, &[]],
-                        Trailer::None,
-                    )
-                    .expect("frame fits");
-                }
-                ethernet::emit_header(
-                    buf,
-                    addr.dst,
-                    addr.src,
-                    llc::HEADER_LEN + transport::HEADER_LEN + payload,
-                );
-                let at = ethernet::HEADER_LEN;
-                buf[at..at + 3].copy_from_slice(&[addr.dsap, addr.ssap, llc::CONTROL_UI]);
-                HEAD + payload
-            });
+        while sent < n && self.send_to(self.addr.dst, self.payload) {
             sent += 1;
             if sent % self.burst == 0 {
-                self.dev.flush(now).expect("flush");
+                self.dev.flush(Instant::now()).expect("flush");
             }
         }
-        self.dev.flush(now).expect("flush");
+        self.dev.flush(Instant::now()).expect("flush");
         sent
     }
 
     /// Take what arrived (up to `max` frames); returns the frames of our
     /// size.
     fn receive(&mut self, max: usize) -> usize {
-        let now = Instant::now();
         let mut got = 0;
         while got < max {
-            let Some(tok) = self.dev.receive(now) else {
-                break;
-            };
-            let want = HEAD + self.payload;
-            if self.in_at + self.payload > MSG {
-                self.in_at = 0;
-            }
-            let dst = &mut self.inbuf[self.in_at..self.in_at + self.payload];
-            let crc = self.crc;
-            let ok = tok.consume(|f| {
-                if !crc {
-                    return f.len() >= want;
-                }
-                match wire::parse(f, Some(llc::DEFAULT_SAP)) {
-                    Ok(wire::Frame {
-                        body: Body::Transport(t),
-                        ..
-                    }) if t.payload.len() == dst.len() => {
-                        dst.copy_from_slice(t.payload);
-                        true
-                    }
-                    _ => false,
-                }
-            });
-            if ok {
-                self.in_at += self.payload;
-                got += 1;
+            match self.receive_from() {
+                Some((_, len)) if len >= self.payload => got += 1,
+                Some(_) => {}
+                None => break,
             }
         }
         got
