@@ -199,6 +199,11 @@ typedef struct LlcShimStats {
    */
   uint64_t frames_dropped;
   /**
+   * Frames the kernel dropped before the endpoint saw them (a full RX
+   * ring or AF_XDP fill ring): each one costs its sender a repair.
+   */
+  uint64_t device_drops;
+  /**
    * Of `sent`, messages whose body was lent (`llc_shim_send_lent`): sent
    * from the caller's memory without a copy.
    */

@@ -99,6 +99,9 @@ pub struct LlcShimStats {
     pub timeouts: u64,
     /// Frames the LLC endpoint dropped (malformed, beyond the window, ...).
     pub frames_dropped: u64,
+    /// Frames the kernel dropped before the endpoint saw them (a full RX
+    /// ring or AF_XDP fill ring): each one costs its sender a repair.
+    pub device_drops: u64,
     /// Of `sent`, messages whose body was lent (`llc_shim_send_lent`): sent
     /// from the caller's memory without a copy.
     pub sent_lent: u64,
@@ -826,6 +829,7 @@ pub unsafe extern "C" fn llc_shim_stats(
     st.bundled = es.bundled;
     if let Some(t) = s.ep.with_transport(|t| t.as_llc().map(|l| l.totals())) {
         st.frames_dropped = t.frames_dropped;
+        st.device_drops = t.device_drops;
         st.retransmits = t.retransmits;
         st.timeouts = t.timeouts;
     }

@@ -109,6 +109,10 @@ pub struct LlcTotals {
     pub retransmits: u64,
     /// Of those, after a retransmission timeout.
     pub timeouts: u64,
+    /// Frames the device or the kernel below it dropped before the
+    /// endpoint saw them (a full RX ring or fill ring; the device's
+    /// `*drops*` counters summed).
+    pub device_drops: u64,
 }
 
 /// The LLC stack over link `D`.
@@ -351,6 +355,14 @@ impl<D: Device> LlcTransport<D> {
             t.retransmits += c.retransmits;
             t.timeouts += c.timeouts;
         }
+        t.device_drops = self
+            .stack
+            .device()
+            .counters()
+            .iter()
+            .filter(|(name, _)| name.contains("drops"))
+            .map(|(_, v)| v)
+            .sum();
         t
     }
 
