@@ -2228,6 +2228,46 @@ mod tests {
         assert!(a.connection(c).unwrap().congestion_window() < window);
     }
 
+    /// A peer busy elsewhere reads the burst and the retransmission that
+    /// our timeout sent in one pass and answers with one acknowledgement:
+    /// it echoes the original's timestamp, so the timeout is found
+    /// spurious and the window given back.
+    #[test]
+    fn a_timeout_is_undone_when_the_peer_reads_original_and_retransmission_together() {
+        use std::time::Duration;
+        let t0 = Instant::ZERO;
+        let (mut a, mut b, c, _) = connected_pair(t0);
+        let frag = a.connection(c).unwrap().fragment_len();
+        let window = a.connection(c).unwrap().congestion_window();
+        let rto = Config::default().initial_rto.max(Config::default().min_rto);
+        let stats = |a: &Endpoint| a.connection_stats(c).unwrap().clone();
+        let t1 = t0 + Duration::from_millis(1);
+        a.send(c, vec![7u8; 16 * frag]).unwrap();
+        let mut queued = Vec::new();
+        while let Some(f) = transmit_at(&mut a, t1) {
+            queued.push(f);
+        }
+        let t2 = t1 + rto * 2;
+        a.handle_timeout(t2);
+        assert_eq!(stats(&a).timeouts, 1);
+        while let Some(f) = transmit_at(&mut a, t2) {
+            queued.push(f);
+        }
+        assert!(stats(&a).retransmits >= 1);
+        // B reads everything that waited for it, then answers once.
+        for f in &queued {
+            b.handle_frame(t2, f);
+        }
+        let acks: Vec<_> = std::iter::from_fn(|| transmit_at(&mut b, t2)).collect();
+        assert!(!acks.is_empty());
+        for f in &acks {
+            a.handle_frame(t2, f);
+        }
+        assert_eq!(stats(&a).spurious_timeouts, 1, "the timeout stood");
+        assert!(a.connection(c).unwrap().congestion_window() >= window);
+        assert!(messages(&mut b) == [vec![7u8; 16 * frag]]);
+    }
+
     #[test]
     fn sequence_numbers_far_outside_the_window_are_dropped_and_counted() {
         let mut a = keyed(PEER, None, 1);

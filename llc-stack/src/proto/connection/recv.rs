@@ -168,9 +168,14 @@ impl Connection {
             // A retransmission of what we have (our ACK was lost): echo its
             // timestamp, so that the ACK it provokes measures this round
             // trip and not the time since the original was sent (RFC 7323
-            // 4.3 updates TS.Recent for such segments too).
+            // 4.3 updates TS.Recent for such segments too). Not while an
+            // ACK of new frames is still to go: that ACK echoes the frame
+            // that advanced the left edge, so that a sender whose timeout
+            // fired while we were busy (original and retransmission read
+            // in one pass) sees the original's timestamp and undoes the
+            // timeout as spurious (Eifel, RFC 3522).
             let ts = h.ts_val.get();
-            if (ts.wrapping_sub(self.ts_recent) as i32) > 0 {
+            if self.ack_pending == 0 && (ts.wrapping_sub(self.ts_recent) as i32) > 0 {
                 self.ts_recent = ts;
                 self.ts_recent_rx = wire_ts(now);
             }
