@@ -794,7 +794,8 @@ static int llc_finalize(struct mca_btl_base_module_t *btl)
         fprintf(stderr,
                 "btl/llc stats: rank %s local %d if %s transport %s: sent %llu msgs %llu B,"
                 " received %llu msgs %llu B, queued %llu, puts %llu, gets %llu,"
-                " peers failed %llu, background rounds %llu, retransmits %llu (timeouts %llu),"
+                " peers failed %llu, background rounds %llu, retransmits %llu (timeouts %llu,"
+                " of them spurious %llu; tail probes %llu; loss episodes %llu),"
                 " frames dropped %llu (by the kernel %llu), lent %llu, bundles %llu (messages %llu)\n",
                 OPAL_NAME_PRINT(OPAL_PROC_MY_NAME), local_rank, ifname, transport_name,
                 (unsigned long long) s.sent, (unsigned long long) s.sent_bytes,
@@ -802,7 +803,9 @@ static int llc_finalize(struct mca_btl_base_module_t *btl)
                 (unsigned long long) s.queued, (unsigned long long) s.puts,
                 (unsigned long long) s.gets, (unsigned long long) s.peers_failed,
                 (unsigned long long) s.background_rounds, (unsigned long long) s.retransmits,
-                (unsigned long long) s.timeouts, (unsigned long long) s.frames_dropped,
+                (unsigned long long) s.timeouts, (unsigned long long) s.spurious_timeouts,
+                (unsigned long long) s.tail_probes, (unsigned long long) s.loss_episodes,
+                (unsigned long long) s.frames_dropped,
                 (unsigned long long) s.device_drops,
                 (unsigned long long) s.sent_lent, (unsigned long long) s.bundles,
                 (unsigned long long) s.bundled);

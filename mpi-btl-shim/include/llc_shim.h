@@ -195,6 +195,18 @@ typedef struct LlcShimStats {
    */
   uint64_t timeouts;
   /**
+   * Timeouts found spurious afterwards (the originals had arrived).
+   */
+  uint64_t spurious_timeouts;
+  /**
+   * Tail-loss probes sent (each one of `retransmits`).
+   */
+  uint64_t tail_probes;
+  /**
+   * Fast recoveries entered on frames found lost.
+   */
+  uint64_t loss_episodes;
+  /**
    * Frames the LLC endpoint dropped (malformed, beyond the window, ...).
    */
   uint64_t frames_dropped;

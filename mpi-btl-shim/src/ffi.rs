@@ -97,6 +97,12 @@ pub struct LlcShimStats {
     pub retransmits: u64,
     /// Of those, after a retransmission timeout.
     pub timeouts: u64,
+    /// Timeouts found spurious afterwards (the originals had arrived).
+    pub spurious_timeouts: u64,
+    /// Tail-loss probes sent (each one of `retransmits`).
+    pub tail_probes: u64,
+    /// Fast recoveries entered on frames found lost.
+    pub loss_episodes: u64,
     /// Frames the LLC endpoint dropped (malformed, beyond the window, ...).
     pub frames_dropped: u64,
     /// Frames the kernel dropped before the endpoint saw them (a full RX
@@ -832,6 +838,9 @@ pub unsafe extern "C" fn llc_shim_stats(
         st.device_drops = t.device_drops;
         st.retransmits = t.retransmits;
         st.timeouts = t.timeouts;
+        st.spurious_timeouts = t.spurious_timeouts;
+        st.tail_probes = t.tail_probes;
+        st.loss_episodes = t.loss_episodes;
     }
     // SAFETY: checked non-null.
     unsafe { *out = st };

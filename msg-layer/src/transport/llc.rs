@@ -109,6 +109,12 @@ pub struct LlcTotals {
     pub retransmits: u64,
     /// Of those, after a retransmission timeout.
     pub timeouts: u64,
+    /// Timeouts found spurious afterwards (the originals had arrived).
+    pub spurious_timeouts: u64,
+    /// Tail-loss probes sent (each one of `retransmits`).
+    pub tail_probes: u64,
+    /// Loss episodes: fast recoveries entered on frames found lost.
+    pub loss_episodes: u64,
     /// Frames the device or the kernel below it dropped before the
     /// endpoint saw them (a full RX ring or fill ring; the device's
     /// `*drops*` counters summed).
@@ -354,6 +360,9 @@ impl<D: Device> LlcTransport<D> {
         for (_, c) in ep.connection_stats_all() {
             t.retransmits += c.retransmits;
             t.timeouts += c.timeouts;
+            t.spurious_timeouts += c.spurious_timeouts;
+            t.tail_probes += c.tail_probes;
+            t.loss_episodes += c.loss_episodes;
         }
         t.device_drops = self
             .stack
