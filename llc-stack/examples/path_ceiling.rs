@@ -685,6 +685,22 @@ fn tcp_bidir(cluster: &Cluster, mib: usize) -> f64 {
     gbit(2 * total, start.elapsed().as_secs_f64())
 }
 
+/// A table's figures from the rounds of raw frames, raw frames with
+/// copy+crc and TCP: their medians and the first two against TCP's.
+fn cells(v: [Vec<f64>; 3]) -> String {
+    let [raw, crc, tcp] = v.map(|v| (!v.is_empty()).then(|| median(v)));
+    let tcp = tcp.expect("TCP rounds");
+    let show = |x: Option<f64>| x.map_or("lost".into(), |x| format!("{x:.1}"));
+    let ratio = |x: Option<f64>| x.map_or("-".into(), |x| format!("{:.2}x", x / tcp));
+    format!(
+        "{} | {} | {tcp:.1} | {} | {}",
+        show(raw),
+        show(crc),
+        ratio(raw),
+        ratio(crc)
+    )
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
@@ -736,17 +752,7 @@ fn stream_patterns(args: &Args) {
             bi[2].push(tcp_bidir(&cluster, args.bidir_mib));
         }
         for (name, v, lost) in [("1 MiB ping-pong", pp, lost), ("both ways at once", bi, 0)] {
-            let [raw, crc, tcp] = v.map(|v| (!v.is_empty()).then(|| median(v)));
-            let tcp = tcp.expect("TCP rounds");
-            let show = |x: Option<f64>| x.map_or("lost".into(), |x| format!("{x:.1}"));
-            let ratio = |x: Option<f64>| x.map_or("-".into(), |x| format!("{:.2}x", x / tcp));
-            println!(
-                "| {mtu} | {name} | {} | {} | {tcp:.1} | {} | {} | {lost} |",
-                show(raw),
-                show(crc),
-                ratio(raw),
-                ratio(crc)
-            );
+            println!("| {mtu} | {name} | {} | {lost} |", cells(v));
         }
     }
 }
@@ -786,17 +792,7 @@ fn reqreply_pattern(args: &Args) {
                     }
                     v[2].push(tcp_reqreply(&cluster, clients, reply, args.requests));
                 }
-                let [raw, crc, tcp] = v.map(|v| (!v.is_empty()).then(|| median(v)));
-                let tcp = tcp.expect("TCP rounds");
-                let show = |x: Option<f64>| x.map_or("lost".into(), |x| format!("{x:.1}"));
-                let ratio = |x: Option<f64>| x.map_or("-".into(), |x| format!("{:.2}x", x / tcp));
-                println!(
-                    "| {mtu} | {clients} | {reply} | {} | {} | {tcp:.1} | {} | {} | {lost} |",
-                    show(raw),
-                    show(crc),
-                    ratio(raw),
-                    ratio(crc)
-                );
+                println!("| {mtu} | {clients} | {reply} | {} | {lost} |", cells(v));
             }
         }
     }
