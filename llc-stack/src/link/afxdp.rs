@@ -370,19 +370,25 @@ pub fn takes_generic(ifname: &str, config: &AfXdpConfig) -> Option<bool> {
     match config.attach {
         AttachMode::Generic => Some(true),
         AttachMode::Native => Some(false),
-        AttachMode::Auto => (interfaces::driver(ifname).as_deref() == Some("veth")).then_some(true),
+        AttachMode::Auto => auto_on_veth(ifname, config).then_some(true),
     }
+}
+
+/// `auto` asked for on a veth, where [`AfXdp::open`] takes generic XDP:
+/// veth's "native" XDP is a software path too, slower for our frames
+/// (docs/BENCHMARKS.md), and while a native program is attached the kernel
+/// takes the veth's segmentation offloads away from all other traffic on it.
+fn auto_on_veth(ifname: &str, config: &AfXdpConfig) -> bool {
+    config.attach == AttachMode::Auto && interfaces::driver(ifname).as_deref() == Some("veth")
 }
 
 impl AfXdp {
     /// The XDP program runs in generic (skb) mode, where the kernel copies
     /// every frame into the UMEM.
     pub fn generic(&self) -> bool {
-        self.backend.ends_with("/generic")
+        self.program.attached() == Attached::Generic
     }
-}
 
-impl AfXdp {
     /// Open AF_XDP sockets on interface `ifname` of the calling thread's
     /// network namespace, with our XDP program attached.
     ///
@@ -399,12 +405,7 @@ impl AfXdp {
         }
         let mtu = interfaces::mtu(ifname)?;
         let mac = interfaces::mac(ifname)?;
-        // On veth, `auto` takes generic XDP: veth's "native" XDP is a
-        // software path too, slower for our frames (docs/BENCHMARKS.md), and
-        // while a native program is attached the kernel takes the veth's
-        // segmentation offloads away from all other traffic on it.
-        let veth = config.attach == AttachMode::Auto
-            && interfaces::driver(ifname).as_deref() == Some("veth");
+        let veth = auto_on_veth(ifname, &config);
         let xcfg = xdp_prog::XdpConfig {
             sap: config.sap,
             mac: Some(mac),
