@@ -41,9 +41,11 @@
 
 #include "llc_shim.h"
 
-/* Whether btl_llc_put is on unless set (see docs/BENCHMARKS.md, "Puts
- * placed by the transport"). */
-#define PUT_DEFAULT false
+/* Whether btl_llc_put is on unless set: on since it saved the receiver's
+ * second copy where both ends send at once (docs/BENCHMARKS.md, "Puts
+ * where both ends send"); neutral one way ("Puts placed by the
+ * transport"). */
+#define PUT_DEFAULT true
 
 /* ----- types ----- */
 

@@ -38,6 +38,10 @@
  *   -V MIB     exchange/alltoall: bytes each rank sends per size, MiB, which
  *              sets the iterations (default 64)
  *   -i ITERS   exchange/alltoall: at most this many iterations (default 2000)
+ *   -g KIB     alltoall: local work between two all-to-alls, a sweep over this
+ *              many KiB of the rank's own memory (default 0: none); the line
+ *              then also prints gap_kib and comm_s (time inside the
+ *              all-to-all), as a computing application's exchanges see it
  *   -n LOG2N   transpose/fft: matrix / transform size 2^n (default 20)
  *   -k LOG2K   radix: keys per rank 2^k (default 20)
  *   -d BITS    radix: bits per digit (default 8)
@@ -274,8 +278,27 @@ static void alltoall_pairwise(const uint8_t *sbuf, uint8_t *rbuf, size_t len)
     }
 }
 
-static void kernel_alltoall(const size_t *sizes, int nsizes, long volume, long max_iters)
+/* Local work between two all-to-alls: a sweep over `kib` KiB of this rank's
+ * own memory (writes then reads), which leaves the caches as a computing
+ * kernel does. */
+static uint64_t sweep(uint64_t *mem, size_t words, long it)
 {
+    for (size_t j = 0; j < words; j++) {
+        mem[j] = mix64((uint64_t) it + j);
+    }
+    uint64_t acc = 0;
+    for (size_t j = 0; j < words; j++) {
+        acc += mem[j];
+    }
+    return acc;
+}
+
+static void kernel_alltoall(const size_t *sizes, int nsizes, long volume, long max_iters,
+                            long gap_kib)
+{
+    const size_t gap_words = (size_t) gap_kib * 1024 / 8;
+    uint64_t *gap = gap_words ? xmalloc(gap_words * 8) : NULL;
+    volatile uint64_t gap_acc = 0;
     size_t largest = 0;
     for (int k = 0; k < nsizes; k++) {
         largest = sizes[k] > largest ? sizes[k] : largest;
@@ -294,10 +317,15 @@ static void kernel_alltoall(const size_t *sizes, int nsizes, long volume, long m
                 fill_msg(sbuf + (size_t) d * len, rank, d, len);
             }
             double start = 0.0;
+            comm_time = 0.0;
             for (long it = 0; it < warmup + iters; it++) {
                 if (it == warmup) {
                     MPI_Barrier(MPI_COMM_WORLD);
                     start = MPI_Wtime();
+                    comm_time = 0.0;
+                }
+                if (gap) {
+                    gap_acc += sweep(gap, gap_words, it);
                 }
                 for (int d = 0; d < nranks; d++) {
                     stamp_msg(sbuf + (size_t) d * len, rank, d, len, it);
@@ -308,12 +336,14 @@ static void kernel_alltoall(const size_t *sizes, int nsizes, long volume, long m
                 if (spoilt) {
                     victim[1] ^= 0x40;
                 }
+                double t0 = MPI_Wtime();
                 if (variant == 0) {
                     alltoall_pairwise(sbuf, rbuf, len);
                 } else {
                     MPI_Alltoall(sbuf, (int) len, MPI_BYTE, rbuf, (int) len, MPI_BYTE,
                                  MPI_COMM_WORLD);
                 }
+                comm_time += MPI_Wtime() - t0;
                 if (spoilt) {
                     victim[1] ^= 0x40;
                 }
@@ -323,16 +353,24 @@ static void kernel_alltoall(const size_t *sizes, int nsizes, long volume, long m
                 }
             }
             double t = slowest(MPI_Wtime() - start) / (double) iters;
+            double c = slowest(comm_time) / (double) iters;
             if (rank == 0) {
-                printf("kernels: alltoall ranks=%d variant=%s bytes=%zu iters=%ld time_s=%.9f "
+                char gap_fields[96] = "";
+                if (gap) {
+                    snprintf(gap_fields, sizeof gap_fields, " gap_kib=%ld comm_s=%.9f", gap_kib,
+                             c);
+                }
+                printf("kernels: alltoall ranks=%d variant=%s bytes=%zu iters=%ld time_s=%.9f%s "
                        "MB_per_s=%.2f check=ok\n",
-                       nranks, name, len, iters, t, (double) (nranks - 1) * (double) len / t / 1e6);
+                       nranks, name, len, iters, t, gap_fields,
+                       (double) (nranks - 1) * (double) len / t / 1e6);
                 fflush(stdout);
             }
         }
     }
     free(sbuf);
     free(rbuf);
+    free(gap);
 }
 
 /* ---- the distributed transpose ------------------------------------------ */
@@ -1112,7 +1150,7 @@ static void usage(void)
 {
     if (rank == 0) {
         fprintf(stderr,
-                "usage: mpirun ... kernels KERNELS [-s SIZES] [-w WINDOW] [-V MIB] [-i ITERS]\n"
+                "usage: mpirun ... kernels KERNELS [-s SIZES] [-w WINDOW] [-V MIB] [-i ITERS] [-g KIB]\n"
                 "         [-n LOG2N] [-k LOG2K] [-d BITS] [-u LOG2U] [-t LOG2T] [-b BATCH]\n"
                 "         [-r REPS]\n"
                 "KERNELS: all, or a comma-separated list of exchange, alltoall, transpose, fft,\n"
@@ -1147,9 +1185,9 @@ int main(int argc, char **argv)
     size_t sizes[MAX_SIZES] = {8, 4096, 65536, 1048576};
     int nsizes = 4, window = 1, log2n = 20, log2k = 20, bits = 8, log2u = 20, log2t = 16;
     int batch = 4, reps = 4;
-    long volume = 64l << 20, max_iters = 2000;
+    long volume = 64l << 20, max_iters = 2000, gap_kib = 0;
     int opt;
-    while ((opt = getopt(argc, argv, "s:w:V:i:n:k:d:u:t:b:r:C")) != -1) {
+    while ((opt = getopt(argc, argv, "s:w:V:i:g:n:k:d:u:t:b:r:C")) != -1) {
         switch (opt) {
         case 's': {
             nsizes = 0;
@@ -1174,6 +1212,9 @@ int main(int argc, char **argv)
             break;
         case 'i':
             max_iters = number(optarg, 5, 100000000);
+            break;
+        case 'g':
+            gap_kib = number(optarg, 0, 1l << 22);
             break;
         case 'n':
             log2n = (int) number(optarg, 2, 28);
@@ -1234,7 +1275,7 @@ int main(int argc, char **argv)
         kernel_exchange(sizes, nsizes, window, volume, max_iters);
     }
     if (run[1]) {
-        kernel_alltoall(sizes, nsizes, volume, max_iters);
+        kernel_alltoall(sizes, nsizes, volume, max_iters, gap_kib);
     }
     if (run[2]) {
         kernel_transpose(log2n, reps);

@@ -248,17 +248,19 @@ fn mpi_check(np: usize, mca: &[(&str, &str)]) -> Run {
     run
 }
 
-/// Large contiguous messages leave from the application's buffers, lent
-/// to the transport (`btl_llc_lend_min`, on by default): data checked.
+/// By default ob1 is offered put alone (`btl_llc_put`): large contiguous
+/// messages move by put, from the sender's buffer placed into the
+/// receiver's, data checked.
 #[test]
 fn mpi_check_2_ranks() {
     require_root!();
     let run = mpi_check(2, &[("btl_llc_backend", "auto")]);
     assert!(
-        stat_sum(&run, " lent ") > 0,
-        "no fragment was lent:\n{}",
+        stat_sum(&run, " puts ") > 0,
+        "no put was used:\n{}",
         run.stderr
     );
+    assert_eq!(stat_sum(&run, " gets "), 0, "{}", run.stderr);
 }
 
 #[test]
@@ -267,13 +269,18 @@ fn mpi_check_4_ranks() {
     mpi_check(4, &[("btl_llc_backend", "auto")]);
 }
 
-/// AF_PACKET, and every fragment packed into a shim buffer (lending off).
+/// AF_PACKET, and every fragment packed into a shim buffer (lending and put
+/// off).
 #[test]
 fn mpi_check_4_ranks_af_packet() {
     require_root!();
     let run = mpi_check(
         4,
-        &[("btl_llc_backend", "packet"), ("btl_llc_lend_min", "0")],
+        &[
+            ("btl_llc_backend", "packet"),
+            ("btl_llc_lend_min", "0"),
+            ("btl_llc_put", "0"),
+        ],
     );
     assert_eq!(stat_sum(&run, " lent "), 0, "lent with lending off");
 }
@@ -297,16 +304,21 @@ fn mpi_check_2_ranks_rdma() {
     assert!(gets > 0, "no get was used:\n{}", run.stderr);
 }
 
-/// With put alone offered to ob1, large messages move by put (from the
-/// sender's buffer, placed into the receiver's), data checked.
+/// With `btl_llc_put=0` ob1 has send/receive alone: large contiguous
+/// messages move in fragments that leave from the application's buffers,
+/// lent to the transport (`btl_llc_lend_min`, on by default), data checked.
 #[test]
-fn mpi_check_2_ranks_put() {
+fn mpi_check_2_ranks_without_put() {
     require_root!();
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let run = run_mpi_check(2, &[("btl_llc_put", "1")], &[], "mpi_check: OK ranks=2");
-    let puts = stat_sum(&run, " puts ");
-    assert!(puts > 0, "no put was used:\n{}", run.stderr);
+    let run = run_mpi_check(2, &[("btl_llc_put", "0")], &[], "mpi_check: OK ranks=2");
+    assert_eq!(stat_sum(&run, " puts "), 0, "{}", run.stderr);
     assert_eq!(stat_sum(&run, " gets "), 0, "{}", run.stderr);
+    assert!(
+        stat_sum(&run, " lent ") > 0,
+        "no fragment was lent:\n{}",
+        run.stderr
+    );
 }
 
 /// `mpirun` on the simulated cluster: `ranks_per_host` ranks on each host,
@@ -1518,7 +1530,7 @@ struct KernelLine {
     /// Slowest rank's seconds per operation.
     time_s: f64,
     /// Of that, the slowest rank's seconds inside MPI's collectives
-    /// (transpose, fft and radix print it).
+    /// (transpose, fft and radix print it; alltoall with `-g`).
     comm_s: Option<f64>,
     /// The kernel's rate figure (`MB_per_s=...`, `gflops=...`), as printed.
     rate: String,
@@ -1528,10 +1540,11 @@ struct KernelLine {
 /// The result lines of `kernels`' `stdout` (not its final `kernels: OK`);
 /// panics on a line without a positive `time_s` or a `check`.
 fn parse_kernels(stdout: &str) -> Vec<KernelLine> {
-    const KEY_FIELDS: [&str; 6] = [
+    const KEY_FIELDS: [&str; 7] = [
         "variant",
         "bytes",
         "window",
+        "gap_kib",
         "n",
         "keys_per_rank",
         "updates_per_rank",
