@@ -751,7 +751,15 @@ static mca_btl_base_registration_handle_t *llc_register_mem(struct mca_btl_base_
 {
     (void) btl;
     (void) ep;
-    (void) flags;
+    /* Offered put alone, nobody reads a region remotely: ob1 asks for that
+     * only to choose its RDMA protocol for a message of at most
+     * btl_min_rdma_pipeline_size, a round trip more than its rendezvous
+     * there for no copy saved (docs/BENCHMARKS.md, "Puts where both ends
+     * send"). Refused, such messages go by send/receive and larger ones by
+     * puts into the receiver's region (registered for remote writes). */
+    if (!params.rdma && (flags & MCA_BTL_REG_FLAG_REMOTE_READ)) {
+        return NULL;
+    }
     mca_btl_base_registration_handle_t *h = malloc(sizeof(*h));
     if (NULL == h) {
         return NULL;
