@@ -372,10 +372,15 @@ fn llc_ping_over_af_xdp_native_on_virtio_net() {
     } else {
         Link::Stream
     };
+    // Each AF_XDP socket registers (and the kernel pins) a UMEM of 32 MiB
+    // with the stack's defaults, one per queue: 64 MiB per guest with 2
+    // queues, more than the default 128 MiB guest can spare beside its
+    // kernel and root file system (the pinger was OOM-killed there).
     let report = run(
         "AF_XDP",
         Cluster::new(image)
             .link(link)
+            .memory_mib(256)
             .guest(Guest::task(pinger).name("pinger"))
             .guest(Guest::service(responder, RESPONDING).name("responder")),
     );
