@@ -100,7 +100,6 @@ static struct {
     int idle_timeout_ms;
     bool rdma;
     bool put;
-    int put_min;
     int lend_min;
     int print_stats;
     int verbose;
@@ -212,10 +211,6 @@ static int llc_register(void)
              " sender's buffer straight into the receiver's, written there by the transport as"
              " frames arrive",
              &params.put, PUT_DEFAULT);
-    reg_int("put_min",
-            "With put offered alone: messages shorter than this many bytes go by send/receive"
-            " (ob1's put protocol costs them a round trip more than the copy it saves)",
-            &params.put_min, 256 * 1024);
     reg_int("lend_min",
             "Send fragments of contiguous data of at least this many bytes straight from the"
             " application's buffer, without packing them, and complete them when the peer"
@@ -754,15 +749,15 @@ static mca_btl_base_registration_handle_t *llc_register_mem(struct mca_btl_base_
                                                             void *base, size_t size,
                                                             uint32_t flags)
 {
-    (void) btl;
     (void) ep;
     /* Offered put alone, ob1 registers a message's buffer for remote reads
-     * only to choose its put protocol for it (nobody reads remotely then):
-     * refused, the message goes by send/receive, which is faster up to
-     * about btl_llc_put_min (docs/BENCHMARKS.md, "Puts where both ends
-     * send"). */
+     * only to send it by its RDMA protocol (a handshake, then one put into
+     * the receiver's buffer; nobody reads remotely). Refused below
+     * btl_min_rdma_pipeline_size, a message goes by ob1's rendezvous,
+     * send/receive, which is faster there (docs/BENCHMARKS.md, "Puts where
+     * both ends send"). */
     if (!params.rdma && (flags & MCA_BTL_REG_FLAG_REMOTE_READ) &&
-        params.put_min > 0 && size < (size_t) params.put_min) {
+        size < btl->btl_min_rdma_pipeline_size) {
         return NULL;
     }
     mca_btl_base_registration_handle_t *h = malloc(sizeof(*h));

@@ -304,6 +304,28 @@ fn mpi_check_2_ranks_rdma() {
     assert!(gets > 0, "no get was used:\n{}", run.stderr);
 }
 
+/// Messages shorter than `btl_llc_min_rdma_pipeline_size` go by
+/// send/receive although put is offered: with the bound above every message
+/// of `mpi_check` (16 MiB at most) no put is used and the large fragments
+/// are lent, data checked.
+#[test]
+fn mpi_check_2_ranks_put_bound_above_every_message() {
+    require_root!();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let run = run_mpi_check(
+        2,
+        &[("btl_llc_min_rdma_pipeline_size", "1073741824")],
+        &[],
+        "mpi_check: OK ranks=2",
+    );
+    assert_eq!(stat_sum(&run, " puts "), 0, "{}", run.stderr);
+    assert!(
+        stat_sum(&run, " lent ") > 0,
+        "no fragment was lent:\n{}",
+        run.stderr
+    );
+}
+
 /// With `btl_llc_put=0` ob1 has send/receive alone: large contiguous
 /// messages move in fragments that leave from the application's buffers,
 /// lent to the transport (`btl_llc_lend_min`, on by default), data checked.
