@@ -8,7 +8,7 @@
 use std::thread;
 use std::time::{Duration, Instant as StdInstant};
 
-use llc_stack::link::afpacket::{AfPacket, AfPacketConfig};
+use llc_stack::link::afpacket::{AfPacket, AfPacketConfig, MIN_RX_RING_FRAMES};
 use llc_stack::link::{Device, LinkError, RxToken, TxToken};
 use llc_stack::Instant;
 use vm_tests::{require_root, run_checked, Host, TwoHosts};
@@ -348,6 +348,42 @@ fn mtu_65000_carries_a_65000_byte_payload() {
         (sb.rx_frames, sb.rx_kernel_drops, sb.rx_truncated),
         (80, 0, 0)
     );
+}
+
+/// Frames that arrive while the RX ring is full are the kernel's drops:
+/// counted by `stats()` and by `Device::kernel_drops`, and every frame sent
+/// is either read or counted.
+#[test]
+fn a_full_rx_ring_counts_the_kernels_drops() {
+    require_root!();
+    let hosts = TwoHosts::new(1500).expect("test hosts");
+    let config = AfPacketConfig {
+        rx_ring_frames: MIN_RX_RING_FRAMES,
+        ..AfPacketConfig::default()
+    };
+    let mut a = open(&hosts.a, AfPacketConfig::default());
+    let mut b = open(&hosts.b, config);
+    const SENT: usize = 16 * MIN_RX_RING_FRAMES;
+    for i in 0..SENT as u32 {
+        let mut f = llc_frame(b.mac(), a.mac(), SAP, &pattern(100, 9));
+        f[17..21].copy_from_slice(&i.to_be_bytes());
+        send(&mut a, &f);
+    }
+    // veth delivers in the sender's system call: all of them are in b's
+    // ring or dropped now. Read what the ring kept.
+    let mut read = 0;
+    while recv_within(&mut b, Duration::from_millis(100)).is_some() {
+        read += 1;
+    }
+    let drops = b.kernel_drops();
+    assert!(read >= MIN_RX_RING_FRAMES, "read {read}");
+    assert!(drops > 0, "no drop counted with {read} of {SENT} read");
+    assert_eq!(
+        read as u64 + drops,
+        SENT as u64,
+        "read {read}, dropped {drops}"
+    );
+    assert_eq!(b.stats().rx_kernel_drops, drops);
 }
 
 /// Environment variable that arms [`permission_probe`].

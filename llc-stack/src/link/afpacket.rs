@@ -739,6 +739,10 @@ impl Device for AfPacket {
             ("tx_errors", s.tx_errors),
         ]
     }
+
+    fn kernel_drops(&self) -> u64 {
+        self.stats().rx_kernel_drops
+    }
 }
 
 #[cfg(test)]

@@ -1103,6 +1103,10 @@ impl Device for AfXdp {
             ("tx_errors", s.tx_errors),
         ]
     }
+
+    fn kernel_drops(&self) -> u64 {
+        self.stats().rx_kernel_drops
+    }
 }
 
 impl Drop for AfXdp {

@@ -276,4 +276,11 @@ impl Device for AnyLink {
             AnyLink::Xdp(d) => d.counters(),
         }
     }
+
+    fn kernel_drops(&self) -> u64 {
+        match self {
+            AnyLink::Packet(d) => d.kernel_drops(),
+            AnyLink::Xdp(d) => d.kernel_drops(),
+        }
+    }
 }

@@ -275,6 +275,10 @@ impl<D: Device> Device for FaultInjector<D> {
     fn counters(&self) -> Vec<(&'static str, u64)> {
         self.inner.counters()
     }
+
+    fn kernel_drops(&self) -> u64 {
+        self.inner.kernel_drops()
+    }
 }
 
 #[cfg(test)]

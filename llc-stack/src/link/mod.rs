@@ -163,6 +163,13 @@ pub trait Device {
     fn counters(&self) -> Vec<(&'static str, u64)> {
         Vec::new()
     }
+
+    /// Frames the kernel dropped before this device could read them (its
+    /// receive ring had no room): the one counter of [`Device::counters`]
+    /// every report above needs by meaning, not by name. None by default.
+    fn kernel_drops(&self) -> u64 {
+        0
+    }
 }
 
 /// Why a link could not be opened or used. Every variant says what to do.

@@ -198,6 +198,10 @@ impl<D: Device, W: Write> Device for PcapWriter<D, W> {
     fn counters(&self) -> Vec<(&'static str, u64)> {
         self.inner.counters()
     }
+
+    fn kernel_drops(&self) -> u64 {
+        self.inner.kernel_drops()
+    }
 }
 
 #[cfg(test)]

@@ -116,8 +116,8 @@ pub struct LlcTotals {
     /// Loss episodes: fast recoveries entered on frames found lost.
     pub loss_episodes: u64,
     /// Frames the device or the kernel below it dropped before the
-    /// endpoint saw them (a full RX ring or fill ring; the device's
-    /// `*drops*` counters summed).
+    /// endpoint saw them (a full RX ring or fill ring:
+    /// `Device::kernel_drops`).
     pub device_drops: u64,
 }
 
@@ -364,14 +364,7 @@ impl<D: Device> LlcTransport<D> {
             t.tail_probes += c.tail_probes;
             t.loss_episodes += c.loss_episodes;
         }
-        t.device_drops = self
-            .stack
-            .device()
-            .counters()
-            .iter()
-            .filter(|(name, _)| name.contains("drops"))
-            .map(|(_, v)| v)
-            .sum();
+        t.device_drops = self.stack.device().kernel_drops();
         t
     }
 
