@@ -198,9 +198,10 @@ static int llc_register(void)
             " period without a call it receives and acknowledges for the rank as frames arrive",
             &params.progress_interval_us, 1000);
     reg_int("coalesce_us",
-            "Small sends that follow another to the same peer before the next progress call"
-            " wait to leave together in one frame: at that call, or after at most about this"
-            " many microseconds (sent by the background thread). 0: every send leaves at once",
+            "Non-zero: small sends that follow another to the same peer before the next"
+            " progress call wait to leave together in one frame, at that call (or, should"
+            " the rank stop calling MPI, at the background thread's next look, every"
+            " progress_interval_us). 0: every send leaves at once",
             &params.coalesce_us, 50);
     reg_int("idle_timeout_ms", "A peer silent this long is declared failed (0: 10 s)",
             &params.idle_timeout_ms, 0);

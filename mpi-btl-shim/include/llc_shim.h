@@ -91,12 +91,15 @@ typedef struct LlcShimConfig {
    */
   uint32_t progress_interval_us;
   /**
-   * Small sends (up to 1 KiB) that follow another to the same peer with
-   * no `llc_shim_progress` between them wait, so that a burst leaves in
-   * one frame: at the end of the next `llc_shim_progress`, or after at
-   * most about this many microseconds, when the background thread sends
-   * them. The first send of a burst, and the first to each peer, leave
-   * at once. 0, or no background thread: every send leaves at once.
+   * Non-zero: small sends (up to 1 KiB) that follow another to the same
+   * peer with no `llc_shim_progress` between them wait, so that a burst
+   * leaves in one frame: at the end of the next `llc_shim_progress` (or
+   * a send that leaves), or, should the application stop calling, at
+   * the background thread's next look (`progress_interval_us`). The
+   * first send of a burst, and the first to each peer, leave at once.
+   * 0, or no background thread: every send leaves at once. (The value
+   * once bounded the wait with a timer that woke the thread; any
+   * non-zero value now means on.)
    */
   uint32_t coalesce_us;
 } LlcShimConfig;

@@ -58,12 +58,15 @@ pub struct LlcShimConfig {
     /// application still calls `llc_shim_progress`; after a period without
     /// a call it makes progress whenever the transport has work.
     pub progress_interval_us: u32,
-    /// Small sends (up to 1 KiB) that follow another to the same peer with
-    /// no `llc_shim_progress` between them wait, so that a burst leaves in
-    /// one frame: at the end of the next `llc_shim_progress`, or after at
-    /// most about this many microseconds, when the background thread sends
-    /// them. The first send of a burst, and the first to each peer, leave
-    /// at once. 0, or no background thread: every send leaves at once.
+    /// Non-zero: small sends (up to 1 KiB) that follow another to the same
+    /// peer with no `llc_shim_progress` between them wait, so that a burst
+    /// leaves in one frame: at the end of the next `llc_shim_progress` (or
+    /// a send that leaves), or, should the application stop calling, at
+    /// the background thread's next look (`progress_interval_us`). The
+    /// first send of a burst, and the first to each peer, leave at once.
+    /// 0, or no background thread: every send leaves at once. (The value
+    /// once bounded the wait with a timer that woke the thread; any
+    /// non-zero value now means on.)
     pub coalesce_us: u32,
 }
 
@@ -565,12 +568,13 @@ fn send_owned(s: &LlcShim, peer: u32, tag: u8, v: Vec<u8>) -> LlcShimStatus {
 }
 
 /// What a post of `n` bytes returned, as the C caller sees it: a message
-/// taken is counted and may start the hold timer.
+/// taken is counted, and messages it left held are noted for the
+/// background thread.
 fn posted(s: &LlcShim, n: usize, r: Result<(), Error>) -> LlcShimStatus {
     match r {
         Ok(()) => {
             s.counters.count_sent(n);
-            s.arm_hold_timer();
+            s.note_held();
             LlcShimStatus::Ok
         }
         Err(e) => status_of(&e),

@@ -150,10 +150,10 @@ pub struct LlcShim {
     lent: Mutex<HashMap<u64, SentHandler>>,
     next_token: AtomicU64,
     stop: Arc<AtomicBool>,
-    /// The background thread owes a send of held messages (armed by a send
-    /// that left messages held, cleared by the thread before it sends).
-    hold_timer: Arc<AtomicBool>,
-    /// Wakes the background thread (a hold armed, or closing).
+    /// Messages may be held: set by a send that left some held, cleared by
+    /// the background thread before it sends them at its next look.
+    held: Arc<AtomicBool>,
+    /// Wakes the background thread to close.
     wake: Arc<Wake>,
     thread: Option<JoinHandle<()>>,
     pub(crate) regions: Mutex<Vec<RegionKey>>,
@@ -222,11 +222,10 @@ impl LlcShim {
         for n in t.notes() {
             tracing::info!(ifname, "{n}");
         }
-        let coalesce = (cfg.progress_thread && cfg.coalesce_us > 0)
-            .then(|| Duration::from_micros(cfg.coalesce_us.into()));
+        let coalesce = cfg.progress_thread && cfg.coalesce_us > 0;
         let mcfg = Config {
             progress_thread: false,
-            coalesce: coalesce.is_some(),
+            coalesce,
             ..Config::default()
         };
         let ep = Arc::new(Endpoint::new(t, mcfg)?);
@@ -234,7 +233,7 @@ impl LlcShim {
         let counters = Arc::new(Counters::default());
         let progress_calls = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
-        let hold_timer = Arc::new(AtomicBool::new(false));
+        let held = Arc::new(AtomicBool::new(false));
         let wake = Arc::new(Wake::new().map_err(OpenError::Thread)?);
         let thread = if cfg.progress_thread {
             let period = Duration::from_micros(match cfg.progress_interval_us {
@@ -246,10 +245,9 @@ impl LlcShim {
                 counters: counters.clone(),
                 calls: progress_calls.clone(),
                 stop: stop.clone(),
-                hold_timer: hold_timer.clone(),
+                held: held.clone(),
                 wake: wake.clone(),
                 period,
-                hold: coalesce.unwrap_or_default(),
             };
             Some(
                 std::thread::Builder::new()
@@ -270,7 +268,7 @@ impl LlcShim {
             lent: Mutex::new(HashMap::new()),
             next_token: AtomicU64::new(1),
             stop,
-            hold_timer,
+            held,
             wake,
             thread,
             regions: Mutex::new(Vec::new()),
@@ -412,15 +410,15 @@ impl LlcShim {
         res.map(|moved| (early + now) as usize + usize::from(moved))
     }
 
-    /// After a send: if it left messages held for a bundle, have the
-    /// background thread send them should no `llc_shim_progress` come
-    /// first (one wake-up per burst).
-    pub(crate) fn arm_hold_timer(&self) {
-        if self.thread.is_some()
-            && self.ep.holding()
-            && !self.hold_timer.swap(true, Ordering::AcqRel)
-        {
-            self.wake.signal();
+    /// After a send: if it left messages held for a bundle, note it for
+    /// the background thread, which sends them at its next look should no
+    /// `llc_shim_progress` (or send that leaves) come first. Nothing wakes
+    /// it: a rank that calls progress again soon, the common case, sends
+    /// them itself, and waking the thread for every burst took a core from
+    /// a busy rank (docs/BENCHMARKS.md, "Held sends that wake no thread").
+    pub(crate) fn note_held(&self) {
+        if self.thread.is_some() && self.ep.holding() {
+            self.held.store(true, Ordering::Release);
         }
     }
 
@@ -588,7 +586,7 @@ impl LlcShim {
 }
 
 /// An eventfd the background thread sleeps on beside the transport's
-/// descriptors: a send that started holding, or closing, wakes it.
+/// descriptors: closing wakes it.
 pub(crate) struct Wake(std::os::fd::OwnedFd);
 
 impl Wake {
@@ -630,18 +628,17 @@ impl Wake {
 /// TCP receives in its softirq): data is received and acknowledged, so a
 /// peer's sends complete and nothing is retransmitted while this rank
 /// computes; what it receives waits in the endpoint's event queue for the
-/// next `llc_shim_progress` (it never calls C). Woken by a send that left
-/// small messages held (`coalesce_us`), it sends them after `hold` unless a
-/// progress call did first.
+/// next `llc_shim_progress` (it never calls C). Small messages a send left
+/// held (`coalesce_us`) and no progress call has sent since, it sends at
+/// its next look (every `period`).
 struct Background {
     ep: Arc<Ep>,
     counters: Arc<Counters>,
     calls: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
-    hold_timer: Arc<AtomicBool>,
+    held: Arc<AtomicBool>,
     wake: Arc<Wake>,
     period: Duration,
-    hold: Duration,
 }
 
 impl Background {
@@ -659,11 +656,9 @@ impl Background {
             if self.stop.load(Ordering::Relaxed) {
                 break;
             }
-            if self.hold_timer.load(Ordering::Acquire) {
-                std::thread::sleep(self.hold);
-                // Disarmed before sending: a burst that starts after this
-                // wakes the thread again.
-                self.hold_timer.store(false, Ordering::Release);
+            // Cleared before sending: a burst that starts after this is
+            // noted again.
+            if self.held.swap(false, Ordering::AcqRel) {
                 self.ep.send_held();
             }
             let now = self.calls.load(Ordering::Relaxed);

@@ -1,8 +1,8 @@
 //! The shim's held small sends through its C ABI, between two namespaces
 //! (AF_PACKET): sends that follow each other with no progress call leave
 //! in one bundle, and they arrive although the sender never calls
-//! `llc_shim_progress` again (its background thread sends what is held
-//! after `coalesce_us`, and receives and acknowledges for it). With
+//! `llc_shim_progress` again (its background thread sends what is held at
+//! its next look, and receives and acknowledges for it). With
 //! `coalesce_us` 0 every send leaves alone. Needs root (skipped with a
 //! printed reason otherwise).
 

@@ -7,7 +7,7 @@ use mpi_btl_shim::*;
 use vm_tests::netns::Host;
 
 /// A shim on `h`'s interface (AF_PACKET, any port, background thread on),
-/// holding small sends for `coalesce_us`.
+/// holding small sends when `coalesce_us` is non-zero.
 #[allow(dead_code)] // not every test that includes this module uses it
 pub fn open(h: &Host, coalesce_us: u32) -> *mut LlcShim {
     open_with(h, coalesce_us, true)
