@@ -17,9 +17,11 @@
 //! transport can get from this kernel path. A second level, `copy+crc`,
 //! adds the work any transport that checks its payloads end to end does
 //! per frame: the sender cuts each payload from a 1 MiB message and
-//! computes its CRC32C (the transport's own frame writer), the receiver
-//! checks it (the transport's parser) and copies the payload into a 1 MiB
-//! message. The TCP side is one
+//! computes its CRC32C (the transport's own frame writer), sending a
+//! payload of 1 KiB or more from the message as the transport does (the
+//! kernel copies it into the skb; AF_XDP copies it into its chunk), the
+//! receiver checks it (the transport's parser) and copies the payload into
+//! a 1 MiB message. The TCP side is one
 //! connection between the hosts' addresses at the same MTU, set up as its
 //! fastest users set it: TCP_NODELAY, non-blocking sockets polled in a
 //! loop (busy polling; faster here than blocking sockets with or without
@@ -56,6 +58,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant as StdInstant};
 
+use bytes::Bytes;
+
 use llc_stack::link::any::AnyLink;
 use llc_stack::link::{RxToken, TxToken};
 use llc_stack::wire::transport::{self, TransportHeader};
@@ -64,6 +68,9 @@ use llc_stack::{Device, Instant};
 use vm_tests::Cluster;
 
 const MSG: usize = 1 << 20;
+/// Payloads from this size on are sent from the message itself, as the
+/// transport sends them (its `GATHER_FROM`).
+const GATHER_FROM: usize = 1024;
 /// Header bytes in front of the payload: Ethernet, LLC, transport header.
 const HEAD: usize = ethernet::HEADER_LEN + llc::HEADER_LEN + transport::HEADER_LEN;
 /// A message not complete this long after its last frame lost frames.
@@ -128,7 +135,7 @@ struct RawEnd {
     /// With the payload copied and CRC32C-checked (`copy+crc`), the
     /// message each frame is cut from and the one it is copied into.
     crc: bool,
-    out: Vec<u8>,
+    out: Bytes,
     inbuf: Vec<u8>,
     out_at: usize,
     in_at: usize,
@@ -149,7 +156,7 @@ impl RawEnd {
             payload,
             burst,
             crc,
-            out: vec![0x5Au8; MSG],
+            out: Bytes::from(vec![0x5Au8; MSG]),
             inbuf: vec![0u8; MSG],
             out_at: 0,
             in_at: 0,
@@ -186,7 +193,11 @@ impl RawEnd {
 
     /// Send one frame of `len` payload bytes to `dst`, cut from the
     /// message (with its CRC32C at `copy+crc`); false when the device is
-    /// full.
+    /// full. At `copy+crc` a payload of [`GATHER_FROM`] bytes or more goes
+    /// as the transport sends it: the headers written, the CRC computed
+    /// where the payload lies, the payload handed to the device to send
+    /// from the message (AF_PACKET's kernel copies it into the skb; a
+    /// device that cannot gather copies it in).
     fn send_to(&mut self, dst: MacAddr, len: usize) -> bool {
         let now = Instant::now();
         let Some(tok) = self.dev.transmit(now) else {
@@ -195,9 +206,25 @@ impl RawEnd {
         if self.out_at + len > MSG {
             self.out_at = 0;
         }
-        let data = &self.out[self.out_at..self.out_at + len];
+        let at = self.out_at;
         self.out_at += len;
         let addr = Addresses { dst, ..self.addr };
+        if self.crc && len >= GATHER_FROM {
+            let data = self.out.slice(at..at + len);
+            tok.consume_gather(|buf| {
+                let head = wire::emit_transport_head(
+                    buf,
+                    &addr,
+                    &TransportHeader::default(),
+                    &[],
+                    [&[], &data],
+                )
+                .expect("frame fits");
+                (head, Some(data))
+            });
+            return true;
+        }
+        let data = &self.out[at..at + len];
         let crc = self.crc;
         tok.consume(|buf| {
             if crc {
