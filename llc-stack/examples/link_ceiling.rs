@@ -19,15 +19,20 @@
 //!   and B only counts (the raw figures of PLATFORM-NOTES).
 //! - `copy`: A copies each payload out of a 1 MiB message, B copies it into
 //!   an 8 MiB reassembly area: the copies any message transport makes.
-//! - `crc`: as `copy`, with the transport's own frame writer and parser, so
-//!   that CRC32C is computed by A and checked by B: the work of a transport
-//!   that checks integrity, minus the protocol.
+//! - `crc`: with the transport's own frame writer and parser, so that
+//!   CRC32C is computed by A and checked by B: the work of a transport that
+//!   checks integrity, minus the protocol. A sends each payload as the
+//!   transport does: from the message where the device gathers (AF_PACKET's
+//!   kernel copies it into the skb), copied into the frame where it does
+//!   not (AF_XDP); B copies it into the reassembly area.
 
 #[path = "support/veth_link.rs"]
 mod veth_link;
 
 use std::sync::mpsc;
 use std::time::Duration;
+
+use bytes::Bytes;
 
 use llc_stack::link::{RxToken, TxToken};
 use llc_stack::wire::transport::{self, TransportHeader};
@@ -36,6 +41,9 @@ use llc_stack::{Device, Instant};
 use vm_tests::TwoHosts;
 
 const MSG: usize = 1 << 20;
+/// Payloads from this size on are sent from the message itself where the
+/// device gathers, as the transport sends them (its `GATHER_FROM`).
+const GATHER_FROM: usize = 1024;
 const REASSEMBLY: usize = 8 << 20;
 /// B gives up this long after the last frame (the rest were dropped).
 const QUIET: Duration = Duration::from_millis(300);
@@ -82,7 +90,7 @@ const HEAD: usize = ethernet::HEADER_LEN + llc::HEADER_LEN + transport::HEADER_L
 /// Send `frames` frames of `payload` bytes each; returns the frames written.
 fn send<D: Device>(mut dev: D, addr: Addresses, payload: usize, frames: u64, work: Work) -> u64 {
     let burst = dev.capabilities().max_burst.max(1) as u64;
-    let msg = vec![0x5Au8; MSG];
+    let msg = Bytes::from(vec![0x5Au8; MSG]);
     let header = TransportHeader::default();
     let mut off = 0usize;
     let mut sent = 0u64;
@@ -97,24 +105,18 @@ fn send<D: Device>(mut dev: D, addr: Addresses, payload: usize, frames: u64, wor
         if off + payload > MSG {
             off = 0;
         }
-        let data = &msg[off..off + payload];
+        let at = off;
         off += payload;
-        tok.consume(|buf| match work {
-            Work::None | Work::Copy => {
-                let llc_len = llc::HEADER_LEN + transport::HEADER_LEN + payload;
-                ethernet::emit_header(buf, addr.dst, addr.src, llc_len);
-                let at = ethernet::HEADER_LEN;
-                buf[at..at + 3].copy_from_slice(&[addr.dsap, addr.ssap, llc::CONTROL_UI]);
-                if work == Work::Copy {
-                    buf[HEAD..HEAD + payload].copy_from_slice(data);
-                }
-                HEAD + payload
-            }
-            Work::Crc => {
-                wire::emit_transport_gather(buf, &addr, &header, &[], [data, &[]], Trailer::None)
-                    .expect("frame fits")
-            }
-        });
+        if work == Work::Crc && payload >= GATHER_FROM && <D::TxToken<'_> as TxToken>::GATHERS {
+            let data = msg.slice(at..at + payload);
+            tok.consume_gather(|buf| {
+                let head = wire::emit_transport_head(buf, &addr, &header, &[], [&[], &data])
+                    .expect("frame fits");
+                (head, Some(data))
+            });
+        } else {
+            send_whole(tok, &addr, &header, &msg[at..at + payload], work);
+        }
         sent += 1;
         if sent.is_multiple_of(burst) {
             dev.flush(now).expect("flush");
@@ -122,6 +124,33 @@ fn send<D: Device>(mut dev: D, addr: Addresses, payload: usize, frames: u64, wor
     }
     dev.flush(Instant::now()).expect("flush");
     sent
+}
+
+/// One frame written whole into the device's buffer.
+fn send_whole(
+    tok: impl TxToken,
+    addr: &Addresses,
+    header: &TransportHeader,
+    data: &[u8],
+    work: Work,
+) {
+    let (addr, payload) = (*addr, data.len());
+    tok.consume(|buf| match work {
+        Work::None | Work::Copy => {
+            let llc_len = llc::HEADER_LEN + transport::HEADER_LEN + payload;
+            ethernet::emit_header(buf, addr.dst, addr.src, llc_len);
+            let at = ethernet::HEADER_LEN;
+            buf[at..at + 3].copy_from_slice(&[addr.dsap, addr.ssap, llc::CONTROL_UI]);
+            if work == Work::Copy {
+                buf[HEAD..HEAD + payload].copy_from_slice(data);
+            }
+            HEAD + payload
+        }
+        Work::Crc => {
+            wire::emit_transport_gather(buf, &addr, header, &[], [data, &[]], Trailer::None)
+                .expect("frame fits")
+        }
+    });
 }
 
 /// Receive until `frames` arrived or the link stayed quiet for [`QUIET`];
