@@ -1025,7 +1025,8 @@ fn netpipe_llc_vs_tcp() {
 /// the hosts' addresses, the same bridge path. Each llc run follows its
 /// backend's link floor between the same two interfaces (and, with
 /// `LLC_BENCH_FLOOR_WORK`, that floor with work per message: see
-/// `FloorWork`). Prints the table and ratios for docs/BENCHMARKS.md.
+/// `FloorWork`). Prints the table and ratios for docs/BENCHMARKS.md;
+/// `LLC_BENCH_SHOW` set: every row NetPIPE measured, too.
 #[test]
 #[ignore = "benchmark: run with --release --ignored --nocapture"]
 fn netpipe_cluster_shared_vs_exclusive_vs_tcp() {
@@ -1135,6 +1136,11 @@ fn netpipe_cluster_shared_vs_exclusive_vs_tcp() {
             );
             let rows = parse_netpipe(&std::fs::read_to_string(&out).unwrap_or_default());
             let _ = std::fs::remove_file(&out);
+            if std::env::var_os("LLC_BENCH_SHOW").is_some() {
+                for (bytes, mbps, micros) in &rows {
+                    println!("round {round} {which}: {bytes} B {mbps:.0} Mbit/s {micros:.2} µs");
+                }
+            }
             println!(
                 "round {round} {which}: {} rows in {:.1?}: 8 B {:.2} µs, 1 MiB {:.0} Mbit/s",
                 rows.len(),

@@ -24,8 +24,10 @@ pub struct Config {
     /// messages is bounded by this times the number of peers; a sender that
     /// has used its credit waits for the receiver to match, never drops.
     pub eager_window: u32,
-    /// Rendezvous data moves in transport messages of this size, so the
-    /// receiver places one piece while the next is on the wire.
+    /// Rendezvous data (and a put's) moves in transport messages of about
+    /// this size, so the receiver places one piece while the next is on the
+    /// wire. Over a transport that cuts messages into frames, a piece is
+    /// made whole frames with its header ([`fit_to_frames`]).
     pub rndv_chunk: usize,
     /// Busy-poll this long after the last activity before sleeping in
     /// poll(2) (waiters and the progress thread alike).
@@ -62,6 +64,19 @@ impl Default for Config {
     }
 }
 
+/// The rendezvous piece nearest below `chunk` that fills whole frames of
+/// `frame_payload` bytes with its header (at least one frame's worth):
+/// 256 KiB pieces at MTU 65000 were four full frames and a fifth of 2.4 KB,
+/// a short frame per piece paying a whole frame's path. `frame_payload` 0
+/// (a byte stream) leaves `chunk` as it is.
+pub fn fit_to_frames(chunk: usize, frame_payload: usize) -> usize {
+    if frame_payload <= HEADER_LEN {
+        return chunk;
+    }
+    let frames = ((chunk + HEADER_LEN) / frame_payload).max(1);
+    frames * frame_payload - HEADER_LEN
+}
+
 /// A setting that cannot work.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("invalid message-layer setting: {0}")]
@@ -86,5 +101,31 @@ impl Config {
             return Err(ConfigError("rndv_chunk must be at least 1 byte".into()));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pieces_fill_whole_frames() {
+        // MTU 65000 (64,941 bytes a frame): four whole frames, not five.
+        let chunk = fit_to_frames(256 << 10, 64_941);
+        assert_eq!(chunk + HEADER_LEN, 4 * 64_941);
+        // MTU 9000 and 1500 alike, never above the asked size.
+        for fp in [8_941, 1_441, 1_000] {
+            let chunk = fit_to_frames(256 << 10, fp);
+            assert_eq!((chunk + HEADER_LEN) % fp, 0, "{fp}");
+            assert!(
+                chunk <= 256 << 10 && chunk + HEADER_LEN + fp > 256 << 10,
+                "{fp}"
+            );
+        }
+        // A frame larger than the piece: one frame's worth.
+        assert_eq!(fit_to_frames(1_000, 8_941), 8_941 - HEADER_LEN);
+        // A byte stream, or a frame too small to matter: unchanged.
+        assert_eq!(fit_to_frames(256 << 10, 0), 256 << 10);
+        assert_eq!(fit_to_frames(256 << 10, HEADER_LEN), 256 << 10);
     }
 }

@@ -83,8 +83,9 @@ struct Core<T: Transport> {
 }
 
 impl<T: Transport> Core<T> {
-    fn new(mut t: T, cfg: Config) -> Result<Self, Error> {
+    fn new(mut t: T, mut cfg: Config) -> Result<Self, Error> {
         let coalesce = cfg.coalesce;
+        cfg.rndv_chunk = crate::config::fit_to_frames(cfg.rndv_chunk, t.frame_payload());
         let engine = Engine::new(t.local_addr(), cfg)?;
         t.set_placement(Box::new(engine.placement()));
         Ok(Core {

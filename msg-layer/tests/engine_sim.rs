@@ -597,3 +597,47 @@ fn active_messages_queued_behind_a_credit_stall_keep_their_order() {
         }
     }
 }
+
+/// A rendezvous message leaves in whole frames: each piece, with its
+/// header, fills the frames it takes, so 1 MiB at MTU 9000 costs the
+/// frames its bytes need and one per piece for the headers' rounding at
+/// most, where 256 KiB pieces took a short frame each.
+#[test]
+fn rendezvous_pieces_fill_whole_frames() {
+    use msg_layer::{Source, Tag};
+    let (a, b) = two(&Config::default());
+    let to_b = connect_settled(&a, &b);
+    let data_frames = |e: &SimEndpoint| {
+        e.with_transport(|t| {
+            t.stack()
+                .endpoint()
+                .connection_stats_all()
+                .map(|(_, c)| c.data_frames_sent)
+                .sum::<u64>()
+        })
+    };
+    let frame = a.with_transport(|t| t.stack().endpoint().frame_payload());
+    let before = data_frames(&a);
+    let len = 1 << 20;
+    let s = a.isend(to_b, 9, 0, bytes::Bytes::from(vec![7u8; len]));
+    let r = b.irecv(Source::Any, Tag::Is(9), 0, vec![0; len]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let got = loop {
+        assert!(std::time::Instant::now() < deadline, "1 MiB never arrived");
+        a.progress().expect("progress");
+        if let Some(done) = b.test(&r) {
+            break done.expect("b's receive");
+        }
+    };
+    a.wait(s).expect("a's send");
+    assert_eq!(got.status.len, len);
+    let sent = data_frames(&a) - before;
+    // The announcement, then the data: its bytes in whole frames, plus at
+    // most the pieces' headers and the last piece's remainder.
+    let pieces = len.div_ceil(msg_layer::config::fit_to_frames(256 << 10, frame)) as u64;
+    let floor = len.div_ceil(frame) as u64;
+    assert!(
+        sent <= 1 + floor + 1 && sent >= floor,
+        "{sent} data frames for 1 MiB in {pieces} pieces of whole {frame}-byte frames (at least {floor})"
+    );
+}

@@ -82,6 +82,9 @@ impl Transport for AnyTransport {
     fn bundle_len(&self) -> usize {
         each!(self, t => t.bundle_len())
     }
+    fn frame_payload(&self) -> usize {
+        each!(self, t => t.frame_payload())
+    }
     fn connect(&mut self, to: &Addr) -> Result<ConnId, TransportError> {
         each!(self, t => t.connect(to))
     }

@@ -453,6 +453,10 @@ impl<D: Device + Send + 'static> Transport for LlcTransport<D> {
             .saturating_sub(crate::wire::HEADER_LEN)
     }
 
+    fn frame_payload(&self) -> usize {
+        self.stack.endpoint().frame_payload()
+    }
+
     fn connect(&mut self, to: &Addr) -> Result<ConnId, TransportError> {
         let bad = |reason: String| TransportError::Address {
             addr: to.to_string(),

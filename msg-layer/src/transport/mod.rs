@@ -223,6 +223,14 @@ pub trait Transport: Send + 'static {
         0
     }
 
+    /// Message bytes one frame carries, when the transport cuts messages
+    /// into frames of a fixed size (0: it does not, e.g. a byte stream). The
+    /// message layer cuts rendezvous data and puts into pieces of whole
+    /// frames, so that no piece ends in a short frame of its own.
+    fn frame_payload(&self) -> usize {
+        0
+    }
+
     /// Close `conn` once everything queued on it is delivered.
     fn close(&mut self, conn: ConnId);
 
