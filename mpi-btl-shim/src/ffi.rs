@@ -671,9 +671,9 @@ pub unsafe extern "C" fn llc_shim_register(
         return LlcShimStatus::Invalid;
     }
     // SAFETY: the caller keeps the memory valid until deregistration.
-    let region = unsafe { PtrRegion::new(base.cast(), len) };
-    let k = s.ep.register(Arc::new(region));
-    s.regions.lock().expect("regions").push(k);
+    let region = Arc::new(unsafe { PtrRegion::new(base.cast(), len) });
+    let k = s.ep.register(region.clone());
+    s.regions.lock().expect("regions").push((k, region));
     // SAFETY: checked non-null.
     unsafe { *key = k.0 };
     LlcShimStatus::Ok
@@ -689,12 +689,18 @@ pub unsafe extern "C" fn llc_shim_deregister(s: *const LlcShim, key: u64) -> Llc
     let Some(s) = (unsafe { shim(s) }) else {
         return LlcShimStatus::Invalid;
     };
-    s.regions.lock().expect("regions").retain(|k| k.0 != key);
-    if s.ep.deregister(RegionKey(key)) {
-        LlcShimStatus::Ok
-    } else {
-        LlcShimStatus::Invalid
+    let region = {
+        let mut regions = s.regions.lock().expect("regions");
+        let at = regions.iter().position(|(k, _)| k.0 == key);
+        at.map(|i| regions.swap_remove(i).1)
+    };
+    if !s.ep.deregister(RegionKey(key)) {
+        return LlcShimStatus::Invalid;
     }
+    if let Some(region) = region {
+        s.wait_unlent(&region);
+    }
+    LlcShimStatus::Ok
 }
 
 /// Write `len` bytes from `local` into `peer`'s region `key` at `offset`.
@@ -759,13 +765,16 @@ pub unsafe extern "C" fn llc_shim_get(
         return LlcShimStatus::Invalid;
     }
     s.counters.gets.fetch_add(1, Ordering::Relaxed);
-    let req = s.ep.get(peer, RegionKey(key), offset, len);
+    // SAFETY: the caller keeps `local` writable for `len` bytes until `cb`
+    // runs, which is after the get completed or failed; the engine forgets
+    // the destination then, and only the reply's frames write there.
+    let dst = Arc::new(unsafe { PtrRegion::new(local.cast(), len) });
+    let req = s.ep.get_into(peer, RegionKey(key), offset, dst);
     s.add_rma(
         req,
         RmaOp {
             cb,
             ctx: CPtr(ctx),
-            dst: Some((CPtr(local), len)),
             lent: false,
             done: None,
         },

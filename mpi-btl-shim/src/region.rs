@@ -2,6 +2,10 @@
 //! deregisters it, as a message-layer [`MemoryRegion`] that peers' put and
 //! get reach.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
 use msg_layer::rma::MemoryRegion;
 
 /// deregisters it.
@@ -9,6 +13,9 @@ use msg_layer::rma::MemoryRegion;
 pub struct PtrRegion {
     base: *mut u8,
     len: usize,
+    /// Ranges lent to the transport (a get's reply sent from here) and not
+    /// yet let go: the memory must outlive them ([`PtrRegion::lent_out`]).
+    lent: Arc<AtomicUsize>,
 }
 
 impl PtrRegion {
@@ -21,7 +28,45 @@ impl PtrRegion {
     /// What peers write there races with local accesses exactly as RDMA
     /// does; keeping them apart is MPI's job (its synchronization rules).
     pub unsafe fn new(base: *mut u8, len: usize) -> Self {
-        PtrRegion { base, len }
+        PtrRegion {
+            base,
+            len,
+            lent: Arc::default(),
+        }
+    }
+
+    /// Ranges of the region the transport still holds (sent to a peer's get
+    /// and not yet acknowledged). Deregistration waits for 0.
+    pub fn lent_out(&self) -> usize {
+        self.lent.load(Ordering::Acquire)
+    }
+}
+
+/// A range of a region lent as a message body; counted while it lives.
+struct LentRange {
+    ptr: *const u8,
+    len: usize,
+    count: Arc<AtomicUsize>,
+}
+
+// SAFETY: the bytes are only read, and the region's owner keeps them valid
+// and unchanged while any range is lent (deregistration waits for the
+// count to reach 0; a get's target does not change the data it serves).
+unsafe impl Send for LentRange {}
+
+impl AsRef<[u8]> for LentRange {
+    fn as_ref(&self) -> &[u8] {
+        if self.len == 0 {
+            return &[];
+        }
+        // SAFETY: valid for `len` bytes while this range is lent (above).
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl Drop for LentRange {
+    fn drop(&mut self) {
+        self.count.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -45,5 +90,40 @@ impl MemoryRegion for PtrRegion {
         assert!(offset + dst.len() <= self.len, "engine checked bounds");
         // SAFETY: as in `write`, the other way round.
         unsafe { std::ptr::copy_nonoverlapping(self.base.add(offset), dst.as_mut_ptr(), dst.len()) }
+    }
+    fn lend(&self, offset: usize, len: usize) -> Option<Bytes> {
+        assert!(offset + len <= self.len, "engine checked bounds");
+        self.lent.fetch_add(1, Ordering::AcqRel);
+        Some(Bytes::from_owner(LentRange {
+            // SAFETY: in bounds (checked above).
+            ptr: unsafe { self.base.add(offset) },
+            len,
+            count: self.lent.clone(),
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A lent range is counted while the transport holds it, so that a
+    /// deregistration can wait for it; its bytes are the region's own.
+    #[test]
+    fn lent_ranges_are_counted_until_dropped() {
+        let mut mem = vec![7u8; 64];
+        // SAFETY: `mem` outlives the region and every range lent from it.
+        let region = unsafe { PtrRegion::new(mem.as_mut_ptr(), mem.len()) };
+        assert_eq!(region.lent_out(), 0);
+        let a = region.lend(8, 16).expect("lends");
+        let b = a.slice(4..8);
+        assert_eq!(region.lent_out(), 1);
+        assert_eq!(&a[..], &[7u8; 16][..]);
+        drop(a);
+        assert_eq!(region.lent_out(), 1, "a slice still holds it");
+        drop(b);
+        assert_eq!(region.lent_out(), 0);
+        drop(region);
+        mem[0] = 1;
     }
 }

@@ -28,6 +28,7 @@ use msg_layer::transport::{AnyTransport, TransportSpec};
 use msg_layer::{Config, Endpoint, Error, PeerEnd, PeerId, Request};
 
 use crate::ffi::{LlcShimConfig, LlcShimRmaFn, LlcShimStats, LlcShimStatus};
+use crate::region::PtrRegion;
 
 pub(crate) type Ep = Endpoint<AnyTransport>;
 
@@ -58,8 +59,6 @@ pub(crate) type SentHandler = (unsafe extern "C" fn(*mut c_void), CPtr);
 pub(crate) struct RmaOp {
     pub cb: LlcShimRmaFn,
     pub ctx: CPtr,
-    /// For a get: where the data goes.
-    pub dst: Option<(CPtr, usize)>,
     /// For a put from the caller's buffer: the transport still holds it
     /// (its release not yet reported).
     pub lent: bool,
@@ -156,8 +155,13 @@ pub struct LlcShim {
     /// Wakes the background thread to close.
     wake: Arc<Wake>,
     thread: Option<JoinHandle<()>>,
-    pub(crate) regions: Mutex<Vec<RegionKey>>,
+    /// Registered regions, with what each has lent to the transport.
+    pub(crate) regions: Mutex<Vec<(RegionKey, Arc<PtrRegion>)>>,
 }
+
+/// Longest wait of a deregistration for ranges a peer's get still holds:
+/// beyond the idle timeout that fails a silent peer.
+const UNLENT_WAIT: Duration = Duration::from_secs(60);
 
 pub(crate) fn init_logging() {
     static ONCE: std::sync::Once = std::sync::Once::new();
@@ -357,7 +361,6 @@ impl LlcShim {
                 RmaOp {
                     cb,
                     ctx,
-                    dst: None,
                     lent: !released,
                     done: None,
                 },
@@ -391,6 +394,32 @@ impl LlcShim {
             Self::call_rma(&op, op.done.expect("outcome kept"));
         }
         true
+    }
+
+    /// After `region` was deregistered: wait until the transport let go of
+    /// every range of it that a peer's get was served from, so that its
+    /// owner may reuse the memory. Normally there is none left: the get's
+    /// initiator sends its completion notice (Open MPI's FIN) after the
+    /// data arrived, on a frame that acknowledges it. Bounded by the
+    /// connection's failure: a peer that stops acknowledging is declared
+    /// failed within the idle timeout, which drops what it held.
+    pub(crate) fn wait_unlent(&self, region: &PtrRegion) {
+        if region.lent_out() == 0 {
+            return;
+        }
+        let deadline = std::time::Instant::now() + UNLENT_WAIT;
+        while region.lent_out() > 0 {
+            if std::time::Instant::now() >= deadline {
+                tracing::error!(
+                    ranges = region.lent_out(),
+                    "deregistered memory still lent to the transport after {UNLENT_WAIT:?}"
+                );
+                return;
+            }
+            if let Err(e) = self.ep.progress() {
+                tracing::warn!(%e, "progress while waiting for lent ranges");
+            }
+        }
     }
 
     /// Make progress and deliver what is due, on this thread. Returns how
@@ -536,14 +565,6 @@ impl LlcShim {
             }
             t.ops.remove(&req).expect("present")
         };
-        if let (Some((dst, len)), Ok(c)) = (op.dst, &res) {
-            if let Some(data) = c.data.as_ref() {
-                let n = len.min(data.len());
-                // SAFETY: the caller of llc_shim_get gave `len` writable
-                // bytes at `dst`, valid until completion.
-                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst.0.cast::<u8>(), n) }
-            }
-        }
         Self::call_rma(&op, status);
     }
 
@@ -579,7 +600,7 @@ impl LlcShim {
         if let Err(e) = self.ep.close(timeout) {
             tracing::debug!(%e, "closing: not everything was delivered");
         }
-        for k in self.regions.lock().expect("regions").drain(..) {
+        for (k, _) in self.regions.lock().expect("regions").drain(..) {
             self.ep.deregister(k);
         }
     }

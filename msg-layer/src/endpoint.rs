@@ -915,6 +915,20 @@ impl<T: Transport> Endpoint<T> {
         self.post(|e| e.get(peer, key, offset, vec![0; len]))
     }
 
+    /// Read `dst.len()` bytes of `peer`'s region `key` at `offset` straight
+    /// into `dst`: the transport writes each frame of the reply there, and
+    /// the completion carries no data. `dst` must not be accessed until the
+    /// get completes.
+    pub fn get_into(
+        &self,
+        peer: PeerId,
+        key: RegionKey,
+        offset: u64,
+        dst: Arc<dyn MemoryRegion>,
+    ) -> Request {
+        self.post(|e| e.get_into(peer, key, offset, dst))
+    }
+
     /// Which of `addrs` this endpoint can reach, found without connecting
     /// (a link-level probe over LLC, repeated a few times within
     /// `timeout`): what an MPI component reports as reachable, so that

@@ -13,7 +13,9 @@
 //! piece of a put long enough to span frames goes from the frames straight
 //! into the region at its offset, and the engine, delivered the header
 //! alone, only acknowledges it. A piece that would not fit the region is
-//! delivered whole and refused by the engine as before.
+//! delivered whole and refused by the engine as before. So are the pieces
+//! of the reply to a get into the caller's memory (`Endpoint::get_into`),
+//! found by the get's request id.
 
 use rustc_hash::FxHashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -22,7 +24,7 @@ use std::sync::{Arc, Mutex};
 use crate::rma::MemoryRegion;
 use crate::transport::placement::{Placement, SharedSink, Sink};
 
-use crate::wire::{Header, Kind, HEADER_LEN};
+use crate::wire::{flags, Header, Kind, HEADER_LEN};
 
 /// A receive buffer that fills from any thread, in any order.
 #[derive(Debug)]
@@ -116,6 +118,8 @@ pub(crate) type Regions = Arc<Mutex<FxHashMap<u64, Arc<dyn MemoryRegion>>>>;
 pub(crate) struct DataPlacement {
     pub recvs: Registry,
     pub regions: Regions,
+    /// Destinations of our gets, by request id.
+    pub gets: Regions,
 }
 
 impl Placement for DataPlacement {
@@ -138,6 +142,16 @@ impl Placement for DataPlacement {
             }
             Kind::Put => {
                 let region = self.regions.lock().expect("regions").get(&hdr.id)?.clone();
+                (end <= region.len())
+                    .then(|| (HEADER_LEN, SharedSink::new(RegionPiece { region, base })))
+            }
+            Kind::GetReply if hdr.flags & flags::REFUSED == 0 => {
+                let region = self
+                    .gets
+                    .lock()
+                    .expect("get destinations")
+                    .get(&hdr.aux)?
+                    .clone();
                 (end <= region.len())
                     .then(|| (HEADER_LEN, SharedSink::new(RegionPiece { region, base })))
             }

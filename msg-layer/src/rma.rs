@@ -7,6 +7,8 @@
 
 use std::sync::Mutex;
 
+use bytes::Bytes;
+
 /// Memory a peer may read and write through `put` and `get`.
 pub trait MemoryRegion: Send + Sync {
     /// Length in bytes.
@@ -19,6 +21,14 @@ pub trait MemoryRegion: Send + Sync {
     fn write(&self, offset: usize, src: &[u8]);
     /// Copy from the region at `offset` into `dst` (in bounds).
     fn read(&self, offset: usize, dst: &mut [u8]);
+    /// `len` bytes at `offset` (in bounds) to send from where they lie, if
+    /// the region can lend them: a get's reply then leaves without a copy.
+    /// The region's memory must stay valid, and the bytes unchanged, while
+    /// the returned bytes live. `None` (the default): the engine copies.
+    fn lend(&self, offset: usize, len: usize) -> Option<Bytes> {
+        let _ = (offset, len);
+        None
+    }
 }
 
 /// A region backed by a buffer this process owns.

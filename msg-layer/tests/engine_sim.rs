@@ -140,9 +140,12 @@ fn crossing_rendezvous_does_not_deadlock() {
 fn active_messages_and_rma() {
     let (a, b) = two(&Config::default());
     suite::active_messages_and_rma(&a, &b);
-    // The LLC transport placed the put's pieces straight into the region.
+    // The LLC transport placed the put's pieces straight into the region,
+    // and the get's reply straight into the reader's memory.
     let s = b.stats();
     assert!(s.put_pieces_placed > 0, "{s:?}");
+    let s = a.stats();
+    assert!(s.get_pieces_placed > 0, "{s:?}");
 }
 
 #[test]

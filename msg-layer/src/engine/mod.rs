@@ -32,6 +32,7 @@ use crate::config::Config;
 use crate::error::Error;
 use crate::matching::{Matcher, PeerId, PostId};
 use crate::placement::{DataPlacement, RecvBuffer, Regions, Registry};
+use crate::rma::MemoryRegion;
 use crate::transport::{ConnId, SendError, Transport, TransportError, TransportEvent};
 
 mod am;
@@ -117,11 +118,17 @@ pub struct Stats {
     pub put_pieces_placed: u64,
     /// Bytes of peers' puts copied into regions by the engine.
     pub put_bytes_copied: u64,
+    /// Pieces of our gets' replies the transport wrote straight into their
+    /// destinations.
+    pub get_pieces_placed: u64,
+    /// Bytes of our regions copied out to answer peers' gets (a region
+    /// that cannot lend its bytes).
+    pub get_bytes_copied: u64,
 }
 
 impl Stats {
     /// Every counter with its name.
-    pub fn counters(&self) -> [(&'static str, u64); 15] {
+    pub fn counters(&self) -> [(&'static str, u64); 17] {
         [
             ("eager_sent", self.eager_sent),
             ("rndv_sent", self.rndv_sent),
@@ -138,6 +145,8 @@ impl Stats {
             ("bundled", self.bundled),
             ("put_pieces_placed", self.put_pieces_placed),
             ("put_bytes_copied", self.put_bytes_copied),
+            ("get_pieces_placed", self.get_pieces_placed),
+            ("get_bytes_copied", self.get_bytes_copied),
         ]
     }
 }
@@ -248,7 +257,23 @@ enum ReqState {
         status: Status,
         received: usize,
     },
+    /// A get whose data goes straight into the caller's memory.
+    GetInto {
+        /// Also in the placement hook's table of get destinations.
+        dst: GetDst,
+        status: Status,
+    },
     Done(Result<Completion, Error>),
+}
+
+/// Where a get into the caller's memory writes.
+#[derive(Clone)]
+pub(crate) struct GetDst(pub Arc<dyn MemoryRegion>);
+
+impl std::fmt::Debug for GetDst {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "GetDst({} bytes)", self.0.len())
+    }
 }
 
 /// The engine of one endpoint.
@@ -279,6 +304,9 @@ pub(crate) struct Engine {
     regions: Regions,
     /// Receive buffers the transport may fill directly.
     placements: Registry,
+    /// Destinations of our gets, by request: the transport writes the
+    /// replies' pieces straight into them.
+    gets: Regions,
     rng: Rng,
     /// Bytes of unexpected messages buffered, as credit counts them.
     unexpected_bytes: usize,
@@ -299,6 +327,7 @@ impl Engine {
         Ok(Engine {
             local,
             placements: Registry::default(),
+            gets: Regions::default(),
             cfg,
             peers: Vec::new(),
             attention: Vec::new(),
@@ -326,6 +355,7 @@ impl Engine {
         DataPlacement {
             recvs: self.placements.clone(),
             regions: self.regions.clone(),
+            gets: self.gets.clone(),
         }
     }
 

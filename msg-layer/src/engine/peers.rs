@@ -324,7 +324,8 @@ impl Engine {
                 ReqState::Send { peer, .. } => *peer == p,
                 ReqState::Receiving { status, .. }
                 | ReqState::Put { status }
-                | ReqState::Get { status, .. } => status.source == p,
+                | ReqState::Get { status, .. }
+                | ReqState::GetInto { status, .. } => status.source == p,
                 ReqState::Posted { .. } | ReqState::Done(_) => false,
             })
             .map(|(r, _)| r)
@@ -334,6 +335,7 @@ impl Engine {
                 .lock()
                 .expect("placement registry")
                 .remove(&r);
+            self.gets.lock().expect("get destinations").remove(&r);
             self.finish(r, Err(err.clone()));
         }
         self.failures.push(PeerFailure {

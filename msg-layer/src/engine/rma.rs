@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::{Completion, Engine, Out, ReqState, Status};
+use super::{Completion, Engine, GetDst, Out, ReqState, Status};
 use crate::error::Error;
 use crate::matching::PeerId;
 use crate::rma::{MemoryRegion, RegionKey};
@@ -69,6 +69,35 @@ impl Engine {
         hdr.aux = r;
         hdr.offset = offset;
         hdr.len = len;
+        self.push(p, Out::control(hdr));
+        r
+    }
+
+    /// A get whose reply goes straight into `dst` (its whole length), as
+    /// the transport places it: no buffer of the engine's own and no copy
+    /// at completion, which carries no data.
+    pub fn get_into(
+        &mut self,
+        p: PeerId,
+        key: RegionKey,
+        offset: u64,
+        dst: Arc<dyn MemoryRegion>,
+    ) -> u64 {
+        if let Some(e) = self.peer_error(p) {
+            return self.failed_req(e);
+        }
+        let len = dst.len();
+        let status = Status::one_sided(p, len);
+        let r = self.new_req(ReqState::GetInto {
+            dst: GetDst(dst.clone()),
+            status,
+        });
+        self.gets.lock().expect("get destinations").insert(r, dst);
+        let mut hdr = Header::new(Kind::Get);
+        hdr.id = key.0;
+        hdr.aux = r;
+        hdr.offset = offset;
+        hdr.len = len as u64;
         self.push(p, Out::control(hdr));
         r
     }
@@ -156,12 +185,19 @@ impl Engine {
                 return self.push(p, Out::with_body(reply, Bytes::from(why)));
             }
         };
-        let mut data = vec![0u8; hdr.len as usize];
-        region.read(hdr.offset as usize, &mut data);
-        let data = Bytes::from(data);
-        self.push_pieces(p, &data, |off, _, last| {
+        let (at, len) = (hdr.offset as usize, hdr.len as usize);
+        // Sent from the region itself where it lends its bytes (Open MPI's
+        // registered memory, valid until its owner hears the get is done).
+        let data = region.lend(at, len).unwrap_or_else(|| {
+            let mut data = vec![0u8; len];
+            region.read(at, &mut data);
+            self.stats.get_bytes_copied += len as u64;
+            Bytes::from(data)
+        });
+        self.push_pieces(p, &data, |off, n, last| {
             let mut h = reply;
             h.offset = off;
+            h.len = n as u64;
             if last {
                 h.flags |= flags::LAST;
             }
@@ -171,6 +207,9 @@ impl Engine {
 
     /// A piece of the data our get asked for, or its refusal.
     pub(super) fn handle_get_reply(&mut self, p: PeerId, hdr: &Header, packet: &[u8]) {
+        if let Some(ReqState::GetInto { .. }) = self.reqs.get(&hdr.aux) {
+            return self.handle_get_reply_into(p, hdr, packet);
+        }
         let Some(ReqState::Get {
             buf,
             status,
@@ -203,6 +242,42 @@ impl Engine {
                     status,
                     data: Some(buf),
                 })),
+            );
+        }
+    }
+
+    /// A piece of a get into the caller's memory: placed by the transport
+    /// (delivered as its header alone), or copied in here.
+    fn handle_get_reply_into(&mut self, p: PeerId, hdr: &Header, packet: &[u8]) {
+        let Some(ReqState::GetInto { dst, status }) = self.reqs.get(&hdr.aux) else {
+            unreachable!("checked by the caller")
+        };
+        if status.source != p {
+            return self.bad_packet(&"get reply from another peer");
+        }
+        let body = &packet[HEADER_LEN..];
+        if hdr.flags & flags::REFUSED != 0 {
+            let why = String::from_utf8_lossy(body).into_owned();
+            self.gets.lock().expect("get destinations").remove(&hdr.aux);
+            return self.finish(hdr.aux, Err(Error::RmaRefused(why)));
+        }
+        if body.is_empty() && hdr.len > 0 {
+            self.stats.get_pieces_placed += 1;
+        } else {
+            let off = hdr.offset as usize;
+            if off.checked_add(body.len()).is_none_or(|e| e > dst.0.len()) {
+                return self.bad_packet(&"get reply outside the buffer");
+            }
+            dst.0.write(off, body);
+        }
+        if hdr.flags & flags::LAST != 0 {
+            self.gets.lock().expect("get destinations").remove(&hdr.aux);
+            let Some(ReqState::GetInto { status, .. }) = self.reqs.remove(&hdr.aux) else {
+                unreachable!("matched above")
+            };
+            self.reqs.insert(
+                hdr.aux,
+                ReqState::Done(Ok(Completion { status, data: None })),
             );
         }
     }

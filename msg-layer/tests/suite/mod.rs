@@ -305,8 +305,21 @@ pub fn active_messages_and_rma<T: Transport>(a: &Endpoint<T>, b: &Endpoint<T>) {
         let got = c.data.unwrap();
         assert!(got[..500] == [0; 500]);
         assert!(got[500..] == data[..]);
-        // Out of bounds and unknown keys are refused.
+        // The same read straight into the reader's memory: no data in
+        // the completion, every byte where it belongs.
+        let dst = Arc::new(VecRegion::new(vec![0xEE; len - 500]));
+        let c = a
+            .wait_timeout(a.get_into(pb, key, 500, dst.clone()), Some(WAIT))
+            .expect("get into memory completes");
+        assert!(c.data.is_none());
+        let got = dst.snapshot();
+        assert!(got[..500] == [0; 500]);
+        assert!(got[500..] == data[..]);
+        // Out of bounds and unknown keys are refused, either way.
         let e = a.wait_timeout(a.get(pb, key, len as u64 - 10, 11), Some(WAIT));
+        assert!(matches!(e, Err(Error::RmaRefused(_))), "{e:?}");
+        let small = Arc::new(VecRegion::new(vec![0; 11]));
+        let e = a.wait_timeout(a.get_into(pb, key, len as u64 - 10, small), Some(WAIT));
         assert!(matches!(e, Err(Error::RmaRefused(_))), "{e:?}");
         let bogus = msg_layer::rma::RegionKey(key.0 ^ 1);
         let e = a.wait_timeout(a.put(pb, bogus, 0, vec![1u8; 10]), Some(WAIT));
