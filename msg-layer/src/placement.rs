@@ -140,22 +140,18 @@ impl Placement for DataPlacement {
                     .clone();
                 (end <= buf.len()).then(|| (HEADER_LEN, SharedSink::new(Piece { buf, base })))
             }
-            Kind::Put => {
-                let region = self.regions.lock().expect("regions").get(&hdr.id)?.clone();
-                (end <= region.len())
-                    .then(|| (HEADER_LEN, SharedSink::new(RegionPiece { region, base })))
-            }
+            Kind::Put => region_piece(&self.regions, hdr.id, base, end),
             Kind::GetReply if hdr.flags & flags::REFUSED == 0 => {
-                let region = self
-                    .gets
-                    .lock()
-                    .expect("get destinations")
-                    .get(&hdr.aux)?
-                    .clone();
-                (end <= region.len())
-                    .then(|| (HEADER_LEN, SharedSink::new(RegionPiece { region, base })))
+                region_piece(&self.gets, hdr.aux, base, end)
             }
             _ => None,
         }
     }
+}
+
+/// Where a piece spanning `base..end` of the region `table` holds under
+/// `key` goes, if it lies inside it.
+fn region_piece(table: &Regions, key: u64, base: usize, end: usize) -> Option<(usize, SharedSink)> {
+    let region = table.lock().expect("regions").get(&key)?.clone();
+    (end <= region.len()).then(|| (HEADER_LEN, SharedSink::new(RegionPiece { region, base })))
 }
