@@ -452,7 +452,11 @@ enum LlcShimStatus llc_shim_register(const struct LlcShim *s,
                                      uint64_t *key);
 
 /**
- * Withdraw a registration; later accesses by peers are refused.
+ * Withdraw a registration; later accesses by peers are refused. Returns
+ * once the transport holds nothing of the region any more (a peer's get
+ * is answered from the region itself): normally at once, as the reader's
+ * completion notice acknowledges the data; at most a bounded wait, making
+ * progress, for a peer that has yet to acknowledge.
  *
  * # Safety
  * `s` is a live handle.
@@ -479,7 +483,8 @@ enum LlcShimStatus llc_shim_put(const struct LlcShim *s,
                                 void *ctx);
 
 /**
- * Read `len` bytes of `peer`'s region `key` at `offset` into `local`;
+ * Read `len` bytes of `peer`'s region `key` at `offset` into `local`:
+ * the transport writes the reply's frames there (no copy in between);
  * `cb(ctx, status)` runs from `llc_shim_progress` once they are there.
  *
  * # Safety

@@ -679,7 +679,11 @@ pub unsafe extern "C" fn llc_shim_register(
     LlcShimStatus::Ok
 }
 
-/// Withdraw a registration; later accesses by peers are refused.
+/// Withdraw a registration; later accesses by peers are refused. Returns
+/// once the transport holds nothing of the region any more (a peer's get
+/// is answered from the region itself): normally at once, as the reader's
+/// completion notice acknowledges the data; at most a bounded wait, making
+/// progress, for a peer that has yet to acknowledge.
 ///
 /// # Safety
 /// `s` is a live handle.
@@ -741,7 +745,8 @@ pub unsafe extern "C" fn llc_shim_put(
     LlcShimStatus::Ok
 }
 
-/// Read `len` bytes of `peer`'s region `key` at `offset` into `local`;
+/// Read `len` bytes of `peer`'s region `key` at `offset` into `local`:
+/// the transport writes the reply's frames there (no copy in between);
 /// `cb(ctx, status)` runs from `llc_shim_progress` once they are there.
 ///
 /// # Safety
