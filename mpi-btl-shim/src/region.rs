@@ -42,31 +42,13 @@ impl PtrRegion {
     }
 }
 
-/// A range of a region lent as a message body; counted while it lives.
-struct LentRange {
-    ptr: *const u8,
-    len: usize,
-    count: Arc<AtomicUsize>,
-}
+/// Counts a range of a region lent as a message body while the transport
+/// holds it.
+struct LentCount(Arc<AtomicUsize>);
 
-// SAFETY: the bytes are only read, and the region's owner keeps them valid
-// and unchanged while any range is lent (deregistration waits for the
-// count to reach 0; a get's target does not change the data it serves).
-unsafe impl Send for LentRange {}
-
-impl AsRef<[u8]> for LentRange {
-    fn as_ref(&self) -> &[u8] {
-        if self.len == 0 {
-            return &[];
-        }
-        // SAFETY: valid for `len` bytes while this range is lent (above).
-        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
-    }
-}
-
-impl Drop for LentRange {
+impl Drop for LentCount {
     fn drop(&mut self) {
-        self.count.fetch_sub(1, Ordering::AcqRel);
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -94,12 +76,12 @@ impl MemoryRegion for PtrRegion {
     fn lend(&self, offset: usize, len: usize) -> Option<Bytes> {
         assert!(offset + len <= self.len, "engine checked bounds");
         self.lent.fetch_add(1, Ordering::AcqRel);
-        Some(Bytes::from_owner(LentRange {
-            // SAFETY: in bounds (checked above).
-            ptr: unsafe { self.base.add(offset) },
-            len,
-            count: self.lent.clone(),
-        }))
+        let guard = LentCount(self.lent.clone());
+        // SAFETY: in bounds (checked above); the region's owner keeps the
+        // bytes valid and unchanged while any range is lent (deregistration
+        // waits for the count to reach 0; a get's target does not change
+        // the data it serves).
+        Some(unsafe { msg_layer::lent::lend_guarded(self.base.add(offset), len, guard) })
     }
 }
 

@@ -8,25 +8,26 @@ use bytes::Bytes;
 use crate::ReleaseNotice;
 
 /// The caller's bytes, held by the transport until acknowledged; dropping
-/// the last reference drops `notice`, which reports the release.
-struct Lent {
+/// the last reference drops `guard` (a [`ReleaseNotice`], which reports the
+/// release, or the lender's own).
+struct Lent<G> {
     ptr: *const u8,
     len: usize,
-    _notice: ReleaseNotice,
+    _guard: G,
 }
 
-// SAFETY: the bytes at `ptr` are only read, and `lend`'s contract keeps them
-// valid and unchanged until this owner is dropped (its notice reports that),
-// on whatever thread drops it.
-unsafe impl Send for Lent {}
+// SAFETY: the bytes at `ptr` are only read, and `lend_guarded`'s contract
+// keeps them valid and unchanged until this owner is dropped, on whatever
+// thread drops it; the guard is `Send` itself.
+unsafe impl<G: Send> Send for Lent<G> {}
 
-impl AsRef<[u8]> for Lent {
+impl<G> AsRef<[u8]> for Lent<G> {
     fn as_ref(&self) -> &[u8] {
         if self.len == 0 {
             return &[];
         }
         // SAFETY: valid for `len` bytes and unchanged while this owner lives
-        // (`lend`'s contract).
+        // (`lend_guarded`'s contract).
         unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
     }
 }
@@ -39,9 +40,22 @@ impl AsRef<[u8]> for Lent {
 /// `ptr` must be valid for reads of `len` bytes (or `len` 0), and the bytes
 /// must stay valid and unchanged until the release is reported.
 pub unsafe fn lend(ptr: *const u8, len: usize, notice: ReleaseNotice) -> Bytes {
+    // SAFETY: the caller's contract, with the notice as the guard.
+    unsafe { lend_guarded(ptr, len, notice) }
+}
+
+/// [`lend`] with a guard of the lender's own, dropped when the transport
+/// (and every slice of the body) let go: a registered region that counts
+/// what it has lent, for example.
+///
+/// # Safety
+///
+/// `ptr` must be valid for reads of `len` bytes (or `len` 0), and the bytes
+/// must stay valid and unchanged until `guard` is dropped.
+pub unsafe fn lend_guarded<G: Send + 'static>(ptr: *const u8, len: usize, guard: G) -> Bytes {
     Bytes::from_owner(Lent {
         ptr,
         len,
-        _notice: notice,
+        _guard: guard,
     })
 }
