@@ -5,7 +5,7 @@
 //! cluster bed (veth pairs to one bridge, as `mpirun` runs on) itself.
 //!
 //! ```text
-//! cargo run --release -p llc-stack --example path_ceiling -- [--mtu 9000,65000] [--rounds 3] [--backend packet] [--patterns stream,reqreply]
+//! cargo run --release -p llc-stack --example path_ceiling -- [--mtu 9000,65000] [--rounds 3] [--backend packet] [--patterns stream,reqreply,put]
 //! ```
 //!
 //! The LLC side is raw frames with no protocol at all: the transport's
@@ -44,6 +44,16 @@
 //! ```text
 //! path_ceiling --patterns reqreply --mtu 9000,65000 --clients 1,2 --reply 10000,100000 --rounds 3
 //! ```
+//!
+//! `--patterns put` is the 1 MiB ping-pong as Open MPI's ob1 moves it over
+//! a BTL with RDMA put, the protocol NetPIPE's 1 MiB point takes over both
+//! btl/llc and btl/tcp: before the data, the sender's rendezvous header
+//! and the receiver's answer naming its buffer; after it, the one message
+//! any transport needs to know a put landed where the sender's buffer may
+//! still be read for a retransmission (a TCP socket has copied it, so
+//! btl/tcp needs none), then ob1's FIN. Each small message is one frame
+//! (or one TCP write) of 64 bytes; the data as in `stream`. So this is
+//! what the path gives btl/llc's 1 MiB point with no cost of its own.
 
 #[path = "support/pin.rs"]
 mod pin;
@@ -76,6 +86,9 @@ const HEAD: usize = ethernet::HEADER_LEN + llc::HEADER_LEN + transport::HEADER_L
 /// A message not complete this long after its last frame lost frames.
 const LOST_AFTER: Duration = Duration::from_millis(200);
 const PORT: u16 = 7911;
+/// Payload bytes of a control message of `--patterns put` (ob1's headers
+/// are 24-64 bytes).
+const CONTROL: usize = 64;
 
 struct Args {
     mtus: Vec<u32>,
@@ -84,7 +97,8 @@ struct Args {
     pingpongs: usize,
     bidir_mib: usize,
     /// `stream` (1 MiB ping-pong and both ways), `reqreply` (issue 21's
-    /// 8-byte requests and their replies).
+    /// 8-byte requests and their replies), `put` (the 1 MiB ping-pong with
+    /// ob1's RDMA handshakes).
     patterns: Vec<String>,
     clients: Vec<usize>,
     replies: Vec<usize>,
@@ -118,7 +132,7 @@ fn parse_args() -> Args {
             "--requests" => a.requests = val.parse().expect("--requests N"),
             other => panic!(
                 "unknown argument {other} (--mtu, --rounds, --backend, --pingpongs, --bidir-mib, \
-                 --patterns stream,reqreply, --clients, --reply, --requests)"
+                 --patterns stream,reqreply,put, --clients, --reply, --requests)"
             ),
         }
     }
@@ -290,6 +304,28 @@ impl RawEnd {
         }
     }
 
+    /// Send one small control message (a frame of [`CONTROL`] payload bytes).
+    fn send_control(&mut self) {
+        while !self.send_to(self.addr.dst, CONTROL) {
+            // The batch is full: send it and try again.
+            self.dev.flush(Instant::now()).expect("flush");
+        }
+        self.dev.flush(Instant::now()).expect("flush");
+    }
+
+    /// Wait for one small control message; false when none came.
+    fn receive_control(&mut self) -> bool {
+        let since = StdInstant::now();
+        loop {
+            match self.receive_from() {
+                Some((_, len)) if len < self.payload => return true,
+                Some(_) => {}
+                None if since.elapsed() > LOST_AFTER => return false,
+                None => {}
+            }
+        }
+    }
+
     /// Wait for a message of `frames` frames; false when some never came.
     fn receive_message(&mut self, frames: usize) -> bool {
         let (mut got, mut last) = (0, StdInstant::now());
@@ -353,6 +389,69 @@ fn raw_pingpong(cluster: &Cluster, backend: &str, mtu: u32, n: usize, crc: bool)
         }
         a.send_message(frames);
         if !a.receive_message(frames) {
+            ok = false;
+            break;
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    ok &= echo.join().expect("echo thread");
+    ok.then(|| gbit(MSG, secs / (2 * n) as f64))
+}
+
+/// Send one 1 MiB message over ob1's RDMA put protocol: rendezvous
+/// header, wait for the receiver's answer, the data, wait for the put's
+/// completion notice, ob1's FIN. False when frames were lost.
+fn put_send(end: &mut RawEnd, frames: usize) -> bool {
+    end.send_control();
+    if !end.receive_control() {
+        return false;
+    }
+    end.send_message(frames);
+    if !end.receive_control() {
+        return false;
+    }
+    end.send_control();
+    true
+}
+
+/// The receiving side of [`put_send`].
+fn put_receive(end: &mut RawEnd, frames: usize) -> bool {
+    if !end.receive_control() {
+        return false;
+    }
+    end.send_control();
+    if !end.receive_message(frames) {
+        return false;
+    }
+    end.send_control();
+    end.receive_control()
+}
+
+/// Raw frames, 1 MiB ping-pong with ob1's put handshakes: Gbit/s of one
+/// direction, or None when frames were lost.
+fn raw_put_pingpong(
+    cluster: &Cluster,
+    backend: &str,
+    mtu: u32,
+    n: usize,
+    crc: bool,
+) -> Option<f64> {
+    let payload = transport::max_payload(mtu as usize, 0);
+    let frames = MSG.div_ceil(payload);
+    let mut a = open_raw(cluster, 0, backend, payload, crc);
+    let mut b = open_raw(cluster, 1, backend, payload, crc);
+    pin::pin_to_cpu(0);
+    let echo = std::thread::spawn(move || {
+        pin::pin_to_cpu(1);
+        (0..n + 1).all(|_| put_receive(&mut b, frames) && put_send(&mut b, frames))
+    });
+    let mut ok = true;
+    let mut start = StdInstant::now();
+    for i in 0..n + 1 {
+        if i == 1 {
+            start = StdInstant::now();
+        }
+        if !(put_send(&mut a, frames) && put_receive(&mut a, frames)) {
             ok = false;
             break;
         }
@@ -670,6 +769,46 @@ fn tcp_pingpong(cluster: &Cluster, n: usize) -> f64 {
     gbit(MSG, secs / (2 * n) as f64)
 }
 
+/// TCP, 1 MiB ping-pong with ob1's put handshakes as btl/tcp has them
+/// (rendezvous header, answer, data, FIN; the put completes when the
+/// socket took the bytes): Gbit/s of one direction.
+fn tcp_put_pingpong(cluster: &Cluster, n: usize) -> f64 {
+    fn send(s: &mut TcpStream, buf: &mut [u8]) {
+        write_all_spin(s, &buf[..CONTROL]);
+        read_exact_spin(s, &mut buf[..CONTROL]);
+        write_all_spin(s, buf);
+        write_all_spin(s, &buf[..CONTROL]);
+    }
+    fn receive(s: &mut TcpStream, buf: &mut [u8]) {
+        read_exact_spin(s, &mut buf[..CONTROL]);
+        write_all_spin(s, &buf[..CONTROL]);
+        read_exact_spin(s, buf);
+        read_exact_spin(s, &mut buf[..CONTROL]);
+    }
+    let (mut a, mut b) = tcp_pair(cluster);
+    pin::pin_to_cpu(0);
+    let echo = std::thread::spawn(move || {
+        pin::pin_to_cpu(1);
+        let mut buf = vec![0u8; MSG];
+        for _ in 0..n + 1 {
+            receive(&mut b, &mut buf);
+            send(&mut b, &mut buf);
+        }
+    });
+    let mut buf = vec![0x5Au8; MSG];
+    let mut start = StdInstant::now();
+    for i in 0..n + 1 {
+        if i == 1 {
+            start = StdInstant::now();
+        }
+        send(&mut a, &mut buf);
+        receive(&mut a, &mut buf);
+    }
+    let secs = start.elapsed().as_secs_f64();
+    echo.join().expect("echo thread");
+    gbit(MSG, secs / (2 * n) as f64)
+}
+
 /// TCP both ways at once, `mib` MiB each way: Gbit/s of both directions.
 fn tcp_bidir(cluster: &Cluster, mib: usize) -> f64 {
     let (a, b) = tcp_pair(cluster);
@@ -741,9 +880,12 @@ fn main() {
     let args = parse_args();
     for p in &args.patterns {
         assert!(
-            p == "stream" || p == "reqreply",
-            "unknown pattern {p} (stream, reqreply)"
+            p == "stream" || p == "reqreply" || p == "put",
+            "unknown pattern {p} (stream, reqreply, put)"
         );
+    }
+    if args.patterns.iter().any(|p| p == "put") {
+        put_pattern(&args);
     }
     if args.patterns.iter().any(|p| p == "stream") {
         stream_patterns(&args);
@@ -781,6 +923,45 @@ fn stream_patterns(args: &Args) {
         for (name, v, lost) in [("1 MiB ping-pong", pp, lost), ("both ways at once", bi, 0)] {
             println!("| {mtu} | {name} | {} | {lost} |", cells(v));
         }
+    }
+}
+
+/// The 1 MiB ping-pong with and without ob1's put handshakes, per MTU:
+/// raw frames at `copy+crc` against TCP sockets.
+fn put_pattern(args: &Args) {
+    println!();
+    println!(
+        "1 MiB ping-pong as ob1's RDMA put protocol moves it: raw LLC frames ({}, copy+crc) against TCP, medians of {} alternating rounds",
+        args.backend, args.rounds
+    );
+    println!();
+    println!("| MTU | copy+crc, data only | copy+crc with ob1's put handshakes | TCP, data only | TCP with btl/tcp's handshakes | handshakes' cost, LLC / TCP (µs per message) | lost rounds |");
+    println!("|---:|---:|---:|---:|---:|---|---:|");
+    let us = |g: f64| MSG as f64 * 8.0 / (g * 1e3);
+    for &mtu in &args.mtus {
+        let cluster = Cluster::new(2, mtu).expect("cluster bed");
+        let mut v: [Vec<f64>; 4] = Default::default();
+        let mut lost = 0;
+        for _ in 0..args.rounds {
+            let raw = [
+                raw_pingpong(&cluster, &args.backend, mtu, args.pingpongs, true),
+                raw_put_pingpong(&cluster, &args.backend, mtu, args.pingpongs, true),
+            ];
+            for (k, g) in raw.into_iter().enumerate() {
+                match g {
+                    Some(g) => v[k].push(g),
+                    None => lost += 1,
+                }
+            }
+            v[2].push(tcp_pingpong(&cluster, args.pingpongs));
+            v[3].push(tcp_put_pingpong(&cluster, args.pingpongs));
+        }
+        let [data, put, tcp, tcp_put] = v.map(|v| if v.is_empty() { f64::NAN } else { median(v) });
+        println!(
+            "| {mtu} | {data:.1} | {put:.1} | {tcp:.1} | {tcp_put:.1} | {:.1} / {:.1} | {lost} |",
+            us(put) - us(data),
+            us(tcp_put) - us(tcp)
+        );
     }
 }
 
