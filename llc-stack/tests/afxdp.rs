@@ -394,3 +394,44 @@ fn auto_takes_af_packet_for_jumbo_frames_in_generic_mode() {
     let (backend, notes) = open(&TwoHosts::new(9000).unwrap(), Backend::Auto);
     assert!(backend.starts_with("af_xdp"), "{backend} {notes:?}");
 }
+
+/// An endpoint its caller knows to be alone on the interface
+/// (`Sharing::Alone`, one MPI rank per host) gets AF_PACKET from `auto`
+/// wherever a frame spans more than one UMEM chunk in generic XDP (MTU 9000
+/// on veth), with the reason; at MTU 1500 (one chunk) it keeps AF_XDP, and
+/// without the hint MTU 9000 keeps AF_XDP for the steering many endpoints
+/// need.
+#[test]
+fn auto_takes_af_packet_for_an_endpoint_alone_with_multi_chunk_frames() {
+    use llc_stack::link::any::{self, Backend, Sharing};
+    vm_tests::require_root!();
+    assert_eq!(llc_stack::link::afxdp::chunks_per_frame(1500), 1);
+    assert!(llc_stack::link::afxdp::chunks_per_frame(9000) > 1);
+    let open = |hosts: &TwoHosts, sharing: Sharing| {
+        let ifname = hosts.a.ifname.clone();
+        hosts.a.ns.run(move || {
+            let (dev, notes) = any::open_shared(
+                &ifname,
+                Backend::Auto,
+                sharing,
+                AfPacketConfig::default(),
+                AfXdpConfig::default(),
+            )
+            .expect("open");
+            (dev.capabilities().backend.clone(), notes)
+        })
+    };
+    let jumbo = TwoHosts::new(9000).unwrap();
+    let (backend, notes) = open(&jumbo, Sharing::Alone);
+    assert!(backend.starts_with("af_packet"), "{backend}");
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("only endpoint") && n.contains("9000")),
+        "{notes:?}"
+    );
+    let (backend, notes) = open(&jumbo, Sharing::Unknown);
+    assert!(backend.starts_with("af_xdp"), "{backend} {notes:?}");
+    let (backend, notes) = open(&TwoHosts::new(1500).unwrap(), Sharing::Alone);
+    assert!(backend.starts_with("af_xdp"), "{backend} {notes:?}");
+}

@@ -881,6 +881,40 @@ static int pick_interface(const char *spec, int rank, char *out, size_t len)
     return 0;
 }
 
+/* The interface local rank `rank` opens, as llc_init picks it; 0 on success. */
+static int interface_of(int rank, char *out, size_t len)
+{
+    if (NULL != params.if_spec && '\0' != params.if_spec[0]) {
+        return pick_interface(params.if_spec, rank, out, len);
+    }
+    char err[512] = "";
+    return LlcShimStatus_Ok == llc_shim_select_interface(params.if_include, params.if_exclude,
+                                                         (uint32_t) rank, out, len, err,
+                                                         sizeof(err))
+               ? 0
+               : -1;
+}
+
+/* How many of this host's ranks open interface `name` (this one included; 0
+ * when the host's rank count is unknown): one tells backend auto the rank is
+ * alone on its interface. */
+static uint32_t ranks_on(const char *name)
+{
+    const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    int local_size = ls ? atoi(ls) : opal_process_info.num_local_peers + 1;
+    if (local_size <= 0) {
+        return 0;
+    }
+    uint32_t n = 0;
+    for (int r = 0; r < local_size; r++) {
+        char other[64];
+        if (0 == interface_of(r, other, sizeof(other)) && 0 == strcmp(other, name)) {
+            n++;
+        }
+    }
+    return n;
+}
+
 static mca_btl_base_module_t **llc_init(int *num_btls, bool progress_threads, bool mpi_threads)
 {
     (void) progress_threads;
@@ -923,6 +957,7 @@ static mca_btl_base_module_t **llc_init(int *num_btls, bool progress_threads, bo
                                                 ? params.progress_interval_us
                                                 : 0),
         .coalesce_us = (uint32_t) (params.coalesce_us > 0 ? params.coalesce_us : 0),
+        .ranks_on_interface = ranks_on(ifname),
     };
     char err[512] = "";
     if (LlcShimStatus_Ok != llc_shim_open(&cfg, &shim, err, sizeof(err))) {

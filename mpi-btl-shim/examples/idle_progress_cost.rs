@@ -37,6 +37,7 @@ fn main() {
         exclusive: false,
         progress_interval_us: 0,
         coalesce_us: 0,
+        ranks_on_interface: 0,
     };
     let mut shim = std::ptr::null_mut();
     let mut err = [0 as std::ffi::c_char; 256];

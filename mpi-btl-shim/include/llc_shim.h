@@ -102,6 +102,14 @@ typedef struct LlcShimConfig {
    * non-zero value now means on.)
    */
   uint32_t coalesce_us;
+  /**
+   * How many ranks of the job on this host open this interface (0:
+   * unknown). 1 tells backend `auto` the endpoint is alone on it, where
+   * AF_PACKET is the faster choice for jumbo frames on a link with only
+   * copy-mode generic AF_XDP (veth); with more, AF_XDP's steering hands
+   * each rank its own frames. `exclusive` implies alone.
+   */
+  uint32_t ranks_on_interface;
 } LlcShimConfig;
 
 /**

@@ -68,6 +68,12 @@ pub struct LlcShimConfig {
     /// once bounded the wait with a timer that woke the thread; any
     /// non-zero value now means on.)
     pub coalesce_us: u32,
+    /// How many ranks of the job on this host open this interface (0:
+    /// unknown). 1 tells backend `auto` the endpoint is alone on it, where
+    /// AF_PACKET is the faster choice for jumbo frames on a link with only
+    /// copy-mode generic AF_XDP (veth); with more, AF_XDP's steering hands
+    /// each rank its own frames. `exclusive` implies alone.
+    pub ranks_on_interface: u32,
 }
 
 /// Counters, for the component's report at finalize.

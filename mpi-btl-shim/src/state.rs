@@ -208,6 +208,7 @@ impl LlcShim {
             backend,
             port: cfg.port,
             exclusive: cfg.exclusive,
+            alone: cfg.ranks_on_interface == 1,
             ..LlcSpec::new(ifname)
         };
         if cfg.sap != 0 {

@@ -468,6 +468,23 @@ fn cluster_2_hosts_x_2_ranks_auto() {
     );
 }
 
+/// One rank per host (MTU 9000, veth: generic AF_XDP only, a frame in three
+/// UMEM chunks): the component tells the shim each rank is alone on its
+/// interface, and `auto` takes AF_PACKET, the faster backend for a single
+/// endpoint there (docs/BENCHMARKS.md, "`auto` for an endpoint alone on its
+/// interface"); with two ranks per host it keeps AF_XDP (above).
+#[test]
+fn cluster_2_hosts_x_1_rank_auto_takes_af_packet() {
+    require_root!();
+    let run = cluster_mpi_check(2, 1, "auto");
+    assert_eq!(
+        run.stderr.matches("transport llc/af_packet").count(),
+        2,
+        "every rank on AF_PACKET:\n{}",
+        run.stderr
+    );
+}
+
 /// Four ranks per host, every one on AF_XDP (required, no fallback): the
 /// hosts' `eth0` (veth) has one RX queue, so the ranks of a host share that
 /// queue's buffer pool (`XDP_SHARED_UMEM`) and the interface's XDP program

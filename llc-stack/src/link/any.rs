@@ -5,8 +5,10 @@
 //! [`AfXdpConfig`] says) and falls back to AF_PACKET unless the interface
 //! itself is the problem; what was not obtained, and why, is returned as
 //! notes for the user. It takes AF_PACKET at once for frames that would span
-//! more than [`AUTO_GENERIC_MAX_CHUNKS`] UMEM chunks in generic XDP. Dispatch
-//! is one predictable branch per call.
+//! more than [`AUTO_GENERIC_MAX_CHUNKS`] UMEM chunks in generic XDP, and for
+//! frames of more than one chunk there when the caller knows the endpoint is
+//! alone on the interface ([`Sharing::Alone`]). Dispatch is one predictable
+//! branch per call.
 
 use std::fmt;
 use std::io;
@@ -72,14 +74,41 @@ impl FromStr for Backend {
 /// affected.
 pub const AUTO_GENERIC_MAX_CHUNKS: usize = 3;
 
+/// What the caller knows of the other endpoints on the interface, for
+/// `auto`'s choice.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum Sharing {
+    /// Nothing: other endpoints may open the interface too (the ranks of
+    /// an MPI job on a host, a file system's clients), where AF_XDP's
+    /// steering hands each its own frames.
+    #[default]
+    Unknown,
+    /// This endpoint is the only one of its job on the interface (one MPI
+    /// rank per host, or one per NIC).
+    Alone,
+}
+
 /// Why `auto` skips generic AF_XDP on an interface of `mtu`, if it does.
-fn jumbo_on_generic(mtu: usize) -> Option<String> {
+/// Beyond [`AUTO_GENERIC_MAX_CHUNKS`] chunks per frame always; from two
+/// chunks on for an endpoint alone on the interface: there copy-mode AF_XDP
+/// copies a jumbo frame once more than AF_PACKET on each side and chains
+/// it, and its steering, which is what pays when many endpoints share the
+/// interface, has nobody to steer (docs/BENCHMARKS.md, "`auto` for an
+/// endpoint alone on its interface").
+fn generic_skipped(mtu: usize, sharing: Sharing) -> Option<String> {
     let chunks = afxdp::chunks_per_frame(mtu);
-    (chunks > AUTO_GENERIC_MAX_CHUNKS).then(|| {
-        format!(
+    if chunks > AUTO_GENERIC_MAX_CHUNKS {
+        return Some(format!(
             "backend auto: at MTU {mtu} a frame spans {chunks} AF_XDP chunks in generic (copy) \
              mode, where AF_PACKET moves large frames at about twice the rate; using AF_PACKET \
              (backend=xdp forces AF_XDP)"
+        ));
+    }
+    (chunks > 1 && sharing == Sharing::Alone).then(|| {
+        format!(
+            "backend auto: the only endpoint on the interface at MTU {mtu}, where a frame spans \
+             {chunks} AF_XDP chunks in generic (copy) mode and AF_PACKET moves large messages \
+             faster; using AF_PACKET (backend=xdp forces AF_XDP)"
         )
     })
 }
@@ -100,6 +129,18 @@ pub fn open(
     packet: AfPacketConfig,
     xdp: AfXdpConfig,
 ) -> Result<(AnyLink, Vec<String>), LinkError> {
+    open_shared(ifname, backend, Sharing::Unknown, packet, xdp)
+}
+
+/// [`open`], for an endpoint whose company on the interface the caller
+/// knows (`sharing`), which `auto` takes into account.
+pub fn open_shared(
+    ifname: &str,
+    backend: Backend,
+    sharing: Sharing,
+    packet: AfPacketConfig,
+    xdp: AfXdpConfig,
+) -> Result<(AnyLink, Vec<String>), LinkError> {
     let xdp_notes = |dev: &AfXdp| -> Vec<String> {
         dev.fallbacks()
             .iter()
@@ -109,7 +150,8 @@ pub fn open(
     if backend == Backend::Auto && afxdp::takes_generic(ifname, &xdp) == Some(true) {
         // Known before opening (a veth, or generic asked for): no program
         // attached only to be taken away again.
-        if let Some(why) = interfaces::mtu(ifname).ok().and_then(jumbo_on_generic) {
+        let skip = |mtu| generic_skipped(mtu, sharing);
+        if let Some(why) = interfaces::mtu(ifname).ok().and_then(skip) {
             return Ok((AnyLink::Packet(AfPacket::open(ifname, packet)?), vec![why]));
         }
     }
@@ -124,7 +166,7 @@ pub fn open(
             Ok(dev) => {
                 // Generic mode was known only once opened (no native XDP).
                 if dev.generic() {
-                    if let Some(why) = jumbo_on_generic(dev.mtu()) {
+                    if let Some(why) = generic_skipped(dev.mtu(), sharing) {
                         drop(dev);
                         let dev = AfPacket::open(ifname, packet)?;
                         return Ok((AnyLink::Packet(dev), vec![why]));

@@ -31,6 +31,7 @@ pub fn open_with(h: &Host, coalesce_us: u32, progress_thread: bool) -> *mut LlcS
             exclusive: false,
             progress_interval_us: 0,
             coalesce_us,
+            ranks_on_interface: 0,
         };
         let mut s = std::ptr::null_mut();
         let mut err = [0 as std::ffi::c_char; 256];

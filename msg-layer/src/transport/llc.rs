@@ -12,7 +12,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use llc_stack::link::afpacket::AfPacketConfig;
 use llc_stack::link::afxdp::{self, AfXdpConfig};
-use llc_stack::link::any::{self, AnyLink};
+use llc_stack::link::any::{self, AnyLink, Sharing};
 use llc_stack::link::test_ping;
 use llc_stack::proto::{ConnHandle, Event};
 use llc_stack::rng::Rng;
@@ -157,7 +157,15 @@ impl LlcTransport<AnyLink> {
         port: u16,
         cfg: LlcConfig,
     ) -> Result<Self, TransportError> {
-        Self::open_link(ifname, backend, attach, Some(port), port, cfg)
+        Self::open_link(
+            ifname,
+            backend,
+            attach,
+            Some(port),
+            port,
+            Sharing::Unknown,
+            cfg,
+        )
     }
 
     /// Open an endpoint that has the interface's SAP to itself (one
@@ -174,11 +182,12 @@ impl LlcTransport<AnyLink> {
         port: u16,
         cfg: LlcConfig,
     ) -> Result<Self, TransportError> {
-        Self::open_link(ifname, backend, attach, None, port, cfg)
+        Self::open_link(ifname, backend, attach, None, port, Sharing::Alone, cfg)
     }
 
     /// Open what `spec` says ([`LlcTransport::open_exclusive`] when it is
-    /// exclusive, else [`LlcTransport::open_with_attach`]).
+    /// exclusive, else [`LlcTransport::open_with_attach`], telling `auto`
+    /// when the endpoint is alone on the interface).
     pub fn open_spec(spec: &LlcSpec) -> Result<Self, TransportError> {
         let claim = (!spec.exclusive).then_some(spec.port);
         Self::open_link(
@@ -187,6 +196,7 @@ impl LlcTransport<AnyLink> {
             spec.attach,
             claim,
             spec.port,
+            spec.sharing(),
             spec.config.clone(),
         )
     }
@@ -197,9 +207,10 @@ impl LlcTransport<AnyLink> {
         attach: AttachMode,
         claim: Option<u16>,
         port: u16,
+        sharing: Sharing,
         cfg: LlcConfig,
     ) -> Result<Self, TransportError> {
-        let (link, notes) = open_device(ifname, backend, attach, cfg.sap, claim)?;
+        let (link, notes) = open_device(ifname, backend, attach, sharing, cfg.sap, claim)?;
         let mac = link.mac();
         let port = link.port().unwrap_or(port);
         let mut t = LlcTransport::new(link, mac, port, cfg, Rng::from_entropy());
@@ -218,13 +229,14 @@ impl LlcTransport<AnyLink> {
 }
 
 /// The link device an LLC endpoint on `ifname` uses (the backend and XDP
-/// attach mode chosen as the transport chooses them, frames of `sap`,
-/// transport port `claim` held if given). Returns the link and what fell
-/// back.
+/// attach mode chosen as the transport chooses them, `auto` knowing what
+/// `sharing` says, frames of `sap`, transport port `claim` held if given).
+/// Returns the link and what fell back.
 fn open_device(
     ifname: &str,
     backend: Backend,
     attach: AttachMode,
+    sharing: Sharing,
     sap: u8,
     claim: Option<u16>,
 ) -> Result<(AnyLink, Vec<String>), TransportError> {
@@ -249,7 +261,8 @@ fn open_device(
         attach,
         ..Default::default()
     };
-    any::open(ifname, backend, packet, xdp).map_err(|e| TransportError::Setup(e.to_string()))
+    any::open_shared(ifname, backend, sharing, packet, xdp)
+        .map_err(|e| TransportError::Setup(e.to_string()))
 }
 
 /// The link floor of an endpoint's link: 802.2 TEST round trips on the
@@ -300,9 +313,19 @@ impl LlcSpec {
             &self.ifname,
             self.backend,
             self.attach,
+            self.sharing(),
             self.config.sap,
             None,
         )
+    }
+
+    /// What `auto` is told of the interface's other endpoints.
+    fn sharing(&self) -> Sharing {
+        if self.exclusive || self.alone {
+            Sharing::Alone
+        } else {
+            Sharing::Unknown
+        }
     }
 
     fn addresses(&self, us: MacAddr, peer: MacAddr) -> Addresses {

@@ -21,6 +21,10 @@
 //! - `port=N` (default 7): the endpoint's port on the interface, 0 for any free one;
 //! - `exclusive=true|false` (default false): have the interface's SAP alone (see
 //!   [`LlcTransport::open_exclusive`]) instead of sharing it by port;
+//! - `alone=true|false` (default false): the caller knows no other endpoint of
+//!   its job opens the interface (one MPI rank per host), so that `auto` may
+//!   take the backend that is faster for a single endpoint (implied by
+//!   `exclusive`);
 //! - `sap=0xNN` (default 0x7c): the LLC SAP;
 //! - `idle_timeout_ms=N` (default 10000): a peer silent this long has failed;
 //!   keepalives go out after a quarter of it (at most every second, at
@@ -143,6 +147,11 @@ pub struct LlcSpec {
     pub port: u16,
     /// Have the interface's SAP alone ([`LlcTransport::open_exclusive`]).
     pub exclusive: bool,
+    /// No other endpoint of the job opens the interface (one MPI rank per
+    /// host): `auto` may then take AF_PACKET where copy-mode AF_XDP chains
+    /// jumbo frames ([`llc_stack::link::any::Sharing::Alone`]). Implied by
+    /// `exclusive`.
+    pub alone: bool,
     /// The stack's configuration (SAP, timeouts, buffers...).
     pub config: LlcConfig,
 }
@@ -156,6 +165,7 @@ impl LlcSpec {
             attach: AttachMode::Auto,
             port: DEFAULT_PORT,
             exclusive: false,
+            alone: false,
             config: LlcConfig::default(),
         }
     }
@@ -271,7 +281,8 @@ pub enum SpecError {
     },
 }
 
-const LLC_OPTIONS: &str = "backend, attach, port, exclusive, sap, idle_timeout_ms or keepalive_ms";
+const LLC_OPTIONS: &str =
+    "backend, attach, port, exclusive, alone, sap, idle_timeout_ms or keepalive_ms";
 const TCP_OPTIONS: &str = "busy_poll_us, idle_timeout_ms or connect_timeout_ms";
 const TCP_URING_OPTIONS: &str =
     "busy_poll_us, idle_timeout_ms, connect_timeout_ms, coop_taskrun or ring_entries";
@@ -322,6 +333,9 @@ impl fmt::Display for TransportSpec {
                 }
                 if s.exclusive {
                     opts.push(("exclusive", "true".into()));
+                }
+                if s.alone {
+                    opts.push(("alone", "true".into()));
                 }
                 if s.config.sap != d.config.sap {
                     opts.push(("sap", format!("{:#04x}", s.config.sap)));
@@ -490,6 +504,7 @@ impl Parser<'_> {
                 "attach" => s.attach = self.choice(name, value)?,
                 "port" => s.port = self.number(name, value, "0..=65535")?,
                 "exclusive" => s.exclusive = self.boolean(name, value)?,
+                "alone" => s.alone = self.boolean(name, value)?,
                 "sap" => {
                     let sap = match value.strip_prefix("0x") {
                         Some(h) => u8::from_str_radix(h, 16).ok(),
@@ -609,6 +624,7 @@ mod tests {
             "llc://eth0",
             "llc://eth0?backend=xdp&attach=generic&port=0",
             "llc://llc0?backend=packet&port=5301&exclusive=true&sap=0x78",
+            "llc://eth0?alone=true",
             "llc://eth0?idle_timeout_ms=2000",
             "llc://eth0?idle_timeout_ms=2000&keepalive_ms=100",
             "llc://eth0?keepalive_ms=300",
