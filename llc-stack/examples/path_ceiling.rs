@@ -54,6 +54,12 @@
 //! btl/tcp needs none), then ob1's FIN. Each small message is one frame
 //! (or one TCP write) of 64 bytes; the data as in `stream`. So this is
 //! what the path gives btl/llc's 1 MiB point with no cost of its own.
+//!
+//! `--patterns exchange` is the exchange test of seed 002's kernels: both
+//! hosts send a message of each of `--sizes` bytes to each other at once
+//! and wait for the other's, `--exchanges` times; raw frames (the message
+//! split evenly over as many frames as the transport would use) against
+//! the TCP socket pair, mean µs per exchange.
 
 #[path = "support/pin.rs"]
 mod pin;
@@ -103,6 +109,9 @@ struct Args {
     clients: Vec<usize>,
     replies: Vec<usize>,
     requests: usize,
+    /// Message sizes of `exchange`.
+    sizes: Vec<usize>,
+    exchanges: usize,
 }
 
 fn parse_args() -> Args {
@@ -116,6 +125,8 @@ fn parse_args() -> Args {
         clients: vec![1, 2],
         replies: vec![10_000, 100_000],
         requests: 2000,
+        sizes: vec![65_536, 262_144, 1 << 20],
+        exchanges: 2000,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -130,9 +141,12 @@ fn parse_args() -> Args {
             "--clients" => a.clients = veth_link::list(&val, |v| v.parse().expect("--clients")),
             "--reply" => a.replies = veth_link::list(&val, |v| v.parse().expect("--reply")),
             "--requests" => a.requests = val.parse().expect("--requests N"),
+            "--sizes" => a.sizes = veth_link::list(&val, |v| v.parse().expect("--sizes")),
+            "--exchanges" => a.exchanges = val.parse().expect("--exchanges N"),
             other => panic!(
                 "unknown argument {other} (--mtu, --rounds, --backend, --pingpongs, --bidir-mib, \
-                 --patterns stream,reqreply,put, --clients, --reply, --requests)"
+                 --patterns stream,reqreply,put,exchange, --clients, --reply, --requests, \
+                 --sizes, --exchanges)"
             ),
         }
     }
@@ -508,6 +522,120 @@ fn raw_bidir(cluster: &Cluster, backend: &str, mtu: u32, mib: usize, crc: bool) 
     bytes as f64 * 8.0 / secs / 1e9
 }
 
+/// Raw frames, both hosts exchanging a message of `bytes` at once, `n`
+/// times after one to warm up: mean µs per exchange, or None when frames
+/// were lost. The message is split evenly over the frames the transport
+/// would use for it.
+fn raw_exchange(
+    cluster: &Cluster,
+    backend: &str,
+    mtu: u32,
+    bytes: usize,
+    n: usize,
+    crc: bool,
+) -> Option<f64> {
+    let frames = bytes.div_ceil(transport::max_payload(mtu as usize, 0));
+    let payload = bytes.div_ceil(frames);
+    let ends = [
+        open_raw(cluster, 0, backend, payload, crc),
+        open_raw(cluster, 1, backend, payload, crc),
+    ];
+    let go = Arc::new(Barrier::new(2));
+    let threads: Vec<_> = ends
+        .into_iter()
+        .enumerate()
+        .map(|(cpu, mut end)| {
+            let go = go.clone();
+            std::thread::spawn(move || {
+                pin::pin_to_cpu(cpu);
+                go.wait();
+                let mut start = StdInstant::now();
+                for i in 0..n + 1 {
+                    if i == 1 {
+                        start = StdInstant::now();
+                    }
+                    let (mut sent, mut got) = (0, 0);
+                    let mut last = StdInstant::now();
+                    while got < frames || sent < frames {
+                        if sent < frames {
+                            sent += end.send(end.burst.min(frames - sent));
+                        }
+                        let k = end.receive(frames - got);
+                        if k > 0 {
+                            got += k;
+                            last = StdInstant::now();
+                        } else if got < frames && last.elapsed() > LOST_AFTER {
+                            return None;
+                        } else {
+                            // Frames a full socket buffer left in the
+                            // batch go now.
+                            end.dev.flush(Instant::now()).expect("flush");
+                        }
+                    }
+                }
+                Some(start.elapsed().as_secs_f64())
+            })
+        })
+        .collect();
+    let mut secs: Option<f64> = Some(0.0);
+    for t in threads {
+        let s = t.join().expect("exchange thread");
+        secs = secs.zip(s).map(|(a, b)| a.max(b));
+    }
+    secs.map(|s| s * 1e6 / n as f64)
+}
+
+/// TCP, both hosts exchanging `bytes` at once, `n` times after one to
+/// warm up (writes and reads interleaved, so neither waits for the other
+/// to read): mean µs per exchange.
+fn tcp_exchange(cluster: &Cluster, bytes: usize, n: usize) -> f64 {
+    let (a, b) = tcp_pair(cluster);
+    let go = Arc::new(Barrier::new(2));
+    let threads: Vec<_> = [a, b]
+        .into_iter()
+        .enumerate()
+        .map(|(cpu, mut s)| {
+            let go = go.clone();
+            std::thread::spawn(move || {
+                pin::pin_to_cpu(cpu);
+                let out = vec![0x5Au8; bytes];
+                let mut inbuf = vec![0u8; bytes];
+                go.wait();
+                let mut start = StdInstant::now();
+                for i in 0..n + 1 {
+                    if i == 1 {
+                        start = StdInstant::now();
+                    }
+                    let (mut sent, mut got) = (0, 0);
+                    while sent < bytes || got < bytes {
+                        if sent < bytes {
+                            match s.write(&out[sent..]) {
+                                Ok(k) => sent += k,
+                                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                                Err(e) => panic!("TCP write: {e}"),
+                            }
+                        }
+                        if got < bytes {
+                            match s.read(&mut inbuf[got..]) {
+                                Ok(0) => panic!("TCP peer closed"),
+                                Ok(k) => got += k,
+                                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                                Err(e) => panic!("TCP read: {e}"),
+                            }
+                        }
+                    }
+                }
+                start.elapsed().as_secs_f64()
+            })
+        })
+        .collect();
+    let secs = threads
+        .into_iter()
+        .map(|t| t.join().expect("exchange thread"))
+        .fold(0.0, f64::max);
+    secs * 1e6 / n as f64
+}
+
 /// The request of the request/reply pattern: 8 bytes, as a BMI client's
 /// request to its server (issue 21's many-to-one load).
 const REQUEST: usize = 8;
@@ -880,9 +1008,12 @@ fn main() {
     let args = parse_args();
     for p in &args.patterns {
         assert!(
-            p == "stream" || p == "reqreply" || p == "put",
-            "unknown pattern {p} (stream, reqreply, put)"
+            ["stream", "reqreply", "put", "exchange"].contains(&p.as_str()),
+            "unknown pattern {p} (stream, reqreply, put, exchange)"
         );
+    }
+    if args.patterns.iter().any(|p| p == "exchange") {
+        exchange_pattern(&args);
     }
     if args.patterns.iter().any(|p| p == "put") {
         put_pattern(&args);
@@ -962,6 +1093,43 @@ fn put_pattern(args: &Args) {
             us(put) - us(data),
             us(tcp_put) - us(tcp)
         );
+    }
+}
+
+/// Seed 002's exchange test, per MTU and message size: raw frames (with
+/// and without the copy and CRC) against TCP sockets.
+fn exchange_pattern(args: &Args) {
+    println!();
+    println!(
+        "both hosts exchanging a message at once: raw LLC frames ({}) against TCP, mean µs per exchange, medians of {} alternating rounds of {} exchanges",
+        args.backend, args.rounds, args.exchanges
+    );
+    println!();
+    println!("| MTU | bytes | frames | raw frames µs | raw frames, copy+crc µs | TCP µs | TCP / raw | TCP / copy+crc | lost rounds |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for &mtu in &args.mtus {
+        let cluster = Cluster::new(2, mtu).expect("cluster bed");
+        for &bytes in &args.sizes {
+            let mut v: [Vec<f64>; 3] = Default::default();
+            let mut lost = 0;
+            for _ in 0..args.rounds {
+                for (k, crc) in [(0, false), (1, true)] {
+                    let n = args.exchanges;
+                    match raw_exchange(&cluster, &args.backend, mtu, bytes, n, crc) {
+                        Some(us) => v[k].push(us),
+                        None => lost += 1,
+                    }
+                }
+                v[2].push(tcp_exchange(&cluster, bytes, args.exchanges));
+            }
+            let frames = bytes.div_ceil(transport::max_payload(mtu as usize, 0));
+            let [raw, crc, tcp] = v.map(|v| if v.is_empty() { f64::NAN } else { median(v) });
+            println!(
+                "| {mtu} | {bytes} | {frames} | {raw:.1} | {crc:.1} | {tcp:.1} | {:.2}x | {:.2}x | {lost} |",
+                tcp / raw,
+                tcp / crc
+            );
+        }
     }
 }
 
