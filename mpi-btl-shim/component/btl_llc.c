@@ -222,8 +222,12 @@ static int llc_register(void)
     reg_int("verbose", "Verbosity of btl/llc (opal_output level)", &params.verbose, 0);
 
     llc_module.btl_exclusivity = MCA_BTL_EXCLUSIVITY_DEFAULT;
-    llc_module.btl_eager_limit = 32 * 1024;
-    llc_module.btl_rndv_eager_limit = 32 * 1024;
+    /* A 64 KiB message and ob1's header (at most 64 bytes) go eagerly: one
+     * trip instead of a rendezvous round trip, its body lent from the
+     * application's buffer (lend_min); docs/BENCHMARKS.md, "Messages of 64
+     * KiB in one trip". */
+    llc_module.btl_eager_limit = 64 * 1024 + 64;
+    llc_module.btl_rndv_eager_limit = 64 * 1024 + 64;
     llc_module.btl_max_send_size = 256 * 1024;
     llc_module.btl_rdma_pipeline_send_length = 256 * 1024;
     llc_module.btl_rdma_pipeline_frag_size = 4 * 1024 * 1024;
