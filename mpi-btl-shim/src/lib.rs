@@ -37,7 +37,8 @@
 //! `progress_interval_us` it makes progress if no caller did meanwhile
 //! (acknowledgements, keepalives, retransmissions). What it receives waits
 //! in the endpoint's event queue for the next `llc_shim_progress`; it never
-//! calls C.
+//! calls C. It runs at niceness 19: on a node where every core runs a rank
+//! it takes the time the scheduler can spare instead of preempting one.
 
 mod ffi;
 mod region;

@@ -254,12 +254,18 @@ impl LlcShim {
                 wake: wake.clone(),
                 period,
             };
-            Some(
-                std::thread::Builder::new()
-                    .name("llc-shim-bg".into())
-                    .spawn(move || bg.run())
-                    .map_err(OpenError::Thread)?,
-            )
+            // Open returns once the thread has lowered its priority.
+            let (started, ready) = std::sync::mpsc::channel();
+            let handle = std::thread::Builder::new()
+                .name("llc-shim-bg".into())
+                .spawn(move || {
+                    lower_priority();
+                    let _ = started.send(());
+                    bg.run()
+                })
+                .map_err(OpenError::Thread)?;
+            let _ = ready.recv();
+            Some(handle)
         } else {
             None
         };
@@ -642,8 +648,9 @@ impl Wake {
     }
 }
 
-/// The background thread. While the application calls
-/// `llc_shim_progress` it only looks every `period` whether it still does.
+/// The background thread, at [`BACKGROUND_NICE`]. While the application
+/// calls `llc_shim_progress` it only looks every `period` whether it still
+/// does.
 /// Once a whole period passed without a call (the rank computes, or waits
 /// outside MPI), it makes progress itself whenever the transport has work
 /// (it sleeps in poll(2) on the transport's descriptors, as the kernel's
@@ -661,6 +668,33 @@ struct Background {
     held: Arc<AtomicBool>,
     wake: Arc<Wake>,
     period: Duration,
+}
+
+/// The background thread's niceness. It helps a rank that computes and
+/// must not take the core from it: where every core runs a rank (as MPI
+/// jobs run), a helper at the rank's own priority preempts the rank at
+/// each of its wake-ups, and the radix sort lost about a tenth of its speed
+/// to it; at 19 it takes the time the scheduler can spare, and all of an
+/// idle core (docs/BENCHMARKS.md, "The radix sort and the background
+/// thread").
+pub(crate) const BACKGROUND_NICE: libc::c_int = 19;
+
+/// Give the calling thread [`BACKGROUND_NICE`]; where the system refuses,
+/// it keeps its priority (and says so in the log).
+fn lower_priority() {
+    // SAFETY: gettid has no arguments and cannot fail; setpriority with
+    // PRIO_PROCESS and a thread id changes only that thread's niceness.
+    let rc = unsafe {
+        libc::setpriority(
+            libc::PRIO_PROCESS,
+            libc::gettid() as libc::id_t,
+            BACKGROUND_NICE,
+        )
+    };
+    if rc != 0 {
+        let e = std::io::Error::last_os_error();
+        tracing::debug!(%e, "background thread keeps its priority");
+    }
 }
 
 impl Background {
