@@ -379,37 +379,11 @@ fn open_raw_to(
 /// Raw frames, 1 MiB ping-pong: Gbit/s of one direction (NetPIPE's
 /// figure), or None when frames were lost.
 fn raw_pingpong(cluster: &Cluster, backend: &str, mtu: u32, n: usize, crc: bool) -> Option<f64> {
-    let payload = transport::max_payload(mtu as usize, 0);
-    let frames = MSG.div_ceil(payload);
-    let mut a = open_raw(cluster, 0, backend, payload, crc);
-    let mut b = open_raw(cluster, 1, backend, payload, crc);
-    pin::pin_to_cpu(0);
-    let echo = std::thread::spawn(move || {
-        pin::pin_to_cpu(1);
-        for _ in 0..n + 1 {
-            if !b.receive_message(frames) {
-                return false;
-            }
-            b.send_message(frames);
-        }
+    let send = |end: &mut RawEnd, frames| {
+        end.send_message(frames);
         true
-    });
-    let mut ok = true;
-    let mut start = StdInstant::now();
-    for i in 0..n + 1 {
-        if i == 1 {
-            // The first exchange warms both ends up.
-            start = StdInstant::now();
-        }
-        a.send_message(frames);
-        if !a.receive_message(frames) {
-            ok = false;
-            break;
-        }
-    }
-    let secs = start.elapsed().as_secs_f64();
-    ok &= echo.join().expect("echo thread");
-    ok.then(|| gbit(MSG, secs / (2 * n) as f64))
+    };
+    pingpong_by(cluster, backend, mtu, n, crc, send, RawEnd::receive_message)
 }
 
 /// Send one 1 MiB message over ob1's RDMA put protocol: rendezvous
@@ -450,6 +424,20 @@ fn raw_put_pingpong(
     n: usize,
     crc: bool,
 ) -> Option<f64> {
+    pingpong_by(cluster, backend, mtu, n, crc, put_send, put_receive)
+}
+
+/// A 1 MiB ping-pong of raw frames whose one-way legs `send` and `receive`
+/// move (false: frames were lost): Gbit/s of one direction, or None.
+fn pingpong_by(
+    cluster: &Cluster,
+    backend: &str,
+    mtu: u32,
+    n: usize,
+    crc: bool,
+    send: fn(&mut RawEnd, usize) -> bool,
+    receive: fn(&mut RawEnd, usize) -> bool,
+) -> Option<f64> {
     let payload = transport::max_payload(mtu as usize, 0);
     let frames = MSG.div_ceil(payload);
     let mut a = open_raw(cluster, 0, backend, payload, crc);
@@ -457,15 +445,16 @@ fn raw_put_pingpong(
     pin::pin_to_cpu(0);
     let echo = std::thread::spawn(move || {
         pin::pin_to_cpu(1);
-        (0..n + 1).all(|_| put_receive(&mut b, frames) && put_send(&mut b, frames))
+        (0..n + 1).all(|_| receive(&mut b, frames) && send(&mut b, frames))
     });
     let mut ok = true;
     let mut start = StdInstant::now();
     for i in 0..n + 1 {
         if i == 1 {
+            // The first exchange warms both ends up.
             start = StdInstant::now();
         }
-        if !(put_send(&mut a, frames) && put_receive(&mut a, frames)) {
+        if !(send(&mut a, frames) && receive(&mut a, frames)) {
             ok = false;
             break;
         }
@@ -484,42 +473,71 @@ fn raw_bidir(cluster: &Cluster, backend: &str, mtu: u32, mib: usize, crc: bool) 
         open_raw(cluster, 0, backend, payload, crc),
         open_raw(cluster, 1, backend, payload, crc),
     ];
+    let done = on_both(ends, move |mut end| {
+        let (mut sent, mut got) = (0usize, 0usize);
+        let mut last = StdInstant::now();
+        let start = StdInstant::now();
+        while got < frames {
+            if sent < frames {
+                sent += end.send(end.burst.min(frames - sent));
+            }
+            let n = end.receive(usize::MAX);
+            if n > 0 {
+                got += n;
+                last = StdInstant::now();
+            } else if sent == frames && last.elapsed() > LOST_AFTER {
+                break;
+            }
+        }
+        (got, (last - start).as_secs_f64())
+    });
+    let bytes: usize = done.iter().map(|&(got, _)| got * payload).sum();
+    let secs = done.iter().map(|&(_, s)| s).fold(0.0, f64::max);
+    bytes as f64 * 8.0 / secs / 1e9
+}
+
+/// Run `work` on each of the two ends at once, each on a thread of its own
+/// pinned to CPU 0 and 1, started together; their results in order.
+fn on_both<E, T>(ends: [E; 2], work: impl Fn(E) -> T + Clone + Send + 'static) -> Vec<T>
+where
+    E: Send + 'static,
+    T: Send + 'static,
+{
     let go = Arc::new(Barrier::new(2));
     let threads: Vec<_> = ends
         .into_iter()
         .enumerate()
-        .map(|(cpu, mut end)| {
-            let go = go.clone();
+        .map(|(cpu, end)| {
+            let (go, work) = (go.clone(), work.clone());
             std::thread::spawn(move || {
                 pin::pin_to_cpu(cpu);
                 go.wait();
-                let (mut sent, mut got) = (0usize, 0usize);
-                let mut last = StdInstant::now();
-                let start = StdInstant::now();
-                while got < frames {
-                    if sent < frames {
-                        sent += end.send(end.burst.min(frames - sent));
-                    }
-                    let n = end.receive(usize::MAX);
-                    if n > 0 {
-                        got += n;
-                        last = StdInstant::now();
-                    } else if sent == frames && last.elapsed() > LOST_AFTER {
-                        break;
-                    }
-                }
-                (got, (last - start).as_secs_f64())
+                work(end)
             })
         })
         .collect();
-    let mut bytes = 0usize;
-    let mut secs: f64 = 0.0;
-    for t in threads {
-        let (got, s) = t.join().expect("bidir thread");
-        bytes += got * payload;
-        secs = secs.max(s);
-    }
-    bytes as f64 * 8.0 / secs / 1e9
+    threads
+        .into_iter()
+        .map(|t| t.join().expect("thread of an end"))
+        .collect()
+}
+
+/// One pass of a TCP end that sends and receives at once: a non-blocking
+/// write of `out` (if given) and a read into `into` (if given). Returns the
+/// bytes written and read.
+fn tcp_step(s: &mut TcpStream, out: Option<&[u8]>, into: Option<&mut [u8]>) -> (usize, usize) {
+    let wrote = match out.map(|b| s.write(b)) {
+        Some(Ok(n)) => n,
+        Some(Err(e)) if e.kind() != ErrorKind::WouldBlock => panic!("TCP write: {e}"),
+        _ => 0,
+    };
+    let read = match into.map(|b| s.read(b)) {
+        Some(Ok(0)) => panic!("TCP peer closed"),
+        Some(Ok(n)) => n,
+        Some(Err(e)) if e.kind() != ErrorKind::WouldBlock => panic!("TCP read: {e}"),
+        _ => 0,
+    };
+    (wrote, read)
 }
 
 /// Raw frames, both hosts exchanging a message of `bytes` at once, `n`
@@ -540,48 +558,35 @@ fn raw_exchange(
         open_raw(cluster, 0, backend, payload, crc),
         open_raw(cluster, 1, backend, payload, crc),
     ];
-    let go = Arc::new(Barrier::new(2));
-    let threads: Vec<_> = ends
-        .into_iter()
-        .enumerate()
-        .map(|(cpu, mut end)| {
-            let go = go.clone();
-            std::thread::spawn(move || {
-                pin::pin_to_cpu(cpu);
-                go.wait();
-                let mut start = StdInstant::now();
-                for i in 0..n + 1 {
-                    if i == 1 {
-                        start = StdInstant::now();
-                    }
-                    let (mut sent, mut got) = (0, 0);
-                    let mut last = StdInstant::now();
-                    while got < frames || sent < frames {
-                        if sent < frames {
-                            sent += end.send(end.burst.min(frames - sent));
-                        }
-                        let k = end.receive(frames - got);
-                        if k > 0 {
-                            got += k;
-                            last = StdInstant::now();
-                        } else if got < frames && last.elapsed() > LOST_AFTER {
-                            return None;
-                        } else {
-                            // Frames a full socket buffer left in the
-                            // batch go now.
-                            end.dev.flush(Instant::now()).expect("flush");
-                        }
-                    }
+    let done = on_both(ends, move |mut end| {
+        let mut start = StdInstant::now();
+        for i in 0..n + 1 {
+            if i == 1 {
+                start = StdInstant::now();
+            }
+            let (mut sent, mut got) = (0, 0);
+            let mut last = StdInstant::now();
+            while got < frames || sent < frames {
+                if sent < frames {
+                    sent += end.send(end.burst.min(frames - sent));
                 }
-                Some(start.elapsed().as_secs_f64())
-            })
-        })
-        .collect();
-    let mut secs: Option<f64> = Some(0.0);
-    for t in threads {
-        let s = t.join().expect("exchange thread");
-        secs = secs.zip(s).map(|(a, b)| a.max(b));
-    }
+                let k = end.receive(frames - got);
+                if k > 0 {
+                    got += k;
+                    last = StdInstant::now();
+                } else if got < frames && last.elapsed() > LOST_AFTER {
+                    return None;
+                } else {
+                    // Frames a full socket buffer left in the batch go now.
+                    end.dev.flush(Instant::now()).expect("flush");
+                }
+            }
+        }
+        Some(start.elapsed().as_secs_f64())
+    });
+    let secs = done
+        .into_iter()
+        .try_fold(0.0, |a: f64, s| s.map(|s| a.max(s)));
     secs.map(|s| s * 1e6 / n as f64)
 }
 
@@ -590,50 +595,26 @@ fn raw_exchange(
 /// to read): mean µs per exchange.
 fn tcp_exchange(cluster: &Cluster, bytes: usize, n: usize) -> f64 {
     let (a, b) = tcp_pair(cluster);
-    let go = Arc::new(Barrier::new(2));
-    let threads: Vec<_> = [a, b]
-        .into_iter()
-        .enumerate()
-        .map(|(cpu, mut s)| {
-            let go = go.clone();
-            std::thread::spawn(move || {
-                pin::pin_to_cpu(cpu);
-                let out = vec![0x5Au8; bytes];
-                let mut inbuf = vec![0u8; bytes];
-                go.wait();
-                let mut start = StdInstant::now();
-                for i in 0..n + 1 {
-                    if i == 1 {
-                        start = StdInstant::now();
-                    }
-                    let (mut sent, mut got) = (0, 0);
-                    while sent < bytes || got < bytes {
-                        if sent < bytes {
-                            match s.write(&out[sent..]) {
-                                Ok(k) => sent += k,
-                                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-                                Err(e) => panic!("TCP write: {e}"),
-                            }
-                        }
-                        if got < bytes {
-                            match s.read(&mut inbuf[got..]) {
-                                Ok(0) => panic!("TCP peer closed"),
-                                Ok(k) => got += k,
-                                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-                                Err(e) => panic!("TCP read: {e}"),
-                            }
-                        }
-                    }
-                }
-                start.elapsed().as_secs_f64()
-            })
-        })
-        .collect();
-    let secs = threads
-        .into_iter()
-        .map(|t| t.join().expect("exchange thread"))
-        .fold(0.0, f64::max);
-    secs * 1e6 / n as f64
+    let done = on_both([a, b], move |mut s| {
+        let out = vec![0x5Au8; bytes];
+        let mut inbuf = vec![0u8; bytes];
+        let mut start = StdInstant::now();
+        for i in 0..n + 1 {
+            if i == 1 {
+                start = StdInstant::now();
+            }
+            let (mut sent, mut got) = (0, 0);
+            while sent < bytes || got < bytes {
+                let out = (sent < bytes).then(|| &out[sent..]);
+                let into = (got < bytes).then(|| &mut inbuf[got..]);
+                let (w, r) = tcp_step(&mut s, out, into);
+                sent += w;
+                got += r;
+            }
+        }
+        start.elapsed().as_secs_f64()
+    });
+    done.into_iter().fold(0.0, f64::max) * 1e6 / n as f64
 }
 
 /// The request of the request/reply pattern: 8 bytes, as a BMI client's
@@ -873,28 +854,8 @@ fn read_exact_spin(s: &mut TcpStream, buf: &mut [u8]) {
 
 /// TCP, 1 MiB ping-pong: Gbit/s of one direction.
 fn tcp_pingpong(cluster: &Cluster, n: usize) -> f64 {
-    let (mut a, mut b) = tcp_pair(cluster);
-    pin::pin_to_cpu(0);
-    let echo = std::thread::spawn(move || {
-        pin::pin_to_cpu(1);
-        let mut buf = vec![0u8; MSG];
-        for _ in 0..n + 1 {
-            read_exact_spin(&mut b, &mut buf);
-            write_all_spin(&mut b, &buf);
-        }
-    });
-    let mut buf = vec![0x5Au8; MSG];
-    let mut start = StdInstant::now();
-    for i in 0..n + 1 {
-        if i == 1 {
-            start = StdInstant::now();
-        }
-        write_all_spin(&mut a, &buf);
-        read_exact_spin(&mut a, &mut buf);
-    }
-    let secs = start.elapsed().as_secs_f64();
-    echo.join().expect("echo thread");
-    gbit(MSG, secs / (2 * n) as f64)
+    let send = |s: &mut TcpStream, buf: &mut [u8]| write_all_spin(s, buf);
+    tcp_pingpong_by(cluster, n, send, read_exact_spin)
 }
 
 /// TCP, 1 MiB ping-pong with ob1's put handshakes as btl/tcp has them
@@ -913,6 +874,17 @@ fn tcp_put_pingpong(cluster: &Cluster, n: usize) -> f64 {
         read_exact_spin(s, buf);
         read_exact_spin(s, &mut buf[..CONTROL]);
     }
+    tcp_pingpong_by(cluster, n, send, receive)
+}
+
+/// A 1 MiB ping-pong over the TCP pair whose one-way legs `send` and
+/// `receive` move: Gbit/s of one direction.
+fn tcp_pingpong_by(
+    cluster: &Cluster,
+    n: usize,
+    send: fn(&mut TcpStream, &mut [u8]),
+    receive: fn(&mut TcpStream, &mut [u8]),
+) -> f64 {
     let (mut a, mut b) = tcp_pair(cluster);
     pin::pin_to_cpu(0);
     let echo = std::thread::spawn(move || {
@@ -942,40 +914,19 @@ fn tcp_bidir(cluster: &Cluster, mib: usize) -> f64 {
     let (a, b) = tcp_pair(cluster);
     let total = mib * MSG;
     let start = StdInstant::now();
-    let threads: Vec<_> = [a, b]
-        .into_iter()
-        .enumerate()
-        .map(|(cpu, mut s)| {
-            std::thread::spawn(move || {
-                pin::pin_to_cpu(cpu);
-                let out = vec![0x5Au8; MSG];
-                let mut inbuf = vec![0u8; MSG];
-                let (mut sent, mut got) = (0usize, 0usize);
-                while sent < total || got < total {
-                    if sent < total {
-                        let at = sent % MSG;
-                        let end = MSG.min(at + (total - sent));
-                        match s.write(&out[at..end]) {
-                            Ok(n) => sent += n,
-                            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-                            Err(e) => panic!("TCP write: {e}"),
-                        }
-                    }
-                    if got < total {
-                        match s.read(&mut inbuf) {
-                            Ok(0) => panic!("TCP peer closed"),
-                            Ok(n) => got += n,
-                            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-                            Err(e) => panic!("TCP read: {e}"),
-                        }
-                    }
-                }
-            })
-        })
-        .collect();
-    for t in threads {
-        t.join().expect("bidir thread");
-    }
+    on_both([a, b], move |mut s| {
+        let out = vec![0x5Au8; MSG];
+        let mut inbuf = vec![0u8; MSG];
+        let (mut sent, mut got) = (0usize, 0usize);
+        while sent < total || got < total {
+            let at = sent % MSG;
+            let out = (sent < total).then(|| &out[at..MSG.min(at + (total - sent))]);
+            let into = (got < total).then_some(&mut inbuf[..]);
+            let (w, r) = tcp_step(&mut s, out, into);
+            sent += w;
+            got += r;
+        }
+    });
     gbit(2 * total, start.elapsed().as_secs_f64())
 }
 
