@@ -66,12 +66,12 @@ impl FromStr for Backend {
 /// (skb) mode. Generic AF_XDP copies every frame into a chain of 4 KiB
 /// chunks (and on veth copies a multi-page frame once more before the
 /// program sees it); AF_PACKET copies it once into its ring. Measured on
-/// veth (docs/BENCHMARKS.md, issue 24): at MTU 9000 (3 chunks) AF_XDP
-/// moves 1 MiB within 15% of AF_PACKET's rate and small messages (one chunk)
-/// keep its latency lead (8 B one-way about 0.25 µs below AF_PACKET's); at
-/// 65000 (16 chunks) AF_PACKET moves 1 MiB messages at twice the rate with
-/// the same small-message latency. Native and zero-copy AF_XDP are not
-/// affected.
+/// veth (docs/BENCHMARKS.md, issue 24): at 65000 (16 chunks) AF_PACKET
+/// moves 1 MiB messages at twice the rate with the same small-message
+/// latency; at MTU 9000 (3 chunks) AF_PACKET is ahead too, by less, and
+/// AF_XDP's steering decides where many endpoints share the interface, so
+/// there `auto` leaves AF_XDP unless the endpoint is alone
+/// ([`Sharing::Alone`]). Native and zero-copy AF_XDP are not affected.
 pub const AUTO_GENERIC_MAX_CHUNKS: usize = 3;
 
 /// What the caller knows of the other endpoints on the interface, for
