@@ -677,7 +677,7 @@ struct Background {
 /// to it; at 19 it takes the time the scheduler can spare, and all of an
 /// idle core (docs/BENCHMARKS.md, "The radix sort and the background
 /// thread").
-pub(crate) const BACKGROUND_NICE: libc::c_int = 19;
+const BACKGROUND_NICE: libc::c_int = 19;
 
 /// Give the calling thread [`BACKGROUND_NICE`]; where the system refuses,
 /// it keeps its priority (and says so in the log).
