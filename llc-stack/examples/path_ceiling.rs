@@ -60,6 +60,20 @@
 //! and wait for the other's, `--exchanges` times; raw frames (the message
 //! split evenly over as many frames as the transport would use) against
 //! the TCP socket pair, mean µs per exchange.
+//!
+//! `--patterns incast` is issue 24's incast: `--senders` hosts each send
+//! `--incast-mib` MiB to one receiver at once. The raw senders get the
+//! least flow control any transport needs (at most `--window` frames
+//! outstanding, by default the transport's credit window; a credit frame
+//! back for every 8 frames received); TCP is one connection per sender,
+//! the senders' sockets polled or blocking. No thread is pinned and every
+//! idle thread spins, yields and sleeps as the message layer's waiters do.
+//! Goodput at the receiver and Jain's fairness index of the senders'
+//! shares when the first one finished:
+//!
+//! ```text
+//! path_ceiling --patterns incast --mtu 9000 --senders 3 --incast-mib 256 --window 64 --rounds 3
+//! ```
 
 #[path = "support/pin.rs"]
 mod pin;
@@ -112,6 +126,13 @@ struct Args {
     /// Message sizes of `exchange`.
     sizes: Vec<usize>,
     exchanges: usize,
+    /// Senders of `incast`.
+    senders: usize,
+    /// MiB each sender of `incast` sends.
+    incast_mib: usize,
+    /// Raw frames outstanding per sender of `incast` (0: the transport's
+    /// credit window at the MTU).
+    window: usize,
 }
 
 fn parse_args() -> Args {
@@ -127,6 +148,9 @@ fn parse_args() -> Args {
         requests: 2000,
         sizes: vec![65_536, 262_144, 1 << 20],
         exchanges: 2000,
+        senders: 3,
+        incast_mib: 64,
+        window: 0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -143,10 +167,13 @@ fn parse_args() -> Args {
             "--requests" => a.requests = val.parse().expect("--requests N"),
             "--sizes" => a.sizes = veth_link::list(&val, |v| v.parse().expect("--sizes")),
             "--exchanges" => a.exchanges = val.parse().expect("--exchanges N"),
+            "--senders" => a.senders = val.parse().expect("--senders N"),
+            "--incast-mib" => a.incast_mib = val.parse().expect("--incast-mib N"),
+            "--window" => a.window = val.parse().expect("--window FRAMES"),
             other => panic!(
                 "unknown argument {other} (--mtu, --rounds, --backend, --pingpongs, --bidir-mib, \
-                 --patterns stream,reqreply,put,exchange, --clients, --reply, --requests, \
-                 --sizes, --exchanges)"
+                 --patterns stream,reqreply,put,exchange,incast, --clients, --reply, \
+                 --requests, --sizes, --exchanges, --senders, --incast-mib, --window)"
             ),
         }
     }
@@ -803,6 +830,276 @@ fn tcp_reqreply(cluster: &Cluster, clients: usize, reply: usize, n: usize) -> f6
     rts.iter().sum::<f64>() / rts.len() as f64 * 1e6
 }
 
+/// Data frames per credit of `--patterns incast`: the transport's
+/// `ack_every`.
+const CREDIT_EVERY: usize = 8;
+
+/// What an incast round measured: goodput at the receiver and Jain's
+/// fairness index of the bytes received from each sender when the first
+/// one had everything received (as `llc-perf`'s incast test takes it).
+struct IncastFigures {
+    gbit: f64,
+    jain: f64,
+    /// Frames (raw) that never arrived.
+    lost: usize,
+}
+
+/// Jain's index of `x` (1: equal shares).
+fn jain(x: &[usize]) -> f64 {
+    let sum: f64 = x.iter().map(|&v| v as f64).sum();
+    let squares: f64 = x.iter().map(|&v| (v as f64).powi(2)).sum();
+    if squares == 0.0 {
+        return 0.0;
+    }
+    sum * sum / (x.len() as f64 * squares)
+}
+
+/// How long an idle incast thread polls before it sleeps: the message
+/// layer's default `spin`.
+const SPIN: Duration = Duration::from_micros(200);
+
+/// One idle turn of a raw end last busy at `since`, paced as the message
+/// layer paces its waiters: spin for 5 µs, then yield the core between
+/// polls, after [`SPIN`] sleep in poll(2) until a frame arrives (at most
+/// a millisecond).
+fn idle(end: &mut RawEnd, since: StdInstant) {
+    let idle = since.elapsed();
+    if idle < Duration::from_micros(5) {
+        std::hint::spin_loop();
+    } else if idle < SPIN {
+        std::thread::yield_now();
+    } else {
+        end.dev
+            .wait(Some(Duration::from_millis(1)))
+            .expect("waiting for frames");
+    }
+}
+
+/// Raw frames, incast: `senders` hosts (1..) each send `mib` MiB to host
+/// 0 at once, in frames of the transport's size. A transport cannot send
+/// into a receiver that has no room, so the raw senders get the least
+/// flow control any has: at most `window` frames outstanding, one credit
+/// frame ([`CONTROL`] bytes) back from the receiver for every
+/// [`CREDIT_EVERY`] frames it took (the transport's acknowledgement
+/// rate), the outstanding frames written off when no credit came for
+/// [`LOST_AFTER`]. No thread is pinned (the benchmark's processes are
+/// not); each yields the core when a poll found nothing to do.
+fn raw_incast(
+    cluster: &Cluster,
+    backend: &str,
+    mtu: u32,
+    senders: usize,
+    mib: usize,
+    window: usize,
+    crc: bool,
+) -> IncastFigures {
+    let payload = transport::max_payload(mtu as usize, 0);
+    let frames = (mib * MSG).div_ceil(payload);
+    let mut rx = open_raw_to(cluster, 0, 1, backend, payload, crc);
+    let macs: Vec<MacAddr> = (1..=senders)
+        .map(|i| MacAddr(cluster.hosts()[i].mac))
+        .collect();
+    let ends: Vec<_> = (1..=senders)
+        .map(|i| open_raw_to(cluster, i, 0, backend, payload, crc))
+        .collect();
+    let go = Arc::new(Barrier::new(senders + 1));
+    let receiver = {
+        let go = go.clone();
+        std::thread::spawn(move || {
+            pin::any_cpu();
+            let mut got = vec![0usize; macs.len()];
+            let mut snapshot = None;
+            let total = frames * macs.len();
+            let (mut all, mut last) = (0, StdInstant::now());
+            go.wait();
+            let start = StdInstant::now();
+            while all < total {
+                let mut took = 0;
+                while took < rx.burst {
+                    let Some((src, len)) = rx.receive_from() else {
+                        break;
+                    };
+                    took += 1;
+                    let Some(i) = macs.iter().position(|&m| m == src) else {
+                        continue;
+                    };
+                    if len < payload {
+                        continue;
+                    }
+                    got[i] += 1;
+                    all += 1;
+                    if got[i].is_multiple_of(CREDIT_EVERY) {
+                        while !rx.send_to(src, CONTROL) {
+                            rx.dev.flush(Instant::now()).expect("flush");
+                        }
+                    }
+                    if got[i] == frames && snapshot.is_none() {
+                        snapshot = Some(got.clone());
+                    }
+                }
+                if took > 0 {
+                    rx.dev.flush(Instant::now()).expect("flush");
+                    last = StdInstant::now();
+                } else if last.elapsed() > LOST_AFTER {
+                    break;
+                } else {
+                    idle(&mut rx, last);
+                }
+            }
+            let secs = (last - start).as_secs_f64();
+            (all, secs, snapshot.unwrap_or(got))
+        })
+    };
+    let threads: Vec<_> = ends
+        .into_iter()
+        .map(|mut end| {
+            let go = go.clone();
+            std::thread::spawn(move || {
+                pin::any_cpu();
+                go.wait();
+                let (mut sent, mut credited) = (0usize, 0usize);
+                let (mut heard, mut moved) = (StdInstant::now(), StdInstant::now());
+                while sent < frames {
+                    while let Some((_, len)) = end.receive_from() {
+                        if len < end.payload {
+                            credited += CREDIT_EVERY;
+                            heard = StdInstant::now();
+                        }
+                    }
+                    let room = window.saturating_sub(sent - credited.min(sent));
+                    let n = room.min(end.burst).min(frames - sent);
+                    let wrote = if n > 0 { end.send(n) } else { 0 };
+                    sent += wrote;
+                    if wrote > 0 {
+                        moved = StdInstant::now();
+                    } else if heard.elapsed() > LOST_AFTER {
+                        // Whatever is outstanding is lost.
+                        credited = sent;
+                        heard = StdInstant::now();
+                    } else {
+                        idle(&mut end, moved.max(heard));
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("sender thread");
+    }
+    let (all, secs, shares) = receiver.join().expect("receiver thread");
+    IncastFigures {
+        gbit: gbit(all * payload, secs),
+        jain: jain(&shares),
+        lost: frames * senders - all,
+    }
+}
+
+/// TCP, incast as [`raw_incast`]: one connection from each sender to host
+/// 0, `mib` MiB written on each in 1 MiB writes, the receiver reading the
+/// connections in turn into a 1 MiB buffer. `blocking`: the senders'
+/// sockets block (the kernel puts a sender to sleep while its window is
+/// full), else they are polled; the receiver polls its sockets (a 1 MiB
+/// read of each in turn) and yields the core when none had data, as
+/// the raw receiver does.
+fn tcp_incast(cluster: &Cluster, senders: usize, mib: usize, blocking: bool) -> IncastFigures {
+    let h0 = &cluster.hosts()[0];
+    let listener = h0
+        .ns
+        .run(|| TcpListener::bind(SocketAddr::from((Ipv4Addr::UNSPECIFIED, PORT))))
+        .expect("listen");
+    let to = SocketAddr::from((h0.ipv4, PORT));
+    let conns: Vec<TcpStream> = (1..=senders)
+        .map(|i| {
+            let s = cluster.hosts()[i]
+                .ns
+                .run(|| TcpStream::connect_timeout(&to, Duration::from_secs(5)))
+                .expect("connect");
+            let s = tuned(s);
+            s.set_nonblocking(!blocking).expect("blocking mode");
+            s
+        })
+        .collect();
+    // In the order the senders connected.
+    let served: Vec<TcpStream> = (0..senders)
+        .map(|_| tuned(listener.accept().expect("accept").0))
+        .collect();
+    let total = mib * MSG;
+    let go = Arc::new(Barrier::new(senders + 1));
+    let receiver = {
+        let go = go.clone();
+        std::thread::spawn(move || {
+            pin::any_cpu();
+            let mut served = served;
+            let mut buf = vec![0u8; MSG];
+            let mut got = vec![0usize; served.len()];
+            let mut snapshot = None;
+            go.wait();
+            let start = StdInstant::now();
+            while got.iter().any(|&g| g < total) {
+                let mut busy = false;
+                for (i, s) in served.iter_mut().enumerate() {
+                    if got[i] == total {
+                        continue;
+                    }
+                    let want = MSG.min(total - got[i]);
+                    let (_, r) = tcp_step(s, None, Some(&mut buf[..want]));
+                    if r > 0 {
+                        busy = true;
+                        got[i] += r;
+                        if got[i] == total && snapshot.is_none() {
+                            snapshot = Some(got.clone());
+                        }
+                    }
+                }
+                if !busy {
+                    std::thread::yield_now();
+                }
+            }
+            (start.elapsed().as_secs_f64(), snapshot.unwrap_or(got))
+        })
+    };
+    let threads: Vec<_> = conns
+        .into_iter()
+        .map(|mut s| {
+            let go = go.clone();
+            std::thread::spawn(move || {
+                pin::any_cpu();
+                let out = vec![0x5Au8; MSG];
+                go.wait();
+                for _ in 0..mib {
+                    if blocking {
+                        s.write_all(&out).expect("TCP write");
+                    } else {
+                        let mut at = 0;
+                        while at < MSG {
+                            match s.write(&out[at..]) {
+                                Ok(n) => at += n,
+                                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                                    std::thread::yield_now()
+                                }
+                                Err(e) => panic!("TCP write: {e}"),
+                            }
+                        }
+                    }
+                }
+                // Stay connected until the receiver has read everything.
+                s
+            })
+        })
+        .collect();
+    let conns: Vec<TcpStream> = threads
+        .into_iter()
+        .map(|t| t.join().expect("sender thread"))
+        .collect();
+    let (secs, shares) = receiver.join().expect("receiver thread");
+    drop(conns);
+    IncastFigures {
+        gbit: gbit(total * senders, secs),
+        jain: jain(&shares),
+        lost: 0,
+    }
+}
+
 fn gbit(bytes: usize, secs: f64) -> f64 {
     bytes as f64 * 8.0 / secs / 1e9
 }
@@ -959,8 +1256,8 @@ fn main() {
     let args = parse_args();
     for p in &args.patterns {
         assert!(
-            ["stream", "reqreply", "put", "exchange"].contains(&p.as_str()),
-            "unknown pattern {p} (stream, reqreply, put, exchange)"
+            ["stream", "reqreply", "put", "exchange", "incast"].contains(&p.as_str()),
+            "unknown pattern {p} (stream, reqreply, put, exchange, incast)"
         );
     }
     if args.patterns.iter().any(|p| p == "exchange") {
@@ -974,6 +1271,9 @@ fn main() {
     }
     if args.patterns.iter().any(|p| p == "reqreply") {
         reqreply_pattern(&args);
+    }
+    if args.patterns.iter().any(|p| p == "incast") {
+        incast_pattern(&args);
     }
 }
 
@@ -1122,5 +1422,65 @@ fn reqreply_pattern(args: &Args) {
                 println!("| {mtu} | {clients} | {reply} | {} | {lost} |", cells(v));
             }
         }
+    }
+}
+
+/// Issue 24's incast, per MTU: raw frames (with and without the copy and
+/// CRC) against TCP sockets, polled and blocking.
+fn incast_pattern(args: &Args) {
+    println!();
+    println!(
+        "incast: {} senders (a host each) stream {} MiB each to one receiver at once; raw LLC frames ({}, credit per {CREDIT_EVERY} frames) against TCP, Gbit/s at the receiver (Jain fairness), medians of {} alternating rounds",
+        args.senders, args.incast_mib, args.backend, args.rounds
+    );
+    println!();
+    println!("| MTU | raw frames | raw frames, copy+crc | TCP, polled | TCP, blocking senders | raw / best TCP | copy+crc / best TCP | frames lost |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for &mtu in &args.mtus {
+        let cluster = Cluster::new(1 + args.senders, mtu).expect("cluster bed");
+        let window = match args.window {
+            0 => llc_stack::proto::Config::default()
+                .window_frames(transport::max_payload(mtu as usize, 0)) as usize,
+            w => w,
+        };
+        let mut v: [Vec<IncastFigures>; 4] = Default::default();
+        for _ in 0..args.rounds {
+            for (k, crc) in [(0, false), (1, true)] {
+                let f = raw_incast(
+                    &cluster,
+                    &args.backend,
+                    mtu,
+                    args.senders,
+                    args.incast_mib,
+                    window,
+                    crc,
+                );
+                v[k].push(f);
+            }
+            for (k, blocking) in [(2, false), (3, true)] {
+                v[k].push(tcp_incast(
+                    &cluster,
+                    args.senders,
+                    args.incast_mib,
+                    blocking,
+                ));
+            }
+        }
+        let lost: usize = v[..2].iter().flatten().map(|f| f.lost).sum();
+        let [raw, crc, polled, blocking] = v.map(|mut v| {
+            v.sort_by(|a, b| a.gbit.total_cmp(&b.gbit));
+            v.swap_remove(v.len() / 2)
+        });
+        let best = polled.gbit.max(blocking.gbit);
+        let show = |f: &IncastFigures| format!("{:.1} ({:.3})", f.gbit, f.jain);
+        println!(
+            "| {mtu} | {} | {} | {} | {} | {:.2}x | {:.2}x | {lost} |",
+            show(&raw),
+            show(&crc),
+            show(&polled),
+            show(&blocking),
+            raw.gbit / best,
+            crc.gbit / best
+        );
     }
 }

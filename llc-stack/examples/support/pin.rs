@@ -25,3 +25,27 @@ pub fn pin_to_cpu(cpu: usize) {
         );
     }
 }
+
+/// Let the calling thread run on every online CPU again: threads inherit
+/// their creator's affinity, so a thread meant to be scheduled freely,
+/// started by a pinned one, would otherwise share its creator's CPU.
+#[allow(dead_code)]
+pub fn any_cpu() {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
+    // SAFETY: as in `pin_to_cpu`: a zeroed cpu_set_t is the empty set,
+    // CPU_SET writes inside it, sched_setaffinity only reads it.
+    let rc = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for cpu in 0..cpus.min(libc::CPU_SETSIZE as usize) {
+            libc::CPU_SET(cpu, &mut set);
+        }
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+    };
+    if rc != 0 {
+        eprintln!(
+            "could not allow every CPU: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
