@@ -64,8 +64,8 @@
 //! `--patterns incast` is issue 24's incast: `--senders` hosts each send
 //! `--incast-mib` MiB to one receiver at once. The raw senders get the
 //! least flow control any transport needs (at most `--window` frames
-//! outstanding, by default the transport's credit window; a credit frame
-//! back for every 8 frames received); TCP is one connection per sender,
+//! outstanding, by default 64, the transport's initial congestion window;
+//! a credit frame back for every 8 frames received); TCP is one connection per sender,
 //! the senders' sockets polled or blocking. No thread is pinned and every
 //! idle thread spins, yields and sleeps as the message layer's waiters do.
 //! Goodput at the receiver and Jain's fairness index of the senders'
@@ -130,8 +130,7 @@ struct Args {
     senders: usize,
     /// MiB each sender of `incast` sends.
     incast_mib: usize,
-    /// Raw frames outstanding per sender of `incast` (0: the transport's
-    /// credit window at the MTU).
+    /// Raw frames outstanding per sender of `incast`.
     window: usize,
 }
 
@@ -149,8 +148,8 @@ fn parse_args() -> Args {
         sizes: vec![65_536, 262_144, 1 << 20],
         exchanges: 2000,
         senders: 3,
-        incast_mib: 64,
-        window: 0,
+        incast_mib: 256,
+        window: INCAST_WINDOW,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -673,6 +672,7 @@ fn raw_reqreply(
     let srv = {
         let (stop, go) = (stop.clone(), go.clone());
         std::thread::spawn(move || {
+            pin::any_cpu();
             go.wait();
             while !stop.load(Ordering::Relaxed) {
                 match server.receive_from() {
@@ -698,6 +698,7 @@ fn raw_reqreply(
         .map(|mut c| {
             let go = go.clone();
             std::thread::spawn(move || {
+                pin::any_cpu();
                 go.wait();
                 let to = c.addr.dst;
                 let mut start = StdInstant::now();
@@ -762,6 +763,7 @@ fn tcp_reqreply(cluster: &Cluster, clients: usize, reply: usize, n: usize) -> f6
         let (stop, go) = (stop.clone(), go.clone());
         std::thread::spawn(move || {
             let mut served = served;
+            pin::any_cpu();
             let answer = vec![0x5Au8; reply];
             let mut have = vec![0usize; served.len()];
             let mut req = [0u8; REQUEST];
@@ -799,6 +801,7 @@ fn tcp_reqreply(cluster: &Cluster, clients: usize, reply: usize, n: usize) -> f6
         .map(|mut s| {
             let go = go.clone();
             std::thread::spawn(move || {
+                pin::any_cpu();
                 let mut buf = vec![0u8; reply];
                 go.wait();
                 let mut start = StdInstant::now();
@@ -833,6 +836,11 @@ fn tcp_reqreply(cluster: &Cluster, clients: usize, reply: usize, n: usize) -> f6
 /// Data frames per credit of `--patterns incast`: the transport's
 /// `ack_every`.
 const CREDIT_EVERY: usize = 8;
+/// Frames each raw incast sender may have outstanding by default: the
+/// transport's initial congestion window. With three senders, windows of
+/// 256 frames and more overflow the receiver's ring on this bed, and a
+/// sender with no protocol waits [`LOST_AFTER`] for each loss.
+const INCAST_WINDOW: usize = 64;
 
 /// What an incast round measured: goodput at the receiver and Jain's
 /// fairness index of the bytes received from each sender when the first
@@ -842,6 +850,32 @@ struct IncastFigures {
     jain: f64,
     /// Frames (raw) that never arrived.
     lost: usize,
+    /// Share of the machine's CPU time that was busy during the round.
+    busy: f64,
+}
+
+/// The machine's busy and total CPU time so far (the `cpu` line of
+/// /proc/stat, in ticks): what tells a pattern bound by the CPUs from one
+/// bound by waiting.
+fn cpu_ticks() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").expect("/proc/stat");
+    let line = stat.lines().next().expect("the cpu line");
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|x| x.parse().expect("a tick count"))
+        .collect();
+    // user nice system idle iowait irq softirq steal
+    let idle = v[3] + v[4];
+    let total: u64 = v.iter().take(8).sum();
+    (total - idle, total)
+}
+
+/// Busy share of the CPU time between two [`cpu_ticks`] readings.
+fn busy_since(then: (u64, u64)) -> f64 {
+    let now = cpu_ticks();
+    let total = now.1.saturating_sub(then.1).max(1);
+    now.0.saturating_sub(then.0) as f64 / total as f64
 }
 
 /// Jain's index of `x` (1: equal shares).
@@ -852,6 +886,17 @@ fn jain(x: &[usize]) -> f64 {
         return 0.0;
     }
     sum * sum / (x.len() as f64 * squares)
+}
+
+/// Start a thread under `name` (what a profile of the pattern shows).
+fn spawn_named<T: Send + 'static>(
+    name: &str,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> std::thread::JoinHandle<T> {
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(work)
+        .expect("starting a thread")
 }
 
 /// How long an idle incast thread polls before it sleeps: the message
@@ -903,9 +948,10 @@ fn raw_incast(
         .map(|i| open_raw_to(cluster, i, 0, backend, payload, crc))
         .collect();
     let go = Arc::new(Barrier::new(senders + 1));
+    let ticks = cpu_ticks();
     let receiver = {
         let go = go.clone();
-        std::thread::spawn(move || {
+        spawn_named("raw-rx", move || {
             pin::any_cpu();
             let mut got = vec![0usize; macs.len()];
             let mut snapshot = None;
@@ -954,7 +1000,7 @@ fn raw_incast(
         .into_iter()
         .map(|mut end| {
             let go = go.clone();
-            std::thread::spawn(move || {
+            spawn_named("raw-tx", move || {
                 pin::any_cpu();
                 go.wait();
                 let (mut sent, mut credited) = (0usize, 0usize);
@@ -991,6 +1037,7 @@ fn raw_incast(
         gbit: gbit(all * payload, secs),
         jain: jain(&shares),
         lost: frames * senders - all,
+        busy: busy_since(ticks),
     }
 }
 
@@ -1025,9 +1072,10 @@ fn tcp_incast(cluster: &Cluster, senders: usize, mib: usize, blocking: bool) -> 
         .collect();
     let total = mib * MSG;
     let go = Arc::new(Barrier::new(senders + 1));
+    let ticks = cpu_ticks();
     let receiver = {
         let go = go.clone();
-        std::thread::spawn(move || {
+        spawn_named("tcp-rx", move || {
             pin::any_cpu();
             let mut served = served;
             let mut buf = vec![0u8; MSG];
@@ -1062,7 +1110,7 @@ fn tcp_incast(cluster: &Cluster, senders: usize, mib: usize, blocking: bool) -> 
         .into_iter()
         .map(|mut s| {
             let go = go.clone();
-            std::thread::spawn(move || {
+            spawn_named("tcp-tx", move || {
                 pin::any_cpu();
                 let out = vec![0x5Au8; MSG];
                 go.wait();
@@ -1092,11 +1140,13 @@ fn tcp_incast(cluster: &Cluster, senders: usize, mib: usize, blocking: bool) -> 
         .map(|t| t.join().expect("sender thread"))
         .collect();
     let (secs, shares) = receiver.join().expect("receiver thread");
+    let busy = busy_since(ticks);
     drop(conns);
     IncastFigures {
         gbit: gbit(total * senders, secs),
         jain: jain(&shares),
         lost: 0,
+        busy,
     }
 }
 
@@ -1430,7 +1480,7 @@ fn reqreply_pattern(args: &Args) {
 fn incast_pattern(args: &Args) {
     println!();
     println!(
-        "incast: {} senders (a host each) stream {} MiB each to one receiver at once; raw LLC frames ({}, credit per {CREDIT_EVERY} frames) against TCP, Gbit/s at the receiver (Jain fairness), medians of {} alternating rounds",
+        "incast: {} senders (a host each) stream {} MiB each to one receiver at once; raw LLC frames ({}, credit per {CREDIT_EVERY} frames) against TCP, Gbit/s at the receiver (Jain fairness, the CPUs' busy share), medians of {} alternating rounds",
         args.senders, args.incast_mib, args.backend, args.rounds
     );
     println!();
@@ -1438,11 +1488,7 @@ fn incast_pattern(args: &Args) {
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
     for &mtu in &args.mtus {
         let cluster = Cluster::new(1 + args.senders, mtu).expect("cluster bed");
-        let window = match args.window {
-            0 => llc_stack::proto::Config::default()
-                .window_frames(transport::max_payload(mtu as usize, 0)) as usize,
-            w => w,
-        };
+        let window = args.window;
         let mut v: [Vec<IncastFigures>; 4] = Default::default();
         for _ in 0..args.rounds {
             for (k, crc) in [(0, false), (1, true)] {
@@ -1472,7 +1518,8 @@ fn incast_pattern(args: &Args) {
             v.swap_remove(v.len() / 2)
         });
         let best = polled.gbit.max(blocking.gbit);
-        let show = |f: &IncastFigures| format!("{:.1} ({:.3})", f.gbit, f.jain);
+        let show =
+            |f: &IncastFigures| format!("{:.1} ({:.3}, {:.0}%)", f.gbit, f.jain, f.busy * 100.0);
         println!(
             "| {mtu} | {} | {} | {} | {} | {:.2}x | {:.2}x | {lost} |",
             show(&raw),
