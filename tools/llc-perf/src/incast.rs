@@ -53,6 +53,11 @@ pub struct IncastPoint {
     pub retransmits: u64,
     /// Of them, after a retransmission timeout.
     pub timeouts: u64,
+    /// Share of the machine's CPU time that was busy from the start
+    /// signal to the last message (all CPUs, from /proc/stat; absent where
+    /// it cannot be read): near 1.0, the pattern is bound by CPU time, not
+    /// by waiting.
+    pub cpu_busy: Option<f64>,
 }
 
 /// How one incast run is shaped.
@@ -156,7 +161,7 @@ pub fn measure(
     let got = recv
         .join()
         .map_err(|_| anyhow!("{kind}: the receiver panicked"))?;
-    let (elapsed, shares) = match (got, errors.is_empty()) {
+    let (elapsed, shares, cpu_busy) = match (got, errors.is_empty()) {
         (Ok(g), true) => g,
         (Ok(_), false) => bail!("{kind}: {}", errors.join("; ")),
         (Err(e), _) => bail!("{kind}: receiver: {e:#}; {}", errors.join("; ")),
@@ -174,6 +179,7 @@ pub fn measure(
         max_share: max,
         retransmits,
         timeouts,
+        cpu_busy,
     };
     Ok((point, detail))
 }
@@ -192,10 +198,39 @@ pub fn fairness(x: &[u64]) -> (f64, f64, f64) {
     (sum * sum / (n * squares), min, max)
 }
 
+/// The machine's busy and total CPU time so far, in ticks (the `cpu` line
+/// of /proc/stat); None where it cannot be read.
+fn cpu_ticks() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let v: Vec<u64> = stat
+        .lines()
+        .next()?
+        .split_whitespace()
+        .skip(1)
+        .take(8)
+        .map(|x| x.parse().ok())
+        .collect::<Option<_>>()?;
+    // user nice system idle iowait irq softirq steal
+    let idle = v.get(3)? + v.get(4)?;
+    let total: u64 = v.iter().sum();
+    Some((total - idle, total))
+}
+
+/// Busy share of the CPU time since `then` (None without two readings or
+/// without a tick in between).
+fn busy_since(then: Option<(u64, u64)>) -> Option<f64> {
+    let (then, now) = (then?, cpu_ticks()?);
+    let total = now.1.checked_sub(then.1).filter(|&t| t > 0)?;
+    Some(now.0.saturating_sub(then.0) as f64 / total as f64)
+}
+
+/// What the receiver measured: the time from the start signal to the
+/// last message, the bytes received from each sender when the first one
+/// had finished, and the CPUs' busy share meanwhile.
+type Received = (Duration, Vec<u64>, Option<f64>);
+
 /// The receiver: learn the senders, start them, count what arrives.
-/// Returns the time from the start signal to the last message and the
-/// bytes received from each sender when the first one had finished.
-fn receive(ep: &Ep, senders: usize, shape: Shape) -> Result<(Duration, Vec<u64>)> {
+fn receive(ep: &Ep, senders: usize, shape: Shape) -> Result<Received> {
     let mut peers: Vec<PeerId> = Vec::with_capacity(senders);
     let mut index: Vec<usize> = Vec::with_capacity(senders);
     while peers.len() < senders {
@@ -216,6 +251,7 @@ fn receive(ep: &Ep, senders: usize, shape: Shape) -> Result<(Duration, Vec<u64>)
     let mut posted = expected.min(senders * shape.window);
     let mut reqs: Vec<Request> = (0..posted).map(|_| post(vec![0; shape.size])).collect();
     let start = Instant::now();
+    let ticks = cpu_ticks();
     let go: Vec<Request> = peers
         .iter()
         .map(|&p| ep.isend(p, READY, 0, Bytes::new()))
@@ -258,6 +294,7 @@ fn receive(ep: &Ep, senders: usize, shape: Shape) -> Result<(Duration, Vec<u64>)
         }
     }
     let elapsed = start.elapsed();
+    let busy = busy_since(ticks);
     if shape.verify {
         if let Some(who) = seen.iter().position(|s| s.len() != shape.messages) {
             bail!(
@@ -275,7 +312,7 @@ fn receive(ep: &Ep, senders: usize, shape: Shape) -> Result<(Duration, Vec<u64>)
     // Stay until the senders have the ACKs: a sent message is only handed
     // to the transport, which must be there to retransmit it.
     ep.close(STEP).context("delivering the final ACKs")?;
-    Ok((elapsed, snapshot.unwrap_or(bytes)))
+    Ok((elapsed, snapshot.unwrap_or(bytes), busy))
 }
 
 /// One sender: say hello, wait for the start, stream, wait for the end.

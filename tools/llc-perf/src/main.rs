@@ -1074,8 +1074,15 @@ fn incast_phase(a: &DemoArgs, s: &Settings, kinds: &[Kind], report: &mut Report)
                     say(
                         &a.out,
                         &format!(
-                            "incast {k:<10} {:>7.2} Gbit/s, fairness {:.3} (shares {:.2}..{:.2}), {} retransmissions",
-                            p.gbit_s, p.jain_fairness, p.min_share, p.max_share, p.retransmits
+                            "incast {k:<10} {:>7.2} Gbit/s, fairness {:.3} (shares {:.2}..{:.2}), {} retransmissions{}",
+                            p.gbit_s,
+                            p.jain_fairness,
+                            p.min_share,
+                            p.max_share,
+                            p.retransmits,
+                            p.cpu_busy
+                                .map(|b| format!(", CPUs {:.0}% busy", b * 100.0))
+                                .unwrap_or_default()
                         ),
                     );
                     report.results[idx].incast.push(p);

@@ -236,6 +236,11 @@ fn quick_demo_json_holds_the_documented_keys() {
             assert_eq!(p["senders"], 2, "{p}");
             let j = p["jain_fairness"].as_f64().unwrap();
             assert!(j > 0.0 && j <= 1.0 + 1e-9, "{p}");
+            // Absent only when the round was shorter than a clock tick.
+            if !p["cpu_busy"].is_null() {
+                let b = p["cpu_busy"].as_f64().expect("cpu_busy is a number");
+                assert!((0.0..=1.0).contains(&b), "{p}");
+            }
         }
     }
     check_results(
