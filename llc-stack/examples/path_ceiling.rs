@@ -951,7 +951,7 @@ fn raw_incast(
     let ticks = cpu_ticks();
     let receiver = {
         let go = go.clone();
-        spawn_named("raw-rx", move || {
+        spawn_named(if crc { "crc-rx" } else { "raw-rx" }, move || {
             pin::any_cpu();
             let mut got = vec![0usize; macs.len()];
             let mut snapshot = None;
@@ -1000,7 +1000,7 @@ fn raw_incast(
         .into_iter()
         .map(|mut end| {
             let go = go.clone();
-            spawn_named("raw-tx", move || {
+            spawn_named(if crc { "crc-tx" } else { "raw-tx" }, move || {
                 pin::any_cpu();
                 go.wait();
                 let (mut sent, mut credited) = (0usize, 0usize);
