@@ -95,6 +95,7 @@ use llc_stack::link::{RxToken, TxToken};
 use llc_stack::wire::transport::{self, TransportHeader};
 use llc_stack::wire::{self, ethernet, llc, Addresses, Body, MacAddr, Trailer};
 use llc_stack::{Device, Instant};
+use testbed::cpu::CpuBusy;
 use vm_tests::Cluster;
 
 const MSG: usize = 1 << 20;
@@ -854,30 +855,6 @@ struct IncastFigures {
     busy: f64,
 }
 
-/// The machine's busy and total CPU time so far (the `cpu` line of
-/// /proc/stat, in ticks): what tells a pattern bound by the CPUs from one
-/// bound by waiting.
-fn cpu_ticks() -> (u64, u64) {
-    let stat = std::fs::read_to_string("/proc/stat").expect("/proc/stat");
-    let line = stat.lines().next().expect("the cpu line");
-    let v: Vec<u64> = line
-        .split_whitespace()
-        .skip(1)
-        .map(|x| x.parse().expect("a tick count"))
-        .collect();
-    // user nice system idle iowait irq softirq steal
-    let idle = v[3] + v[4];
-    let total: u64 = v.iter().take(8).sum();
-    (total - idle, total)
-}
-
-/// Busy share of the CPU time between two [`cpu_ticks`] readings.
-fn busy_since(then: (u64, u64)) -> f64 {
-    let now = cpu_ticks();
-    let total = now.1.saturating_sub(then.1).max(1);
-    now.0.saturating_sub(then.0) as f64 / total as f64
-}
-
 /// Jain's index of `x` (1: equal shares).
 fn jain(x: &[usize]) -> f64 {
     let sum: f64 = x.iter().map(|&v| v as f64).sum();
@@ -948,7 +925,7 @@ fn raw_incast(
         .map(|i| open_raw_to(cluster, i, 0, backend, payload, crc))
         .collect();
     let go = Arc::new(Barrier::new(senders + 1));
-    let ticks = cpu_ticks();
+    let cpu = CpuBusy::start();
     let receiver = {
         let go = go.clone();
         spawn_named(if crc { "crc-rx" } else { "raw-rx" }, move || {
@@ -1037,7 +1014,7 @@ fn raw_incast(
         gbit: gbit(all * payload, secs),
         jain: jain(&shares),
         lost: frames * senders - all,
-        busy: busy_since(ticks),
+        busy: cpu.share().unwrap_or(f64::NAN),
     }
 }
 
@@ -1072,7 +1049,7 @@ fn tcp_incast(cluster: &Cluster, senders: usize, mib: usize, blocking: bool) -> 
         .collect();
     let total = mib * MSG;
     let go = Arc::new(Barrier::new(senders + 1));
-    let ticks = cpu_ticks();
+    let cpu = CpuBusy::start();
     let receiver = {
         let go = go.clone();
         spawn_named("tcp-rx", move || {
@@ -1140,7 +1117,7 @@ fn tcp_incast(cluster: &Cluster, senders: usize, mib: usize, blocking: bool) -> 
         .map(|t| t.join().expect("sender thread"))
         .collect();
     let (secs, shares) = receiver.join().expect("receiver thread");
-    let busy = busy_since(ticks);
+    let busy = cpu.share().unwrap_or(f64::NAN);
     drop(conns);
     IncastFigures {
         gbit: gbit(total * senders, secs),

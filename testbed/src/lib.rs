@@ -5,7 +5,8 @@
 //! owner is dropped, also while a panic unwinds, and names are unique per process and run
 //! (see [`netns`]). Building one needs root of the initial user namespace
 //! ([`check_privileges`], [`require_root!`]). [`Background`] runs a server for the length of
-//! a test or a demo and kills it on drop.
+//! a test or a demo and kills it on drop. [`cpu::CpuBusy`] tells a benchmark how busy the
+//! machine's CPUs were while it measured.
 //!
 //! The tools' demos build their beds with this crate at run time; the test harness
 //! `vm-tests` builds its simulated cluster and QEMU hosts on the same pieces
@@ -14,6 +15,7 @@
 #![warn(missing_docs)]
 
 pub mod cdylib;
+pub mod cpu;
 pub mod netns;
 pub mod process;
 mod sys;

@@ -20,6 +20,7 @@ use msg_layer::addr::MacAddr;
 use msg_layer::transport::spec::AttachMode;
 use msg_layer::{PeerId, Request, Source, Tag};
 use serde::Serialize;
+use testbed::cpu::CpuBusy;
 use testbed::Bridged;
 
 use crate::proto::{pattern, pattern_byte, ACK, CTRL, DATA, READY};
@@ -198,32 +199,6 @@ pub fn fairness(x: &[u64]) -> (f64, f64, f64) {
     (sum * sum / (n * squares), min, max)
 }
 
-/// The machine's busy and total CPU time so far, in ticks (the `cpu` line
-/// of /proc/stat); None where it cannot be read.
-fn cpu_ticks() -> Option<(u64, u64)> {
-    let stat = std::fs::read_to_string("/proc/stat").ok()?;
-    let v: Vec<u64> = stat
-        .lines()
-        .next()?
-        .split_whitespace()
-        .skip(1)
-        .take(8)
-        .map(|x| x.parse().ok())
-        .collect::<Option<_>>()?;
-    // user nice system idle iowait irq softirq steal
-    let idle = v.get(3)? + v.get(4)?;
-    let total: u64 = v.iter().sum();
-    Some((total - idle, total))
-}
-
-/// Busy share of the CPU time since `then` (None without two readings or
-/// without a tick in between).
-fn busy_since(then: Option<(u64, u64)>) -> Option<f64> {
-    let (then, now) = (then?, cpu_ticks()?);
-    let total = now.1.checked_sub(then.1).filter(|&t| t > 0)?;
-    Some(now.0.saturating_sub(then.0) as f64 / total as f64)
-}
-
 /// What the receiver measured: the time from the start signal to the
 /// last message, the bytes received from each sender when the first one
 /// had finished, and the CPUs' busy share meanwhile.
@@ -254,7 +229,7 @@ fn receive(ep: &Ep, senders: usize, shape: Shape) -> Result<Received> {
     // cleared by the first message's copy, inside the measured time.
     let mut reqs: Vec<Request> = (0..posted).map(|_| post(vec![0xee; shape.size])).collect();
     let start = Instant::now();
-    let ticks = cpu_ticks();
+    let cpu = CpuBusy::start();
     let go: Vec<Request> = peers
         .iter()
         .map(|&p| ep.isend(p, READY, 0, Bytes::new()))
@@ -297,7 +272,7 @@ fn receive(ep: &Ep, senders: usize, shape: Shape) -> Result<Received> {
         }
     }
     let elapsed = start.elapsed();
-    let busy = busy_since(ticks);
+    let busy = cpu.share();
     if shape.verify {
         if let Some(who) = seen.iter().position(|s| s.len() != shape.messages) {
             bail!(
