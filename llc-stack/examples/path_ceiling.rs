@@ -65,11 +65,12 @@
 //! `--incast-mib` MiB to one receiver at once. The raw senders get the
 //! least flow control any transport needs (at most `--window` frames
 //! outstanding, by default 64, the transport's initial congestion window;
-//! a credit frame back for every 8 frames received); TCP is one connection per sender,
-//! the senders' sockets polled or blocking. No thread is pinned and every
-//! idle thread spins, yields and sleeps as the message layer's waiters do.
-//! Goodput at the receiver and Jain's fairness index of the senders'
-//! shares when the first one finished:
+//! a credit frame back for every 8 frames received); TCP is one
+//! connection per sender, the senders' sockets polled or blocking. No
+//! thread is pinned and every idle thread spins, yields and sleeps as the
+//! message layer's waiters do. Goodput at the receiver, Jain's fairness
+//! index of the senders' shares when the first one finished, and the
+//! CPUs' busy share during the round:
 //!
 //! ```text
 //! path_ceiling --patterns incast --mtu 9000 --senders 3 --incast-mib 256 --window 64 --rounds 3
