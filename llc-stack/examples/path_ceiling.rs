@@ -741,24 +741,7 @@ fn raw_reqreply(
 /// TCP, request/reply as [`raw_reqreply`]: one connection per client to
 /// the server on host 0, set up as `tcp_pair`'s; the mean round trip in µs.
 fn tcp_reqreply(cluster: &Cluster, clients: usize, reply: usize, n: usize) -> f64 {
-    let h0 = &cluster.hosts()[0];
-    let listener = h0
-        .ns
-        .run(|| TcpListener::bind(SocketAddr::from((Ipv4Addr::UNSPECIFIED, PORT))))
-        .expect("listen");
-    let to = SocketAddr::from((h0.ipv4, PORT));
-    let conns: Vec<TcpStream> = (1..=clients)
-        .map(|i| {
-            let s = cluster.hosts()[i]
-                .ns
-                .run(|| TcpStream::connect_timeout(&to, Duration::from_secs(5)))
-                .expect("connect");
-            tuned(s)
-        })
-        .collect();
-    let served: Vec<TcpStream> = (0..clients)
-        .map(|_| tuned(listener.accept().expect("accept").0))
-        .collect();
+    let (conns, served) = tcp_to_host0(cluster, clients);
     let stop = Arc::new(AtomicBool::new(false));
     let go = Arc::new(Barrier::new(clients + 1));
     let srv = {
@@ -1027,27 +1010,10 @@ fn raw_incast(
 /// read of each in turn) and yields the core when none had data, as
 /// the raw receiver does.
 fn tcp_incast(cluster: &Cluster, senders: usize, mib: usize, blocking: bool) -> IncastFigures {
-    let h0 = &cluster.hosts()[0];
-    let listener = h0
-        .ns
-        .run(|| TcpListener::bind(SocketAddr::from((Ipv4Addr::UNSPECIFIED, PORT))))
-        .expect("listen");
-    let to = SocketAddr::from((h0.ipv4, PORT));
-    let conns: Vec<TcpStream> = (1..=senders)
-        .map(|i| {
-            let s = cluster.hosts()[i]
-                .ns
-                .run(|| TcpStream::connect_timeout(&to, Duration::from_secs(5)))
-                .expect("connect");
-            let s = tuned(s);
-            s.set_nonblocking(!blocking).expect("blocking mode");
-            s
-        })
-        .collect();
-    // In the order the senders connected.
-    let served: Vec<TcpStream> = (0..senders)
-        .map(|_| tuned(listener.accept().expect("accept").0))
-        .collect();
+    let (conns, served) = tcp_to_host0(cluster, senders);
+    for s in &conns {
+        s.set_nonblocking(!blocking).expect("blocking mode");
+    }
     let total = mib * MSG;
     let go = Arc::new(Barrier::new(senders + 1));
     let cpu = CpuBusy::start();
@@ -1137,6 +1103,31 @@ fn tuned(s: TcpStream) -> TcpStream {
     s.set_nodelay(true).expect("TCP_NODELAY");
     s.set_nonblocking(true).expect("non-blocking");
     s
+}
+
+/// One TCP connection from each of hosts 1..=`n` to host 0, set up as
+/// [`tuned`]: the hosts' ends in host order, and host 0's ends in the
+/// order it accepted them.
+fn tcp_to_host0(cluster: &Cluster, n: usize) -> (Vec<TcpStream>, Vec<TcpStream>) {
+    let h0 = &cluster.hosts()[0];
+    let listener = h0
+        .ns
+        .run(|| TcpListener::bind(SocketAddr::from((Ipv4Addr::UNSPECIFIED, PORT))))
+        .expect("listen");
+    let to = SocketAddr::from((h0.ipv4, PORT));
+    let conns = (1..=n)
+        .map(|i| {
+            let s = cluster.hosts()[i]
+                .ns
+                .run(|| TcpStream::connect_timeout(&to, Duration::from_secs(5)))
+                .expect("connect");
+            tuned(s)
+        })
+        .collect();
+    let served = (0..n)
+        .map(|_| tuned(listener.accept().expect("accept").0))
+        .collect();
+    (conns, served)
 }
 
 /// A connected pair of TCP sockets, one in each host.
