@@ -31,6 +31,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+use crate::link::grant;
 use crate::link::interfaces;
 use crate::link::local::{LocalPort, LocalStats, CONTROL_OFFSET, DST_PORT_OFFSET};
 use crate::link::{Capabilities, Device, LinkError, RxToken, TxToken};
@@ -52,6 +53,11 @@ pub struct AfPacketConfig {
     /// the link role), and frames to our own MAC take the same-host path
     /// (see [`crate::link::local`]).
     pub port: Option<u16>,
+    /// Without privileges, where the host's endpoint service opens the
+    /// socket (`link::grant`): also ask it for the link role (answering
+    /// TEST and XID), which is otherwise taken by the first endpoint that
+    /// opens the interface itself. Ignored with privileges.
+    pub link_role: bool,
     /// Most RX ring slots (rounded up to fill whole ring blocks). Each slot
     /// holds one frame of MTU + 14 bytes plus about 80 bytes of kernel
     /// header: 1024 slots are about 1.6 MiB at MTU 1500.
@@ -83,6 +89,7 @@ impl Default for AfPacketConfig {
         AfPacketConfig {
             sap: 0x7C,
             port: None,
+            link_role: false,
             rx_ring_frames: 1024,
             rx_ring_bytes: 2 << 20,
             tx_batch: 64,
@@ -347,6 +354,10 @@ pub struct AfPacket {
     /// The claimed port and the same-host path, when the interface is
     /// shared with other endpoints (`config.port` is `Some`).
     local: Option<LocalPort>,
+    /// The connection to the endpoint service that granted the socket,
+    /// kept open for the device's life (the service counts the endpoint
+    /// against its user's limit until it closes).
+    session: Option<OwnedFd>,
 }
 
 impl AfPacket {
@@ -369,30 +380,45 @@ impl AfPacket {
             move |source| LinkError::Io { context, source }
         };
 
-        let fd = sys::packet_socket().map_err(|e| match e.raw_os_error() {
-            Some(libc::EPERM) | Some(libc::EACCES) => LinkError::PermissionDenied {
-                iface: ifname.to_owned(),
-                what: "a raw packet socket",
-                needs: "CAP_NET_RAW",
-            },
-            _ => LinkError::Io {
-                context: format!("creating a packet socket for {ifname}"),
-                source: e,
-            },
-        })?;
         let max_frame = mtu + HEADER_LEN;
-        let local = match config.port {
-            Some(port) => Some(LocalPort::claim(ifname, config.sap, port, mac, max_frame)?),
-            None => None,
+        let (fd, local, session) = match sys::packet_socket() {
+            Ok(fd) => {
+                let local = match config.port {
+                    Some(port) => Some(LocalPort::claim(ifname, config.sap, port, mac, max_frame)?),
+                    None => None,
+                };
+                match &local {
+                    Some(l) => sys::attach_filter(
+                        fd.as_fd(),
+                        &endpoint_filter(config.sap, l.port(), l.has_link_role()),
+                    ),
+                    None => sys::attach_filter(fd.as_fd(), &llc_filter(config.sap)),
+                }
+                .map_err(io_err("attaching the LLC socket filter"))?;
+                (fd, local, None)
+            }
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EPERM) | Some(libc::EACCES)) => {
+                // No CAP_NET_RAW: the host's endpoint service opens the
+                // socket, with a filter of its own this process cannot
+                // change, always for one port (0 when the caller wanted
+                // the whole SAP: a port is then taken for it).
+                let grant = grant::request(
+                    ifname,
+                    config.sap,
+                    config.port.unwrap_or(0),
+                    config.link_role,
+                )?;
+                let local = grant.local_port(ifname, config.sap, mac, max_frame)?;
+                tracing::debug!(%ifname, port = grant.port, "AF_PACKET socket granted by llcd");
+                (grant.packet, Some(local), Some(grant.session))
+            }
+            Err(e) => {
+                return Err(LinkError::Io {
+                    context: format!("creating a packet socket for {ifname}"),
+                    source: e,
+                })
+            }
         };
-        match &local {
-            Some(l) => sys::attach_filter(
-                fd.as_fd(),
-                &endpoint_filter(config.sap, l.port(), l.has_link_role()),
-            ),
-            None => sys::attach_filter(fd.as_fd(), &llc_filter(config.sap)),
-        }
-        .map_err(io_err("attaching the LLC socket filter"))?;
 
         let slot = rx_geometry(mtu, 1, sys::page_size()).frame_size;
         let geometry = rx_geometry(mtu, config.rx_frames_for(slot), sys::page_size());
@@ -427,6 +453,7 @@ impl AfPacket {
             kernel_drops: Cell::new(0),
             pending_error: None,
             local,
+            session,
             config,
         })
     }
@@ -435,6 +462,12 @@ impl AfPacket {
     /// interface (`AfPacketConfig::port`); the claimed one when 0 was asked.
     pub fn port(&self) -> Option<u16> {
         self.local.as_ref().map(LocalPort::port)
+    }
+
+    /// Whether the host's endpoint service opened the socket (this process
+    /// has no CAP_NET_RAW; `link::grant`).
+    pub fn granted(&self) -> bool {
+        self.session.is_some()
     }
 
     /// Whether this device answers link-level TEST and XID for the

@@ -178,10 +178,17 @@ pub fn open_shared(
             Err(e @ (LinkError::NoSuchInterface(_) | LinkError::InterfaceDown(_))) => Err(e),
             Err(e) => {
                 let dev = AfPacket::open(ifname, packet)?;
-                let note = format!(
-                    "backend auto: AF_XDP unavailable ({e}); using {}",
-                    dev.capabilities().backend
-                );
+                let note = match (&e, dev.granted()) {
+                    (LinkError::PermissionDenied { .. }, true) => format!(
+                        "backend auto: AF_XDP needs privileges this process lacks; using {} \
+                         opened by the llcd service",
+                        dev.capabilities().backend
+                    ),
+                    _ => format!(
+                        "backend auto: AF_XDP unavailable ({e}); using {}",
+                        dev.capabilities().backend
+                    ),
+                };
                 Ok((AnyLink::Packet(dev), vec![note]))
             }
         },

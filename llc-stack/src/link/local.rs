@@ -85,6 +85,9 @@ pub(crate) struct LocalPort {
     link_role: Option<UnixDatagram>,
     /// Set when the link role was taken after the claim.
     role_changed: bool,
+    /// Whether this endpoint may take the link role: not when its socket
+    /// filter was set, and locked, by the endpoint service (`link::grant`).
+    role_allowed: bool,
     next_role_try: Instant,
     buf: Vec<u8>,
     idle_polls: u32,
@@ -112,49 +115,80 @@ impl LocalPort {
         mac: [u8; 6],
         max_frame: usize,
     ) -> Result<LocalPort, LinkError> {
-        let prefix = name_prefix(ifname, sap);
-        let io_err = |context: String| move |source| LinkError::Io { context, source };
-        let (sock, port) = if port != 0 {
-            match bind_abstract(&format!("{prefix}{port}")) {
-                Ok(s) => (s, port),
-                Err(e) if e.raw_os_error() == Some(libc::EADDRINUSE) => {
-                    return Err(LinkError::Busy {
-                        iface: ifname.to_owned(),
-                        what: format!(
-                            "port {port} of SAP {sap:#04x} is held by another endpoint of this host; \
-                             choose another port, or port 0 for any free one"
-                        ),
-                    })
-                }
-                Err(e) => return Err(io_err(format!("claiming port {port} on {ifname}"))(e)),
-            }
-        } else {
-            Self::claim_any(ifname, &prefix)?
+        let (sock, port) = Self::claim_for(ifname, sap, port)?;
+        let mut local = Self::from_claim(sock, ifname, sap, port, mac, max_frame, true)?;
+        local.try_link_role();
+        local.role_changed = false;
+        tracing::debug!(%ifname, port, link_role = local.link_role.is_some(), "claimed a port");
+        Ok(local)
+    }
+
+    /// The endpoint of claim `sock` (bound to `port`'s name already: by
+    /// [`LocalPort::claim_for`], here or in the endpoint service). An
+    /// endpoint whose filter the service set and locked (`link::grant`)
+    /// never takes the link role (`role_allowed` false).
+    pub(crate) fn from_claim(
+        sock: UnixDatagram,
+        ifname: &str,
+        sap: u8,
+        port: u16,
+        mac: [u8; 6],
+        max_frame: usize,
+        role_allowed: bool,
+    ) -> Result<LocalPort, LinkError> {
+        let io_err = |context: &str| {
+            let context = context.to_owned();
+            move |source| LinkError::Io { context, source }
         };
         sock.set_nonblocking(true)
-            .map_err(io_err("making the same-host socket non-blocking".into()))?;
+            .map_err(io_err("making the same-host socket non-blocking"))?;
         let buffers = crate::sys::set_send_buffer(sock.as_fd(), LOCAL_SOCKET_BUFFER)
             .and_then(|()| crate::sys::set_receive_buffer(sock.as_fd(), LOCAL_SOCKET_BUFFER));
         if let Err(e) = buffers {
             tracing::debug!(error = %e, "could not enlarge the same-host socket buffers");
         }
-        let mut local = LocalPort {
+        Ok(LocalPort {
             sock,
             port,
-            prefix,
+            prefix: name_prefix(ifname, sap),
             mac,
             link_role: None,
             role_changed: false,
+            role_allowed,
             next_role_try: Instant::now(),
             buf: vec![0; max_frame],
             idle_polls: 0,
             hot: 0,
             stats: LocalStats::default(),
-        };
-        local.try_link_role();
-        local.role_changed = false;
-        tracing::debug!(%ifname, port, link_role = local.link_role.is_some(), "claimed a port");
-        Ok(local)
+        })
+    }
+
+    /// Claim `port` (0: any free one) of `sap` on `ifname` for someone
+    /// else: the endpoint service, which hands the bound socket to the
+    /// process it serves. Returns the socket and the port.
+    pub(crate) fn claim_for(
+        ifname: &str,
+        sap: u8,
+        port: u16,
+    ) -> Result<(UnixDatagram, u16), LinkError> {
+        let prefix = name_prefix(ifname, sap);
+        if port == 0 {
+            return Self::claim_any(ifname, &prefix);
+        }
+        match bind_abstract(&format!("{prefix}{port}")) {
+            Ok(s) => Ok((s, port)),
+            Err(e) if e.raw_os_error() == Some(libc::EADDRINUSE) => Err(LinkError::Busy {
+                iface: ifname.to_owned(),
+                what: format!(
+                    "port {port} of SAP {sap:#04x} is held by another endpoint of this host; \
+                     choose another port, or port 0 for any free one"
+                ),
+            }),
+            Err(e) => Err(LinkError::Io {
+                context: format!("claiming port {port} on {ifname}"),
+                source: e,
+            }),
+        }
     }
 
     fn claim_any(ifname: &str, prefix: &str) -> Result<(UnixDatagram, u16), LinkError> {
@@ -179,6 +213,19 @@ impl LocalPort {
             iface: ifname.to_owned(),
             what: format!("every port of {EPHEMERAL_PORTS:?} is held by an endpoint of this host"),
         })
+    }
+
+    /// Take the link role's claim `sock` (made by the endpoint service).
+    pub(crate) fn hold_link_role(&mut self, sock: UnixDatagram) {
+        if sock.set_nonblocking(true).is_ok() {
+            self.link_role = Some(sock);
+        }
+    }
+
+    /// The link role's claim of `sap` on `ifname`, for someone else (the
+    /// endpoint service), if nobody holds it.
+    pub(crate) fn claim_link_role(ifname: &str, sap: u8) -> Option<UnixDatagram> {
+        bind_abstract(&format!("{}link", name_prefix(ifname, sap))).ok()
     }
 
     /// The claimed port.
@@ -288,7 +335,10 @@ impl LocalPort {
             }
             None => {
                 self.hot = self.hot.saturating_sub(1);
-                if self.link_role.is_none() && Instant::now() >= self.next_role_try {
+                if self.role_allowed
+                    && self.link_role.is_none()
+                    && Instant::now() >= self.next_role_try
+                {
                     self.try_link_role();
                 }
                 None

@@ -36,6 +36,8 @@ pub mod afxdp;
 pub mod any;
 pub mod fault;
 #[cfg(target_os = "linux")]
+pub mod grant;
+#[cfg(target_os = "linux")]
 pub mod interfaces;
 #[cfg(target_os = "linux")]
 pub mod local;
@@ -187,6 +189,24 @@ pub enum LinkError {
         what: &'static str,
         /// The capabilities required, e.g. "CAP_NET_RAW".
         needs: &'static str,
+    },
+    /// Not permitted to open the socket, and the host's endpoint service,
+    /// which opens it for ordinary users, cannot be asked (`link::grant`).
+    #[error("not permitted to open a raw packet socket on {iface} (needs CAP_NET_RAW), and {why}: ask the administrator to install the stack once as root (scripts/install.sh) and start its service (`systemctl start llcd`, or `llcd --foreground`), or run as root")]
+    NoService {
+        /// Interface name.
+        iface: String,
+        /// Why the service could not be asked.
+        why: String,
+    },
+    /// The host's endpoint service refused the request (its policy, a
+    /// limit, a port held by another endpoint).
+    #[error("the llcd service refused an endpoint on {iface}: {why}")]
+    Refused {
+        /// Interface name.
+        iface: String,
+        /// The service's reason.
+        why: String,
     },
     /// Something else holds what the backend needs: another XDP program on
     /// the interface, another AF_XDP socket on the queue.

@@ -12,7 +12,8 @@
 //! which the link layer turns into its own errors.
 //!
 //! One file per concern: the clock ([`clock`]), interface queries
-//! ([`iface`]), packet sockets and socket options ([`packet`]), readiness
+//! ([`iface`]), packet sockets and socket options ([`packet`]), the
+//! endpoint service's unix sockets and descriptor passing ([`grant`]), readiness
 //! ([`poll`]), memory mappings ([`mmap`]), the TPACKET_V2 RX ring ([`ring`]),
 //! `sendmmsg` batches ([`batch`]), AF_XDP sockets ([`xsk`]), the shared
 //! statistics page ([`shm`]) and CRC32C ([`crc`]). What the rest of the
@@ -38,6 +39,7 @@ macro_rules! syscall {
 mod batch;
 mod clock;
 pub(crate) mod crc;
+mod grant;
 mod iface;
 mod mmap;
 mod packet;
@@ -48,6 +50,11 @@ pub(crate) mod xsk;
 
 pub(crate) use batch::FrameBatch;
 pub(crate) use clock::monotonic_nanos;
+pub use grant::PeerCred;
+pub(crate) use grant::{
+    accept, lock_filter, peer_cred, recv_with_fds, send_with_fds, seqpacket_connect,
+    seqpacket_listen, socket_kind,
+};
 pub(crate) use iface::{
     interface_driver, interface_flags, interface_hw_type, interface_index, interface_mac,
     interface_mtu, interface_names, interface_rx_queues,

@@ -18,6 +18,7 @@ use llc_stack::link::afpacket::AfPacketConfig;
 use llc_stack::link::afxdp::{AfXdpConfig, AttachMode, XdpMode};
 use llc_stack::link::any::{self, AnyLink, Backend};
 use llc_stack::link::fault::{FaultConfig, FaultInjector};
+use llc_stack::link::grant;
 use llc_stack::link::pcap::PcapWriter;
 use llc_stack::link::{RxToken, TxToken};
 use llc_stack::proto::{Config, ConnStats, EndpointStats, Event};
@@ -277,14 +278,22 @@ fn run(args: &Args) -> Result<i32> {
         eprintln!("llc-ping: note: {note}");
     }
     // Dispatch once here, so the per-frame path is generic over the backend.
-    let (mac, mtu) = (link.mac(), link.mtu());
+    let (mac, mtu, port) = (link.mac(), link.mtu(), link.port());
     match link {
-        AnyLink::Packet(dev) => run_on(dev, mac, mtu, args),
-        AnyLink::Xdp(dev) => run_on(dev, mac, mtu, args),
+        AnyLink::Packet(dev) => run_on(dev, mac, mtu, port, args),
+        AnyLink::Xdp(dev) => run_on(dev, mac, mtu, port, args),
     }
 }
 
-fn run_on<D: Device>(dev: D, mac: MacAddr, mtu: usize, args: &Args) -> Result<i32> {
+/// `port`: the one port the link receives, when it has not the whole SAP
+/// (opened by the endpoint service for a process without privileges).
+fn run_on<D: Device>(
+    dev: D,
+    mac: MacAddr,
+    mtu: usize,
+    port: Option<u16>,
+    args: &Args,
+) -> Result<i32> {
     let backend = dev.capabilities().backend;
     let max_info = mtu.saturating_sub(wire::llc::HEADER_LEN);
     if !args.reliable && !args.respond && args.size > max_info {
@@ -294,7 +303,10 @@ fn run_on<D: Device>(dev: D, mac: MacAddr, mtu: usize, args: &Args) -> Result<i3
             args.interface,
         );
     }
-    let job = PingJob { args };
+    if port.is_some() && !args.reliable && !args.respond && args.size < PROBE_INFO_MIN {
+        bail!("-s must be at least {PROBE_INFO_MIN} bytes for TEST pings without privileges");
+    }
+    let job = PingJob { args, port };
     match &args.pcap {
         Some(path) => {
             let dev = PcapWriter::create(dev, path)
@@ -332,8 +344,13 @@ fn with_faults<D: Device, J: Job>(
 /// notes on what was not obtained and why (zero-copy refused, AF_XDP
 /// unavailable...).
 fn open_link(args: &Args) -> Result<(AnyLink, Vec<String>)> {
+    // Without privileges the host's endpoint service opens the socket, for
+    // one port: the responder's echo port (with the link role, so it
+    // answers TEST too), any free port for a pinger.
     let packet_cfg = AfPacketConfig {
         sap: args.sap,
+        port: (args.respond && grant::needs_service()).then_some(args.port),
+        link_role: args.respond,
         ..Default::default()
     };
     let xdp_cfg = AfXdpConfig {
@@ -361,6 +378,8 @@ fn open_link(args: &Args) -> Result<(AnyLink, Vec<String>)> {
 
 struct PingJob<'a> {
     args: &'a Args,
+    /// The link's one port, if it has not the whole SAP.
+    port: Option<u16>,
 }
 
 impl Job for PingJob<'_> {
@@ -395,10 +414,10 @@ impl Job for PingJob<'_> {
         }
         let started = Instant::now();
         let (st, extra) = if args.reliable {
-            ping_reliable(dev, mac, peer, args, &stop)?
+            ping_reliable(dev, mac, peer, self.port, args, &stop)?
         } else {
             let mut dev = dev;
-            let st = ping_test(&mut dev, mac, peer, args, &stop)?;
+            let st = ping_test(&mut dev, mac, peer, self.port, args, &stop)?;
             (st, None)
         };
         let elapsed_ms = (Instant::now() - started).as_secs_f64() * 1e3;
@@ -457,10 +476,18 @@ fn pace(args: &Args, sent_at: Instant, stop: &AtomicBool) {
 
 const TEST_MAGIC: &[u8; 4] = b"LLCP";
 
+/// Shortest TEST information field of a link that receives one port only:
+/// the probe prefix (`proto::PROBE_MAGIC` and the port), which its socket
+/// filter needs to let the answer in, and the sequence number.
+const PROBE_INFO_MIN: usize = 10;
+
+/// `port`: the link's one port (the TEST answers' information field must
+/// then start with the probe prefix of that port, see [`PROBE_INFO_MIN`]).
 fn ping_test<D: Device>(
     dev: &mut D,
     mac: MacAddr,
     peer: MacAddr,
+    port: Option<u16>,
     args: &Args,
     stop: &AtomicBool,
 ) -> Result<RttStats> {
@@ -478,14 +505,24 @@ fn ping_test<D: Device>(
     let spin = spin_budget(args);
     let timeout = Duration::from_secs_f64(args.timeout);
     let mut seq: u32 = 0;
+    // The tag before the sequence number: the probe prefix of our port, or
+    // our own magic (then only when the field is long enough).
+    let (magic, tagged) = match port {
+        Some(p) => {
+            let mut m = llc_stack::proto::PROBE_MAGIC.to_vec();
+            m.extend_from_slice(&p.to_be_bytes());
+            (m, true)
+        }
+        None => (TEST_MAGIC.to_vec(), info.len() >= 8),
+    };
+    let at = magic.len();
     while args.count.is_none_or(|c| st.transmitted < c) && !stop.load(Ordering::Relaxed) {
         seq = seq.wrapping_add(1);
         // The information field carries a tag and the sequence number when it
         // is long enough; shorter probes are matched by arrival alone.
-        let tagged = info.len() >= 8;
         if tagged {
-            info[..4].copy_from_slice(TEST_MAGIC);
-            info[4..8].copy_from_slice(&seq.to_be_bytes());
+            info[..at].copy_from_slice(&magic);
+            info[at..at + 4].copy_from_slice(&seq.to_be_bytes());
         }
         let sent_at = Instant::now();
         let tok = dev
@@ -518,9 +555,9 @@ fn ping_test<D: Device>(
                             },
                     }) if a.src == peer => {
                         !tagged
-                            || (i.len() >= 8
-                                && &i[..4] == TEST_MAGIC
-                                && i[4..8] == seq.to_be_bytes())
+                            || (i.len() >= at + 4
+                                && i[..at] == magic[..]
+                                && i[at..at + 4] == seq.to_be_bytes())
                     }
                     _ => false,
                 });
@@ -567,6 +604,7 @@ fn ping_reliable<D: Device>(
     dev: D,
     mac: MacAddr,
     peer: MacAddr,
+    port: Option<u16>,
     args: &Args,
     stop: &AtomicBool,
 ) -> Result<(RttStats, Option<serde_json::Value>)> {
@@ -574,6 +612,10 @@ fn ping_reliable<D: Device>(
     let mut stack = Stack::new(dev, cfg, mac, Rng::from_entropy());
     stack.set_spin(spin_budget(args));
     publish_stats(&mut stack, "llc-ping", args);
+    if let Some(p) = port {
+        // The link receives this port only: connect from it.
+        stack.endpoint_mut().bind(p);
+    }
     let now = Instant::now();
     let conn = stack.endpoint_mut().connect(now, peer, args.port, None)?;
     // The handshake has its own bounded retries; it ends in Connected or Closed.

@@ -1,0 +1,523 @@
+//! Endpoints for processes without privileges, granted by the host's
+//! endpoint service `llcd`.
+//!
+//! Opening a raw packet socket needs CAP_NET_RAW, which the users of a
+//! cluster do not have. The service, installed once by root, runs per
+//! network namespace and listens on the abstract `SOCK_SEQPACKET` socket
+//! [`SERVICE_NAME`]. A process asks it for an endpoint on an interface;
+//! the service checks who is asking (`SO_PEERCRED`, filled in by the
+//! kernel) against its policy, claims a port for it (so a process cannot
+//! take a port another holds), and hands back, with `SCM_RIGHTS`:
+//! - a raw packet socket, not yet bound, whose classic BPF filter accepts
+//!   only this interface's frames for this SAP and port (and the answers to
+//!   this port's reachability probes), locked with `SO_LOCK_FILTER`: the
+//!   process cannot widen it, so it receives only its own frames;
+//! - the port's claim socket (the same-host path, [`super::local`]).
+//!
+//! From then on the process runs the data path itself: it sets up its RX
+//! ring and binds the socket; no privileged process, copy or hop is on the
+//! data path. The process keeps its connection to the service open for the
+//! endpoint's life: the service counts it against the user's limit until
+//! it closes (the process exits, or is killed).
+//!
+//! The messages are one line of text each way (`llcd/1 packet ifname=eth0
+//! sap=7c port=0`; `ok port=49152` with the descriptors, or `error ...`),
+//! so an administrator can read them in a trace. docs/ARCHITECTURE.md,
+//! "Ordinary users", explains the choice.
+
+use std::fmt;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::net::UnixDatagram;
+
+use super::afpacket::endpoint_filter;
+use super::interfaces;
+use super::local::LocalPort;
+use super::LinkError;
+use crate::sys;
+pub use crate::sys::PeerCred;
+
+/// The service's abstract socket name, in each network namespace.
+pub const SERVICE_NAME: &str = "llc/llcd";
+
+/// Version word that starts every request.
+const PROTOCOL: &str = "llcd/1";
+
+/// Longest request or reply.
+pub const MAX_MESSAGE: usize = 1024;
+
+/// What a process asks the service for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Request {
+    /// Interface name.
+    pub ifname: String,
+    /// LLC SAP of the endpoint.
+    pub sap: u8,
+    /// Transport port (0: any free one).
+    pub port: u16,
+    /// Also answer the interface's link-level TEST and XID commands for
+    /// the SAP (the link role), if no endpoint of the host does yet.
+    pub link_role: bool,
+}
+
+impl fmt::Display for Request {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{PROTOCOL} packet ifname={} sap={:02x} port={} role={}",
+            self.ifname, self.sap, self.port, self.link_role as u8
+        )
+    }
+}
+
+impl Request {
+    /// Parse a request line. The error says what was wrong, for the reply.
+    pub fn parse(line: &str) -> Result<Request, String> {
+        let mut words = line.split_ascii_whitespace();
+        match (words.next(), words.next()) {
+            (Some(PROTOCOL), Some("packet")) => {}
+            (Some(PROTOCOL), other) => {
+                return Err(format!("unknown request {:?}", other.unwrap_or("")));
+            }
+            _ => {
+                return Err(format!(
+                    "not a {PROTOCOL} request (client and service of different versions?)"
+                ))
+            }
+        }
+        let (mut ifname, mut sap, mut port, mut link_role) = (None, None, None, false);
+        for word in words {
+            let (name, value) = word
+                .split_once('=')
+                .ok_or_else(|| format!("expected name=value, got {word:?}"))?;
+            match name {
+                "ifname" if valid_ifname(value) => ifname = Some(value.to_owned()),
+                "ifname" => return Err(format!("invalid interface name {value:?}")),
+                "sap" => {
+                    sap = Some(
+                        u8::from_str_radix(value, 16)
+                            .map_err(|_| format!("invalid sap {value:?}"))?,
+                    )
+                }
+                "port" => {
+                    port = Some(
+                        value
+                            .parse()
+                            .map_err(|_| format!("invalid port {value:?}"))?,
+                    )
+                }
+                "role" => {
+                    link_role = match value {
+                        "0" => false,
+                        "1" => true,
+                        _ => return Err(format!("invalid role {value:?}")),
+                    }
+                }
+                _ => return Err(format!("unknown field {name:?}")),
+            }
+        }
+        match (ifname, sap, port) {
+            (Some(ifname), Some(sap), Some(port)) => Ok(Request {
+                ifname,
+                sap,
+                port,
+                link_role,
+            }),
+            _ => Err("a request needs ifname, sap and port".into()),
+        }
+    }
+}
+
+/// An interface name the kernel could accept: 1 to 15 bytes, no `/`, no
+/// white space (so it also fits the claim names and the request line).
+fn valid_ifname(name: &str) -> bool {
+    (1..16).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_graphic() && b != b'/' && b != b'=')
+}
+
+/// What the service gave this process: the packet socket with its locked
+/// filter, the port's claim and the session that keeps the grant counted.
+#[derive(Debug)]
+pub struct Grant {
+    /// Raw packet socket, filtered and locked, not yet bound.
+    pub packet: OwnedFd,
+    /// The port's claim socket (bound to its abstract name).
+    pub claim: UnixDatagram,
+    /// The port the service claimed.
+    pub port: u16,
+    /// The link role's claim, when it was asked for and free: the filter
+    /// then passes TEST and XID commands too.
+    pub link_role: Option<UnixDatagram>,
+    /// The connection to the service: open as long as the endpoint lives.
+    pub session: OwnedFd,
+}
+
+impl Grant {
+    /// The endpoint's claim, for the device that takes this grant.
+    pub(crate) fn local_port(
+        &self,
+        ifname: &str,
+        sap: u8,
+        mac: [u8; 6],
+        max_frame: usize,
+    ) -> Result<LocalPort, LinkError> {
+        let claim = self.claim.try_clone().map_err(|source| LinkError::Io {
+            context: "keeping the granted claim socket".into(),
+            source,
+        })?;
+        let mut local =
+            LocalPort::from_claim(claim, ifname, sap, self.port, mac, max_frame, false)?;
+        if let Some(role) = &self.link_role {
+            let role = role.try_clone().map_err(|source| LinkError::Io {
+                context: "keeping the granted link role".into(),
+                source,
+            })?;
+            local.hold_link_role(role);
+        }
+        Ok(local)
+    }
+}
+
+/// Why the service could not be asked, as one line that says what to do.
+fn no_service(ifname: &str, why: &str) -> LinkError {
+    LinkError::NoService {
+        iface: ifname.to_owned(),
+        why: why.to_owned(),
+    }
+}
+
+/// Whether this process must ask the service for packet sockets: it may
+/// not create them itself (no CAP_NET_RAW).
+pub fn needs_service() -> bool {
+    sys::packet_socket()
+        .is_err_and(|e| matches!(e.raw_os_error(), Some(libc::EPERM) | Some(libc::EACCES)))
+}
+
+/// Ask the service of this network namespace for an endpoint on `ifname`
+/// with `sap` and `port` (0: any free one), and the link role if
+/// `link_role` and nobody holds it.
+pub fn request(ifname: &str, sap: u8, port: u16, link_role: bool) -> Result<Grant, LinkError> {
+    let session = sys::seqpacket_connect(SERVICE_NAME).map_err(|e| match e.raw_os_error() {
+        Some(libc::ECONNREFUSED) | Some(libc::ENOENT) => {
+            no_service(ifname, "no llcd service runs in this network namespace")
+        }
+        _ => no_service(ifname, &format!("cannot reach the llcd service: {e}")),
+    })?;
+    let cred = sys::peer_cred(session.as_fd()).map_err(|e| no_service(ifname, &e.to_string()))?;
+    if cred.uid != 0 {
+        // Anyone may bind an abstract name; only root's service is trusted.
+        return Err(no_service(
+            ifname,
+            &format!(
+                "the llcd socket is held by uid {} (pid {}), not by root: refusing it",
+                cred.uid, cred.pid
+            ),
+        ));
+    }
+    let line = Request {
+        ifname: ifname.to_owned(),
+        sap,
+        port,
+        link_role,
+    }
+    .to_string();
+    let io = |e: io::Error| no_service(ifname, &format!("talking to the llcd service: {e}"));
+    sys::send_with_fds(session.as_fd(), line.as_bytes(), &[]).map_err(io)?;
+    let mut buf = [0u8; MAX_MESSAGE];
+    let (n, mut fds) = sys::recv_with_fds(session.as_fd(), &mut buf).map_err(io)?;
+    let reply = String::from_utf8_lossy(&buf[..n]);
+    if n == 0 {
+        return Err(no_service(ifname, "the llcd service closed the connection"));
+    }
+    if let Some(why) = reply.strip_prefix("error ") {
+        return Err(LinkError::Refused {
+            iface: ifname.to_owned(),
+            why: why.trim().to_owned(),
+        });
+    }
+    let (port, role) = parse_ok(&reply)
+        .ok_or_else(|| no_service(ifname, &format!("unexpected answer from llcd: {reply:?}")))?;
+    if fds.len() != 2 + role as usize {
+        return Err(no_service(
+            ifname,
+            &format!("llcd sent {} descriptors with {reply:?}", fds.len()),
+        ));
+    }
+    let link_role = role.then(|| UnixDatagram::from(fds.pop().expect("counted")));
+    let claim = fds.pop().expect("counted");
+    let packet = fds.pop().expect("counted");
+    check_kind(packet.as_fd(), libc::AF_PACKET, libc::SOCK_RAW)
+        .and_then(|()| check_kind(claim.as_fd(), libc::AF_UNIX, libc::SOCK_DGRAM))
+        .map_err(|e| no_service(ifname, &format!("llcd sent a wrong descriptor: {e}")))?;
+    Ok(Grant {
+        packet,
+        claim: UnixDatagram::from(claim),
+        port,
+        link_role,
+        session,
+    })
+}
+
+/// `ok port=N role=0|1`: the port and whether the link role came with it.
+fn parse_ok(reply: &str) -> Option<(u16, bool)> {
+    let mut words = reply.split_ascii_whitespace();
+    if words.next()? != "ok" {
+        return None;
+    }
+    let port = words.next()?.strip_prefix("port=")?.parse().ok()?;
+    let role = match words.next()?.strip_prefix("role=")? {
+        "0" => false,
+        "1" => true,
+        _ => return None,
+    };
+    Some((port, role))
+}
+
+/// The status request's line.
+pub const STATUS_REQUEST: &str = "llcd/1 status";
+
+/// Ask the service for its counters (`granted=N refused_policy=N ...`;
+/// what one user sees is its own count, root sees every user's).
+pub fn status() -> io::Result<String> {
+    let fd = sys::seqpacket_connect(SERVICE_NAME)?;
+    sys::send_with_fds(fd.as_fd(), STATUS_REQUEST.as_bytes(), &[])?;
+    let mut buf = [0u8; MAX_MESSAGE];
+    let (n, _) = sys::recv_with_fds(fd.as_fd(), &mut buf)?;
+    let reply = String::from_utf8_lossy(&buf[..n]).into_owned();
+    reply
+        .strip_prefix("ok ")
+        .map(str::to_owned)
+        .ok_or_else(|| io::Error::other(format!("unexpected answer from llcd: {reply:?}")))
+}
+
+/// Connect to the service of this network namespace and tell who holds
+/// its socket (for diagnostics: `llcd` refusing to start twice, llc-stat).
+pub fn probe_service() -> io::Result<PeerCred> {
+    let fd = sys::seqpacket_connect(SERVICE_NAME)?;
+    sys::peer_cred(fd.as_fd())
+}
+
+fn check_kind(fd: BorrowedFd<'_>, domain: i32, kind: i32) -> io::Result<()> {
+    let (d, t) = sys::socket_kind(fd)?;
+    if (d, t) == (domain, kind) {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!(
+            "socket of domain {d} and type {t}"
+        )))
+    }
+}
+
+/// The service's side: the listening socket of [`SERVICE_NAME`].
+#[derive(Debug)]
+pub struct Listener(OwnedFd);
+
+impl Listener {
+    /// Bind [`SERVICE_NAME`] in the calling thread's network namespace.
+    /// `AddrInUse` when another service (or anyone) holds it.
+    pub fn bind() -> io::Result<Listener> {
+        sys::seqpacket_listen(SERVICE_NAME, 128).map(Listener)
+    }
+
+    /// Wait for the next client; its credentials come with it.
+    pub fn accept(&self) -> io::Result<(Session, PeerCred)> {
+        let fd = sys::accept(self.0.as_fd())?;
+        let cred = sys::peer_cred(fd.as_fd())?;
+        Ok((Session(fd), cred))
+    }
+}
+
+/// One client's connection, on the service's side.
+#[derive(Debug)]
+pub struct Session(OwnedFd);
+
+impl Session {
+    /// The next request line (`None`: the client closed the connection,
+    /// or its process ended).
+    pub fn next_request(&self) -> io::Result<Option<String>> {
+        let mut buf = [0u8; MAX_MESSAGE];
+        let (n, _ignored_fds) = sys::recv_with_fds(self.0.as_fd(), &mut buf)?;
+        Ok((n > 0).then(|| String::from_utf8_lossy(&buf[..n]).into_owned()))
+    }
+
+    /// Refuse a request, with a reason the client shows its user.
+    pub fn refuse(&self, why: &str) -> io::Result<()> {
+        let line = format!("error {}", why.replace('\n', " "));
+        sys::send_with_fds(self.0.as_fd(), line.as_bytes(), &[])
+    }
+
+    /// Answer a request that carries no descriptors (`ok ...`).
+    pub fn answer(&self, line: &str) -> io::Result<()> {
+        sys::send_with_fds(self.0.as_fd(), format!("ok {line}").as_bytes(), &[])
+    }
+
+    /// Grant `made`.
+    pub fn grant(&self, made: &Made) -> io::Result<()> {
+        let line = format!(
+            "ok port={} role={}",
+            made.port,
+            made.link_role.is_some() as u8
+        );
+        let mut fds = vec![made.packet.as_fd(), made.claim.as_fd()];
+        fds.extend(made.link_role.as_ref().map(AsFd::as_fd));
+        sys::send_with_fds(self.0.as_fd(), line.as_bytes(), &fds)
+    }
+}
+
+impl AsFd for Session {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.0.as_fd()
+    }
+}
+
+/// What the service makes for one granted endpoint (it keeps nothing once
+/// they are sent: the process owns them).
+#[derive(Debug)]
+pub struct Made {
+    /// The filtered, locked packet socket.
+    pub packet: OwnedFd,
+    /// The claim socket of `port`.
+    pub claim: UnixDatagram,
+    /// The claimed port.
+    pub port: u16,
+    /// The link role's claim, when asked for and free.
+    pub link_role: Option<UnixDatagram>,
+}
+
+/// Make what `req` asks for, in the calling thread's network namespace:
+/// claim the port, create the packet socket, attach and lock the filter
+/// ([`granted_filter`]). The service calls this after its policy allowed
+/// the request.
+pub fn make(req: &Request) -> Result<Made, LinkError> {
+    let ifindex = interfaces::index(&req.ifname)?;
+    if !interfaces::is_up(&req.ifname)? {
+        return Err(LinkError::InterfaceDown(req.ifname.clone()));
+    }
+    let (claim, port) = LocalPort::claim_for(&req.ifname, req.sap, req.port)?;
+    let io_err = |context: &str| {
+        let context = format!("{context} on {}", req.ifname);
+        move |source| LinkError::Io { context, source }
+    };
+    let link_role = if req.link_role {
+        LocalPort::claim_link_role(&req.ifname, req.sap)
+    } else {
+        None
+    };
+    let packet = sys::packet_socket().map_err(io_err("creating a packet socket"))?;
+    let filter = granted_filter(req.sap, port, link_role.is_some(), ifindex);
+    sys::attach_filter(packet.as_fd(), &filter)
+        .map_err(io_err("attaching the endpoint's filter"))?;
+    sys::lock_filter(packet.as_fd()).map_err(io_err("locking the endpoint's filter"))?;
+    Ok(Made {
+        packet,
+        claim,
+        port,
+        link_role,
+    })
+}
+
+/// The filter of a granted endpoint: frames that arrived on interface
+/// `ifindex` (so binding the socket elsewhere yields nothing), then the
+/// shared-interface filter of `port`, with the link role or without.
+///
+/// ```text
+/// 0: ld  ifidx
+/// 1: jeq #ifindex  -> 2 else REJECT (the last instruction)
+/// 2..: endpoint_filter(sap, port, link_role)
+/// ```
+pub(crate) fn granted_filter(
+    sap: u8,
+    port: u16,
+    link_role: bool,
+    ifindex: u32,
+) -> Vec<libc::sock_filter> {
+    let inner = endpoint_filter(sap, port, link_role);
+    // The inner filter's last instruction (a reject) is at index
+    // `inner.len() + 1`; a jump from instruction 1 skips `inner.len() - 1`.
+    let to_reject = u8::try_from(inner.len() - 1).expect("short filter");
+    let mut f = vec![
+        libc::sock_filter {
+            code: 0x20, // ld word abs (ancillary)
+            jt: 0,
+            jf: 0,
+            k: (libc::SKF_AD_OFF + libc::SKF_AD_IFINDEX) as u32,
+        },
+        libc::sock_filter {
+            code: 0x15, // jeq k
+            jt: 0,
+            jf: to_reject,
+            k: ifindex,
+        },
+    ];
+    f.extend_from_slice(&inner);
+    f
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_print_and_parse_back() {
+        let r = Request {
+            ifname: "eth0".into(),
+            sap: 0x7c,
+            port: 0,
+            link_role: true,
+        };
+        assert_eq!(
+            r.to_string(),
+            "llcd/1 packet ifname=eth0 sap=7c port=0 role=1"
+        );
+        assert_eq!(Request::parse(&r.to_string()), Ok(r));
+    }
+
+    #[test]
+    fn bad_requests_say_what_is_wrong() {
+        for (line, says) in [
+            ("", "not a llcd/1 request"),
+            ("llcd/2 packet ifname=eth0 sap=7c port=0", "not a llcd/1"),
+            ("llcd/1 xdp ifname=eth0 sap=7c port=0", "unknown request"),
+            (
+                "llcd/1 packet ifname=eth0 sap=7c",
+                "needs ifname, sap and port",
+            ),
+            (
+                "llcd/1 packet ifname=../x sap=7c port=1",
+                "invalid interface",
+            ),
+            ("llcd/1 packet ifname=eth0 sap=zz port=1", "invalid sap"),
+            (
+                "llcd/1 packet ifname=eth0 sap=7c port=70000",
+                "invalid port",
+            ),
+            (
+                "llcd/1 packet ifname=eth0 sap=7c port=1 uid=0",
+                "unknown field",
+            ),
+        ] {
+            let err = Request::parse(line).unwrap_err();
+            assert!(err.contains(says), "{line:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn replies_carry_the_port_and_the_role() {
+        assert_eq!(parse_ok("ok port=7 role=1"), Some((7, true)));
+        assert_eq!(parse_ok("ok port=49152 role=0"), Some((49152, false)));
+        assert_eq!(parse_ok("ok port=7"), None);
+        assert_eq!(parse_ok("error no"), None);
+    }
+
+    #[test]
+    fn the_granted_filter_rejects_other_interfaces_first() {
+        let f = granted_filter(0x7c, 5000, false, 9);
+        assert_eq!(f[1].k, 9);
+        // The jump from instruction 1 lands on the last instruction: ret #0.
+        let target = 1 + 1 + f[1].jf as usize;
+        assert_eq!(target, f.len() - 1);
+        assert_eq!((f[target].code, f[target].k), (0x06, 0));
+    }
+}
