@@ -37,7 +37,7 @@ use service::Service;
         Installed with scripts/install.sh, it runs as the systemd unit llcd.service."
 )]
 struct Args {
-    /// Stay in the foreground and log to standard error (systemd, test beds).
+    /// Stay in the foreground and log to standard output (systemd, test beds).
     /// Without it, llcd detaches once it serves and logs to --log.
     #[arg(long)]
     foreground: bool,
@@ -112,7 +112,9 @@ fn main() -> Result<()> {
     );
     // The line the test beds wait for.
     if args.foreground {
-        eprintln!("llcd: ready, pid {}", std::process::id());
+        println!("llcd: ready, pid {}", std::process::id());
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
     }
     service.serve(listener).context("accepting clients")
 }
@@ -126,11 +128,13 @@ fn init_logging(file: Option<std::fs::File>) -> Result<()> {
             .with_ansi(false)
             .with_writer(std::sync::Mutex::new(f))
             .try_init(),
+        // In the foreground the log goes to standard output, line by line
+        // (systemd's journal takes it; a test bed reads it as it comes).
         None => {
             use std::io::IsTerminal;
             builder
-                .with_ansi(std::io::stderr().is_terminal())
-                .with_writer(std::io::stderr)
+                .with_ansi(std::io::stdout().is_terminal())
+                .with_writer(std::io::stdout)
                 .try_init()
         }
     }

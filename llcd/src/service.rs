@@ -165,13 +165,8 @@ impl Service {
             sap = format!("{:#04x}", req.sap), port, "granted"
         );
         // The endpoint lives until the connection closes.
-        loop {
-            match session.next_request() {
-                Ok(Some(_)) => {
-                    let _ = session.refuse("one endpoint per connection: open another connection");
-                }
-                Ok(None) | Err(_) => break,
-            }
+        while let Ok(Some(_)) = session.next_request() {
+            let _ = session.refuse("one endpoint per connection: open another connection");
         }
         self.release(cred.uid);
         tracing::info!(user = %asker.describe(), pid = cred.pid, ifname = %req.ifname, port, "released");

@@ -436,6 +436,93 @@ fn cluster_mpi_check(hosts: usize, ranks_per_host: usize, backend: &str) -> Run 
     run
 }
 
+/// The ordinary account the jobs of [`cluster_as_an_ordinary_user`] run as.
+const JOB_USER: &str = "llc-job-a";
+
+/// As a cluster's users run jobs: the stack installed once, its service
+/// `llcd` running on every host as root, and mpirun with its ranks and
+/// daemons running as an ordinary user with no capabilities, with `--mca
+/// btl self,vader,llc` and no btl_llc parameter (but the counters printed
+/// at the end). The ranks' endpoints are then opened by llcd (AF_PACKET
+/// sockets with locked filters), and btl/llc carries the traffic between
+/// hosts. Without the service, btl/llc says in one line what to install
+/// and disqualifies itself, so with llc the only inter-host BTL the job
+/// fails at once.
+#[test]
+fn cluster_as_an_ordinary_user() {
+    require_root!();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let user = vm_tests::TestUser::ensure(JOB_USER).expect("test account");
+    let mut cluster = Cluster::new(2, 9000).expect("cluster bed");
+    cluster.login_as(&user).expect("logins as the user");
+    let program = build().dir.join("mpi_check");
+    let mca = [("btl", "self,vader,llc"), ("btl_llc_print_stats", "1")];
+
+    // No service yet: btl/llc steps aside with the line that says what to do.
+    let run = cluster_mpirun(
+        &cluster,
+        1,
+        &mca,
+        &[program.to_str().unwrap()],
+        Duration::from_secs(120),
+    );
+    assert!(
+        !run.ok,
+        "the job cannot run without llc and without the service:\n{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr
+            .contains("no llcd service runs in this network namespace")
+            && run.stderr.contains("systemctl start llcd"),
+        "btl/llc names what to install or start:\n{}",
+        run.stderr
+    );
+
+    cluster.start_llcd("").expect("llcd on every host");
+    let run = cluster_mpirun(
+        &cluster,
+        2,
+        &mca,
+        &[program.to_str().unwrap()],
+        Duration::from_secs(240),
+    );
+    assert!(
+        run.ok && run.stdout.contains("mpi_check: OK ranks=4"),
+        "mpi_check as {JOB_USER} failed ({:?})\nstdout:\n{}\nstderr:\n{}\nllcd of h0:\n{}",
+        run.code,
+        run.stdout,
+        run.stderr,
+        cluster.llcd_log(0)
+    );
+    check_stats(&run, 4);
+    for l in run
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("btl/llc stats:"))
+    {
+        assert!(
+            l.contains("af_packet"),
+            "ordinary users get AF_PACKET from llcd: {l}"
+        );
+    }
+    // Every rank's endpoint was granted to the user and released at its end.
+    // (The service sees each connection close a moment after the rank ended.)
+    for i in 0..2 {
+        let count = |log: &str, what: &str| log.lines().filter(|l| l.contains(what)).count();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while count(&cluster.llcd_log(i), " released ") < 2 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let log = cluster.llcd_log(i);
+        let (granted, released) = (count(&log, " granted "), count(&log, " released "));
+        assert!(
+            granted == 2 && released == 2 && log.contains(&format!("user={JOB_USER}")),
+            "host {i}'s llcd granted and released each rank's endpoint:\n{log}"
+        );
+    }
+}
+
 #[test]
 fn cluster_2_hosts_x_2_ranks_af_packet() {
     require_root!();

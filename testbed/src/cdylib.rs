@@ -14,6 +14,20 @@ pub fn profile_dir() -> PathBuf {
         .to_path_buf()
 }
 
+/// The binary `name` of this workspace built for the running test's profile
+/// (`target/<profile>/NAME`), or an error that says how to build it.
+pub fn binary(name: &str, package: &str) -> Result<PathBuf, String> {
+    let path = profile_dir().join(name);
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(format!(
+            "{} is missing: build it with `cargo build -p {package}` (cargo test --workspace does)",
+            path.display()
+        ))
+    }
+}
+
 /// The directory holding `file` (e.g. `libbmi.so`): cargo builds a cdylib in
 /// `deps/` and `cargo build` copies it up to the profile directory, so take
 /// the newer of the two (a copy left by an earlier build may be stale).

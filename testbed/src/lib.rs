@@ -19,9 +19,11 @@ pub mod cpu;
 pub mod netns;
 pub mod process;
 mod sys;
+pub mod users;
 
 pub use netns::{
     check_privileges, cleanup_stale, format_mac, interface_mac, interface_mtu, run_checked,
     Bridged, HarnessError, Host, Netns, TwoHosts,
 };
 pub use process::Background;
+pub use users::TestUser;

@@ -79,6 +79,10 @@ pub enum HarnessError {
         /// The limit that was exceeded.
         timeout: Duration,
     },
+    /// A service of the bed (a server it starts in a host) did not start, or a program it
+    /// needs was not built.
+    #[error("{0}")]
+    Setup(String),
     /// A file or system call failed.
     #[error("{what}: {source}")]
     Io {

@@ -52,6 +52,7 @@ use crate::netns::{
     HarnessError, Netns, BRIDGE_NAME, IP_TIMEOUT,
 };
 use crate::sys;
+use testbed::{Background, TestUser};
 
 /// The only non-loopback interface of every simulated host.
 pub const CLUSTER_IFNAME: &str = "eth0";
@@ -94,12 +95,21 @@ pub struct ClusterHost {
 /// See the [module documentation](self) for the layout.
 #[derive(Debug)]
 pub struct Cluster {
-    // Dropped in declaration order: host namespaces (which takes their veth pairs with
-    // them), then the hub, then the directory with the agent.
+    // Dropped in declaration order: the services running in the hosts (llcd, logins),
+    // then the host namespaces (which takes their veth pairs with them), then the hub,
+    // then the directory with the agent.
+    /// Per host: its `llcd --foreground`, when started ([`Cluster::start_llcd`]).
+    llcds: Vec<Option<Background>>,
+    /// Per host: the login server of [`Cluster::login_as`]'s user.
+    logins: Vec<Background>,
     hosts: Vec<ClusterHost>,
     hub: Netns,
     network: Ipv4Addr,
     mtu: u32,
+    /// The ordinary user the bed's commands run as, once [`Cluster::login_as`] chose one.
+    user: Option<TestUser>,
+    /// The endpoint service's binary and policy, once [`Cluster::start_llcd`] ran.
+    llcd: Option<(PathBuf, PathBuf)>,
     dir: TempDir,
 }
 
@@ -163,10 +173,14 @@ impl Cluster {
 
         let dir = TempDir::new()?;
         let cluster = Cluster {
+            llcds: Vec::new(),
+            logins: Vec::new(),
             hosts: list,
             hub,
             network,
             mtu,
+            user: None,
+            llcd: None,
             dir,
         };
         cluster.write_scripts(&tools)?;
@@ -298,10 +312,12 @@ impl Cluster {
             hosts.push_str(&format!("{}\t{}\n", h.ipv4, h.hostname));
         }
         write_file(&dir.join("hosts"), &hosts, 0o644)?;
-        fs::create_dir(dir.join("tmp")).map_err(|source| HarnessError::Io {
-            what: format!("creating {}/tmp", dir.display()),
-            source,
-        })?;
+        if !dir.join("tmp").exists() {
+            fs::create_dir(dir.join("tmp")).map_err(|source| HarnessError::Io {
+                what: format!("creating {}/tmp", dir.display()),
+                source,
+            })?;
+        }
 
         // Runs as the first program in fresh UTS and mount namespaces (unshare makes the
         // mounts private, so nothing here is seen outside). Writing the hostname through
@@ -317,9 +333,23 @@ mount -t tmpfs -o mode=1777 tmpfs /dev/shm || exit 255
 if [ -e /etc/hosts ]; then mount --bind {dir}/hosts /etc/hosts || exit 255; fi
 TMPDIR=$(mktemp -d {dir}/tmp/"$host".XXXXXX) || exit 255
 export TMPDIR
-exec "$@"
+{drop}exec "$@"
 "#,
-            dir = dir.display()
+            dir = dir.display(),
+            drop = match &self.user {
+                None => String::new(),
+                Some(u) => format!(
+                    "# Everything from here on runs as {name}, with no capabilities.\n\
+                     chown {uid}:{gid} \"$TMPDIR\" || exit 255\n\
+                     export HOME={dir}/home USER={name} LOGNAME={name}\n\
+                     set -- {setpriv} \"$@\"\n",
+                    name = u.name,
+                    uid = u.uid,
+                    gid = u.gid,
+                    dir = dir.display(),
+                    setpriv = u.setpriv_words().join(" "),
+                ),
+            }
         );
         write_file(&self.enter(), &enter, 0o755)?;
 
@@ -354,13 +384,131 @@ shift
 case "$host" in
 {cases}    *) echo "$0: unknown host '$host'" >&2; exit 255 ;;
 esac
-exec {ip} netns exec "$ns" {unshare} --uts --mount {enter} "$name" /bin/sh -c "$*"
+{run}
 "#,
-            ip = tools.ip.display(),
-            unshare = tools.unshare.display(),
-            enter = self.enter().display(),
+            run = match &self.user {
+                None => format!(
+                    r#"exec {ip} netns exec "$ns" {unshare} --uts --mount {enter} "$name" /bin/sh -c "$*""#,
+                    ip = tools.ip.display(),
+                    unshare = tools.unshare.display(),
+                    enter = self.enter().display(),
+                ),
+                // An ordinary user cannot enter the host's namespaces: the host's login
+                // server, started as root and already the user, runs the command (sshd's
+                // part; `llc-bed-login`).
+                Some(_) => format!(
+                    r#"exec {login} connect {dir}/login/"$name".sock "$@""#,
+                    login = tools
+                        .login
+                        .as_deref()
+                        .unwrap_or(Path::new("llc-bed-login"))
+                        .display(),
+                    dir = self.dir.path.display(),
+                ),
+            }
         );
         write_file(&self.agent(), &agent, 0o755)
+    }
+
+    /// From now on run the bed's commands ([`Cluster::command`], [`Cluster::mpirun`]) and the
+    /// commands Open MPI starts through the agent as `user`, an ordinary account with no
+    /// capabilities, as a cluster's users run jobs. Each host gets a login server
+    /// (`llc-bed-login`, a binary of this crate; `cargo build -p vm-tests` builds it) that
+    /// runs inside the host as the user and stands in for sshd.
+    pub fn login_as(&mut self, user: &TestUser) -> Result<(), HarnessError> {
+        let login =
+            testbed::cdylib::binary("llc-bed-login", "vm-tests").map_err(HarnessError::Setup)?;
+        let dir = self.dir.path.clone();
+        let io_err = |what: String| move |source| HarnessError::Io { what, source };
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).map_err(io_err(format!(
+            "opening {} to {}",
+            dir.display(),
+            user.name
+        )))?;
+        for sub in ["tmp", "home", "login"] {
+            let d = dir.join(sub);
+            if !d.exists() {
+                fs::create_dir(&d).map_err(io_err(format!("creating {}", d.display())))?;
+            }
+            std::os::unix::fs::chown(&d, Some(user.uid), Some(user.gid))
+                .map_err(io_err(format!("giving {} to {}", d.display(), user.name)))?;
+        }
+        self.user = Some(user.clone());
+        let mut tools = Tools::find()?;
+        tools.login = Some(login.clone());
+        self.write_scripts_again(&tools)?;
+        let mut logins = Vec::new();
+        for i in 0..self.hosts.len() {
+            let sock = dir
+                .join("login")
+                .join(format!("{}.sock", self.hosts[i].hostname));
+            let mut cmd = self.command(i, &login);
+            cmd.arg("serve").arg(&sock);
+            let bg = Background::spawn(&mut cmd, "llc-bed-login: serving", Duration::from_secs(20))
+                .map_err(HarnessError::Setup)?;
+            logins.push(bg);
+        }
+        self.logins = logins;
+        Ok(())
+    }
+
+    /// The user [`Cluster::login_as`] chose, if any.
+    pub fn user(&self) -> Option<&TestUser> {
+        self.user.as_ref()
+    }
+
+    /// Start the endpoint service `llcd --foreground` (binary `llcd`, found beside the test
+    /// executable: `cargo build -p llcd` builds it) in every host's network namespace, as
+    /// root, with the policy `policy` (TOML; empty: the defaults), as `scripts/install.sh`
+    /// installs it on a real cluster. Returns once every host's service answers.
+    pub fn start_llcd(&mut self, policy: &str) -> Result<(), HarnessError> {
+        let llcd = testbed::cdylib::binary("llcd", "llcd").map_err(HarnessError::Setup)?;
+        let config = self.dir.path.join("llcd.toml");
+        write_file(&config, policy, 0o644)?;
+        self.llcd = Some((llcd, config));
+        self.llcds = (0..self.hosts.len()).map(|_| None).collect();
+        for i in 0..self.hosts.len() {
+            self.restart_llcd(i)?;
+        }
+        Ok(())
+    }
+
+    /// Kill host `i`'s llcd with SIGKILL (its granted endpoints live on: their descriptors
+    /// belong to their processes).
+    pub fn kill_llcd(&mut self, i: usize) {
+        if let Some(mut bg) = self.llcds.get_mut(i).and_then(Option::take) {
+            bg.kill();
+        }
+    }
+
+    /// Start host `i`'s llcd again (after [`Cluster::kill_llcd`]).
+    pub fn restart_llcd(&mut self, i: usize) -> Result<(), HarnessError> {
+        let (llcd, config) = self.llcd.clone().ok_or_else(|| {
+            HarnessError::InvalidArgument("restart_llcd before start_llcd".into())
+        })?;
+        self.kill_llcd(i);
+        let mut cmd = self.hosts[i].ns.command(&llcd);
+        cmd.arg("--foreground").arg("--config").arg(&config);
+        let bg = Background::spawn(&mut cmd, "llcd: ready", Duration::from_secs(20))
+            .map_err(HarnessError::Setup)?;
+        self.llcds[i] = Some(bg);
+        Ok(())
+    }
+
+    /// What host `i`'s llcd printed so far (its log).
+    pub fn llcd_log(&self, i: usize) -> String {
+        self.llcds
+            .get(i)
+            .and_then(Option::as_ref)
+            .map(Background::output)
+            .unwrap_or_default()
+    }
+
+    fn write_scripts_again(&self, tools: &Tools) -> Result<(), HarnessError> {
+        for f in ["hosts", "enter", "agent"] {
+            let _ = fs::remove_file(self.dir.path.join(f));
+        }
+        self.write_scripts(tools)
     }
 
     /// Waits (bounded) until every `eth0` and hub port is up and every bridge port forwards.
@@ -418,6 +566,8 @@ fn no_ipv6(ns: &Netns, ifaces: &[&str]) -> Result<(), HarnessError> {
 struct Tools {
     ip: PathBuf,
     unshare: PathBuf,
+    /// `llc-bed-login`, when the bed runs as an ordinary user.
+    login: Option<PathBuf>,
 }
 
 impl Tools {
@@ -427,7 +577,11 @@ impl Tools {
             .to_owned();
         let unshare = find_program("unshare")
             .ok_or_else(|| HarnessError::Unprivileged("`unshare` (util-linux) not found".into()))?;
-        Ok(Tools { ip, unshare })
+        Ok(Tools {
+            ip,
+            unshare,
+            login: None,
+        })
     }
 }
 

@@ -32,5 +32,5 @@ pub use netns::MultiPort;
 // demos' beds with it at run time); the harness's users name them through this crate.
 pub use testbed::{
     cdylib, check_privileges, cleanup_stale, format_mac, interface_mac, interface_mtu, process,
-    require_root, run_checked, Background, Bridged, HarnessError, Host, Netns, TwoHosts,
+    require_root, run_checked, Background, Bridged, HarnessError, Host, Netns, TestUser, TwoHosts,
 };

@@ -54,9 +54,13 @@ pub struct AfPacketConfig {
     /// (see [`crate::link::local`]).
     pub port: Option<u16>,
     /// Without privileges, where the host's endpoint service opens the
-    /// socket (`link::grant`): also ask it for the link role (answering
-    /// TEST and XID), which is otherwise taken by the first endpoint that
-    /// opens the interface itself. Ignored with privileges.
+    /// socket (`link::grant`): ask it for the link role (answering TEST and
+    /// XID, among them other hosts' reachability probes), which it gives
+    /// when no endpoint of the host holds it, as endpoints opened with
+    /// privileges take it. Unlike theirs, the role of a granted endpoint
+    /// does not move on to another endpoint when its holder exits (its
+    /// filter is locked): the next endpoint opened takes it. Default true;
+    /// ignored with privileges.
     pub link_role: bool,
     /// Most RX ring slots (rounded up to fill whole ring blocks). Each slot
     /// holds one frame of MTU + 14 bytes plus about 80 bytes of kernel
@@ -89,7 +93,7 @@ impl Default for AfPacketConfig {
         AfPacketConfig {
             sap: 0x7C,
             port: None,
-            link_role: false,
+            link_role: true,
             rx_ring_frames: 1024,
             rx_ring_bytes: 2 << 20,
             tx_batch: 64,

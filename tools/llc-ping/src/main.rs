@@ -345,12 +345,12 @@ fn with_faults<D: Device, J: Job>(
 /// unavailable...).
 fn open_link(args: &Args) -> Result<(AnyLink, Vec<String>)> {
     // Without privileges the host's endpoint service opens the socket, for
-    // one port: the responder's echo port (with the link role, so it
-    // answers TEST too), any free port for a pinger.
+    // one port: the responder's echo port (with the link role when no
+    // endpoint of the host holds it, so it answers TEST too), any free
+    // port for a pinger.
     let packet_cfg = AfPacketConfig {
         sap: args.sap,
         port: (args.respond && grant::needs_service()).then_some(args.port),
-        link_role: args.respond,
         ..Default::default()
     };
     let xdp_cfg = AfXdpConfig {

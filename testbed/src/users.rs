@@ -1,0 +1,90 @@
+//! Ordinary user accounts for tests that check what a user without
+//! privileges can do: jobs of two users at once, a hostile local user.
+//!
+//! An account is created once (`useradd --system`, no home directory, no
+//! login shell) the first time a test asks for it, and kept: like an
+//! installed package it costs nothing and later runs reuse it. Processes
+//! run as the user through `setpriv`, which drops every capability with the
+//! switch from root.
+
+use std::path::Path;
+use std::process::Command;
+
+use crate::netns::{run_checked, HarnessError, IP_TIMEOUT};
+
+/// An ordinary account of this machine.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TestUser {
+    /// Login name.
+    pub name: String,
+    /// User id.
+    pub uid: u32,
+    /// Primary group id.
+    pub gid: u32,
+}
+
+impl TestUser {
+    /// The account `name`, created if it does not exist yet (needs root).
+    pub fn ensure(name: &str) -> Result<TestUser, HarnessError> {
+        if id(name, "-u").is_err() {
+            run_checked(
+                Command::new(useradd()).args([
+                    "--system",
+                    "--user-group",
+                    "--no-create-home",
+                    "--home-dir",
+                    "/nonexistent",
+                    "--shell",
+                    "/usr/sbin/nologin",
+                    name,
+                ]),
+                IP_TIMEOUT,
+            )?;
+        }
+        Ok(TestUser {
+            name: name.to_owned(),
+            uid: id(name, "-u")?,
+            gid: id(name, "-g")?,
+        })
+    }
+
+    /// The words that run a program as this user: `setpriv --reuid ...
+    /// --init-groups`, to put before the program and its arguments. The
+    /// environment is kept (set HOME and USER where they matter).
+    pub fn setpriv_words(&self) -> Vec<String> {
+        vec![
+            "setpriv".into(),
+            format!("--reuid={}", self.uid),
+            format!("--regid={}", self.gid),
+            "--init-groups".into(),
+        ]
+    }
+
+    /// `program` run as this user (from a root process: `setpriv`), with
+    /// the user's HOME, USER and LOGNAME.
+    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let words = self.setpriv_words();
+        let mut cmd = Command::new(&words[0]);
+        cmd.args(&words[1..])
+            .arg(program)
+            .env("HOME", "/nonexistent")
+            .env("USER", &self.name)
+            .env("LOGNAME", &self.name);
+        cmd
+    }
+}
+
+fn useradd() -> &'static str {
+    if Path::new("/usr/sbin/useradd").exists() {
+        "/usr/sbin/useradd"
+    } else {
+        "useradd"
+    }
+}
+
+fn id(name: &str, what: &str) -> Result<u32, HarnessError> {
+    let out = run_checked(Command::new("id").args([what, name]), IP_TIMEOUT)?;
+    out.trim()
+        .parse()
+        .map_err(|_| HarnessError::InvalidArgument(format!("id {what} {name} printed {out:?}")))
+}
