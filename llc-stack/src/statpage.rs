@@ -273,7 +273,9 @@ impl Publisher {
                 .read(true)
                 .write(true)
                 .create_new(true)
-                .mode(0o644)
+                // The owner's alone (root reads every page): the counters of
+                // one user's jobs are not another user's business.
+                .mode(0o600)
                 .open(&tmp)
             {
                 Ok(f) => break (dir.join(format!("{pid}.{n}.stat")), tmp, f),
@@ -706,8 +708,11 @@ pub fn read_dir(dir: &Path) -> io::Result<Vec<Result<Snapshot, StatError>>> {
         .iter()
         .map(|p| read_page(p))
         .filter(|r| {
-            // A page removed between listing and opening: its endpoint closed.
-            !matches!(r, Err(StatError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound)
+            // A page removed between listing and opening: its endpoint
+            // closed. A page the reader may not open: another user's
+            // endpoint, not the reader's to see.
+            !matches!(r, Err(StatError::Io { source, .. })
+                if matches!(source.kind(), io::ErrorKind::NotFound | io::ErrorKind::PermissionDenied))
         })
         .collect())
 }
