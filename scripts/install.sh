@@ -4,12 +4,17 @@
 # member with include/*.h) with their headers and pkg-config files, the tools, and
 # mca_btl_llc.so in Open MPI's own component directory, so that
 #   mpirun --mca pml ob1 --mca btl self,vader,llc ./app
-# works with nothing else set. Every file it writes is listed in a manifest;
+# works with nothing else set; also the endpoint service llcd (P/sbin) with its
+# systemd unit (P/lib/systemd/system/llcd.service) and an example policy
+# (P/share/llc-stack/llcd.toml.example; the live one is /etc/llc/llcd.toml):
+# installed by root, it lets ordinary users open endpoints. A root install
+# on a host run by systemd enables and starts it (not with --destdir, --deb
+# or --no-service). Every file it writes is listed in a manifest;
 # --uninstall removes exactly those (and the directories it created, when
 # empty).
 #
 #   scripts/install.sh [--prefix P] [--destdir D] [--component-dir DIR | --user-component]
-#                      [--profile PROFILE] [--no-build] [--uninstall] [--deb FILE]
+#                      [--profile PROFILE] [--no-build] [--no-service] [--uninstall] [--deb FILE]
 #
 # --prefix P        libraries in P/lib, headers in P/include, pkg-config files in
 #                   P/lib/pkgconfig, tools in P/bin (default /usr/local).
@@ -22,6 +27,7 @@
 #                   default after its own directory: an install without root.
 # --profile         the cargo profile to build and install (default release).
 # --no-build        install what the profile's target directory already holds.
+# --no-service      do not enable and start llcd.service after installing.
 # --uninstall       remove what the install with the same --prefix/--destdir wrote.
 # --deb FILE        build a Debian package instead (dpkg-deb): prefix /usr unless
 #                   given, component in Open MPI's directory; dpkg then tracks the
@@ -37,6 +43,7 @@ USER_COMPONENT=0
 PROFILE=release
 BUILD=1
 UNINSTALL=0
+SERVICE=1
 DEB=""
 PREFIX_GIVEN=0
 
@@ -56,6 +63,7 @@ while [ $# -gt 0 ]; do
         --profile) [ $# -ge 2 ] || die "--profile needs a cargo profile"; PROFILE="$2"; shift 2 ;;
         --profile=*) PROFILE="${1#*=}"; shift ;;
         --no-build) BUILD=0; shift ;;
+        --no-service) SERVICE=0; shift ;;
         --uninstall) UNINSTALL=1; shift ;;
         -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown argument '$1' (see --help)" ;;
@@ -78,7 +86,7 @@ if [ -n "$DEB" ]; then
     # As Debian's packages are: without debugging symbols (debug builds carry
     # hundreds of MB of them).
     if command -v strip >/dev/null; then
-        find "$root/pkg" -type f \( -name '*.so' -o -path '*/bin/*' \) -exec strip --strip-unneeded {} +
+        find "$root/pkg" -type f \( -name '*.so' -o -path '*/bin/*' -o -path '*/sbin/*' \) -exec strip --strip-unneeded {} +
     fi
     # dpkg keeps its own list of the package's files.
     rm -f "$root/pkg$PREFIX/share/llc-stack/install-manifest"
@@ -97,8 +105,18 @@ Installed-Size: $(du -sk "$root/pkg" | cut -f1)
 Description: kernel-bypass LLC transport: Open MPI btl/llc, DECK, BMI, tools
  The Open MPI component mca_btl_llc.so (mpirun --mca btl self,vader,llc),
  the C libraries libmpi_btl_shim, libdeck and libbmi with headers and
- pkg-config files, and llc-ping, llc-perf, llc-xfer, llc-stat, deckrun.
+ pkg-config files, and llc-ping, llc-perf, llc-xfer, llc-stat, deckrun;
+ the endpoint service llcd (systemd unit llcd.service), which opens
+ endpoints for ordinary users.
 EOF
+    # Enable and start the service on installation, stop it on removal.
+    printf '%s\n' '#!/bin/sh' 'set -e' \
+        'if [ "$1" = configure ] && [ -d /run/systemd/system ]; then' \
+        '    systemctl daemon-reload || true' \
+        '    systemctl enable --now llcd.service || true' 'fi' > "$root/pkg/DEBIAN/postinst"
+    printf '%s\n' '#!/bin/sh' 'set -e' 'if [ -d /run/systemd/system ]; then' \
+        '    systemctl disable --now llcd.service || true' 'fi' > "$root/pkg/DEBIAN/prerm"
+    chmod 0755 "$root/pkg/DEBIAN/postinst" "$root/pkg/DEBIAN/prerm"
     dpkg-deb --root-owner-group --build "$root/pkg" "$DEB" >/dev/null
     echo "install: built $DEB (dpkg -i $DEB; dpkg -r llc-stack)"
     exit 0
@@ -117,6 +135,9 @@ LIBDIR="$PREFIX/lib"
 INCLUDEDIR="$PREFIX/include"
 PCDIR="$LIBDIR/pkgconfig"
 BINDIR="$PREFIX/bin"
+SBINDIR="$PREFIX/sbin"
+# systemd reads units from /usr/lib/systemd/system and /usr/local/lib/systemd/system.
+UNITDIR="$PREFIX/lib/systemd/system"
 MANIFEST="$PREFIX/share/llc-stack/install-manifest"
 
 # --- uninstall -------------------------------------------------------------
@@ -133,6 +154,9 @@ if [ "$UNINSTALL" = 1 ]; then
             d) created+=("$path") ;;
         esac
     done < "$manifest"
+    if [ -z "$DESTDIR" ] && [ -d /run/systemd/system ] && grep -q "^f $UNITDIR/llcd.service\$" "$manifest"; then
+        systemctl disable --now llcd.service >/dev/null 2>&1 || true
+    fi
     rm -f -- "$manifest"
     # Newest first, and only when empty: a directory that now holds someone
     # else's files stays.
@@ -176,7 +200,7 @@ for crate in mpi-btl-shim deck bmi; do
         C_CRATES+=("$crate")
     fi
 done
-TOOL_PACKAGES=(llc-ping llc-perf llc-xfer llc-stat)
+TOOL_PACKAGES=(llc-ping llc-perf llc-xfer llc-stat llcd)
 BINS=(llc-ping llc-ping-demo llc-perf llc-xfer llc-stat deckrun)
 
 TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
@@ -211,7 +235,7 @@ for crate in "${C_CRATES[@]}"; do
     f="$PROFILE_DIR/$(lib_name "$crate")"
     [ -f "$f" ] || die "$f is missing: build it (drop --no-build, or cargo build --profile $PROFILE -p $crate)"
 done
-for b in "${BINS[@]}"; do
+for b in "${BINS[@]}" llcd; do
     [ -f "$PROFILE_DIR/$b" ] || die "$PROFILE_DIR/$b is missing: build the tools (drop --no-build)"
 done
 
@@ -247,6 +271,24 @@ done
 for b in "${BINS[@]}"; do
     plan 0755 "$PROFILE_DIR/$b" "$BINDIR/$b"
 done
+# The endpoint service: root's, so in sbin; its unit and an example policy.
+plan 0755 "$PROFILE_DIR/llcd" "$SBINDIR/llcd"
+cat > "$STAGE/llcd.service" <<EOF
+[Unit]
+Description=LLC stack endpoint service (endpoints for ordinary users)
+Documentation=file://$PREFIX/share/llc-stack/llcd.toml.example
+After=network.target
+
+[Service]
+Type=simple
+ExecStart=$SBINDIR/llcd --foreground
+Restart=on-failure
+
+[Install]
+WantedBy=multi-user.target
+EOF
+plan 0644 "$STAGE/llcd.service" "$UNITDIR/llcd.service"
+plan 0644 "$ROOT/llcd/llcd.toml.example" "$PREFIX/share/llc-stack/llcd.toml.example"
 # The Open MPI component, linked to the installed shim (run-time path P/lib).
 mkdir "$STAGE/component"
 make -s -C "$ROOT/mpi-btl-shim/component" SHIM_DIR="$PROFILE_DIR" OUT="$STAGE/component" RPATH="$LIBDIR" >&2 ||
@@ -297,3 +339,12 @@ write_manifest
 echo "install: ${#FILES[@]} files${DESTDIR:+ under $DESTDIR}: libraries and headers in $PREFIX, tools in $BINDIR, mca_btl_llc.so in $COMPONENT_DIR"
 echo "install: manifest $MANIFEST; remove with: scripts/install.sh --prefix $PREFIX${DESTDIR:+ --destdir $DESTDIR} --uninstall"
 echo "install: run MPI programs with: mpirun --mca pml ob1 --mca btl self,vader,llc ./app"
+# The endpoint service: enabled and started where systemd runs the host.
+if [ -z "$DESTDIR" ] && [ "$(id -u)" -eq 0 ] && [ "$SERVICE" = 1 ]; then
+    if [ -d /run/systemd/system ] && case "$PREFIX" in /usr|/usr/local) true ;; *) false ;; esac; then
+        systemctl daemon-reload && systemctl enable --now llcd.service &&
+            echo "install: llcd.service enabled and started: ordinary users can open endpoints"
+    else
+        echo "install: start the endpoint service for ordinary users: $SBINDIR/llcd (or under a supervisor: $SBINDIR/llcd --foreground; unit file $UNITDIR/llcd.service)"
+    fi
+fi

@@ -258,6 +258,18 @@ mod tests {
     }
 
     #[test]
+    fn the_installed_example_is_the_defaults() {
+        let text = include_str!("../llcd.toml.example");
+        assert_eq!(Policy::parse(text, "example").unwrap(), Policy::default());
+        // Each commented key, uncommented, is a valid policy.
+        for line in text.lines().filter_map(|l| l.strip_prefix("# ")) {
+            if line.contains(" = ") {
+                Policy::parse(line, "example").unwrap_or_else(|e| panic!("{line}: {e}"));
+            }
+        }
+    }
+
+    #[test]
     fn allow_names_users_groups_and_uids() {
         let p = Policy::parse(
             "allow = [\"alice\", \"@hpc\", \"uid:4242\"]\ninterfaces = [\"eth0\"]\nmax_endpoints_per_user = 2\n",

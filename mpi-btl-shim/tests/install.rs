@@ -592,10 +592,19 @@ fn destdir_stages_the_final_layout_and_uninstall_empties_it() {
     listed_sorted.push(manifest.clone());
     listed_sorted.sort();
     assert_eq!(files_under(&d), listed_sorted);
+    // The endpoint service for ordinary users: its unit names the final path.
+    let unit = staged(Path::new("/usr/local/lib/systemd/system/llcd.service"));
+    let unit_text = std::fs::read_to_string(&unit).expect("llcd.service staged");
+    assert!(
+        unit_text.contains("ExecStart=/usr/local/sbin/llcd --foreground"),
+        "{unit_text}"
+    );
     for f in [
         "lib/libmpi_btl_shim.so",
         "include/llc_shim.h",
         "bin/llc-stat",
+        "sbin/llcd",
+        "share/llc-stack/llcd.toml.example",
     ] {
         assert!(
             listed.contains(&staged(&Path::new("/usr/local").join(f))),
