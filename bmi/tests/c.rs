@@ -49,6 +49,8 @@ fn compile(src: &str) -> PathBuf {
 struct Place<'a> {
     cluster: Option<&'a Cluster>,
     env: Vec<(&'static str, String)>,
+    /// Run as this ordinary user (no capabilities) instead of root.
+    user: Option<&'a vm_tests::TestUser>,
 }
 
 impl Place<'_> {
@@ -58,7 +60,15 @@ impl Place<'_> {
             // its own (as `Cluster::command` would give): processes of one
             // host must see each other to share its NIC's XDP program, as
             // they do on a real host.
-            Some(c) => c.hosts()[host].ns.command(bmi_check()),
+            Some(c) => match self.user {
+                Some(u) => {
+                    let words = u.setpriv_words();
+                    let mut cmd = c.hosts()[host].ns.command(&words[0]);
+                    cmd.args(&words[1..]).arg(bmi_check());
+                    cmd
+                }
+                None => c.hosts()[host].ns.command(bmi_check()),
+            },
             None => Command::new(bmi_check()),
         };
         for (k, v) in &self.env {
@@ -163,6 +173,7 @@ fn every_call_and_error_over_bmi_tcp_on_this_host() {
     let place = Place {
         cluster: None,
         env: Vec::new(),
+        user: None,
     };
     run(&place, "bmi_tcp", &addr, &addr, &[0, 0, 0], &[0]);
 }
@@ -192,6 +203,7 @@ fn every_call_and_error_over_bmi_llc_with_every_process_on_one_nic() {
         let place = Place {
             cluster: Some(&cluster),
             env: llc_env(backend),
+            user: None,
         };
         let listen = format!("llc://eth0/3334?backend={backend}&idle_timeout_ms=2000");
         run(&place, "bmi_llc", &listen, &server, &[0, 0, 0], &[0]);
@@ -206,6 +218,7 @@ fn every_call_and_error_across_three_hosts_over_bmi_llc_and_bmi_tcp() {
     let place = Place {
         cluster: Some(&cluster),
         env: llc_env("xdp"),
+        user: None,
     };
     let server = format!("llc://{}/3334", mac(&cluster, 0));
     let listen = "llc://eth0/3334?backend=xdp&idle_timeout_ms=2000";
@@ -224,6 +237,31 @@ fn every_call_and_error_across_three_hosts_over_bmi_llc_and_bmi_tcp() {
         (1, "bmi_tcp", addr.as_str()),
     ];
     run_mixed(&place, "bmi_llc,bmi_tcp", &listen, &clients, &[]);
+}
+
+/// As a cluster's users run a file system's clients: ordinary users, with
+/// the stack's endpoint service (llcd) on every host opening their
+/// endpoints. The server and clients on two hosts, one client vanishing.
+#[test]
+fn every_call_and_error_over_bmi_llc_as_an_ordinary_user() {
+    vm_tests::require_root!();
+    let _g = lock();
+    let user = vm_tests::TestUser::ensure("llc-job-a").expect("test account");
+    let mut cluster = Cluster::new(2, 1500).expect("bed");
+    cluster.start_llcd("").expect("llcd on every host");
+    let place = Place {
+        cluster: Some(&cluster),
+        env: llc_env("auto"),
+        user: Some(&user),
+    };
+    let server = format!("llc://{}/3334", mac(&cluster, 0));
+    let listen = "llc://eth0/3334?idle_timeout_ms=2000";
+    run(&place, "bmi_llc", listen, &server, &[1, 1, 0], &[1]);
+    let log = cluster.llcd_log(1);
+    assert!(
+        log.contains("granted user=llc-job-a"),
+        "host 1's clients got their endpoints from llcd:\n{log}"
+    );
 }
 
 /// The README's example is this file, and it does what the README says.

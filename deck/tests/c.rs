@@ -166,3 +166,26 @@ fn every_primitive_and_error_over_llc_across_two_hosts() {
     let out = deckrun_cluster(&cluster, &[2, 2], "tcp", &b.deck_check, &["all"]);
     assert_checks_pass(&out, "all", 4);
 }
+
+/// As a cluster's users run jobs: deckrun, its nodes and the agent's
+/// logins run as an ordinary user with no capabilities, and the stack's
+/// endpoint service (llcd) on every host opens the nodes' endpoints.
+#[test]
+fn the_ring_across_two_hosts_as_an_ordinary_user() {
+    vm_tests::require_root!();
+    let b = build();
+    let _g = lock();
+    let user = vm_tests::TestUser::ensure("llc-job-a").expect("test account");
+    let mut cluster = Cluster::new(2, 1500).expect("bed");
+    cluster.start_llcd("").expect("llcd on every host");
+    cluster.login_as(&user).expect("logins as the user");
+    let out = deckrun_cluster(&cluster, &[2, 2], "auto", &b.deck_check, &["ring"]);
+    assert_checks_pass(&out, "ring", 4);
+    for i in 0..2 {
+        let log = cluster.llcd_log(i);
+        assert!(
+            log.contains("granted user=llc-job-a"),
+            "host {i}'s nodes got their endpoints from llcd:\n{log}"
+        );
+    }
+}
