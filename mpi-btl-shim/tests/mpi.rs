@@ -70,7 +70,7 @@ fn build() -> &'static Built {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
-        for program in ["mpi_check", "mbw_mr", "kernels"] {
+        for program in ["mpi_check", "mbw_mr", "kernels", "pingpong_until"] {
             let out = Command::new("mpicc")
                 .args(["-O2", "-Wall", "-pthread", "-o"])
                 .arg(dir.join(program))
@@ -521,6 +521,56 @@ fn cluster_as_an_ordinary_user() {
             "host {i}'s llcd granted and released each rank's endpoint:\n{log}"
         );
     }
+
+    // The services killed with SIGKILL while a job runs: the job carries on
+    // (its endpoints are its own), and restarted services serve the next.
+    let stop = std::env::temp_dir().join(format!("llc-user-job-{}.stop", std::process::id()));
+    let _ = std::fs::remove_file(&stop);
+    let pingpong = build().dir.join("pingpong_until");
+    let grants = |i: usize| cluster.llcd_log(i).matches(" granted ").count();
+    let before = [grants(0), grants(1)];
+    let run = std::thread::scope(|scope| {
+        let job = scope.spawn(|| {
+            let args = [pingpong.to_str().unwrap(), stop.to_str().unwrap(), "60"];
+            cluster_mpirun(&cluster, 1, &mca, &args, Duration::from_secs(120))
+        });
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while (0..2).any(|i| grants(i) == before[i]) {
+            assert!(
+                Instant::now() < deadline,
+                "the job's ranks never asked llcd"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        cluster.kill_llcd(0);
+        cluster.kill_llcd(1);
+        // Round trips go on without the services for a while.
+        std::thread::sleep(Duration::from_secs(1));
+        std::fs::write(&stop, b"").expect("stop file");
+        job.join().expect("job thread")
+    });
+    let _ = std::fs::remove_file(&stop);
+    assert!(
+        run.ok && run.stdout.contains("pingpong_until: OK"),
+        "the job did not survive its hosts' llcd:\n{}\n{}",
+        run.stdout,
+        run.stderr
+    );
+    cluster.restart_llcd(0).expect("llcd again");
+    cluster.restart_llcd(1).expect("llcd again");
+    let run = cluster_mpirun(
+        &cluster,
+        1,
+        &mca,
+        &[program.to_str().unwrap()],
+        Duration::from_secs(120),
+    );
+    assert!(
+        run.ok && run.stdout.contains("mpi_check: OK ranks=2"),
+        "restarted services serve a new job:\n{}\n{}",
+        run.stdout,
+        run.stderr
+    );
 }
 
 #[test]

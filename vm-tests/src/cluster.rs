@@ -99,7 +99,7 @@ pub struct Cluster {
     // then the host namespaces (which takes their veth pairs with them), then the hub,
     // then the directory with the agent.
     /// Per host: its `llcd --foreground`, when started ([`Cluster::start_llcd`]).
-    llcds: Vec<Option<Background>>,
+    llcds: Mutex<Vec<Option<Background>>>,
     /// Per host: the login server of [`Cluster::login_as`]'s user.
     logins: Vec<Background>,
     hosts: Vec<ClusterHost>,
@@ -173,7 +173,7 @@ impl Cluster {
 
         let dir = TempDir::new()?;
         let cluster = Cluster {
-            llcds: Vec::new(),
+            llcds: Mutex::new(Vec::new()),
             logins: Vec::new(),
             hosts: list,
             hub,
@@ -466,23 +466,28 @@ esac
         let config = self.dir.path.join("llcd.toml");
         write_file(&config, policy, 0o644)?;
         self.llcd = Some((llcd, config));
-        self.llcds = (0..self.hosts.len()).map(|_| None).collect();
+        *self.llcd_slots() = (0..self.hosts.len()).map(|_| None).collect();
         for i in 0..self.hosts.len() {
             self.restart_llcd(i)?;
         }
         Ok(())
     }
 
+    fn llcd_slots(&self) -> std::sync::MutexGuard<'_, Vec<Option<Background>>> {
+        self.llcds.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Kill host `i`'s llcd with SIGKILL (its granted endpoints live on: their descriptors
-    /// belong to their processes).
-    pub fn kill_llcd(&mut self, i: usize) {
-        if let Some(mut bg) = self.llcds.get_mut(i).and_then(Option::take) {
+    /// belong to their processes). Callable while a job runs on the cluster.
+    pub fn kill_llcd(&self, i: usize) {
+        let taken = self.llcd_slots().get_mut(i).and_then(Option::take);
+        if let Some(mut bg) = taken {
             bg.kill();
         }
     }
 
     /// Start host `i`'s llcd again (after [`Cluster::kill_llcd`]).
-    pub fn restart_llcd(&mut self, i: usize) -> Result<(), HarnessError> {
+    pub fn restart_llcd(&self, i: usize) -> Result<(), HarnessError> {
         let (llcd, config) = self.llcd.clone().ok_or_else(|| {
             HarnessError::InvalidArgument("restart_llcd before start_llcd".into())
         })?;
@@ -491,13 +496,13 @@ esac
         cmd.arg("--foreground").arg("--config").arg(&config);
         let bg = Background::spawn(&mut cmd, "llcd: ready", Duration::from_secs(20))
             .map_err(HarnessError::Setup)?;
-        self.llcds[i] = Some(bg);
+        self.llcd_slots()[i] = Some(bg);
         Ok(())
     }
 
-    /// What host `i`'s llcd printed so far (its log).
+    /// What host `i`'s running llcd printed so far (its log; empty once killed).
     pub fn llcd_log(&self, i: usize) -> String {
-        self.llcds
+        self.llcd_slots()
             .get(i)
             .and_then(Option::as_ref)
             .map(Background::output)
