@@ -10,6 +10,7 @@
 #![deny(unsafe_code)]
 
 mod policy;
+mod responder;
 mod service;
 #[allow(unsafe_code)]
 mod sys;

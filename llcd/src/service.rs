@@ -16,6 +16,7 @@ use llc_stack::link::grant::{self, Listener, PeerCred, Request, Session};
 use llc_stack::LinkError;
 
 use crate::policy::{Asker, Policy};
+use crate::responder::Responders;
 use crate::users;
 
 /// Connections one user may have open beyond its endpoint limit (requests
@@ -42,6 +43,8 @@ pub struct Service {
     /// Per uid: open connections and granted endpoints.
     users: Mutex<HashMap<u32, Held>>,
     totals: Totals,
+    /// The link responders of the interfaces and SAPs served.
+    responders: Responders,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -57,6 +60,7 @@ impl Service {
             policy,
             users: Mutex::new(HashMap::new()),
             totals: Totals::default(),
+            responders: Responders::default(),
         })
     }
 
@@ -191,7 +195,7 @@ impl Service {
             }
             held.endpoints += 1;
         }
-        grant::make(req).map_err(|e| {
+        let made = grant::make(req).map_err(|e| {
             self.release(asker.uid);
             match e {
                 LinkError::Busy { .. } => self
@@ -201,7 +205,9 @@ impl Service {
                 _ => self.totals.failed.fetch_add(1, Ordering::Relaxed),
             };
             e.to_string()
-        })
+        })?;
+        self.responders.ensure(&req.ifname, req.sap);
+        Ok(made)
     }
 
     fn release(&self, uid: u32) {

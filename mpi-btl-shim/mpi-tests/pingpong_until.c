@@ -4,10 +4,12 @@
  * until the file STOPFILE exists (rank 0 looks every 100 round trips) or
  * MAX_SECONDS pass, then end normally.
  *
- *   pingpong_until STOPFILE [MAX_SECONDS]   (default 120)
+ *   pingpong_until STOPFILE [MAX_SECONDS [READYFILE]]   (default 120)
  *
- * Rank 0 prints "pingpong_until: running" after the first round trip and
- * "pingpong_until: OK round_trips=N" at the end; other ranks only wait.
+ * Rank 0 prints "pingpong_until: running" after the first round trip (and
+ * creates READYFILE, when given, for a watcher that cannot read the job's
+ * output while it runs) and "pingpong_until: OK round_trips=N" at the end;
+ * other ranks only wait.
  */
 #include <mpi.h>
 #include <stdint.h>
@@ -29,6 +31,7 @@ int main(int argc, char **argv)
     }
     const char *stopfile = argv[1];
     double max_seconds = argc > 2 ? atof(argv[2]) : 120.0;
+    const char *readyfile = argc > 3 ? argv[3] : NULL;
     /* msg[0]: 1 while running, 0 to stop; msg[1]: round trip number. */
     uint32_t msg[2] = {1, 0};
     uint64_t trips = 0;
@@ -51,6 +54,11 @@ int main(int argc, char **argv)
             if (++trips == 1) {
                 printf("pingpong_until: running\n");
                 fflush(stdout);
+                if (readyfile) {
+                    FILE *f = fopen(readyfile, "w");
+                    if (f)
+                        fclose(f);
+                }
             }
         }
     } else if (rank == 1) {

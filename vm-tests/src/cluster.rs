@@ -101,7 +101,7 @@ pub struct Cluster {
     /// Per host: its `llcd --foreground`, when started ([`Cluster::start_llcd`]).
     llcds: Mutex<Vec<Option<Background>>>,
     /// Per host: the login server of [`Cluster::login_as`]'s user.
-    logins: Vec<Background>,
+    logins: Vec<Login>,
     hosts: Vec<ClusterHost>,
     hub: Netns,
     network: Ipv4Addr,
@@ -446,10 +446,16 @@ esac
             cmd.arg("serve").arg(&sock);
             let bg = Background::spawn(&mut cmd, "llc-bed-login: serving", Duration::from_secs(20))
                 .map_err(HarnessError::Setup)?;
-            logins.push(bg);
+            logins.push(Login(bg));
         }
         self.logins = logins;
         Ok(())
+    }
+
+    /// A directory of the cluster's that the bed's user may write (the hosts' TMPDIRs are in
+    /// it too): for files a test and its job share. Removed with the cluster.
+    pub fn scratch_dir(&self) -> PathBuf {
+        self.dir.path.join("tmp")
     }
 
     /// The user [`Cluster::login_as`] chose, if any.
@@ -565,6 +571,30 @@ fn no_ipv6(ns: &Netns, ifaces: &[&str]) -> Result<(), HarnessError> {
         cmd.arg(format!("net.ipv6.conf.{iface}.disable_ipv6=1"));
     }
     run_checked(&mut cmd, IP_TIMEOUT).map(drop)
+}
+
+/// A host's login server. It runs as the first process of the host's PID namespace, and
+/// once it dropped its privileges the kernel no longer kills it with its parent (`unshare
+/// --kill-child` sets a parent-death signal, which a change of credentials clears): so it
+/// is killed itself, which ends every process of the namespace, the logins' commands too.
+#[derive(Debug)]
+struct Login(Background);
+
+impl Drop for Login {
+    fn drop(&mut self) {
+        let unshare = self.0.id();
+        let children = format!("/proc/{unshare}/task/{unshare}/children");
+        if let Ok(list) = fs::read_to_string(children) {
+            for pid in list
+                .split_whitespace()
+                .filter_map(|p| p.parse::<u32>().ok())
+            {
+                if let Err(e) = sys::kill_process(pid, libc::SIGKILL) {
+                    warn(&format!("killing the login server {pid}: {e}"));
+                }
+            }
+        }
+    }
 }
 
 /// Absolute paths of the programs the agent runs (it may run with a PATH lacking sbin).

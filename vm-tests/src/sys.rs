@@ -58,3 +58,18 @@ pub(crate) fn kill_process_group(pgid: u32, signal: libc::c_int) -> io::Result<(
         Err(io::Error::last_os_error())
     }
 }
+
+/// Sends `signal` to process `pid` (not 0 or 1, which `kill` reads as groups or init).
+pub(crate) fn kill_process(pid: u32, signal: libc::c_int) -> io::Result<()> {
+    let pid = libc::pid_t::try_from(pid)
+        .ok()
+        .filter(|&p| p > 1)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "pid <= 1"))?;
+    // SAFETY: kill takes plain integers.
+    let rc = unsafe { libc::kill(pid, signal) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}

@@ -53,15 +53,6 @@ pub struct AfPacketConfig {
     /// the link role), and frames to our own MAC take the same-host path
     /// (see [`crate::link::local`]).
     pub port: Option<u16>,
-    /// Without privileges, where the host's endpoint service opens the
-    /// socket (`link::grant`): ask it for the link role (answering TEST and
-    /// XID, among them other hosts' reachability probes), which it gives
-    /// when no endpoint of the host holds it, as endpoints opened with
-    /// privileges take it. Unlike theirs, the role of a granted endpoint
-    /// does not move on to another endpoint when its holder exits (its
-    /// filter is locked): the next endpoint opened takes it. Default true;
-    /// ignored with privileges.
-    pub link_role: bool,
     /// Most RX ring slots (rounded up to fill whole ring blocks). Each slot
     /// holds one frame of MTU + 14 bytes plus about 80 bytes of kernel
     /// header: 1024 slots are about 1.6 MiB at MTU 1500.
@@ -93,7 +84,6 @@ impl Default for AfPacketConfig {
         AfPacketConfig {
             sap: 0x7C,
             port: None,
-            link_role: true,
             rx_ring_frames: 1024,
             rx_ring_bytes: 2 << 20,
             tx_batch: 64,
@@ -373,12 +363,7 @@ impl AfPacket {
     /// [`LinkError::Io`] for anything else (e.g. no memory for the rings).
     pub fn open(ifname: &str, config: AfPacketConfig) -> Result<AfPacket, LinkError> {
         config.validate()?;
-        let ifindex = interfaces::index(ifname)?;
-        if !interfaces::is_up(ifname)? {
-            return Err(LinkError::InterfaceDown(ifname.to_owned()));
-        }
-        let mtu = interfaces::mtu(ifname)?;
-        let mac = interfaces::mac(ifname)?;
+        let (_, mtu, mac) = Self::interface(ifname)?;
         let io_err = |context: &str| {
             let context = format!("{context} on {ifname}");
             move |source| LinkError::Io { context, source }
@@ -406,12 +391,7 @@ impl AfPacket {
                 // socket, with a filter of its own this process cannot
                 // change, always for one port (0 when the caller wanted
                 // the whole SAP: a port is then taken for it).
-                let grant = grant::request(
-                    ifname,
-                    config.sap,
-                    config.port.unwrap_or(0),
-                    config.link_role,
-                )?;
+                let grant = grant::request(ifname, config.sap, config.port.unwrap_or(0))?;
                 let local = grant.local_port(ifname, config.sap, mac, max_frame)?;
                 tracing::debug!(%ifname, port = grant.port, "AF_PACKET socket granted by llcd");
                 (grant.packet, Some(local), Some(grant.session))
@@ -423,7 +403,68 @@ impl AfPacket {
                 })
             }
         };
+        Self::set_up(ifname, config, fd, local, session)
+    }
 
+    /// The link role's endpoint of `sap` on `ifname`, if no endpoint of the
+    /// host holds the role: it receives only the interface's TEST and XID
+    /// commands (and those of this host, through the role's claim), for a
+    /// [`crate::Stack`] that answers them. The endpoint service runs one
+    /// per interface and SAP it serves, so that the hosts' reachability
+    /// probes are answered by root's process, not by whichever user's
+    /// endpoint opened first. Needs CAP_NET_RAW. `Ok(None)`: the role is
+    /// held (by an endpoint opened with privileges, which answers).
+    pub fn open_link_responder(ifname: &str, sap: u8) -> Result<Option<AfPacket>, LinkError> {
+        let (ifindex, mtu, mac) = Self::interface(ifname)?;
+        let Some(role) = LocalPort::claim_link_role(ifname, sap) else {
+            return Ok(None);
+        };
+        let fd = sys::packet_socket().map_err(|source| LinkError::Io {
+            context: format!("creating a packet socket for {ifname}"),
+            source,
+        })?;
+        // Port 0 is never an endpoint's: UI frames pass only to port 0.
+        sys::attach_filter(fd.as_fd(), &grant::granted_filter(sap, 0, true, ifindex)).map_err(
+            |source| LinkError::Io {
+                context: format!("attaching the link role's filter on {ifname}"),
+                source,
+            },
+        )?;
+        let local = LocalPort::from_claim(role, ifname, sap, 0, mac, mtu + HEADER_LEN, false)?;
+        let config = AfPacketConfig {
+            sap,
+            port: Some(0),
+            rx_ring_frames: MIN_RX_RING_FRAMES,
+            tx_batch: MIN_TX_BATCH,
+            ..AfPacketConfig::default()
+        };
+        Self::set_up(ifname, config, fd, Some(local), None).map(Some)
+    }
+
+    /// Index, MTU and MAC of `ifname`, which must be up.
+    fn interface(ifname: &str) -> Result<(u32, usize, [u8; 6]), LinkError> {
+        let ifindex = interfaces::index(ifname)?;
+        if !interfaces::is_up(ifname)? {
+            return Err(LinkError::InterfaceDown(ifname.to_owned()));
+        }
+        Ok((ifindex, interfaces::mtu(ifname)?, interfaces::mac(ifname)?))
+    }
+
+    /// The rest of an open, on socket `fd` with its filter attached: the
+    /// RX ring, the options, the bind.
+    fn set_up(
+        ifname: &str,
+        config: AfPacketConfig,
+        fd: OwnedFd,
+        local: Option<LocalPort>,
+        session: Option<OwnedFd>,
+    ) -> Result<AfPacket, LinkError> {
+        let (ifindex, mtu, mac) = Self::interface(ifname)?;
+        let max_frame = mtu + HEADER_LEN;
+        let io_err = |context: &str| {
+            let context = format!("{context} on {ifname}");
+            move |source| LinkError::Io { context, source }
+        };
         let slot = rx_geometry(mtu, 1, sys::page_size()).frame_size;
         let geometry = rx_geometry(mtu, config.rx_frames_for(slot), sys::page_size());
         let tx_batch = config.tx_batch_for(max_frame);

@@ -14,6 +14,11 @@
 //!   process cannot widen it, so it receives only its own frames;
 //! - the port's claim socket (the same-host path, [`super::local`]).
 //!
+//! The service answers the interface's link-level TEST and XID itself
+//! (`AfPacket::open_link_responder`), unless an endpoint opened with
+//! privileges does: the endpoints it grants never hold that role, so no
+//! user can take the host's answers to other hosts' reachability probes.
+//!
 //! From then on the process runs the data path itself: it sets up its RX
 //! ring and binds the socket; no privileged process, copy or hop is on the
 //! data path. The process keeps its connection to the service open for the
@@ -55,17 +60,14 @@ pub struct Request {
     pub sap: u8,
     /// Transport port (0: any free one).
     pub port: u16,
-    /// Also answer the interface's link-level TEST and XID commands for
-    /// the SAP (the link role), if no endpoint of the host does yet.
-    pub link_role: bool,
 }
 
 impl fmt::Display for Request {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{PROTOCOL} packet ifname={} sap={:02x} port={} role={}",
-            self.ifname, self.sap, self.port, self.link_role as u8
+            "{PROTOCOL} packet ifname={} sap={:02x} port={}",
+            self.ifname, self.sap, self.port
         )
     }
 }
@@ -85,7 +87,7 @@ impl Request {
                 ))
             }
         }
-        let (mut ifname, mut sap, mut port, mut link_role) = (None, None, None, false);
+        let (mut ifname, mut sap, mut port) = (None, None, None);
         for word in words {
             let (name, value) = word
                 .split_once('=')
@@ -106,23 +108,11 @@ impl Request {
                             .map_err(|_| format!("invalid port {value:?}"))?,
                     )
                 }
-                "role" => {
-                    link_role = match value {
-                        "0" => false,
-                        "1" => true,
-                        _ => return Err(format!("invalid role {value:?}")),
-                    }
-                }
                 _ => return Err(format!("unknown field {name:?}")),
             }
         }
         match (ifname, sap, port) {
-            (Some(ifname), Some(sap), Some(port)) => Ok(Request {
-                ifname,
-                sap,
-                port,
-                link_role,
-            }),
+            (Some(ifname), Some(sap), Some(port)) => Ok(Request { ifname, sap, port }),
             _ => Err("a request needs ifname, sap and port".into()),
         }
     }
@@ -147,9 +137,6 @@ pub struct Grant {
     pub claim: UnixDatagram,
     /// The port the service claimed.
     pub port: u16,
-    /// The link role's claim, when it was asked for and free: the filter
-    /// then passes TEST and XID commands too.
-    pub link_role: Option<UnixDatagram>,
     /// The connection to the service: open as long as the endpoint lives.
     pub session: OwnedFd,
 }
@@ -167,16 +154,7 @@ impl Grant {
             context: "keeping the granted claim socket".into(),
             source,
         })?;
-        let mut local =
-            LocalPort::from_claim(claim, ifname, sap, self.port, mac, max_frame, false)?;
-        if let Some(role) = &self.link_role {
-            let role = role.try_clone().map_err(|source| LinkError::Io {
-                context: "keeping the granted link role".into(),
-                source,
-            })?;
-            local.hold_link_role(role);
-        }
-        Ok(local)
+        LocalPort::from_claim(claim, ifname, sap, self.port, mac, max_frame, false)
     }
 }
 
@@ -196,9 +174,8 @@ pub fn needs_service() -> bool {
 }
 
 /// Ask the service of this network namespace for an endpoint on `ifname`
-/// with `sap` and `port` (0: any free one), and the link role if
-/// `link_role` and nobody holds it.
-pub fn request(ifname: &str, sap: u8, port: u16, link_role: bool) -> Result<Grant, LinkError> {
+/// with `sap` and `port` (0: any free one).
+pub fn request(ifname: &str, sap: u8, port: u16) -> Result<Grant, LinkError> {
     let session = sys::seqpacket_connect(SERVICE_NAME).map_err(|e| match e.raw_os_error() {
         Some(libc::ECONNREFUSED) | Some(libc::ENOENT) => {
             no_service(ifname, "no llcd service runs in this network namespace")
@@ -220,7 +197,6 @@ pub fn request(ifname: &str, sap: u8, port: u16, link_role: bool) -> Result<Gran
         ifname: ifname.to_owned(),
         sap,
         port,
-        link_role,
     }
     .to_string();
     let io = |e: io::Error| no_service(ifname, &format!("talking to the llcd service: {e}"));
@@ -237,15 +213,14 @@ pub fn request(ifname: &str, sap: u8, port: u16, link_role: bool) -> Result<Gran
             why: why.trim().to_owned(),
         });
     }
-    let (port, role) = parse_ok(&reply)
+    let port = parse_ok(&reply)
         .ok_or_else(|| no_service(ifname, &format!("unexpected answer from llcd: {reply:?}")))?;
-    if fds.len() != 2 + role as usize {
+    if fds.len() != 2 {
         return Err(no_service(
             ifname,
             &format!("llcd sent {} descriptors with {reply:?}", fds.len()),
         ));
     }
-    let link_role = role.then(|| UnixDatagram::from(fds.pop().expect("counted")));
     let claim = fds.pop().expect("counted");
     let packet = fds.pop().expect("counted");
     check_kind(packet.as_fd(), libc::AF_PACKET, libc::SOCK_RAW)
@@ -255,24 +230,18 @@ pub fn request(ifname: &str, sap: u8, port: u16, link_role: bool) -> Result<Gran
         packet,
         claim: UnixDatagram::from(claim),
         port,
-        link_role,
         session,
     })
 }
 
-/// `ok port=N role=0|1`: the port and whether the link role came with it.
-fn parse_ok(reply: &str) -> Option<(u16, bool)> {
+/// `ok port=N`: the granted port.
+fn parse_ok(reply: &str) -> Option<u16> {
     let mut words = reply.split_ascii_whitespace();
     if words.next()? != "ok" {
         return None;
     }
     let port = words.next()?.strip_prefix("port=")?.parse().ok()?;
-    let role = match words.next()?.strip_prefix("role=")? {
-        "0" => false,
-        "1" => true,
-        _ => return None,
-    };
-    Some((port, role))
+    words.next().is_none().then_some(port)
 }
 
 /// The status request's line.
@@ -355,13 +324,8 @@ impl Session {
 
     /// Grant `made`.
     pub fn grant(&self, made: &Made) -> io::Result<()> {
-        let line = format!(
-            "ok port={} role={}",
-            made.port,
-            made.link_role.is_some() as u8
-        );
-        let mut fds = vec![made.packet.as_fd(), made.claim.as_fd()];
-        fds.extend(made.link_role.as_ref().map(AsFd::as_fd));
+        let line = format!("ok port={}", made.port);
+        let fds = [made.packet.as_fd(), made.claim.as_fd()];
         sys::send_with_fds(self.0.as_fd(), line.as_bytes(), &fds)
     }
 }
@@ -382,8 +346,6 @@ pub struct Made {
     pub claim: UnixDatagram,
     /// The claimed port.
     pub port: u16,
-    /// The link role's claim, when asked for and free.
-    pub link_role: Option<UnixDatagram>,
 }
 
 /// Make what `req` asks for, in the calling thread's network namespace:
@@ -400,13 +362,8 @@ pub fn make(req: &Request) -> Result<Made, LinkError> {
         let context = format!("{context} on {}", req.ifname);
         move |source| LinkError::Io { context, source }
     };
-    let link_role = if req.link_role {
-        LocalPort::claim_link_role(&req.ifname, req.sap)
-    } else {
-        None
-    };
     let packet = sys::packet_socket().map_err(io_err("creating a packet socket"))?;
-    let filter = granted_filter(req.sap, port, link_role.is_some(), ifindex);
+    let filter = granted_filter(req.sap, port, false, ifindex);
     sys::attach_filter(packet.as_fd(), &filter)
         .map_err(io_err("attaching the endpoint's filter"))?;
     sys::lock_filter(packet.as_fd()).map_err(io_err("locking the endpoint's filter"))?;
@@ -414,13 +371,13 @@ pub fn make(req: &Request) -> Result<Made, LinkError> {
         packet,
         claim,
         port,
-        link_role,
     })
 }
 
 /// The filter of a granted endpoint: frames that arrived on interface
 /// `ifindex` (so binding the socket elsewhere yields nothing), then the
-/// shared-interface filter of `port`, with the link role or without.
+/// shared-interface filter of `port`, with the link role (the service's
+/// TEST/XID responder) or without (every granted endpoint).
 ///
 /// ```text
 /// 0: ld  ifidx
@@ -465,12 +422,8 @@ mod tests {
             ifname: "eth0".into(),
             sap: 0x7c,
             port: 0,
-            link_role: true,
         };
-        assert_eq!(
-            r.to_string(),
-            "llcd/1 packet ifname=eth0 sap=7c port=0 role=1"
-        );
+        assert_eq!(r.to_string(), "llcd/1 packet ifname=eth0 sap=7c port=0");
         assert_eq!(Request::parse(&r.to_string()), Ok(r));
     }
 
@@ -504,10 +457,10 @@ mod tests {
     }
 
     #[test]
-    fn replies_carry_the_port_and_the_role() {
-        assert_eq!(parse_ok("ok port=7 role=1"), Some((7, true)));
-        assert_eq!(parse_ok("ok port=49152 role=0"), Some((49152, false)));
-        assert_eq!(parse_ok("ok port=7"), None);
+    fn replies_carry_the_port() {
+        assert_eq!(parse_ok("ok port=7"), Some(7));
+        assert_eq!(parse_ok("ok port=49152"), Some(49152));
+        assert_eq!(parse_ok("ok port=7 role=1"), None);
         assert_eq!(parse_ok("error no"), None);
     }
 

@@ -215,13 +215,6 @@ impl LocalPort {
         })
     }
 
-    /// Take the link role's claim `sock` (made by the endpoint service).
-    pub(crate) fn hold_link_role(&mut self, sock: UnixDatagram) {
-        if sock.set_nonblocking(true).is_ok() {
-            self.link_role = Some(sock);
-        }
-    }
-
     /// The link role's claim of `sap` on `ifname`, for someone else (the
     /// endpoint service), if nobody holds it.
     pub(crate) fn claim_link_role(ifname: &str, sap: u8) -> Option<UnixDatagram> {
