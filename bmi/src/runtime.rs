@@ -173,13 +173,13 @@ fn only_ethernet_interface() -> Option<String> {
     (found.len() == 1).then(|| found.remove(0))
 }
 
-/// `spec` with `key` when it is an LLC spec and a key is given (else the
-/// opener's default: `LLC_AUTH_KEY`'s key when set).
-fn keyed(mut spec: TransportSpec, key: &Option<AuthKey>) -> TransportSpec {
-    if let (TransportSpec::Llc(l), Some(k)) = (&mut spec, key) {
-        l.config.auth_key = Some(k.clone());
+/// `spec` with `key` when one is given (else the opener's default:
+/// `LLC_AUTH_KEY`'s key when set).
+fn keyed(spec: TransportSpec, key: &Option<AuthKey>) -> TransportSpec {
+    match key {
+        Some(k) => spec.with_auth_key(k.clone()),
+        None => spec,
     }
-    spec
 }
 
 fn open_endpoint(kind: MethodKind, spec: &TransportSpec) -> Result<Ep, BmiError> {

@@ -338,6 +338,17 @@ impl TransportSpec {
         }
     }
 
+    /// This spec with frames authenticated by `key` (put in
+    /// [`LlcSpec::config`]): how an API above hands a configured key to
+    /// whatever transport its user named. TCP has no frame authentication:
+    /// its specs are returned unchanged.
+    pub fn with_auth_key(mut self, key: super::llc::AuthKey) -> Self {
+        if let TransportSpec::Llc(l) = &mut self {
+            l.config.auth_key = Some(key);
+        }
+        self
+    }
+
     /// Open the transport. What an `auto` choice fell back from, and why,
     /// is in [`AnyTransport::notes`].
     pub fn open(&self) -> Result<AnyTransport, TransportError> {
