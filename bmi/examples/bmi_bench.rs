@@ -186,6 +186,7 @@ fn init(method: &str, listen: Option<&str>) -> Result<Bmi> {
         listen,
         InitFlags {
             server: listen.is_some(),
+            ..InitFlags::default()
         },
     )
     .with_context(|| format!("BMI_initialize({method}, {listen:?})"))

@@ -232,6 +232,9 @@ pub unsafe extern "C" fn BMI_initialize(
         }
         let flags = InitFlags {
             server: flags & BMI_INIT_SERVER != 0,
+            // The key, if any, comes from LLC_AUTH_KEY (PVFS2's call has no
+            // place for one).
+            auth_key: None,
         };
         *g = Some(Arc::new(Bmi::initialize(methods, listen, flags)?));
         Ok(0)

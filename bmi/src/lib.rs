@@ -32,6 +32,9 @@ pub use crate::runtime::{
     MAX_UNEXPECTED_LIMIT,
 };
 use crate::runtime::{Inner, RawSeg, SendBody};
+/// The key that authenticates `bmi_llc`'s frames ([`InitFlags::auth_key`]):
+/// `AuthKey::derive(material)` from any key material the job shares.
+pub use msg_layer::transport::llc::AuthKey;
 
 /// A BMI instance: its methods, addresses, contexts and operations.
 /// Thread-safe; dropping it finalizes (delivers what is queued, bounded,

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use msg_layer::delivery::ActiveMessage;
+use msg_layer::transport::llc::AuthKey;
 use msg_layer::transport::spec::TransportSpec;
 use msg_layer::transport::AnyTransport;
 use msg_layer::{Endpoint, Event, PeerEnd, PeerId, Request, Source, Tag};
@@ -71,11 +72,18 @@ const DEFAULT_SPIN_YIELD: Duration = Duration::ZERO;
 /// Longest sleep of a waiting test call between rounds.
 const MAX_SLEEP: Duration = Duration::from_millis(1);
 
-/// Whether this process accepts connections at known addresses.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+/// Whether this process accepts connections at known addresses, and how
+/// its frames are authenticated.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct InitFlags {
     /// `BMI_INIT_SERVER`: listen at the given addresses.
     pub server: bool,
+    /// The key that authenticates `bmi_llc`'s frames (docs/SECURITY.md);
+    /// servers and their clients need the same. `None`: the key of
+    /// `LLC_AUTH_KEY` when it is set, else none (frames not
+    /// authenticated). `bmi_tcp` has no frame authentication and ignores
+    /// it.
+    pub auth_key: Option<AuthKey>,
 }
 
 /// One network method.
@@ -83,6 +91,8 @@ pub struct Method {
     pub kind: MethodKind,
     /// What to open: given at initialization, or chosen at first use.
     listen: Option<TransportSpec>,
+    /// The key an LLC endpoint opens with (`InitFlags::auth_key`).
+    auth_key: Option<AuthKey>,
     ep: OnceLock<Ep>,
     open: Mutex<()>,
     pub eager_limit: AtomicUsize,
@@ -108,7 +118,7 @@ impl Method {
             Some(s) => s.clone(),
             None => client_spec(self.kind, first_peer)?,
         };
-        let ep = open_endpoint(self.kind, &spec)?;
+        let ep = open_endpoint(self.kind, &keyed(spec, &self.auth_key))?;
         let _ = self.ep.set(ep);
         Ok(self.ep.get().expect("just set"))
     }
@@ -161,6 +171,15 @@ fn only_ethernet_interface() -> Option<String> {
         found.push(name);
     }
     (found.len() == 1).then(|| found.remove(0))
+}
+
+/// `spec` with `key` when one is given (else the opener's default:
+/// `LLC_AUTH_KEY`'s key when set).
+fn keyed(spec: TransportSpec, key: &Option<AuthKey>) -> TransportSpec {
+    match key {
+        Some(k) => spec.with_auth_key(k.clone()),
+        None => spec,
+    }
 }
 
 fn open_endpoint(kind: MethodKind, spec: &TransportSpec) -> Result<Ep, BmiError> {
@@ -409,13 +428,15 @@ impl Inner {
             let m = Method {
                 kind,
                 listen,
+                auth_key: flags.auth_key.clone(),
                 ep: OnceLock::new(),
                 open: Mutex::new(()),
                 eager_limit: AtomicUsize::new(msg_layer::Config::default().eager_limit),
                 unexpected_limit: AtomicUsize::new(DEFAULT_UNEXPECTED_LIMIT),
             };
             if let Some(spec) = &m.listen {
-                let _ = m.ep.set(open_endpoint(kind, spec)?);
+                let spec = keyed(spec.clone(), &m.auth_key);
+                let _ = m.ep.set(open_endpoint(kind, &spec)?);
             }
             methods.push(m);
         }

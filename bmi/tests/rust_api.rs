@@ -11,7 +11,10 @@ fn server() -> (Bmi, String) {
     let s = Bmi::initialize(
         "bmi_tcp",
         Some("tcp://127.0.0.1:0"),
-        InitFlags { server: true },
+        InitFlags {
+            server: true,
+            ..InitFlags::default()
+        },
     )
     .expect("server starts");
     let addr = s

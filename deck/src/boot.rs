@@ -24,10 +24,14 @@
 //! | 0x83 | CARDS    | server | round `u32`, count `u32`, count strings |
 //! | 0x84 | ABORT    | server | reason text |
 //! | 0x85 | FINISHED | server | empty |
+//! | 0x86 | KEY      | server | the job's key material, text (at most [`MAX_KEY`] bytes) |
 //!
 //! A node connects, says HELLO and waits for WELCOME (or REJECT, after which
 //! the server closes: wrong job, node out of range, node already connected,
-//! other version). A round of the all-gather ([`Boot::exchange`]) is one CARD
+//! other version). A launcher that keys the job's frames sends KEY just
+//! before WELCOME: the material every node derives the LLC transport's
+//! authentication key from (docs/SECURITY.md); a node that got none keys
+//! its frames from `LLC_AUTH_KEY`, or not at all. A round of the all-gather ([`Boot::exchange`]) is one CARD
 //! per node; rounds are numbered from 0 and a node sends round `r + 1` only
 //! after it got the CARDS of round `r`. When every node's CARD of a round is
 //! in, every node gets the round's CARDS, cards in node order. FINISH
@@ -68,6 +72,32 @@ pub const BACKENDS: [&str; 4] = ["auto", "xdp", "packet", "tcp"];
 /// The longest card a node may exchange, in bytes: a transport address
 /// needs far less, and the bound keeps a round's answer small.
 pub const MAX_CARD: usize = 4096;
+
+/// The longest key material a KEY frame carries, in bytes.
+pub const MAX_KEY: usize = 1024;
+
+/// The job's key material as the launcher hands it to the nodes: its
+/// `Debug` never shows it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct KeyMaterial(String);
+
+impl KeyMaterial {
+    /// `material`, when it is not empty and at most [`MAX_KEY`] bytes.
+    pub fn new(material: String) -> Option<KeyMaterial> {
+        (!material.is_empty() && material.len() <= MAX_KEY).then_some(KeyMaterial(material))
+    }
+
+    /// The material's bytes, to derive the key from.
+    pub fn as_bytes(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+}
+
+impl fmt::Debug for KeyMaterial {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "KeyMaterial({} bytes)", self.0.len())
+    }
+}
 
 /// The largest job: keeps the size of a round's answer bounded.
 pub const MAX_NODES: u32 = 65536;
@@ -221,6 +251,12 @@ pub enum ProtocolError {
     /// A card longer than [`MAX_CARD`].
     #[error("a card of {len} bytes (at most {MAX_CARD})")]
     CardTooLong {
+        /// Its length.
+        len: usize,
+    },
+    /// KEY material empty or longer than [`MAX_KEY`].
+    #[error("a KEY of {len} bytes (1 to {MAX_KEY})")]
+    BadKey {
         /// Its length.
         len: usize,
     },
@@ -465,6 +501,7 @@ mod kind {
     pub const CARDS: u8 = 0x83;
     pub const ABORT: u8 = 0x84;
     pub const FINISHED: u8 = 0x85;
+    pub const KEY: u8 = 0x86;
 }
 
 /// A message from a node to the launcher.
@@ -484,6 +521,7 @@ enum ServerMsg {
     Cards { round: u32, cards: Vec<String> },
     Abort { reason: String },
     Finished,
+    Key(KeyMaterial),
     Unknown(u8),
 }
 
@@ -678,6 +716,7 @@ impl ServerMsg {
             ServerMsg::Cards { .. } => "CARDS",
             ServerMsg::Abort { .. } => "ABORT",
             ServerMsg::Finished => "FINISHED",
+            ServerMsg::Key(_) => "KEY",
             ServerMsg::Unknown(_) => "a message of unknown kind",
         }
     }
@@ -702,6 +741,7 @@ impl ServerMsg {
                 FrameBuf::new(kind::ABORT).bytes(clip(reason, MAX_TEXT).as_bytes())
             }
             ServerMsg::Finished => FrameBuf::new(kind::FINISHED),
+            ServerMsg::Key(m) => FrameBuf::new(kind::KEY).bytes(m.as_bytes()),
             ServerMsg::Unknown(k) => FrameBuf::new(*k),
         }
         .finish()
@@ -745,6 +785,12 @@ impl ServerMsg {
             kind::FINISHED => Fields::new(body, "FINISHED")
                 .end()
                 .map(|()| ServerMsg::Finished),
+            kind::KEY => {
+                let text = Fields::new(body, "KEY").text()?;
+                KeyMaterial::new(text)
+                    .map(ServerMsg::Key)
+                    .ok_or(ProtocolError::BadKey { len: body.len() })
+            }
             k => Ok(ServerMsg::Unknown(k)),
         }
     }
@@ -900,6 +946,8 @@ pub struct Boot {
     numnodes: u32,
     round: u32,
     local_ip: IpAddr,
+    /// The job's key material, when the launcher sent it (KEY).
+    key: Option<KeyMaterial>,
 }
 
 impl fmt::Debug for FrameReader {
@@ -974,6 +1022,7 @@ impl Boot {
         let left = deadline.saturating_duration_since(Instant::now());
         send(&stream, &hello.emit(), left).map_err(lost)?;
         let mut reader = FrameReader::new(max_server_frame(env.numnodes));
+        let mut key = None;
         loop {
             let msg = reader
                 .read_server(&stream, Some(deadline))
@@ -987,6 +1036,7 @@ impl Boot {
                     .into())
                 }
                 ServerMsg::Welcome { .. } => break,
+                ServerMsg::Key(m) => key = Some(m),
                 ServerMsg::Reject { why, detail } => {
                     return Err(BootError::Rejected {
                         node: env.node,
@@ -1013,7 +1063,13 @@ impl Boot {
             numnodes: env.numnodes,
             round: 0,
             local_ip,
+            key,
         })
+    }
+
+    /// The job's key material, when the launcher keys the job's frames.
+    pub fn key_material(&self) -> Option<&KeyMaterial> {
+        self.key.as_ref()
     }
 
     /// This node.
@@ -1420,6 +1476,8 @@ pub struct BootServer {
     rounds: BTreeMap<u32, Vec<Option<String>>>,
     /// Set by [`BootServer::abort`]: later HELLOs get ABORT.
     aborted: Option<String>,
+    /// Sent to every node that says HELLO ([`BootServer::set_key`]).
+    key: Option<KeyMaterial>,
     stop: Arc<AtomicBool>,
 }
 
@@ -1455,8 +1513,15 @@ impl BootServer {
             nodes: (0..numnodes).map(|_| NodeConn::default()).collect(),
             rounds: BTreeMap::new(),
             aborted: None,
+            key: None,
             stop,
         })
+    }
+
+    /// Hand `key` to every node that says HELLO from now on (KEY, before
+    /// WELCOME): set it before the nodes start.
+    pub fn set_key(&mut self, key: KeyMaterial) {
+        self.key = Some(key);
     }
 
     /// The TCP port the server listens on (every address of the host).
@@ -1572,7 +1637,13 @@ impl BootServer {
             version: VERSION,
             numnodes,
         };
-        if let Err(e) = send(&stream, &welcome.emit(), SERVER_WRITE_TIMEOUT) {
+        let mut frames = self
+            .key
+            .as_ref()
+            .map(|k| ServerMsg::Key(k.clone()).emit())
+            .unwrap_or_default();
+        frames.extend(welcome.emit());
+        if let Err(e) = send(&stream, &frames, SERVER_WRITE_TIMEOUT) {
             tracing::warn!("deck boot: cannot answer node {node} at {peer}: {e}");
             let _ = stream.shutdown(Shutdown::Both);
             return None;
@@ -1951,6 +2022,18 @@ mod tests {
         assert_eq!(msg.emit(), abort);
         assert_eq!(ServerMsg::parse(abort[4], &abort[5..]), Ok(msg));
         assert_eq!(ServerMsg::Finished.emit(), [0, 0, 0, 1, 0x85]);
+        let key = [0, 0, 0, 3, 0x86, b'k', b'1'];
+        let msg = ServerMsg::Key(KeyMaterial::new("k1".into()).unwrap());
+        assert_eq!(msg.emit(), key);
+        assert_eq!(ServerMsg::parse(key[4], &key[5..]), Ok(msg));
+        assert_eq!(
+            ServerMsg::parse(0x86, &[]),
+            Err(ProtocolError::BadKey { len: 0 })
+        );
+        assert_eq!(
+            format!("{:?}", KeyMaterial::new("secret".into()).unwrap()),
+            "KeyMaterial(6 bytes)"
+        );
         assert_eq!(ServerMsg::parse(0x99, &[]), Ok(ServerMsg::Unknown(0x99)));
     }
 

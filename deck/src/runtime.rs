@@ -26,8 +26,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use msg_layer::transport::spec::{Backend, LlcSpec, TcpSpec};
-use msg_layer::transport::{AnyTransport, TransportSpec};
+use msg_layer::transport::llc::{AuthKey, AUTH_KEY_ENV};
+use msg_layer::transport::spec::{Backend, KeySource, LlcSpec, TcpSpec};
+use msg_layer::transport::{AnyTransport, Transport, TransportSpec};
 use msg_layer::{ActiveMessage, Addr, Completion, Endpoint, Event, PeerId, Request, Source, Tag};
 use parking_lot::{Condvar, Mutex};
 
@@ -211,10 +212,37 @@ impl Inner {
         };
         let init = |e: &dyn std::fmt::Display| DeckError::Init(e.to_string());
         let mut boot = Boot::connect(&env, crate::boot::CONNECT_TIMEOUT).map_err(|e| init(&e))?;
-        let spec = transport_spec(&env, &boot)?;
+        let mut spec = transport_spec(&env, &boot)?;
+        let from_launcher = match (&mut spec, boot.key_material()) {
+            // The launcher's key, unless DECK_TRANSPORT said auth=off.
+            (TransportSpec::Llc(l), Some(m)) if l.auth != KeySource::Off => {
+                l.config.auth_key = Some(AuthKey::derive(m.as_bytes()));
+                true
+            }
+            _ => false,
+        };
         let t = spec
             .open()
             .map_err(|e| init(&format!("opening {spec}: {e}")))?;
+        if let TransportSpec::Llc(_) = spec {
+            match t.auth_fingerprint() {
+                Some(key) => tracing::info!(
+                    "node {}: frames authenticated with key fingerprint {key} (key from {})",
+                    env.node,
+                    if from_launcher {
+                        "the launcher"
+                    } else {
+                        AUTH_KEY_ENV
+                    }
+                ),
+                None => tracing::warn!(
+                    "node {}: frames not authenticated: the launcher gave no key and \
+                     {AUTH_KEY_ENV} is not set, so anyone on the segment can inject frames \
+                     into this job (docs/SECURITY.md)",
+                    env.node
+                ),
+            }
+        }
         let cfg = msg_layer::Config {
             progress_thread: std::env::var("DECK_PROGRESS_THREAD").is_ok_and(|v| v == "1"),
             ..msg_layer::Config::default()

@@ -80,10 +80,34 @@ fn deckrun_cluster(
         .arg(cluster.agent())
         .args(["--iface", "eth0", "--backend", backend])
         .args(["-x", "DECK_CLONE_WAIT_MS=2000"])
+        // Each node says how its frames are keyed.
+        .args(["-x", "DECK_LOG=deck::runtime=info"])
         .arg(program)
         .args(prog_args)
-        .env("DECK_CLONE_WAIT_MS", "2000");
+        .env("DECK_CLONE_WAIT_MS", "2000")
+        // A job with nothing set: deckrun draws its key.
+        .env_remove("LLC_AUTH_KEY");
     run_bounded(&mut cmd, JOB_TIMEOUT).expect("running deckrun")
+}
+
+/// The key fingerprint each node of a job run by [`deckrun_cluster`]
+/// said it authenticates its frames with, by node.
+fn node_keys(out: &JobOutput, n: usize) -> Vec<String> {
+    const SAYS: &str = "frames authenticated with key fingerprint ";
+    (0..n)
+        .map(|node| {
+            let prefix = format!("[{node}] ");
+            let line = out
+                .stderr
+                .lines()
+                .chain(out.stdout.lines())
+                .find(|l| l.starts_with(&prefix) && l.contains(SAYS))
+                .unwrap_or_else(|| panic!("node {node} did not say its key:\n{out}"));
+            let rest = line.split(SAYS).nth(1).expect("after the words");
+            assert!(rest.contains("(key from the launcher)"), "{line}");
+            rest.split_whitespace().next().unwrap_or("").to_string()
+        })
+        .collect()
 }
 
 fn lock() -> std::sync::MutexGuard<'static, ()> {
@@ -157,6 +181,11 @@ fn every_primitive_and_error_over_llc_across_two_hosts() {
     // A ring of four, two per host.
     let out = deckrun_cluster(&cluster, &[2, 2], "xdp", &b.deck_check, &["ring"]);
     assert_checks_pass(&out, "ring", 4);
+    // Keyed by default: deckrun drew a key and every node, on both hosts,
+    // authenticated its frames with it.
+    let keys = node_keys(&out, 4);
+    assert_eq!(keys[0].len(), 8, "a key fingerprint: {keys:?}");
+    assert!(keys.iter().all(|k| *k == keys[0]), "one key: {keys:?}");
     // Everything with five nodes (four senders to node 0), three on h0.
     let out = deckrun_cluster(&cluster, &[3, 2], "xdp", &b.deck_check, &["all"]);
     assert_checks_pass(&out, "all", 5);

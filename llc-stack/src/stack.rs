@@ -25,6 +25,18 @@ use crate::wire::MacAddr;
 /// round trip, short enough not to burn a core when idle.
 pub const DEFAULT_SPIN: Duration = Duration::from_micros(200);
 
+/// `cfg` with its credit windows kept within `dev`'s receive queue (7/8 of
+/// it, leaving room for control frames), shared equally by the connections.
+fn fit_to_device<D: Device>(dev: &D, mut cfg: Config) -> Config {
+    if let Some(n) = dev.capabilities().rx_queue_frames {
+        let limit = (n * 7 / 8).max(1) as u32;
+        cfg.max_window_frames = cfg.max_window_frames.min(limit);
+        cfg.min_window_frames = cfg.min_window_frames.min(cfg.max_window_frames);
+        cfg.rx_budget_frames = Some(cfg.rx_budget_frames.map_or(limit, |b| b.min(limit)));
+    }
+    cfg
+}
+
 /// An endpoint bound to a device.
 #[derive(Debug)]
 pub struct Stack<D: Device> {
@@ -43,15 +55,9 @@ impl<D: Device> Stack<D> {
     /// The credit windows are kept within the device's receive queue (7/8
     /// of it, leaving room for control frames), shared equally by the
     /// connections, so peers never send more frames than this end can hold.
-    pub fn new(dev: D, mut cfg: Config, mac: MacAddr, rng: Rng) -> Self {
+    pub fn new(dev: D, cfg: Config, mac: MacAddr, rng: Rng) -> Self {
         let caps = dev.capabilities();
-        if let Some(n) = caps.rx_queue_frames {
-            let limit = (n * 7 / 8).max(1) as u32;
-            cfg.max_window_frames = cfg.max_window_frames.min(limit);
-            cfg.min_window_frames = cfg.min_window_frames.min(cfg.max_window_frames);
-            cfg.rx_budget_frames = Some(cfg.rx_budget_frames.map_or(limit, |b| b.min(limit)));
-        }
-        let ep = Endpoint::new(cfg, mac, caps.mtu, rng);
+        let ep = Endpoint::new(fit_to_device(&dev, cfg), mac, caps.mtu, rng);
         Stack {
             burst: caps.max_burst.max(1),
             dev,
@@ -59,6 +65,24 @@ impl<D: Device> Stack<D> {
             spin: DEFAULT_SPIN,
             publisher: None,
         }
+    }
+
+    /// Start over with a fresh endpoint for `cfg` on the same device and
+    /// MAC, as if the stack had just been created with it: how a program
+    /// changes a setting fixed at creation (the authentication key) after
+    /// it published its address, before the endpoint carried anything.
+    /// Refused, giving `cfg` back, while the endpoint has a connection
+    /// (half-open ones included). Nothing of the old endpoint is kept: its
+    /// counters, listening and bound ports and placement go with it (the
+    /// caller sets them again); the statistics page, if published, shows
+    /// the new one's counters.
+    pub fn renew_endpoint(&mut self, cfg: Config, rng: Rng) -> Result<(), Box<Config>> {
+        if self.ep.connection_count() > 0 {
+            return Err(Box::new(cfg));
+        }
+        let mtu = self.dev.capabilities().mtu;
+        self.ep = Endpoint::new(fit_to_device(&self.dev, cfg), self.ep.mac(), mtu, rng);
+        Ok(())
     }
 
     /// Publish this endpoint's counters for `llc-stat` in a page under
@@ -321,5 +345,60 @@ mod tests {
         assert_eq!(a.poll_rx(now), 0);
         assert_eq!(held(&a), 0, "freed by the idle pass");
         assert!(msg.is_unique());
+    }
+
+    /// An endpoint opened with a key nobody has takes none of a keyed
+    /// peer's frames; renewed with the job's key, it accepts the peer's
+    /// connection; with a connection it refuses to be renewed.
+    #[test]
+    fn a_renewed_endpoint_takes_the_new_key() {
+        use crate::wire::AuthKey;
+        let sim = Sim::new(SimConfig {
+            latency: Duration::ZERO,
+            ..Default::default()
+        });
+        let (ma, mb) = (MacAddr([2, 0, 0, 0, 0, 1]), MacAddr([2, 0, 0, 0, 0, 2]));
+        let keyed = |k: &[u8]| Config {
+            auth_key: Some(AuthKey::derive(k)),
+            ..Config::default()
+        };
+        let mut a = Stack::new(sim.port(), keyed(b"job"), ma, Rng::new(1));
+        let mut b = Stack::new(sim.port(), keyed(b"not yet known"), mb, Rng::new(2));
+        b.endpoint_mut().listen(7);
+        let mut now = Instant::ZERO;
+        let c = a.endpoint_mut().connect(now, mb, 7, None).unwrap();
+        let established = |a: &Stack<_>| {
+            a.endpoint().connection(c).map(|x| x.state()) == Some(crate::proto::State::Established)
+        };
+        // Rounds of both ends, timers included, until A's connection is up.
+        let rounds = |a: &mut Stack<_>, b: &mut Stack<_>, now: &mut Instant, n: usize| {
+            for _ in 0..n {
+                *now += Duration::from_millis(1);
+                a.poll_tx(*now).unwrap();
+                b.poll_rx(*now);
+                b.poll_tx(*now).unwrap();
+                a.poll_rx(*now);
+                if established(a) {
+                    break;
+                }
+            }
+        };
+        rounds(&mut a, &mut b, &mut now, 3);
+        assert!(!established(&a));
+        assert_eq!(b.endpoint().connection_count(), 0);
+        assert!(b.endpoint().stats().dropped.auth_failed > 0);
+
+        b.renew_endpoint(keyed(b"job"), Rng::new(3)).unwrap();
+        b.endpoint_mut().listen(7);
+        assert_eq!(
+            b.endpoint().stats().dropped.auth_failed,
+            0,
+            "fresh counters"
+        );
+        // The SYN's retransmission reaches the renewed endpoint.
+        rounds(&mut a, &mut b, &mut now, 5000);
+        assert!(established(&a));
+        assert_eq!(b.endpoint().connection_count(), 1);
+        assert!(b.renew_endpoint(keyed(b"other"), Rng::new(4)).is_err());
     }
 }

@@ -25,3 +25,9 @@ pub mod sim;
 
 pub use proto::{Config, Event, HostId, Loc, Mode, ProtoError, RefuseReason, Stats, TaskId};
 pub use runtime::{MigrateError, Runtime, AM_ID};
+
+/// The key that authenticates a runtime's LLC frames: give it with
+/// `TransportSpec::with_auth_key` (the spec's `config.auth_key`); without
+/// one, the key of `LLC_AUTH_KEY` when it is set, else none
+/// (docs/MIGRATION.md, docs/SECURITY.md).
+pub use msg_layer::transport::llc::AuthKey;

@@ -81,6 +81,10 @@ impl std::fmt::Debug for Runtime {
 impl Runtime {
     /// Host `me` of a job whose hosts' endpoints are at `addrs` (one per
     /// host, this one's included, in host order); opens `spec` for this one.
+    /// Over LLC its frames are authenticated with the spec's key
+    /// (`TransportSpec::with_auth_key`) or else `LLC_AUTH_KEY`'s; every
+    /// host of the job needs the same. With neither they are not, and a
+    /// warning says so.
     pub fn open(
         me: HostId,
         spec: &TransportSpec,
@@ -352,5 +356,11 @@ pub fn open_endpoint(spec: &TransportSpec) -> Result<Endpoint<AnyTransport>, Mig
         .map_err(|e| err(msg_layer::Error::Transport(e)))?;
     let ep = Endpoint::new(t, msg_layer::Config::default()).map_err(err)?;
     ep.set_pull_delivery(true);
+    if matches!(spec, TransportSpec::Llc(_)) && ep.auth_fingerprint().is_none() {
+        tracing::warn!(
+            "{spec}: frames not authenticated (no key given and LLC_AUTH_KEY not set): \
+             anyone on the segment can inject frames into this job (docs/SECURITY.md)"
+        );
+    }
     Ok(ep)
 }

@@ -17,6 +17,14 @@
  * points into the application's buffer, which the shim lends to the
  * transport until the peer has acknowledged it (btl_llc_lend_min).
  *
+ * Frames are authenticated with a per-job key unless btl_llc_auth is 0:
+ * LLC_AUTH_KEY's when the job's environment sets it; otherwise the job's
+ * rank 0 draws 32 random bytes at init and publishes them in the modex
+ * (AUTH_MODEX_KEY, beside its address), and every other rank opens its
+ * endpoint waiting for the key (it takes no frame until then) and sets
+ * rank 0's at its first add_procs, after the modex exchange and before it
+ * connects to anyone. docs/SECURITY.md, "Jobs are keyed by default".
+ *
  * Threads: receive, RMA-completion and failure callbacks run from
  * mca_btl_llc_component_progress (Open MPI's progress loop) only. The
  * shim's background thread keeps connections alive while the application
@@ -103,6 +111,7 @@ static struct {
     int lend_min;
     int print_stats;
     int verbose;
+    bool auth;
 } params;
 
 static LlcShim *shim;
@@ -115,6 +124,11 @@ static mca_btl_base_module_error_cb_fn_t error_cb;
 static llc_frag_t *free_frags;
 static mca_btl_llc_endpoint_t **peers; /* by shim peer number */
 static size_t npeers_cap;
+/* The endpoint waits for rank 0's key (LLC_SHIM_AUTH_LATER, not rank 0). */
+static int key_pending;
+
+/* The modex key under which rank 0 publishes the job's key material. */
+#define AUTH_MODEX_KEY "btl.llc.auth_key"
 
 static int llc_register(void);
 static int llc_open(void);
@@ -217,6 +231,11 @@ static int llc_register(void)
             " application's buffer, without packing them, and complete them when the peer"
             " acknowledged them (0: always pack)",
             &params.lend_min, 64 * 1024);
+    reg_bool("auth",
+             "Authenticate every frame with a per-job key, so that no one outside the job"
+             " can inject frames into it: LLC_AUTH_KEY's when set, else one that rank 0 draws"
+             " and hands the other ranks through the modex. 0: frames carry no tag",
+             &params.auth, true);
     reg_int("print_stats", "Print the component's counters at finalize (1: yes)",
             &params.print_stats, 0);
     reg_int("verbose", "Verbosity of btl/llc (opal_output level)", &params.verbose, 0);
@@ -313,11 +332,43 @@ static int llc_progress(void)
  * probe; only peers that do not answer (another Ethernet segment) cost it. */
 #define REACHABLE_TIMEOUT_MS 1000
 
+/* Key the endpoint with the material rank 0 published (once, before the
+ * first connection); OPAL_SUCCESS when it is keyed. */
+static int take_job_key(void)
+{
+    opal_process_name_t root = OPAL_PROC_MY_NAME;
+    root.vpid = 0;
+    uint8_t *material = NULL;
+    size_t size = 0;
+    int rc;
+    OPAL_MODEX_RECV_STRING(rc, AUTH_MODEX_KEY, &root, &material, &size);
+    if (OPAL_SUCCESS != rc || NULL == material || 0 == size) {
+        opal_output(0, "btl/llc: rank %s found no job key from rank 0 in the modex (is btl/llc"
+                       " off there, or did it fail to start?); give every rank the same"
+                       " LLC_AUTH_KEY, or run unauthenticated with --mca btl_llc_auth 0",
+                    OPAL_NAME_PRINT(OPAL_PROC_MY_NAME));
+        free(material);
+        return OPAL_ERROR;
+    }
+    LlcShimStatus st = llc_shim_set_auth_key(shim, material, size);
+    memset(material, 0, size);
+    free(material);
+    if (LlcShimStatus_Ok != st) {
+        opal_output(0, "btl/llc: keying the endpoint failed (%d)", (int) st);
+        return OPAL_ERROR;
+    }
+    key_pending = 0;
+    return OPAL_SUCCESS;
+}
+
 static int llc_add_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
                          struct opal_proc_t **procs, struct mca_btl_base_endpoint_t **endpoints,
                          struct opal_bitmap_t *reachable)
 {
     (void) btl;
+    if (key_pending && OPAL_SUCCESS != take_job_key()) {
+        return OPAL_ERROR;
+    }
     /* First every new peer's address, then one round of probes for all of
      * them: a peer whose interface does not answer is not reachable over
      * btl/llc, and ob1 takes another BTL for it (or says none reaches it). */
@@ -806,12 +857,18 @@ static int llc_finalize(struct mca_btl_base_module_t *btl)
     if (params.print_stats) {
         LlcShimStats s;
         llc_shim_stats(shim, &s);
+        char fp[32] = "off";
+        size_t fpn = llc_shim_auth_fingerprint(shim, fp, sizeof(fp));
+        if (0 == fpn || fpn > sizeof(fp)) {
+            snprintf(fp, sizeof(fp), "off");
+        }
         fprintf(stderr,
                 "btl/llc stats: rank %s local %d if %s transport %s: sent %llu msgs %llu B,"
                 " received %llu msgs %llu B, queued %llu, puts %llu, gets %llu,"
                 " peers failed %llu, background rounds %llu, retransmits %llu (timeouts %llu,"
                 " of them spurious %llu; tail probes %llu; loss episodes %llu),"
-                " frames dropped %llu (by the kernel %llu), lent %llu, bundles %llu (messages %llu)\n",
+                " frames dropped %llu (by the kernel %llu), lent %llu, bundles %llu (messages %llu),"
+                " auth %s (dropped %llu)\n",
                 OPAL_NAME_PRINT(OPAL_PROC_MY_NAME), local_rank, ifname, transport_name,
                 (unsigned long long) s.sent, (unsigned long long) s.sent_bytes,
                 (unsigned long long) s.received, (unsigned long long) s.received_bytes,
@@ -823,7 +880,7 @@ static int llc_finalize(struct mca_btl_base_module_t *btl)
                 (unsigned long long) s.frames_dropped,
                 (unsigned long long) s.device_drops,
                 (unsigned long long) s.sent_lent, (unsigned long long) s.bundles,
-                (unsigned long long) s.bundled);
+                (unsigned long long) s.bundled, fp, (unsigned long long) s.auth_dropped);
     }
     llc_shim_close(shim, 2000);
     shim = NULL;
@@ -963,6 +1020,18 @@ static mca_btl_base_module_t **llc_init(int *num_btls, bool progress_threads, bo
         .coalesce_us = (uint32_t) (params.coalesce_us > 0 ? params.coalesce_us : 0),
         .ranks_on_interface = ranks_on(ifname),
     };
+    /* The key: none when turned off; LLC_AUTH_KEY's when the environment
+     * gives one (the shim reads it; set but empty fails the open); else
+     * rank 0's, drawn below and taken from the modex at add_procs. */
+    const char *env_key = getenv("LLC_AUTH_KEY");
+    int rank0 = 0 == OPAL_PROC_MY_NAME.vpid;
+    if (!params.auth) {
+        cfg.auth = LLC_SHIM_AUTH_OFF;
+    } else if (NULL != env_key) {
+        cfg.auth = LLC_SHIM_AUTH_ENV;
+    } else {
+        cfg.auth = LLC_SHIM_AUTH_LATER;
+    }
     char err[512] = "";
     if (LlcShimStatus_Ok != llc_shim_open(&cfg, &shim, err, sizeof(err))) {
         opal_output(0, "btl/llc: local rank %d: %s", local_rank, err);
@@ -985,6 +1054,28 @@ static mca_btl_base_module_t **llc_init(int *num_btls, bool progress_threads, bo
         llc_shim_close(shim, 0);
         shim = NULL;
         return NULL;
+    }
+    if (LLC_SHIM_AUTH_LATER == cfg.auth && rank0) {
+        /* The job's key: drawn here, handed on by the launcher's PMIx
+         * server with the addresses, never printed. */
+        char material[LLC_SHIM_KEY_MATERIAL_LEN];
+        if (LlcShimStatus_Ok != llc_shim_new_auth_key(shim, material, sizeof(material))) {
+            opal_output(0, "btl/llc: drawing the job's key failed");
+            llc_shim_close(shim, 0);
+            shim = NULL;
+            return NULL;
+        }
+        OPAL_MODEX_SEND_STRING(rc, OPAL_PMIX_GLOBAL, AUTH_MODEX_KEY, material,
+                               strlen(material));
+        memset(material, 0, sizeof(material));
+        if (OPAL_SUCCESS != rc) {
+            opal_output(0, "btl/llc: publishing the job's key failed (%d)", rc);
+            llc_shim_close(shim, 0);
+            shim = NULL;
+            return NULL;
+        }
+    } else if (LLC_SHIM_AUTH_LATER == cfg.auth) {
+        key_pending = 1;
     }
     llc_shim_set_failure_handler(shim, on_failure, NULL);
     for (int tag = 0; tag < MCA_BTL_TAG_MAX; tag++) {
@@ -1010,8 +1101,14 @@ static mca_btl_base_module_t **llc_init(int *num_btls, bool progress_threads, bo
     llc_module.btl_put_alignment = 0;
     llc_module.btl_get_local_registration_threshold = SIZE_MAX;
     llc_module.btl_put_local_registration_threshold = SIZE_MAX;
-    opal_output_verbose(1, output, "btl/llc: local rank %d on %s (%s) at %s", local_rank, ifname,
-                        transport_name, addr);
+    char fp[32] = "";
+    size_t fpn = llc_shim_auth_fingerprint(shim, fp, sizeof(fp));
+    opal_output_verbose(1, output, "btl/llc: local rank %d on %s (%s) at %s, frames %s%s",
+                        local_rank, ifname, transport_name, addr,
+                        key_pending ? "to be keyed by rank 0"
+                        : (fpn > 0 && fpn <= sizeof(fp)) ? "keyed, key fingerprint "
+                                                          : "not authenticated",
+                        (!key_pending && fpn > 0 && fpn <= sizeof(fp)) ? fp : "");
 
     mca_btl_base_module_t **btls = malloc(sizeof(*btls));
     if (NULL == btls) {

@@ -13,6 +13,7 @@ use std::time::Instant;
 
 use mpi_btl_shim::{
     llc_shim_close, llc_shim_open, llc_shim_progress, LlcShimConfig, LlcShimStatus,
+    LLC_SHIM_AUTH_ENV,
 };
 
 fn main() {
@@ -38,6 +39,7 @@ fn main() {
         progress_interval_us: 0,
         coalesce_us: 0,
         ranks_on_interface: 0,
+        auth: LLC_SHIM_AUTH_ENV,
     };
     let mut shim = std::ptr::null_mut();
     let mut err = [0 as std::ffi::c_char; 256];

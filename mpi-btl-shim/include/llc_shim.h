@@ -9,6 +9,28 @@
 #include <stdint.h>
 
 /**
+ * `LlcShimConfig::auth`: the key derived from `LLC_AUTH_KEY` when it is
+ * set (opening fails when it is set but empty), no key when it is not.
+ */
+#define LLC_SHIM_AUTH_ENV 0
+
+/**
+ * `LlcShimConfig::auth`: no key; frames are not authenticated.
+ */
+#define LLC_SHIM_AUTH_OFF 1
+
+/**
+ * `LlcShimConfig::auth`: the job's key comes after opening.
+ */
+#define LLC_SHIM_AUTH_LATER 2
+
+/**
+ * Room for the key material `llc_shim_new_auth_key` writes: 64 hex digits
+ * and the NUL.
+ */
+#define LLC_SHIM_KEY_MATERIAL_LEN 65
+
+/**
  * Messages of at most this many bytes (`head ++ body`) sent with
  * `llc_shim_send` are copied straight into the transport's packet, with no
  * allocation: btl/llc's inline send (`btl_sendi`) packs such messages on
@@ -110,6 +132,14 @@ typedef struct LlcShimConfig {
    * each rank its own frames. `exclusive` implies alone.
    */
   uint32_t ranks_on_interface;
+  /**
+   * Where the frame authentication key comes from: `LLC_SHIM_AUTH_ENV`
+   * (0: `LLC_AUTH_KEY` when set, else none), `LLC_SHIM_AUTH_OFF` (none)
+   * or `LLC_SHIM_AUTH_LATER` (the job's key, given with
+   * `llc_shim_new_auth_key` or `llc_shim_set_auth_key` before the first
+   * peer is added; until then the endpoint takes no frame).
+   */
+  uint32_t auth;
 } LlcShimConfig;
 
 /**
@@ -240,6 +270,11 @@ typedef struct LlcShimStats {
    * Of `sent`, messages that left inside a bundle.
    */
   uint64_t bundled;
+  /**
+   * Of `frames_dropped`, frames that failed authentication: without a
+   * tag where a key is set, with a wrong one, or with one where none is.
+   */
+  uint64_t auth_dropped;
 } LlcShimStats;
 
 #ifdef __cplusplus
@@ -258,6 +293,43 @@ enum LlcShimStatus llc_shim_open(const struct LlcShimConfig *cfg,
                                  struct LlcShim **out,
                                  char *err,
                                  size_t err_len);
+
+/**
+ * Draw the job's key material (32 bytes from the operating system's
+ * random source, as 64 hex digits), key this endpoint with it, and write
+ * it NUL-terminated to `out` (`out_len` at least
+ * `LLC_SHIM_KEY_MATERIAL_LEN`) for the launcher's channel, from which the
+ * job's other processes give it to `llc_shim_set_auth_key`. The caller
+ * wipes `out` once it passed it on. Only before the first peer is added.
+ *
+ * # Safety
+ * `s` is a live handle; `out` has `out_len` writable bytes.
+ */
+enum LlcShimStatus llc_shim_new_auth_key(const struct LlcShim *s, char *out, size_t out_len);
+
+/**
+ * Key this endpoint with the job's key material (`len` bytes at
+ * `material`, as `llc_shim_new_auth_key` drew it, or any value
+ * `LLC_AUTH_KEY` may hold): every frame is then authenticated, and peers
+ * with another key (or none) cannot reach it. Only before the first peer
+ * is added.
+ *
+ * # Safety
+ * `s` is a live handle; `material` has `len` readable bytes.
+ */
+enum LlcShimStatus llc_shim_set_auth_key(const struct LlcShim *s,
+                                         const uint8_t *material,
+                                         size_t len);
+
+/**
+ * The public fingerprint of the endpoint's key (8 hex digits; never the
+ * key), like `llc_shim_addr`; writes nothing and returns 0 when frames are
+ * not authenticated (or the key is still to come).
+ *
+ * # Safety
+ * As `llc_shim_addr`.
+ */
+size_t llc_shim_auth_fingerprint(const struct LlcShim *s, char *buf, size_t len);
 
 /**
  * Choose the interface of the `index`th local process (MPI: the local

@@ -74,7 +74,25 @@ pub struct LlcShimConfig {
     /// copy-mode generic AF_XDP (veth); with more, AF_XDP's steering hands
     /// each rank its own frames. `exclusive` implies alone.
     pub ranks_on_interface: u32,
+    /// Where the frame authentication key comes from: `LLC_SHIM_AUTH_ENV`
+    /// (0: `LLC_AUTH_KEY` when set, else none), `LLC_SHIM_AUTH_OFF` (none)
+    /// or `LLC_SHIM_AUTH_LATER` (the job's key, given with
+    /// `llc_shim_new_auth_key` or `llc_shim_set_auth_key` before the first
+    /// peer is added; until then the endpoint takes no frame).
+    pub auth: u32,
 }
+
+/// `LlcShimConfig::auth`: the key derived from `LLC_AUTH_KEY` when it is
+/// set (opening fails when it is set but empty), no key when it is not.
+pub const LLC_SHIM_AUTH_ENV: u32 = 0;
+/// `LlcShimConfig::auth`: no key; frames are not authenticated.
+pub const LLC_SHIM_AUTH_OFF: u32 = 1;
+/// `LlcShimConfig::auth`: the job's key comes after opening.
+pub const LLC_SHIM_AUTH_LATER: u32 = 2;
+
+/// Room for the key material `llc_shim_new_auth_key` writes: 64 hex digits
+/// and the NUL.
+pub const LLC_SHIM_KEY_MATERIAL_LEN: usize = 65;
 
 /// Counters, for the component's report at finalize.
 #[repr(C)]
@@ -125,6 +143,9 @@ pub struct LlcShimStats {
     pub bundles: u64,
     /// Of `sent`, messages that left inside a bundle.
     pub bundled: u64,
+    /// Of `frames_dropped`, frames that failed authentication: without a
+    /// tag where a key is set, with a wrong one, or with one where none is.
+    pub auth_dropped: u64,
 }
 
 /// Receive callback: `(ctx, peer, tag, data, len)`. `data` is valid only
@@ -252,6 +273,99 @@ pub unsafe extern "C" fn llc_shim_open(
             write_err(err, err_len, &e.to_string());
             LlcShimStatus::Error
         }
+    }
+}
+
+/// Draw the job's key material (32 bytes from the operating system's
+/// random source, as 64 hex digits), key this endpoint with it, and write
+/// it NUL-terminated to `out` (`out_len` at least
+/// `LLC_SHIM_KEY_MATERIAL_LEN`) for the launcher's channel, from which the
+/// job's other processes give it to `llc_shim_set_auth_key`. The caller
+/// wipes `out` once it passed it on. Only before the first peer is added.
+///
+/// # Safety
+/// `s` is a live handle; `out` has `out_len` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn llc_shim_new_auth_key(
+    s: *const LlcShim,
+    out: *mut c_char,
+    out_len: usize,
+) -> LlcShimStatus {
+    // SAFETY: per the contract.
+    let Some(s) = (unsafe { shim(s) }) else {
+        return LlcShimStatus::Invalid;
+    };
+    if out.is_null() || out_len < LLC_SHIM_KEY_MATERIAL_LEN {
+        return LlcShimStatus::Invalid;
+    }
+    let material = match msg_layer::transport::llc::random_key_material() {
+        Ok(m) => m,
+        Err(e) => {
+            tracing::error!(%e, "drawing the job's key");
+            return LlcShimStatus::Error;
+        }
+    };
+    let key = msg_layer::transport::llc::AuthKey::derive(material.as_bytes());
+    if let Err(e) = s.ep.set_auth_key(key) {
+        tracing::error!(%e, "keying the endpoint");
+        return LlcShimStatus::Error;
+    }
+    write_err(out, out_len, &material);
+    LlcShimStatus::Ok
+}
+
+/// Key this endpoint with the job's key material (`len` bytes at
+/// `material`, as `llc_shim_new_auth_key` drew it, or any value
+/// `LLC_AUTH_KEY` may hold): every frame is then authenticated, and peers
+/// with another key (or none) cannot reach it. Only before the first peer
+/// is added.
+///
+/// # Safety
+/// `s` is a live handle; `material` has `len` readable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn llc_shim_set_auth_key(
+    s: *const LlcShim,
+    material: *const u8,
+    len: usize,
+) -> LlcShimStatus {
+    // SAFETY: per the contract.
+    let (Some(s), Some(m)) = (unsafe { shim(s) }, unsafe { c_bytes(material, len) }) else {
+        return LlcShimStatus::Invalid;
+    };
+    if m.is_empty() {
+        return LlcShimStatus::Invalid;
+    }
+    match s
+        .ep
+        .set_auth_key(msg_layer::transport::llc::AuthKey::derive(m))
+    {
+        Ok(()) => LlcShimStatus::Ok,
+        Err(e) => {
+            tracing::error!(%e, "keying the endpoint");
+            status_of(&e)
+        }
+    }
+}
+
+/// The public fingerprint of the endpoint's key (8 hex digits; never the
+/// key), like `llc_shim_addr`; writes nothing and returns 0 when frames are
+/// not authenticated (or the key is still to come).
+///
+/// # Safety
+/// As `llc_shim_addr`.
+#[no_mangle]
+pub unsafe extern "C" fn llc_shim_auth_fingerprint(
+    s: *const LlcShim,
+    buf: *mut c_char,
+    len: usize,
+) -> usize {
+    // SAFETY: per the contract.
+    let Some(s) = (unsafe { shim(s) }) else {
+        return 0;
+    };
+    match s.ep.auth_fingerprint() {
+        Some(f) => write_text(buf, len, &f),
+        None => 0,
     }
 }
 
@@ -865,6 +979,7 @@ pub unsafe extern "C" fn llc_shim_stats(
         st.spurious_timeouts = t.spurious_timeouts;
         st.tail_probes = t.tail_probes;
         st.loss_episodes = t.loss_episodes;
+        st.auth_dropped = t.auth_dropped;
     }
     // SAFETY: checked non-null.
     unsafe { *out = st };

@@ -12,6 +12,12 @@
 //! - Registered memory is a [`msg_layer::rma::MemoryRegion`] over a raw pointer
 //!   ([`PtrRegion`]); put and get are the message layer's, completed with a
 //!   callback.
+//! - Frame authentication: [`LlcShimConfig::auth`] says where the key
+//!   comes from; with [`LLC_SHIM_AUTH_LATER`] the endpoint takes no frame
+//!   until [`llc_shim_new_auth_key`] (the job's rank 0: draws the key and
+//!   returns its material for the modex) or [`llc_shim_set_auth_key`] (the
+//!   other ranks) keys it, before the first peer is added
+//!   ([`msg_layer::Endpoint::set_auth_key`]).
 //! - Progress is [`msg_layer::Endpoint::progress`]; the endpoint delivers pull-style
 //!   (one ordered queue of messages, peer ends, completions and releases),
 //!   and the shim hands each event to its C callback.

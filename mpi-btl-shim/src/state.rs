@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use msg_layer::delivery::Event;
 use msg_layer::rma::RegionKey;
-use msg_layer::transport::spec::LlcSpec;
+use msg_layer::transport::spec::{KeySource, LlcSpec};
 use msg_layer::transport::{AnyTransport, TransportSpec};
 use msg_layer::{Config, Endpoint, Error, PeerEnd, PeerId, Request};
 
@@ -190,6 +190,8 @@ pub(crate) enum OpenError {
     },
     #[error(transparent)]
     Endpoint(#[from] Error),
+    #[error("auth {0}: expected LLC_SHIM_AUTH_ENV, _OFF or _LATER")]
+    Auth(u32),
     #[error("starting the progress thread: {0}")]
     Thread(std::io::Error),
 }
@@ -214,6 +216,12 @@ impl LlcShim {
         if cfg.sap != 0 {
             llc.config.sap = cfg.sap;
         }
+        llc.auth = match cfg.auth {
+            crate::ffi::LLC_SHIM_AUTH_ENV => KeySource::Env,
+            crate::ffi::LLC_SHIM_AUTH_OFF => KeySource::Off,
+            crate::ffi::LLC_SHIM_AUTH_LATER => KeySource::Later,
+            other => return Err(OpenError::Auth(other)),
+        };
         if cfg.idle_timeout_ms != 0 {
             llc.set_idle_timeout(Duration::from_millis(cfg.idle_timeout_ms.into()));
         }

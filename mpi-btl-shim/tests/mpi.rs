@@ -128,6 +128,8 @@ fn mpirun(
         )
         .env("OMPI_MCA_btl_llc_if", "llc%d")
         .env("LD_LIBRARY_PATH", library_path)
+        // A job with nothing set: btl/llc draws its key.
+        .env_remove("LLC_AUTH_KEY")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -241,6 +243,48 @@ fn stat_sum(run: &Run, key: &str) -> u64 {
         .sum()
 }
 
+/// Every rank's key fingerprint from its `btl/llc stats:` line (`auth
+/// FINGERPRINT (dropped N)`, `auth off` without a key), checking that
+/// no rank dropped a frame for its tag.
+fn auth_of_ranks(run: &Run) -> Vec<String> {
+    let lines: Vec<&str> = run
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("btl/llc stats:"))
+        .collect();
+    assert!(!lines.is_empty(), "no stats lines:\n{}", run.stderr);
+    lines
+        .iter()
+        .map(|l| {
+            let rest = l
+                .rsplit(", auth ")
+                .next()
+                .unwrap_or_else(|| panic!("no auth in {l}"));
+            let (fp, dropped) = rest.split_once(" (dropped ").expect("auth (dropped N)");
+            assert_eq!(dropped, "0)", "frames dropped for their tag: {l}");
+            fp.to_string()
+        })
+        .collect()
+}
+
+/// Every rank authenticated its frames with one key: the same fingerprint
+/// on every stats line. Returns it.
+fn assert_one_key(run: &Run) -> String {
+    let fps = auth_of_ranks(run);
+    let first = fps[0].clone();
+    assert!(
+        first.len() == 8 && first.bytes().all(|b| b.is_ascii_hexdigit()),
+        "rank 0 runs without a key ({first}):\n{}",
+        run.stderr
+    );
+    assert!(
+        fps.iter().all(|f| *f == first),
+        "ranks hold different keys {fps:?}:\n{}",
+        run.stderr
+    );
+    first
+}
+
 fn mpi_check(np: usize, mca: &[(&str, &str)]) -> Run {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let run = run_mpi_check(np, mca, &[], &format!("mpi_check: OK ranks={np}"));
@@ -250,11 +294,14 @@ fn mpi_check(np: usize, mca: &[(&str, &str)]) -> Run {
 
 /// By default ob1 is offered put alone (`btl_llc_put`): large contiguous
 /// messages move by put, from the sender's buffer placed into the
-/// receiver's, data checked.
+/// receiver's, data checked. And by default the job is keyed: rank 0 drew
+/// a key, both ranks authenticate every frame with it (the same
+/// fingerprint; traffic that got through was verified), none dropped.
 #[test]
 fn mpi_check_2_ranks() {
     require_root!();
     let run = mpi_check(2, &[("btl_llc_backend", "auto")]);
+    assert_one_key(&run);
     assert!(
         stat_sum(&run, " puts ") > 0,
         "no put was used:\n{}",
@@ -270,7 +317,9 @@ fn mpi_check_4_ranks() {
 }
 
 /// AF_PACKET, and every fragment packed into a shim buffer (lending and put
-/// off).
+/// off); and authentication off (`btl_llc_auth 0`): no rank has a key, so
+/// every frame that got through carried no tag (an endpoint without a key
+/// drops tagged frames and counts them, and none was counted).
 #[test]
 fn mpi_check_4_ranks_af_packet() {
     require_root!();
@@ -280,9 +329,11 @@ fn mpi_check_4_ranks_af_packet() {
             ("btl_llc_backend", "packet"),
             ("btl_llc_lend_min", "0"),
             ("btl_llc_put", "0"),
+            ("btl_llc_auth", "0"),
         ],
     );
     assert_eq!(stat_sum(&run, " lent "), 0, "lent with lending off");
+    assert_eq!(auth_of_ranks(&run), vec!["off"; 4], "{}", run.stderr);
 }
 
 /// MPI_THREAD_MULTIPLE: 4 threads per rank exchange at once over btl/llc,
@@ -353,6 +404,18 @@ fn cluster_mpirun(
     args: &[&str],
     timeout: Duration,
 ) -> Run {
+    cluster_mpirun_env(cluster, ranks_per_host, mca, &[], args, timeout)
+}
+
+/// [`cluster_mpirun`] with variables `env` given to every rank (`-x`).
+fn cluster_mpirun_env(
+    cluster: &Cluster,
+    ranks_per_host: usize,
+    mca: &[(&str, &str)],
+    env: &[(&str, &str)],
+    args: &[&str],
+    timeout: Duration,
+) -> Run {
     let built = build();
     let inherited = std::env::var_os("LD_LIBRARY_PATH").unwrap_or_default();
     let library_path = std::env::join_paths(
@@ -374,8 +437,12 @@ fn cluster_mpirun(
         // The shim's own log, for a run being looked into.
         forward_env(&mut cmd, "LLC_SHIM_LOG", log);
     }
-    // What a user who set nothing has: no interface named for btl/llc.
+    // What a user who set nothing has: no interface named for btl/llc, no key.
     cmd.env_remove("OMPI_MCA_btl_llc_if");
+    cmd.env_remove("LLC_AUTH_KEY");
+    for (k, v) in env {
+        forward_env(&mut cmd, k, v);
+    }
     cmd.args(args);
     let out = run_bounded(&mut cmd, timeout).expect("starting mpirun");
     assert!(!out.timed_out(), "mpirun did not end in time:\n{out}");
@@ -643,17 +710,21 @@ fn cluster_2_hosts_x_4_ranks_af_xdp() {
 }
 
 /// `--mca btl self,llc` (no shared memory): the ranks of one host reach
-/// each other through the stack's same-host path, so the job works.
+/// each other through the stack's same-host path, so the job works. The
+/// job's environment gives the key (`LLC_AUTH_KEY`, forwarded to both
+/// hosts): every rank uses the key derived from it instead of drawing one.
 #[test]
 fn cluster_without_vader_uses_the_same_host_path() {
     require_root!();
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let cluster = Cluster::new(2, 1500).expect("cluster bed");
     let program = build().dir.join("mpi_check");
-    let run = cluster_mpirun(
+    let material = "cluster test job 5f0c9a";
+    let run = cluster_mpirun_env(
         &cluster,
         2,
         &[("btl", "self,llc"), ("btl_llc_print_stats", "1")],
+        &[("LLC_AUTH_KEY", material)],
         &[program.to_str().unwrap()],
         Duration::from_secs(240),
     );
@@ -665,6 +736,8 @@ fn cluster_without_vader_uses_the_same_host_path() {
         run.stderr
     );
     check_stats(&run, 4);
+    let want = msg_layer::transport::llc::AuthKey::derive(material.as_bytes()).fingerprint();
+    assert_eq!(assert_one_key(&run), want, "the environment's key");
 }
 
 /// A host whose interface does not carry LLC to the others (another

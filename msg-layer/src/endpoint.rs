@@ -380,6 +380,28 @@ impl<T: Transport> Endpoint<T> {
         self.core().t.name()
     }
 
+    /// Authenticate the transport's frames with `key` from now on (LLC
+    /// only): for an endpoint opened with [`crate::transport::spec::KeySource::Later`],
+    /// whose address was published before the job's key was known, or to
+    /// replace the key it opened with. Must come before the first
+    /// connection (refused after); peers that reached for this endpoint
+    /// before retry their connection requests, and succeed once they hold
+    /// the same key.
+    pub fn set_auth_key(&self, key: crate::transport::llc::AuthKey) -> Result<(), Error> {
+        let mut c = self.core();
+        let c = &mut *c;
+        c.t.set_auth_key(key)?;
+        // The transport's endpoint is a new one: give it the placement again.
+        c.t.set_placement(Box::new(c.engine.placement()));
+        Ok(())
+    }
+
+    /// The fingerprint of the key the transport's frames are authenticated
+    /// with ([`Transport::auth_fingerprint`]); `None` when they are not.
+    pub fn auth_fingerprint(&self) -> Option<String> {
+        self.core().t.auth_fingerprint()
+    }
+
     /// Run `f` on the transport (statistics, notes).
     pub fn with_transport<R>(&self, f: impl FnOnce(&T) -> R) -> R {
         f(&self.core().t)

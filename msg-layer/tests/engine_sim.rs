@@ -644,3 +644,85 @@ fn rendezvous_pieces_fill_whole_frames() {
         "{sent} data frames for 1 MiB in {pieces} pieces of whole {frame}-byte frames (at least {floor})"
     );
 }
+
+/// Frame authentication through the message layer: an endpoint opened with
+/// a key nobody has (what `KeySource::Later` opens with) takes the job's key
+/// with `set_auth_key` before its first connection and then talks to a
+/// peer of the job; a process with another key cannot reach it: its send
+/// fails with the cause, and the keyed endpoint counts the dropped frames.
+#[test]
+fn a_key_set_late_admits_the_job_and_no_one_else() {
+    use msg_layer::transport::llc::AuthKey;
+    use msg_layer::{Error, PeerEnd, Source, Tag};
+
+    let sim = Sim::new(SimConfig::default());
+    let open = |i: u8, key: &[u8]| {
+        let mut c = llc_config(false);
+        c.auth_key = Some(AuthKey::derive(key));
+        // A stranger gives up after a few unanswered connection requests.
+        c.max_syn_retries = 3;
+        let t = LlcTransport::new(
+            FaultInjector::new(sim.port(), FaultConfig::default(), i.into()),
+            MacAddr([2, 0, 0, 0, 0, i]),
+            7,
+            c,
+            Rng::new(i.into()),
+        );
+        Endpoint::new(t, Config::default()).unwrap()
+    };
+    let job = AuthKey::derive(b"the job's key material");
+    let a = open(1, b"the job's key material");
+    let b = open(2, b"a placeholder nobody has");
+    let stranger = open(3, b"another job's key material");
+    assert_ne!(a.auth_fingerprint(), b.auth_fingerprint());
+
+    b.set_auth_key(job.clone()).unwrap();
+    assert_eq!(a.auth_fingerprint(), b.auth_fingerprint());
+    assert_eq!(a.auth_fingerprint(), Some(job.fingerprint()));
+
+    let to_b = connect_settled(&a, &b);
+    let r = b.irecv(Source::Any, Tag::Is(1), 0, vec![0; 64]);
+    let s = a.isend(to_b, 1, 0, b"keyed".to_vec());
+    let limit = Some(Duration::from_secs(10));
+    a.wait_timeout(s, limit).unwrap();
+    let got = b.wait_timeout(r, limit).unwrap();
+    assert_eq!(got.data.as_deref(), Some(&b"keyed"[..]));
+    let e = b.set_auth_key(job).unwrap_err().to_string();
+    assert!(e.contains("before the endpoint's first connection"), "{e}");
+
+    let to_b = stranger.connect(&b.local_addr()).unwrap();
+    // An eager send completes when the transport took it; what depends on
+    // the peer (a receive from it) fails with the connection.
+    let s = stranger.isend(to_b, 1, 0, b"forged".to_vec());
+    stranger.wait_timeout(s, limit).unwrap();
+    let r = stranger.irecv(Source::Peer(to_b), Tag::Is(1), 0, vec![0; 64]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let err = loop {
+        b.progress().unwrap();
+        match stranger.wait_timeout(r, Some(Duration::from_millis(1))) {
+            Err(Error::Timeout) => {}
+            Err(e) => break e,
+            Ok(_) => panic!("the stranger received from the keyed endpoint"),
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the stranger never gave up"
+        );
+    };
+    match &err {
+        Error::PeerFailed {
+            end: PeerEnd::Failed(_),
+            ..
+        } => {}
+        other => panic!("expected a failed peer, got {other:?}"),
+    }
+    assert!(err.to_string().contains("authentication"), "{err}");
+    let dropped: u64 = b
+        .counters()
+        .iter()
+        .filter(|(k, _)| k == "link.dropped.auth_failed")
+        .map(|(_, v)| v)
+        .sum();
+    assert!(dropped > 0, "the keyed endpoint counted no dropped frame");
+    assert_eq!(b.peer_count(), 1, "only the job's peer got in");
+}

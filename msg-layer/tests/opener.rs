@@ -91,3 +91,28 @@ fn opening_a_missing_interface_says_so() {
     let e = spec.open().unwrap_err().to_string();
     assert!(e.contains("no-such-if0"), "{e}");
 }
+
+/// `auth=later`: the endpoint opens and has its address, but connects
+/// nowhere and has no key until it is given one; then it does.
+#[test]
+fn llc_keyed_later_waits_for_its_key() {
+    require_root!();
+    use msg_layer::transport::llc::AuthKey;
+    let spec = |h: &Host| format!("llc://{}?backend=packet&port=0&auth=later", h.ifname);
+    let keyed = |key: &[u8]| {
+        let key = AuthKey::derive(key);
+        move |h: &Host| -> Result<AnyTransport, _> {
+            let s: TransportSpec = spec(h).parse().unwrap();
+            let mut t = s.open()?;
+            assert_eq!(t.auth_fingerprint(), None, "no key before it is given");
+            let e = t.connect(&t.local_addr()).unwrap_err().to_string();
+            assert!(e.contains("waits for its job's authentication key"), "{e}");
+            t.set_auth_key(key.clone())?;
+            assert_eq!(t.auth_fingerprint(), Some(key.fingerprint()));
+            Ok(t)
+        }
+    };
+    let mut pair = connected_pair(1500, keyed(b"job"));
+    let msgs = vec![Msg::new(pattern(1, 3000), 1000)];
+    pair.exchange(&msgs, &msgs, Duration::from_secs(20));
+}

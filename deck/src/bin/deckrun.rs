@@ -24,8 +24,10 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::{Parser, ValueEnum};
 use deck::boot::{
-    BootServer, ENV_BACKEND, ENV_BOOT, ENV_IFACE, ENV_JOB, ENV_NODE, ENV_NUMNODES, MAX_NODES,
+    BootServer, KeyMaterial, ENV_BACKEND, ENV_BOOT, ENV_IFACE, ENV_JOB, ENV_NODE, ENV_NUMNODES,
+    MAX_NODES,
 };
+use msg_layer::transport::llc::AUTH_KEY_ENV;
 
 use crate::job::{Event, NodeLaunch};
 use crate::plan::HostSpec;
@@ -65,7 +67,9 @@ impl Backend {
         deckrun -n 8 --host n1:4,n2:4 --iface eth0 -x OMP_NUM_THREADS=1 ./solver in.dat\n  \
         deckrun -n 2 --backend tcp ./ring\n\n\
         Every node gets DECK_NODE, DECK_NUMNODES, DECK_BOOT, DECK_JOB, DECK_BACKEND and\n\
-        DECK_IFACE. deckrun exits 0 when every node exited 0, else with the status of\n\
+        DECK_IFACE, and over LLC the job's key (through deckrun's connection, never\n\
+        on a command line): LLC_AUTH_KEY's when deckrun has it, else a random one.\n\
+        deckrun exits 0 when every node exited 0, else with the status of\n\
         the first node that failed (128+N for signal N), after stopping the others.\n\
         Log: RUST_LOG=deckrun=debug,deck=debug"
 )]
@@ -103,6 +107,12 @@ struct Args {
     #[arg(long, value_name = "SECS", default_value_t = 60,
           value_parser = clap::value_parser!(u64).range(1..))]
     boot_timeout: u64,
+    /// Do not key the job: the nodes' LLC frames carry no authentication
+    /// tag, and anyone on the segment can inject frames into the job
+    /// (docs/SECURITY.md). By default deckrun hands every node a per-job
+    /// key: LLC_AUTH_KEY's when deckrun has it, else one drawn at random.
+    #[arg(long)]
+    no_auth: bool,
     /// The program, found in PATH as on this host and started with the
     /// same absolute path on every host, and its arguments.
     #[arg(
@@ -154,6 +164,8 @@ struct Plan {
     has_iface: bool,
     /// The job's id (DECK_JOB).
     job: u64,
+    /// The key material the nodes get through the bootstrap (LLC only).
+    key: Option<KeyMaterial>,
 }
 
 fn plan(args: &Args) -> Result<Plan> {
@@ -225,6 +237,11 @@ fn plan(args: &Args) -> Result<Plan> {
     }
 
     let job = plan::random_job_id()?;
+    let key = if args.no_auth || args.backend == Backend::Tcp {
+        None
+    } else {
+        Some(plan::job_key(std::env::var_os(AUTH_KEY_ENV))?)
+    };
     let mut common_env = vec![
         (ENV_NUMNODES.to_owned(), OsString::from(args.n.to_string())),
         (ENV_JOB.to_owned(), OsString::from(format!("{job:016x}"))),
@@ -247,6 +264,7 @@ fn plan(args: &Args) -> Result<Plan> {
         common_env,
         has_iface,
         job,
+        key,
     })
 }
 
@@ -311,9 +329,12 @@ fn run(args: Args) -> Result<i32> {
     let plan = plan(&args)?;
     let (tx, rx) = mpsc::channel::<Event>();
     let sink = tx.clone();
-    let server = BootServer::start(plan.job, args.n, move |incoming| {
+    let mut server = BootServer::start(plan.job, args.n, move |incoming| {
         let _ = sink.send(Event::Boot(incoming));
     })?;
+    if let Some(k) = &plan.key {
+        server.set_key(k.clone());
+    }
     let nodes = launches(&plan, server.port());
     let on_signal = tx.clone();
     ctrlc::set_handler(move || {

@@ -32,6 +32,7 @@ pub fn open_with(h: &Host, coalesce_us: u32, progress_thread: bool) -> *mut LlcS
             progress_interval_us: 0,
             coalesce_us,
             ranks_on_interface: 0,
+            auth: LLC_SHIM_AUTH_ENV,
         };
         let mut s = std::ptr::null_mut();
         let mut err = [0 as std::ffi::c_char; 256];

@@ -120,6 +120,12 @@ impl Transport for AnyTransport {
     fn set_placement(&mut self, placement: Box<dyn Placement>) {
         each!(self, t => t.set_placement(placement))
     }
+    fn set_auth_key(&mut self, key: super::llc::AuthKey) -> Result<(), TransportError> {
+        each!(self, t => t.set_auth_key(key))
+    }
+    fn auth_fingerprint(&self) -> Option<String> {
+        each!(self, t => t.auth_fingerprint())
+    }
     fn peers_accept(&self) -> bool {
         each!(self, t => t.peers_accept())
     }

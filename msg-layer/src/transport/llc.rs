@@ -20,13 +20,71 @@ use llc_stack::statpage::PageInfo;
 use llc_stack::wire::{Addresses, MacAddr};
 use llc_stack::{Device, Instant, Stack};
 
-use super::spec::{AttachMode, Backend, LlcSpec};
+use super::spec::{AttachMode, Backend, KeySource, LlcSpec};
 use super::{
     ConnId, FailureCause, Placement, SendError, Transport, TransportError, TransportEvent,
 };
 use crate::addr::{Addr, LlcAddr};
 
 pub use llc_stack::proto::Config as LlcConfig;
+/// A job's frame authentication key (docs/SECURITY.md). Its `Debug` shows
+/// a fingerprint, never the key.
+pub use llc_stack::wire::AuthKey;
+
+/// The variable a job's key material comes from when nothing else gives a
+/// key: any non-empty string, the same on every process of the job, from
+/// which each derives the key ([`AuthKey::derive`]).
+pub const AUTH_KEY_ENV: &str = "LLC_AUTH_KEY";
+
+/// The key of [`AUTH_KEY_ENV`]: `None` when the variable is not set; an
+/// error when it is set but empty (a job meant to be keyed must not run
+/// unkeyed by mistake).
+pub fn auth_key_from_env() -> Result<Option<AuthKey>, TransportError> {
+    match std::env::var_os(AUTH_KEY_ENV) {
+        None => Ok(None),
+        Some(v) if v.is_empty() => Err(TransportError::Setup(format!(
+            "{AUTH_KEY_ENV} is set but empty: unset it, or give the job's key material \
+             (any string the job's processes share, e.g. 64 random hex digits)"
+        ))),
+        Some(v) => Ok(Some(AuthKey::derive(v.as_encoded_bytes()))),
+    }
+}
+
+/// 32 bytes from the operating system's random source.
+fn random_bytes() -> Result<[u8; 32], TransportError> {
+    let mut b = [0u8; 32];
+    rand::RngCore::try_fill_bytes(&mut rand::rngs::OsRng, &mut b)
+        .map_err(|e| TransportError::Setup(format!("drawing a random key: {e}")))?;
+    Ok(b)
+}
+
+/// Fresh key material for a job, as a launcher draws it: 32 bytes from
+/// the operating system's random source, written as 64 hex digits (a value
+/// [`AUTH_KEY_ENV`] may hold, so a tool can join the job with it). Every
+/// process of the job derives the same key from it with
+/// [`AuthKey::derive`].
+pub fn random_key_material() -> Result<String, TransportError> {
+    Ok(random_bytes()?.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// The key an endpoint of `source` opens with, put into `cfg` (a key
+/// already there wins). True when the endpoint is to wait for its key: it
+/// then opens with a key nobody has, so it takes no frame until
+/// [`Transport::set_auth_key`] gives it the job's.
+fn resolve_key(cfg: &mut LlcConfig, source: KeySource) -> Result<bool, TransportError> {
+    if cfg.auth_key.is_some() {
+        return Ok(false);
+    }
+    match source {
+        KeySource::Env => cfg.auth_key = auth_key_from_env()?,
+        KeySource::Off => {}
+        KeySource::Later => {
+            cfg.auth_key = Some(AuthKey::from_bytes(random_bytes()?));
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
 
 /// Port an endpoint listens on unless told otherwise.
 pub const DEFAULT_PORT: u16 = 7;
@@ -119,6 +177,10 @@ pub struct LlcTotals {
     /// endpoint saw them (a full RX ring or fill ring:
     /// `Device::kernel_drops`).
     pub device_drops: u64,
+    /// Of `frames_dropped`, transport frames that failed authentication:
+    /// no tag where a key is set, a wrong tag, or a tag where none is
+    /// (`dropped.auth_missing`, `auth_failed`, `auth_unexpected`).
+    pub auth_dropped: u64,
 }
 
 /// The LLC stack over link `D`.
@@ -127,6 +189,9 @@ pub struct LlcTransport<D: Device> {
     stack: Stack<D>,
     addr: LlcAddr,
     notes: Vec<String>,
+    /// Opened with [`KeySource::Later`], its key not yet set: it connects
+    /// nowhere and takes no frame.
+    key_pending: bool,
 }
 
 impl LlcTransport<AnyLink> {
@@ -188,17 +253,27 @@ impl LlcTransport<AnyLink> {
     /// Open what `spec` says ([`LlcTransport::open_exclusive`] when it is
     /// exclusive, else [`LlcTransport::open_with_attach`], telling `auto`
     /// when the endpoint is alone on the interface).
+    /// Its key is [`LlcSpec::auth`]'s (see [`KeySource`]).
     pub fn open_spec(spec: &LlcSpec) -> Result<Self, TransportError> {
         let claim = (!spec.exclusive).then_some(spec.port);
-        Self::open_link(
+        let mut cfg = spec.config.clone();
+        let pending = resolve_key(&mut cfg, spec.auth)?;
+        let mut t = Self::open_link(
             &spec.ifname,
             spec.backend,
             spec.attach,
             claim,
             spec.port,
             spec.sharing(),
-            spec.config.clone(),
-        )
+            cfg,
+        )?;
+        t.key_pending = pending;
+        match t.auth_fingerprint() {
+            Some(f) => tracing::debug!(key = %f, "frames authenticated"),
+            None if pending => tracing::debug!("waiting for the job's key"),
+            None => tracing::debug!("frames not authenticated (no key)"),
+        }
+        Ok(t)
     }
 
     fn open_link(
@@ -360,6 +435,7 @@ impl<D: Device> LlcTransport<D> {
             stack,
             addr: LlcAddr { mac, sap, port },
             notes: Vec::new(),
+            key_pending: false,
         }
     }
 
@@ -376,8 +452,10 @@ impl<D: Device> LlcTransport<D> {
     /// Drops, retransmissions and timeouts so far.
     pub fn totals(&self) -> LlcTotals {
         let ep = self.stack.endpoint();
+        let d = &ep.stats().dropped;
         let mut t = LlcTotals {
-            frames_dropped: ep.stats().dropped.total(),
+            frames_dropped: d.total(),
+            auth_dropped: d.auth_missing + d.auth_failed + d.auth_unexpected,
             ..LlcTotals::default()
         };
         for (_, c) in ep.connection_stats_all() {
@@ -488,6 +566,13 @@ impl<D: Device + Send + 'static> Transport for LlcTransport<D> {
         let Addr::Llc(a) = to else {
             return Err(bad("an LLC endpoint cannot reach a TCP address".into()));
         };
+        if self.key_pending {
+            return Err(bad(
+                "this endpoint waits for its job's authentication key (set_auth_key) \
+                 before it connects"
+                    .into(),
+            ));
+        }
         if a.sap != self.addr.sap {
             return Err(bad(format!(
                 "the peer uses SAP {:#04x} and this endpoint {:#04x}",
@@ -517,6 +602,34 @@ impl<D: Device + Send + 'static> Transport for LlcTransport<D> {
     fn peers_accept(&self) -> bool {
         // Every endpoint listens on its bound port.
         true
+    }
+
+    /// A fresh stack endpoint on the same link and port, with `key`
+    /// (`Stack::renew_endpoint`): refused once a connection exists, since
+    /// its frames were (or were not) authenticated with the old key.
+    fn set_auth_key(&mut self, key: AuthKey) -> Result<(), TransportError> {
+        let mut cfg = self.stack.endpoint().config().clone();
+        cfg.auth_key = Some(key);
+        self.stack
+            .renew_endpoint(cfg, Rng::from_entropy())
+            .map_err(|_| {
+                TransportError::Setup(
+                    "the authentication key can be set only before the endpoint's first \
+                     connection"
+                        .into(),
+                )
+            })?;
+        self.stack.endpoint_mut().bind(self.addr.port);
+        self.key_pending = false;
+        Ok(())
+    }
+
+    fn auth_fingerprint(&self) -> Option<String> {
+        if self.key_pending {
+            return None;
+        }
+        let cfg = self.stack.endpoint().config();
+        cfg.auth_key.as_ref().map(AuthKey::fingerprint)
     }
 
     #[inline(always)]

@@ -279,6 +279,27 @@ pub trait Transport: Send + 'static {
         let _ = placement;
     }
 
+    /// Authenticate this endpoint's frames with `key` from now on: for an
+    /// endpoint opened waiting for its job's key
+    /// ([`spec::KeySource::Later`]) or with another, before its first
+    /// connection. Everything set on the transport before (the placement)
+    /// must be set again. Refused once a connection exists, and by
+    /// transports that have no frame authentication (TCP).
+    fn set_auth_key(&mut self, key: llc::AuthKey) -> Result<(), TransportError> {
+        let _ = key;
+        Err(TransportError::Setup(format!(
+            "{} has no frame authentication: a key applies to LLC endpoints only",
+            self.name()
+        )))
+    }
+
+    /// The public fingerprint of the key frames are authenticated with
+    /// ([`llc::AuthKey::fingerprint`]), `None` when they are not (or the
+    /// key is still to come); never the key itself.
+    fn auth_fingerprint(&self) -> Option<String> {
+        None
+    }
+
     /// True when every endpoint of this transport accepts connections (an
     /// LLC endpoint listens on its port; a TCP client may not listen at
     /// all). The layer above then opens the connection to a peer that was

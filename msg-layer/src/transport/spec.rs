@@ -29,7 +29,12 @@
 //! - `idle_timeout_ms=N` (default 10000): a peer silent this long has failed;
 //!   keepalives go out after a quarter of it (at most every second, at
 //!   least every 10 ms) unless
-//! - `keepalive_ms=N` (default 1000) says otherwise.
+//! - `keepalive_ms=N` (default 1000) says otherwise;
+//! - `auth=env|off|later` (default env): where the frame authentication key
+//!   comes from ([`KeySource`]). A spec never carries key material: it is
+//!   printed and shown on command lines. Give a key in [`AUTH_KEY_ENV`]
+//!   (`LLC_AUTH_KEY`), in [`LlcSpec::config`]'s `auth_key`, or later with
+//!   [`crate::Endpoint::set_auth_key`].
 //!
 //! Options of `tcp://ADDR` and `tcp-uring://ADDR`:
 //! - `busy_poll_us=N|off` (default 50): `SO_BUSY_POLL` on every connection;
@@ -51,6 +56,8 @@ use std::net::SocketAddr;
 use std::str::FromStr;
 use std::time::Duration;
 
+#[cfg(doc)]
+use super::llc::AUTH_KEY_ENV;
 use super::llc::{LlcConfig, LlcTransport, DEFAULT_PORT};
 use super::tcp::{TcpConfig, TcpSocketTransport, TcpUringTransport};
 use super::{AnyTransport, TransportError};
@@ -79,6 +86,26 @@ pub enum AttachMode {
     /// mode for our frames, and the one that leaves TCP its segmentation
     /// offloads on the same link (docs/BENCHMARKS.md).
     Generic,
+}
+
+/// Where an LLC endpoint's frame authentication key comes from when
+/// [`LlcSpec::config`] holds none (a key there is used as it is).
+/// docs/SECURITY.md says what a key protects.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub enum KeySource {
+    /// The key derived from `LLC_AUTH_KEY` when it is set (an error when
+    /// set but empty); no key when it is not.
+    #[default]
+    Env,
+    /// No key: frames are not authenticated, and authenticated ones are
+    /// dropped, whatever the environment says.
+    Off,
+    /// The key comes after the endpoint opened and published its address
+    /// (an MPI job's key, drawn by one rank and exchanged with the
+    /// addresses): until [`crate::Endpoint::set_auth_key`] gives it, the
+    /// endpoint takes no frame (it holds a key nobody has) and connects
+    /// nowhere.
+    Later,
 }
 
 /// A word that is not one of the choices.
@@ -126,6 +153,13 @@ choices!(
     Packet = "packet"
 );
 choices!(
+    KeySource,
+    "env, off or later",
+    Env = "env",
+    Off = "off",
+    Later = "later"
+);
+choices!(
     AttachMode,
     "auto, native or generic",
     Auto = "auto",
@@ -152,7 +186,10 @@ pub struct LlcSpec {
     /// jumbo frames ([`llc_stack::link::any::Sharing::Alone`]). Implied by
     /// `exclusive`.
     pub alone: bool,
-    /// The stack's configuration (SAP, timeouts, buffers...).
+    /// Where the frame authentication key comes from when `config` holds
+    /// none.
+    pub auth: KeySource,
+    /// The stack's configuration (SAP, timeouts, buffers, a key...).
     pub config: LlcConfig,
 }
 
@@ -166,6 +203,7 @@ impl LlcSpec {
             port: DEFAULT_PORT,
             exclusive: false,
             alone: false,
+            auth: KeySource::Env,
             config: LlcConfig::default(),
         }
     }
@@ -282,7 +320,7 @@ pub enum SpecError {
 }
 
 const LLC_OPTIONS: &str =
-    "backend, attach, port, exclusive, alone, sap, idle_timeout_ms or keepalive_ms";
+    "backend, attach, port, exclusive, alone, sap, idle_timeout_ms, keepalive_ms or auth";
 const TCP_OPTIONS: &str = "busy_poll_us, idle_timeout_ms or connect_timeout_ms";
 const TCP_URING_OPTIONS: &str =
     "busy_poll_us, idle_timeout_ms, connect_timeout_ms, coop_taskrun or ring_entries";
@@ -298,6 +336,17 @@ impl TransportSpec {
             TransportSpec::Tcp(_) => "tcp",
             TransportSpec::TcpUring(_) => "tcp-uring",
         }
+    }
+
+    /// This spec with frames authenticated by `key` (put in
+    /// [`LlcSpec::config`]): how an API above hands a configured key to
+    /// whatever transport its user named. TCP has no frame authentication:
+    /// its specs are returned unchanged.
+    pub fn with_auth_key(mut self, key: super::llc::AuthKey) -> Self {
+        if let TransportSpec::Llc(l) = &mut self {
+            l.config.auth_key = Some(key);
+        }
+        self
     }
 
     /// Open the transport. What an `auto` choice fell back from, and why,
@@ -349,6 +398,9 @@ impl fmt::Display for TransportSpec {
                         "keepalive_ms",
                         s.config.keepalive_interval.as_millis().to_string(),
                     ));
+                }
+                if s.auth != d.auth {
+                    opts.push(("auth", s.auth.to_string()));
                 }
             }
             TransportSpec::Tcp(s) | TransportSpec::TcpUring(s) => {
@@ -522,6 +574,7 @@ impl Parser<'_> {
                 }
                 "idle_timeout_ms" => s.set_idle_timeout(self.millis(name, value)?),
                 "keepalive_ms" => keepalive = Some(self.millis(name, value)?),
+                "auth" => s.auth = self.choice(name, value)?,
                 _ => return Err(self.unknown("llc", name, LLC_OPTIONS)),
             }
         }
@@ -628,6 +681,8 @@ mod tests {
             "llc://eth0?idle_timeout_ms=2000",
             "llc://eth0?idle_timeout_ms=2000&keepalive_ms=100",
             "llc://eth0?keepalive_ms=300",
+            "llc://eth0?auth=later",
+            "llc://eth0?port=0&auth=off",
             "tcp://0.0.0.0:5201",
             "tcp://[fd00::1]:5201?busy_poll_us=off&idle_timeout_ms=off",
             "tcp://10.0.0.1:0?busy_poll_us=20&idle_timeout_ms=500&connect_timeout_ms=1000",
@@ -693,6 +748,8 @@ mod tests {
         ] {
             assert_eq!(llc(s).config.keepalive_interval, Duration::from_millis(7));
         }
+        assert_eq!(llc("llc://eth0").auth, KeySource::Env);
+        assert_eq!(llc("llc://eth0?auth=later").auth, KeySource::Later);
         let t = tcp("tcp-uring://1.2.3.4:5?coop_taskrun=true&busy_poll_us=off&ring_entries=8");
         assert!(t.config.uring_coop_taskrun);
         assert_eq!((t.config.busy_poll, t.config.ring_entries), (None, 8));
@@ -745,6 +802,10 @@ mod tests {
             (
                 "llc://eth0?keepalive_ms=-1",
                 "expected a number of milliseconds",
+            ),
+            (
+                "llc://eth0?auth=0f1e2d3c",
+                "auth=\"0f1e2d3c\": expected env, off or later",
             ),
             ("llc://eth0?port", "option port=\"\": expected NAME=VALUE"),
             ("llc://eth0?port=1&port=2", "option port is given twice"),

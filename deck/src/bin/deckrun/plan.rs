@@ -13,7 +13,10 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use anyhow::{bail, Context, Result};
-use deck::boot::{ENV_BACKEND, ENV_BOOT, ENV_IFACE, ENV_JOB, ENV_NODE, ENV_NUMNODES};
+use deck::boot::{
+    KeyMaterial, ENV_BACKEND, ENV_BOOT, ENV_IFACE, ENV_JOB, ENV_NODE, ENV_NUMNODES, MAX_KEY,
+};
+use msg_layer::transport::llc::AUTH_KEY_ENV;
 
 /// One `--host` entry: `NAME[:SLOTS]` (`[v6addr][:SLOTS]` for an IPv6
 /// literal).
@@ -221,6 +224,13 @@ pub fn parse_export(
     if RESERVED.contains(&name) {
         bail!("-x {spec}: deckrun sets {name} itself (see --iface, --backend)");
     }
+    if name == AUTH_KEY_ENV {
+        bail!(
+            "-x {name}: deckrun hands the job's key to every node itself, taking \
+             {AUTH_KEY_ENV} from its own environment when set (-x would show it on the \
+             command line of remote nodes)"
+        );
+    }
     let value = match value {
         Some(v) => v,
         None => lookup(name).with_context(|| {
@@ -228,6 +238,22 @@ pub fn parse_export(
         })?,
     };
     Ok((name.to_owned(), value))
+}
+
+/// The job's key material: `from_env` (deckrun's `LLC_AUTH_KEY`) when
+/// set, else 32 random bytes in hex.
+pub fn job_key(from_env: Option<OsString>) -> Result<KeyMaterial> {
+    let material = match from_env {
+        Some(v) => v.into_string().map_err(|_| {
+            anyhow::anyhow!("{AUTH_KEY_ENV} is not valid UTF-8: give the key material as text")
+        })?,
+        None => {
+            msg_layer::transport::llc::random_key_material().context("cannot draw the job's key")?
+        }
+    };
+    KeyMaterial::new(material).with_context(|| {
+        format!("{AUTH_KEY_ENV} must hold 1 to {MAX_KEY} bytes of key material (or be unset)")
+    })
 }
 
 /// A random 64-bit job id: tells this run's nodes from stray processes of
@@ -405,9 +431,26 @@ mod tests {
             ("1A=2", "not a variable name"),
             ("=x", "not a variable name"),
             ("DECK_NODE=3", "deckrun sets DECK_NODE"),
+            (
+                "LLC_AUTH_KEY=s3cret",
+                "hands the job's key to every node itself",
+            ),
         ] {
             let e = parse_export(bad, lookup).unwrap_err().to_string();
             assert!(e.contains(why), "{bad}: {e}");
+            assert!(!e.contains("s3cret"), "the key shows in the error: {e}");
         }
+    }
+
+    #[test]
+    fn the_job_key_is_the_environments_or_a_random_one() {
+        let given = job_key(Some("material".into())).unwrap();
+        assert_eq!(given.as_bytes(), b"material");
+        let (a, b) = (job_key(None).unwrap(), job_key(None).unwrap());
+        assert_eq!(a.as_bytes().len(), 64, "32 random bytes in hex");
+        assert!(a.as_bytes().iter().all(u8::is_ascii_hexdigit));
+        assert_ne!(a, b);
+        let e = job_key(Some("".into())).unwrap_err().to_string();
+        assert!(e.contains("1 to 1024 bytes"), "{e}");
     }
 }
