@@ -573,6 +573,8 @@ fn cluster_as_an_ordinary_user() {
             "ordinary users get AF_PACKET from llcd: {l}"
         );
     }
+    // Keyed by default, as every job: one key from rank 0 through the modex.
+    assert_ne!(assert_one_key(&run), "off");
     // Every rank's endpoint was granted to the user and released at its end.
     // (The service sees each connection close a moment after the rank ended.)
     for i in 0..2 {
