@@ -14,6 +14,7 @@
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::str::FromStr;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use anyhow::{anyhow, Result};
@@ -179,6 +180,9 @@ pub fn spec(kind: Kind, o: &Open<'_>) -> TransportSpec {
                 ..LlcSpec::new(o.ifname)
             };
             s.config.sap = kind.sap();
+            if let Some(key) = job_key() {
+                s.config.auth_key = Some(key.clone());
+            }
             TransportSpec::Llc(s)
         }
         Kind::TcpUring | Kind::Tcp => {
@@ -197,6 +201,25 @@ pub fn spec(kind: Kind, o: &Open<'_>) -> TransportSpec {
             }
         }
     }
+}
+
+/// Environment variable with the job's key material, as llc-ping and
+/// llc-xfer read it (docs/SECURITY.md).
+pub const AUTH_KEY_ENV: &str = "LLC_AUTH_KEY";
+
+/// The frame key derived from `LLC_AUTH_KEY` (read once; unset or empty:
+/// none). Both sides of a run need the same value; the demo's server side
+/// is this process, so it has it.
+pub fn job_key() -> Option<&'static llc_stack::wire::AuthKey> {
+    static KEY: OnceLock<Option<llc_stack::wire::AuthKey>> = OnceLock::new();
+    KEY.get_or_init(|| {
+        use std::os::unix::ffi::OsStrExt;
+        let v = std::env::var_os(AUTH_KEY_ENV).filter(|v| !v.is_empty())?;
+        let key = llc_stack::wire::AuthKey::derive(v.as_bytes());
+        tracing::info!(fingerprint = %key.fingerprint(), "LLC frame authentication on");
+        Some(key)
+    })
+    .as_ref()
 }
 
 /// Open `kind`'s transport and an endpoint on it. Call it inside the
