@@ -3,12 +3,19 @@
 //! Building copies the payload into the frame, then computes the CRC over
 //! the frame; parsing checks the CRC.
 //!
+//! The `mac` group prices frame authentication alone (docs/BENCHMARKS.md,
+//! issue 43): the tag of version 2 (POLYVAL then AES-128, which also replaces
+//! the CRC) against version 1's BLAKE3 keyed hash over the same bytes, and
+//! the CRC32C the tag saves, by payload: an 8-byte and a 64-byte message's,
+//! and full frames at MTU 1500, 9000 and 65000.
+//!
 //! ```text
 //! cargo bench -p llc-stack --bench frames
+//! cargo bench -p llc-stack --bench frames -- mac
 //! ```
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use llc_stack::wire::{self, llc, Addresses, MacAddr, TransportHeader};
+use llc_stack::wire::{self, auth::TAG_LEN, llc, Addresses, AuthKey, MacAddr, TransportHeader};
 
 fn addr() -> Addresses {
     Addresses {
@@ -50,5 +57,59 @@ fn frames(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, frames);
+/// Payload bytes of a full keyed frame on a link of `mtu`.
+fn full(mtu: usize) -> usize {
+    mtu - llc::HEADER_LEN - wire::transport::HEADER_LEN - TAG_LEN
+}
+
+fn mac(c: &mut Criterion) {
+    let key = AuthKey::derive(b"bench");
+    let blake3_key = [7u8; 32];
+    let header = TransportHeader {
+        kind: wire::FrameType::Data.into(),
+        ..TransportHeader::default()
+    };
+    let mut group = c.benchmark_group("mac");
+    for payload in [8, 64, full(1500), full(9000), full(65_000)] {
+        let data: Vec<u8> = (0..payload).map(|i| (i * 13) as u8).collect();
+        let mut buf = vec![0u8; payload + 200];
+        let n = wire::emit_transport_with(
+            &mut buf,
+            &addr(),
+            &header,
+            &[],
+            &data,
+            wire::Trailer::Key(&key),
+        )
+        .unwrap();
+        let frame = &buf[..n];
+        let span = n - 14 - TAG_LEN;
+        group.throughput(Throughput::Bytes(payload as u64));
+        group.bench_with_input(BenchmarkId::new("polyval_aes", payload), &n, |b, _| {
+            b.iter(|| key.verify(std::hint::black_box(frame), span))
+        });
+        group.bench_with_input(BenchmarkId::new("blake3", payload), &n, |b, _| {
+            b.iter(|| {
+                let f = std::hint::black_box(frame);
+                let mut h = blake3::Hasher::new_keyed(&blake3_key);
+                h.update(&f[..12]);
+                h.update(&f[14..14 + 55]);
+                h.update(&[0; 4]);
+                h.update(&f[14 + 59..14 + span]);
+                h.finalize()
+            })
+        });
+        group.bench_with_input(BenchmarkId::new("crc32c", payload), &n, |b, _| {
+            b.iter(|| {
+                crc_fast::checksum(
+                    crc_fast::CrcAlgorithm::Crc32Iscsi,
+                    &std::hint::black_box(frame)[14..14 + span],
+                )
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, frames, mac);
 criterion_main!(benches);
