@@ -42,6 +42,7 @@ mod iface;
 mod mmap;
 mod packet;
 mod poll;
+pub(crate) mod polyval;
 mod ring;
 mod shm;
 pub(crate) mod xsk;

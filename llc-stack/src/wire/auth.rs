@@ -17,7 +17,8 @@
 //!
 //! Why this MAC: it has to be cheap enough to be on by default. POLYVAL (the
 //! universal hash of AES-GCM-SIV, RFC 8452) runs on the carry-less multiplier
-//! (PCLMULQDQ, four blocks per reduction) at several times BLAKE3's speed,
+//! (`sys::polyval`: 16 blocks per reduction with AVX-512 VPCLMULQDQ, the
+//! `polyval` crate's PCLMULQDQ code elsewhere) at many times BLAKE3's speed,
 //! and a frame then costs one AES block (AES-NI) instead of a hash
 //! finalisation; the tag replaces the CRC32C on authenticated frames, which
 //! pays for part of it (docs/BENCHMARKS.md, issue 43). It is deterministic:
@@ -33,8 +34,8 @@ use std::fmt;
 use aes::cipher::generic_array::GenericArray;
 use aes::cipher::{BlockEncrypt, KeyInit};
 use aes::Aes128Enc;
-use polyval::universal_hash::UniversalHash;
-use polyval::Polyval;
+
+use crate::sys::polyval::Polyval;
 
 use super::{ethernet, llc, transport};
 
@@ -50,11 +51,9 @@ pub const KEY_CONTEXT: &str = "llc-stack 2026-11 transport frame authentication 
 
 /// Ethernet addresses at the start of every frame: destination, source.
 const ADDRS_LEN: usize = 12;
-/// POLYVAL's block.
-const BLOCK: usize = 16;
 /// Frame bytes that fill the hash's first block after the addresses: the
 /// LLC header and the transport header's first byte.
-const FIRST_REST: usize = BLOCK - ADDRS_LEN;
+const FIRST_REST: usize = crate::sys::polyval::BLOCK - ADDRS_LEN;
 
 /// A 256-bit frame authentication key, with its two halves prepared for the
 /// MAC (the POLYVAL key's powers, the AES key schedule). Its `Debug` output
@@ -63,8 +62,7 @@ const FIRST_REST: usize = BLOCK - ADDRS_LEN;
 pub struct AuthKey {
     /// The key as given or derived (compared, fingerprinted).
     bytes: [u8; 32],
-    /// POLYVAL keyed with `H = bytes[16..]`, nothing hashed yet: each tag
-    /// starts from a copy.
+    /// POLYVAL keyed with `H = bytes[16..]` (its powers precomputed).
     hash: Polyval,
     /// AES-128 with `K_E = bytes[..16]`, encryption only.
     prf: Aes128Enc,
@@ -79,7 +77,7 @@ impl AuthKey {
         let h: [u8; 16] = h.try_into().expect("16 bytes");
         AuthKey {
             bytes: key,
-            hash: Polyval::new(&h.into()),
+            hash: Polyval::new(&h),
             prf: Aes128Enc::new(&GenericArray::from(e)),
         }
     }
@@ -108,20 +106,19 @@ impl AuthKey {
     #[inline]
     fn tag(&self, frame: &[u8], span_len: usize) -> [u8; TAG_LEN] {
         let at = ethernet::HEADER_LEN;
-        let mut h = self.hash.clone();
         // The covered string starts with the addresses, without the
-        // length/type field: its first block is put together here, the rest
-        // is hashed where it lies.
-        let mut first = [0u8; BLOCK];
-        first[..ADDRS_LEN].copy_from_slice(&frame[..ADDRS_LEN]);
-        first[ADDRS_LEN..].copy_from_slice(&frame[at..at + FIRST_REST]);
-        h.update(&[first.into()]);
-        h.update_padded(&frame[at + FIRST_REST..at + span_len]);
-        let bits = 8 * (ADDRS_LEN + span_len) as u64;
-        let mut lengths = [0u8; BLOCK];
-        lengths[..8].copy_from_slice(&bits.to_le_bytes());
-        h.update(&[lengths.into()]);
-        let mut s: [u8; TAG_LEN] = h.finalize().into();
+        // length/type field: its first block is put together here (in
+        // registers), the rest is hashed where it lies.
+        let word =
+            |from: usize| u32::from_le_bytes(frame[from..from + 4].try_into().expect("4 bytes"));
+        let first = u128::from(word(0))
+            | u128::from(word(4)) << 32
+            | u128::from(word(8)) << 64
+            | u128::from(word(at)) << 96;
+        let bits = 8 * (ADDRS_LEN + span_len) as u128;
+        let mut s = self
+            .hash
+            .hash(first, &frame[at + FIRST_REST..at + span_len], bits);
         self.prf
             .encrypt_block(GenericArray::from_mut_slice(&mut s[..]));
         s
@@ -162,13 +159,12 @@ impl PartialEq for AuthKey {
 impl Eq for AuthKey {}
 
 /// Compare without an early exit, so timing does not tell a forger how many
-/// leading bytes of a guessed tag were right.
+/// leading bytes of a guessed tag were right: one 128-bit XOR, tested whole.
 fn constant_time_eq(a: &[u8; TAG_LEN], b: &[u8]) -> bool {
-    let mut diff = 0u8;
-    for (x, y) in a.iter().zip(b) {
-        diff |= x ^ y;
-    }
-    std::hint::black_box(diff) == 0 && b.len() == TAG_LEN
+    let Ok(b) = <[u8; TAG_LEN]>::try_from(b) else {
+        return false;
+    };
+    std::hint::black_box(u128::from_ne_bytes(*a) ^ u128::from_ne_bytes(b)) == 0
 }
 
 impl fmt::Debug for AuthKey {
