@@ -6,8 +6,9 @@
 //! The `mac` group prices frame authentication alone (docs/BENCHMARKS.md,
 //! issue 43): the tag of version 2 (POLYVAL then AES-128, which also replaces
 //! the CRC) against version 1's BLAKE3 keyed hash over the same bytes, and
-//! the CRC32C the tag saves, by payload: an 8-byte and a 64-byte message's,
-//! and full frames at MTU 1500, 9000 and 65000. It counts the measuring
+//! the CRC32C the tag saves, and a frame's whole emit and parse (with the
+//! verification) with the key off and on, by payload: an 8-byte and a
+//! 64-byte message's, and full frames at MTU 1500, 9000 and 65000. It counts the measuring
 //! thread's CPU time, not wall time: on the shared 2-core build machine the
 //! thread is often descheduled, which wall time would charge to the MAC.
 //!
@@ -168,6 +169,39 @@ fn mac(c: &mut Criterion<ThreadCpu>) {
                 h.finalize()
             })
         });
+        // A frame's whole send and receive work on and off: the payload
+        // copied in, then the CRC (off) or the tag (on), then the parse and,
+        // on, the verification.
+        let mut out = vec![0u8; payload + 200];
+        for keyed in [false, true] {
+            let name = if keyed { "frame_on" } else { "frame_off" };
+            group.bench_with_input(BenchmarkId::new(name, payload), &n, |b, _| {
+                b.iter(|| {
+                    let trailer = if keyed {
+                        wire::Trailer::Key(&key)
+                    } else {
+                        wire::Trailer::None
+                    };
+                    let m = wire::emit_transport_with(
+                        &mut out,
+                        &addr(),
+                        &header,
+                        &[],
+                        std::hint::black_box(&data),
+                        trailer,
+                    )
+                    .unwrap();
+                    let Ok(wire::Frame {
+                        body: wire::Body::Transport(t),
+                        ..
+                    }) = wire::parse(&out[..m], None)
+                    else {
+                        panic!("not a transport frame")
+                    };
+                    !keyed || key.verify(&out[..m], t.signed_len())
+                })
+            });
+        }
         group.bench_with_input(BenchmarkId::new("crc32c", payload), &n, |b, _| {
             b.iter(|| {
                 crc_fast::checksum(
