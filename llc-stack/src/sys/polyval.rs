@@ -23,10 +23,10 @@ use ::polyval::universal_hash::{KeyInit, UniversalHash};
 
 /// POLYVAL's block.
 pub(crate) const BLOCK: usize = 16;
-/// Blocks per step of the wide path (512 bytes), and powers of H kept (2
-/// KiB with their Karatsuba halves). Steps of 256 bytes ran at 18 GB/s, of
-/// 512 at 26, of 1 KiB no faster: the multiplier is then the limit (three
-/// 512-bit carry-less multiplies per 64 bytes).
+/// Blocks per step of the wide path (512 bytes), and powers of H kept (1
+/// KiB with their Karatsuba halves). Steps of 1 KiB were no faster (25.5
+/// against 26.7 GB/s on 64 KB frames): the multiplier is then probably the
+/// limit, three 512-bit carry-less multiplies per 64 bytes.
 const WIDE: usize = 32;
 
 /// A POLYVAL key with what each path needs precomputed.
@@ -220,9 +220,10 @@ mod wide {
 
     /// Fold one chunk of at most 32 blocks into `acc`: `head` (if any), the
     /// whole blocks `mem`, `partial` zero-padded (if not empty), `tail` (if
-    /// any). With `b_0 .. b_(n-1)` those blocks, `acc' = dot(acc + b_0, H^n)
-    /// + .. + dot(b_(n-1), H^1)`, with one reduction: four of `mem`'s blocks
-    /// per wide multiply (Karatsuba), the others one by one.
+    /// any). With `b_0 .. b_(n-1)` those blocks,
+    /// `acc' = dot(acc + b_0, H^n) + .. + dot(b_(n-1), H^1)`, with one
+    /// reduction: four of `mem`'s blocks per wide multiply (Karatsuba), the
+    /// others one by one.
     #[inline]
     #[target_feature(enable = "pclmulqdq,avx2,avx512f,avx512bw,avx512vl,vpclmulqdq")]
     fn fold(

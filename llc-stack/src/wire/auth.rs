@@ -30,6 +30,7 @@
 //! job that sends fewer than 2^52 frames.
 
 use std::fmt;
+use std::sync::Arc;
 
 use aes::cipher::generic_array::GenericArray;
 use aes::cipher::{BlockEncrypt, KeyInit};
@@ -56,10 +57,15 @@ const ADDRS_LEN: usize = 12;
 const FIRST_REST: usize = crate::sys::polyval::BLOCK - ADDRS_LEN;
 
 /// A 256-bit frame authentication key, with its two halves prepared for the
-/// MAC (the POLYVAL key's powers, the AES key schedule). Its `Debug` output
-/// never shows the key.
+/// MAC (the POLYVAL key's powers, the AES key schedule) behind one shared
+/// pointer: cloning a configuration that holds it copies no key material,
+/// and the configuration stays small. Its `Debug` output never shows the
+/// key.
 #[derive(Clone)]
-pub struct AuthKey {
+pub struct AuthKey(Arc<Prepared>);
+
+/// What [`AuthKey`] shares.
+struct Prepared {
     /// The key as given or derived (compared, fingerprinted).
     bytes: [u8; 32],
     /// POLYVAL keyed with `H = bytes[16..]` (its powers precomputed).
@@ -75,11 +81,11 @@ impl AuthKey {
         let (e, h) = key.split_at(16);
         let e: [u8; 16] = e.try_into().expect("16 bytes");
         let h: [u8; 16] = h.try_into().expect("16 bytes");
-        AuthKey {
+        AuthKey(Arc::new(Prepared {
             bytes: key,
             hash: Polyval::new(&h),
             prf: Aes128Enc::new(&GenericArray::from(e)),
-        }
+        }))
     }
 
     /// A key derived from arbitrary key material (a passphrase, or a random
@@ -92,7 +98,7 @@ impl AuthKey {
     /// A short public fingerprint (first 4 bytes of the hash of the key) for
     /// logs, so that two ranks can compare keys without showing them.
     pub fn fingerprint(&self) -> String {
-        let h = blake3::hash(&self.bytes);
+        let h = blake3::hash(&self.0.bytes);
         h.as_bytes()[..4]
             .iter()
             .map(|b| format!("{b:02x}"))
@@ -117,9 +123,11 @@ impl AuthKey {
             | u128::from(word(at)) << 96;
         let bits = 8 * (ADDRS_LEN + span_len) as u128;
         let mut s = self
+            .0
             .hash
             .hash(first, &frame[at + FIRST_REST..at + span_len], bits);
-        self.prf
+        self.0
+            .prf
             .encrypt_block(GenericArray::from_mut_slice(&mut s[..]));
         s
     }
@@ -152,7 +160,7 @@ impl AuthKey {
 
 impl PartialEq for AuthKey {
     fn eq(&self, other: &Self) -> bool {
-        self.bytes == other.bytes
+        self.0.bytes == other.0.bytes
     }
 }
 
@@ -253,7 +261,7 @@ mod tests {
             key.sign(&mut f, span);
             assert!(key.verify(&f, span));
             assert!(!other.verify(&f, span), "another key");
-            assert!(!AuthKey::from_bytes(key.bytes).verify(&f[..f.len() - 1], span));
+            assert!(!AuthKey::from_bytes(key.0.bytes).verify(&f[..f.len() - 1], span));
             for byte in (0..f.len()).filter(|b| !(12..14).contains(b)) {
                 for bit in 0..8 {
                     let mut g = f.clone();
@@ -286,7 +294,7 @@ mod tests {
         key.sign(&mut f, span - 1);
         let shorter = key.tag(&f, span - 1);
         assert_ne!(shorter, key.tag(&f, span));
-        assert_eq!(key, AuthKey::from_bytes(key.bytes));
+        assert_eq!(key, AuthKey::from_bytes(key.0.bytes));
         assert_ne!(key, AuthKey::derive(b"det2"));
     }
 }
