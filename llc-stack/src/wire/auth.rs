@@ -17,7 +17,7 @@
 //!
 //! Why this MAC: it has to be cheap enough to be on by default. POLYVAL (the
 //! universal hash of AES-GCM-SIV, RFC 8452) runs on the carry-less multiplier
-//! (`sys::polyval`: 16 blocks per reduction with AVX-512 VPCLMULQDQ, the
+//! (`sys::polyval`: 32 blocks per reduction with AVX-512 VPCLMULQDQ, the
 //! `polyval` crate's PCLMULQDQ code elsewhere) at many times BLAKE3's speed,
 //! and a frame then costs one AES block (AES-NI) instead of a hash
 //! finalisation; the tag replaces the CRC32C on authenticated frames, which
