@@ -144,8 +144,8 @@ impl AuthKey {
     /// Check the trailer of a received frame: `frame` is the whole Ethernet
     /// frame, `span_len` the length of its LLC span without the trailer (as
     /// the parser found it). False on a wrong tag or a frame too short. This
-    /// is the only integrity check of an authenticated frame: its CRC field
-    /// is zero and not checked (docs/PROTOCOL.md 3.3).
+    /// is the only integrity check of an authenticated frame beyond the
+    /// parser's test that its CRC field is zero (docs/PROTOCOL.md 3.3).
     pub fn verify(&self, frame: &[u8], span_len: usize) -> bool {
         let at = ethernet::HEADER_LEN + span_len;
         let Some(tag) = frame.get(at..at + TAG_LEN) else {

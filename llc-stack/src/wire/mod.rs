@@ -202,8 +202,12 @@ pub(crate) fn parse_transport(llc_span: &[u8]) -> Result<TransportFrame<'_>, Wir
         .get(..signed_len + header.trailer_len())
         .ok_or(WireError::Truncated)?;
     // An authenticated frame's integrity is its tag's to check (by the
-    // receiver, which has the key): its CRC field is zero, not computed.
+    // receiver, which has the key): its CRC field must be zero, and is not
+    // computed.
     let auth_tag = if header.has(transport::flags::AUTH) {
+        if header.crc.get() != 0 {
+            return Err(WireError::BadChecksum);
+        }
         span[signed_len..].try_into().ok()
     } else {
         if checksum(span) != header.crc.get() {

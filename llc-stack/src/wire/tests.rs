@@ -346,9 +346,10 @@ fn authenticated_frame_layout_and_verification() {
     // The CRC field stays zero: the tag is the frame's integrity check, so
     // the parser lets a changed frame through to the receiver's MAC, which
     // refuses it wherever the change is (Ethernet source, cookie, sequence
-    // number, CRC field, payload), even with the CRC field made right.
+    // number, payload, tag). A CRC field that is not zero is refused by the
+    // parser, even when it holds the CRC the frame would have without AUTH.
     assert_eq!(t.header.crc.get(), 0);
-    for at in [6, 14 + 3 + 8, 14 + 3 + 16, 14 + 3 + 52, n - 17] {
+    for at in [6, 14 + 3 + 8, 14 + 3 + 16, n - 17, n - 1] {
         let mut forged = buf;
         forged[at] ^= 0x20;
         let t = match parse(&forged[..n], None).unwrap().body {
@@ -356,13 +357,18 @@ fn authenticated_frame_layout_and_verification() {
             _ => panic!(),
         };
         assert!(!key.verify(&forged[..n], t.signed_len()), "byte {at}");
-        refresh_crc(&mut forged[..n]);
-        let t = match parse(&forged[..n], None).unwrap().body {
-            Body::Transport(t) => t,
-            _ => panic!(),
-        };
-        assert!(!key.verify(&forged[..n], t.signed_len()), "byte {at}");
     }
+    let mut with_crc = buf;
+    with_crc[14 + 3 + 52] ^= 0x01;
+    assert_eq!(
+        parse(&with_crc[..n], None).unwrap_err(),
+        WireError::BadChecksum
+    );
+    refresh_crc(&mut with_crc[..n - auth::TAG_LEN]);
+    assert_eq!(
+        parse(&with_crc[..n], None).unwrap_err(),
+        WireError::BadChecksum
+    );
     // Re-emitting with the raw tag reproduces the frame exactly.
     let mut again = [0u8; 160];
     let m = emit_transport_with(
