@@ -15,8 +15,9 @@
 //! ([`iface`]), packet sockets and socket options ([`packet`]), readiness
 //! ([`poll`]), memory mappings ([`mmap`]), the TPACKET_V2 RX ring ([`ring`]),
 //! `sendmmsg` batches ([`batch`]), AF_XDP sockets ([`xsk`]), the shared
-//! statistics page ([`shm`]) and CRC32C ([`crc`]). What the rest of the
-//! crate uses is re-exported here.
+//! statistics page ([`shm`]), CRC32C ([`crc`]) and the frame MAC's
+//! POLYVAL ([`polyval`]; CPU intrinsics, no libc, but the same rules). What
+//! the rest of the crate uses is re-exported here.
 
 use std::io;
 
