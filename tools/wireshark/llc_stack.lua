@@ -15,7 +15,9 @@
 -- Wireshark's own LLC dissector.
 --
 -- What it shows: every transport header field (llcstack.*), SACK blocks, the
--- CRC32C checked (a mismatch is an expert warning, llcstack.crc.bad),
+-- CRC32C checked (a mismatch is an expert warning, llcstack.crc.bad; an
+-- authenticated frame has no CRC and its tag needs the job's key, so its
+-- status is "Unverified"),
 -- retransmitted sequence numbers, messages reassembled from their fragments
 -- and the message-layer header (llcmsg.*) of each message.
 
@@ -46,7 +48,7 @@ local frame_types = {
     [1] = "SYN", [2] = "SYN-ACK", [3] = "DATA", [4] = "ACK",
     [5] = "RESET", [6] = "PING", [7] = "CLOSE",
 }
-local checksum_status = { [0] = "Bad", [1] = "Good" }
+local checksum_status = { [0] = "Bad", [1] = "Good", [2] = "Unverified" }
 
 local f = {
     version = ProtoField.uint8("llcstack.version", "Version", base.DEC),
@@ -384,7 +386,8 @@ function p_llc.dissector(tvb, pinfo, tree)
 
     -- Structure checks the receiver makes (PROTOCOL.md 3, 3.1).
     local problem
-    if tvb(0, 1):uint() ~= 1 then
+    -- Version 2 (issue 43): POLYVAL-AES tags, no CRC on authenticated frames.
+    if tvb(0, 1):uint() ~= 2 then
         problem = "unknown version " .. tvb(0, 1):uint()
     elseif sack_count > 4 then
         problem = "more than 4 SACK blocks"
@@ -398,10 +401,24 @@ function p_llc.dissector(tvb, pinfo, tree)
     end
 
     -- The CRC covers the LLC header, the transport header with the CRC field
-    -- zero, the SACK blocks, the payload and the authentication trailer.
+    -- zero, the SACK blocks and the payload. An authenticated frame has none
+    -- (PROTOCOL.md 3.3): its field is zero and its tag, which needs the key,
+    -- is its only check.
     local crc_ok
     local llc = llc_header_bytes()
-    if llc then
+    if auth then
+        local wire = tvb(52, 4):uint()
+        crc_ok = wire == 0
+        t:add(f.crc_status, tvb(52, 4), crc_ok and 2 or 0):set_generated()
+        if crc_ok then
+            crc_item:append_text(" [not used: the authentication tag covers the frame]")
+        else
+            crc_item:append_text(" [must be zero with AUTH]")
+            crc_item:add_proto_expert_info(ef.bad_crc,
+                string.format("CRC field 0x%08x of an authenticated frame is not zero: the stack drops this frame", wire))
+            pinfo.cols.info:append(" [BAD CRC]")
+        end
+    elseif llc then
         local c = crc32c_update(0xFFFFFFFF, llc)
         c = crc32c_update(c, tvb(0, 52):bytes())
         c = crc32c_update(c, ByteArray.new("00000000"))

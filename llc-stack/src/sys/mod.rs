@@ -16,8 +16,9 @@
 //! endpoint service's unix sockets and descriptor passing ([`grant`]), readiness
 //! ([`poll`]), memory mappings ([`mmap`]), the TPACKET_V2 RX ring ([`ring`]),
 //! `sendmmsg` batches ([`batch`]), AF_XDP sockets ([`xsk`]), the shared
-//! statistics page ([`shm`]) and CRC32C ([`crc`]). What the rest of the
-//! crate uses is re-exported here.
+//! statistics page ([`shm`]), CRC32C ([`crc`]) and the frame MAC's
+//! POLYVAL ([`polyval`]; CPU intrinsics, no libc, but the same rules). What
+//! the rest of the crate uses is re-exported here.
 
 use std::io;
 
@@ -44,6 +45,7 @@ mod iface;
 mod mmap;
 mod packet;
 mod poll;
+pub(crate) mod polyval;
 mod ring;
 mod shm;
 pub(crate) mod xsk;

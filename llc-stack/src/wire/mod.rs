@@ -201,12 +201,18 @@ pub(crate) fn parse_transport(llc_span: &[u8]) -> Result<TransportFrame<'_>, Wir
     let span = llc_span
         .get(..signed_len + header.trailer_len())
         .ok_or(WireError::Truncated)?;
-    if checksum(span) != header.crc.get() {
-        return Err(WireError::BadChecksum);
-    }
+    // An authenticated frame's integrity is its tag's to check (by the
+    // receiver, which has the key): its CRC field must be zero, and is not
+    // computed.
     let auth_tag = if header.has(transport::flags::AUTH) {
+        if header.crc.get() != 0 {
+            return Err(WireError::BadChecksum);
+        }
         span[signed_len..].try_into().ok()
     } else {
+        if checksum(span) != header.crc.get() {
+            return Err(WireError::BadChecksum);
+        }
         None
     };
     Ok(TransportFrame {
@@ -486,7 +492,8 @@ fn emit(
     }
     let (first, rest) = buf[at..].split_at_mut(payload[0].len());
     copy_short(first, payload[0]);
-    // `h.crc` was written as zero above.
+    // `h.crc` was written as zero above. An authenticated frame keeps it
+    // zero: the tag, computed over it, is its integrity check.
     let crc = if tail_out_of_line {
         use crate::sys::crc;
         let state = crc::update(crc::INIT, &buf[ethernet::HEADER_LEN..]);
@@ -496,11 +503,16 @@ fn emit(
             rest[..payload[1].len()].copy_from_slice(payload[1]);
         }
         match trailer {
-            Trailer::None => {}
-            Trailer::Key(key) => key.sign(buf, signed_len),
-            Trailer::Raw(tag) => buf[at + payload_len..].copy_from_slice(tag),
+            Trailer::None => checksum_zeroed(&buf[ethernet::HEADER_LEN..]),
+            Trailer::Key(key) => {
+                key.sign(buf, signed_len);
+                return Ok(written);
+            }
+            Trailer::Raw(tag) => {
+                buf[at + payload_len..].copy_from_slice(tag);
+                return Ok(written);
+            }
         }
-        checksum_zeroed(&buf[ethernet::HEADER_LEN..])
     };
     let crc_at = ethernet::HEADER_LEN + llc::HEADER_LEN + transport::CRC_OFFSET;
     buf[crc_at..crc_at + 4].copy_from_slice(&crc.to_be_bytes());

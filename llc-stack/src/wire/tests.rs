@@ -49,7 +49,7 @@ fn data_frame_literal_bytes() {
     assert_eq!(&buf[..12], &[2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1]);
     assert_eq!(&buf[12..14], &(3u16 + 56 + 8 + 5).to_be_bytes());
     assert_eq!(&buf[14..17], &[0x7C, 0x7C, 0x03]);
-    assert_eq!(&buf[17..21], &[1, 3, 1, 1]); // version, DATA, LAST_FRAGMENT, 1 sack
+    assert_eq!(&buf[17..21], &[2, 3, 1, 1]); // version, DATA, LAST_FRAGMENT, 1 sack
     assert_eq!(&buf[73..81], &[0, 0, 0, 102, 0, 0, 0, 104]);
     assert_eq!(&buf[81..86], b"hello");
 
@@ -162,8 +162,9 @@ fn rejections() {
     let mut ip = buf;
     ip[12..14].copy_from_slice(&[0x08, 0x00]);
     assert_eq!(parse(&ip[..n], None).unwrap_err(), WireError::NotLlc);
+    // Version 1 (BLAKE3 tags, issue 7) is no longer spoken.
     let mut v = buf;
-    v[17] = 2;
+    v[17] = 1;
     assert_eq!(parse(&v[..n], None).unwrap_err(), WireError::BadVersion);
     let mut s = buf;
     s[20] = 5;
@@ -342,18 +343,32 @@ fn authenticated_frame_layout_and_verification() {
     assert_eq!(hex, KNOWN_TAG, "tag of the PROTOCOL.md example changed");
     // Another key does not verify.
     assert!(!AuthKey::derive(b"job 43 secret").verify(&buf[..n], t.signed_len()));
-    // Nor does a frame changed anywhere the tag covers, even with a fixed-up
-    // CRC: Ethernet source, cookie, CRC-zeroed header, payload.
-    for at in [6, 14 + 3 + 8, 14 + 3 + 16, n - 17] {
+    // The CRC field stays zero: the tag is the frame's integrity check, so
+    // the parser lets a changed frame through to the receiver's MAC, which
+    // refuses it wherever the change is (Ethernet source, cookie, sequence
+    // number, payload, tag). A CRC field that is not zero is refused by the
+    // parser, even when it holds the CRC the frame would have without AUTH.
+    assert_eq!(t.header.crc.get(), 0);
+    for at in [6, 14 + 3 + 8, 14 + 3 + 16, n - 17, n - 1] {
         let mut forged = buf;
         forged[at] ^= 0x20;
-        refresh_crc(&mut forged[..n]);
         let t = match parse(&forged[..n], None).unwrap().body {
             Body::Transport(t) => t,
             _ => panic!(),
         };
         assert!(!key.verify(&forged[..n], t.signed_len()), "byte {at}");
     }
+    let mut with_crc = buf;
+    with_crc[14 + 3 + 52] ^= 0x01;
+    assert_eq!(
+        parse(&with_crc[..n], None).unwrap_err(),
+        WireError::BadChecksum
+    );
+    refresh_crc(&mut with_crc[..n - auth::TAG_LEN]);
+    assert_eq!(
+        parse(&with_crc[..n], None).unwrap_err(),
+        WireError::BadChecksum
+    );
     // Re-emitting with the raw tag reproduces the frame exactly.
     let mut again = [0u8; 160];
     let m = emit_transport_with(
@@ -389,8 +404,9 @@ fn authenticated_frame_layout_and_verification() {
     );
 }
 
-/// Tag of the frame above (PROTOCOL.md example, key material "job 42 secret").
-const KNOWN_TAG: &str = "de7773f2ebe4370922940dd5cd73d9a4";
+/// Tag of the frame above (the example of PROTOCOL.md 3.12, key material
+/// "job 42 secret"), computed by scripts/frame_mac_reference.py.
+const KNOWN_TAG: &str = "9c3f2cc7d251ba71be23af339ab60c6b";
 
 fn refresh_crc(frame: &mut [u8]) {
     let span_end = frame.len();

@@ -9,8 +9,11 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
 /// Length of the fixed transport header.
 pub const HEADER_LEN: usize = 56;
-/// Protocol version carried in every frame.
-pub const VERSION: u8 = 1;
+/// Protocol version carried in every frame. Version 2 (issue 43): the
+/// authentication tag is POLYVAL then AES-128 and replaces the CRC on
+/// authenticated frames (docs/PROTOCOL.md 3.3, 3.12); version 1 tagged
+/// frames with BLAKE3 and checked the CRC on all.
+pub const VERSION: u8 = 2;
 /// Most SACK blocks a frame may carry. Four ranges describe the holes of any
 /// loss pattern a window of frames is likely to see between two ACKs.
 pub const MAX_SACK_BLOCKS: usize = 4;
@@ -78,7 +81,8 @@ pub struct TransportHeader {
     /// Echo of the latest `ts_val` received from the peer.
     pub ts_ecr: U32,
     /// CRC32C (Castagnoli) over LLC header, transport header with this field
-    /// zero, SACK blocks and payload.
+    /// zero, SACK blocks and payload; zero on an authenticated frame, whose
+    /// tag checks all that instead.
     pub crc: U32,
 }
 
@@ -254,7 +258,7 @@ mod tests {
             ..Default::default()
         };
         let b = h.as_bytes();
-        assert_eq!(&b[0..2], &[1, 3]);
+        assert_eq!(&b[0..2], &[2, 3]);
         assert_eq!(&b[4..6], &[1, 2]);
         assert_eq!(&b[16..20], &[0x0a, 0x0b, 0x0c, 0x0d]);
         assert_eq!(max_payload(1500, 0), 1500 - 59);

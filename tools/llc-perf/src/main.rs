@@ -39,7 +39,7 @@ use transports::{pair_port, Kind, Open, Peers, MAX_PAIRS, SERVER_PORT};
     name = "llc-perf",
     version,
     about = "Latency, bandwidth, message rate, CPU overhead and overlap of the message layer over LLC (AF_XDP, AF_PACKET) and kernel TCP (io_uring, sockets), compared in one run",
-    after_help = "The main command is `llc-perf demo` (as root): it builds its own two-namespace testbed.\nBetween two hosts: `llc-perf server -I eth0` on one, `llc-perf client -I eth0 MAC IP` on the other."
+    after_help = "The main command is `llc-perf demo` (as root): it builds its own two-namespace testbed.\nBetween two hosts: `llc-perf server -I eth0` on one, `llc-perf client -I eth0 MAC IP` on the other.\n\nEnvironment:\n  LLC_AUTH_KEY  per-job key material: the LLC transports then authenticate every\n                frame (docs/SECURITY.md); a server and its clients need the same value"
 )]
 struct Cli {
     #[command(subcommand)]

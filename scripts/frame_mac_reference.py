@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""Reference implementation of the frame MAC of docs/PROTOCOL.md 3.12 (wire
+version 2), written from the spec and independent of llc-stack's code: its
+POLYVAL is plain GF(2^128) arithmetic in Python (checked against RFC 8452's
+test vector), AES-128 comes from the `cryptography` package, key derivation
+from the `blake3` package. The known-answer tests in
+llc-stack/src/wire/auth.rs and wire/tests.rs were computed with it.
+
+    python3 scripts/frame_mac_reference.py            # the known answers
+    python3 scripts/frame_mac_reference.py --material 'job 42 secret' --frame HEX
+"""
+
+import argparse
+
+import blake3
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
+KEY_CONTEXT = "llc-stack 2026-11 transport frame authentication v2 polyval-aes128"
+
+# POLYVAL's field: GF(2^128) modulo x^128 + x^127 + x^126 + x^121 + 1, with
+# bit i of a little-endian 16-byte string the coefficient of x^i.
+P = (1 << 128) | (1 << 127) | (1 << 126) | (1 << 121) | 1
+
+
+def gf_mul(a, b):
+    r = 0
+    while b:
+        if b & 1:
+            r ^= a
+        b >>= 1
+        a <<= 1
+        if a >> 128:
+            a ^= P
+    return r
+
+
+def gf_pow(a, n):
+    r = 1
+    while n:
+        if n & 1:
+            r = gf_mul(r, a)
+        a = gf_mul(a, a)
+        n >>= 1
+    return r
+
+
+# x^-1 = (P - 1) / x, then x^-128.
+X_INV_128 = gf_pow((P ^ 1) >> 1, 128)
+
+
+def dot(a, b):
+    return gf_mul(gf_mul(a, b), X_INV_128)
+
+
+def polyval(h, data):
+    assert len(data) % 16 == 0
+    hi = int.from_bytes(h, "little")
+    s = 0
+    for i in range(0, len(data), 16):
+        s = dot(s ^ int.from_bytes(data[i : i + 16], "little"), hi)
+    return s.to_bytes(16, "little")
+
+
+def check_polyval():
+    h = bytes.fromhex("25629347589242761d31f826ba4b757b")
+    x = bytes.fromhex("4f4f95668c83dfb6401762bb2d01a262d1a24ddd2721d006bbe45f20d3c9f362")
+    assert polyval(h, x).hex() == "f7a3b47b846119fae5b7866cf5e5b77e", "RFC 8452 vector"
+
+
+def tag(key, frame, span_len):
+    """Tag of `frame` (Ethernet header, then an LLC span of span_len bytes)."""
+    covered = frame[:12] + frame[14 : 14 + span_len]
+    padded = covered + bytes(-len(covered) % 16)
+    lengths = (8 * len(covered)).to_bytes(8, "little") + bytes(8)
+    s = polyval(key[16:], padded + lengths)
+    enc = Cipher(algorithms.AES(key[:16]), modes.ECB()).encryptor()
+    return enc.update(s) + enc.finalize()
+
+
+def derive(material):
+    return blake3.blake3(material, derive_key_context=KEY_CONTEXT).digest()
+
+
+def synthetic_frame(payload_len):
+    """The frames of auth.rs's known-answer test: byte i is (7 i + 3) mod 256,
+    an LLC span of 3 + 56 + payload_len bytes and room for the tag."""
+    span = 3 + 56 + payload_len
+    return bytes((7 * i + 3) % 256 for i in range(14 + span + 16)), span
+
+
+def main():
+    check_polyval()
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--material", help="key material, as AuthKey::derive takes it")
+    ap.add_argument("--frame", help="a whole frame in hex, tag included")
+    a = ap.parse_args()
+    if a.frame:
+        frame = bytes.fromhex(a.frame)
+        print(tag(derive(a.material.encode()), frame, len(frame) - 14 - 16).hex())
+        return
+    key = bytes(range(32))
+    for n in [0, 1, 5, 13, 64, 1441, 8941, 65000]:
+        frame, span = synthetic_frame(n)
+        print(f"payload {n:5}: {tag(key, frame, span).hex()}")
+
+
+if __name__ == "__main__":
+    main()
