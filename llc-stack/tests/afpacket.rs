@@ -397,20 +397,24 @@ fn permission_denied_without_cap_net_raw() {
         return;
     }
     // Run `permission_probe` in a child that is root but has CAP_NET_RAW
-    // removed from its bounding set (so from its effective set too).
+    // removed from its bounding set (so from its effective set too), in a
+    // network namespace of its own where no endpoint service (llcd) runs.
+    let ns = vm_tests::Netns::new("perm").expect("namespace");
+    ns.ip(&["link", "set", "lo", "up"]).expect("lo up");
     let exe = std::env::current_exe().expect("test binary path");
-    let mut child = std::process::Command::new("/usr/bin/setpriv");
+    let mut child = ns.command("/usr/bin/setpriv");
     child
         .args(["--bounding-set", "-net_raw", "--inh-caps", "-net_raw"])
         .arg(exe)
         .args(["--ignored", "--exact", "permission_probe", "--nocapture"])
         .env(PROBE_ENV, "1");
     let out = run_checked(&mut child, TIMEOUT).expect("probe child");
-    assert!(out.contains("probe: PermissionDenied"), "{out}");
+    assert!(out.contains("probe: NoService"), "{out}");
 }
 
 /// Run only by `permission_denied_without_cap_net_raw`, in a child without
-/// CAP_NET_RAW: opening a real interface must say what is missing.
+/// CAP_NET_RAW and without an endpoint service: opening a real interface
+/// must say what is missing and what to do, in one line.
 #[test]
 #[ignore = "run by permission_denied_without_cap_net_raw"]
 fn permission_probe() {
@@ -418,13 +422,18 @@ fn permission_probe() {
         return;
     }
     match AfPacket::open("lo", AfPacketConfig::default()) {
-        Err(LinkError::PermissionDenied { iface, what, needs }) => {
-            assert_eq!(
-                (iface.as_str(), what, needs),
-                ("lo", "a raw packet socket", "CAP_NET_RAW")
-            );
-            let e = LinkError::PermissionDenied { iface, what, needs };
-            println!("probe: PermissionDenied: {e}");
+        Err(e @ LinkError::NoService { .. }) => {
+            let text = e.to_string();
+            for says in [
+                "not permitted to open a raw packet socket on lo (needs CAP_NET_RAW)",
+                "no llcd service runs in this network namespace",
+                "scripts/install.sh",
+                "or run as root",
+            ] {
+                assert!(text.contains(says), "{says:?} missing in: {text}");
+            }
+            assert!(!text.contains('\n'), "one line: {text}");
+            println!("probe: NoService: {e}");
         }
         Err(e) => panic!("wrong error: {e}"),
         Ok(_) => panic!("opened a packet socket without CAP_NET_RAW"),

@@ -359,7 +359,9 @@ impl AfPacket {
     /// network namespace.
     ///
     /// Errors: [`LinkError::NoSuchInterface`], [`LinkError::InterfaceDown`],
-    /// [`LinkError::PermissionDenied`] without CAP_NET_RAW, and
+    /// without CAP_NET_RAW [`LinkError::NoService`] when the host's endpoint
+    /// service cannot be asked or [`LinkError::Refused`] when it refuses,
+    /// and
     /// [`LinkError::Io`] for anything else (e.g. no memory for the rings).
     pub fn open(ifname: &str, config: AfPacketConfig) -> Result<AfPacket, LinkError> {
         config.validate()?;
