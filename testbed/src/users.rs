@@ -41,6 +41,13 @@ impl TestUser {
                 IP_TIMEOUT,
             )?;
         }
+        // The user runs this build's programs from the target directory,
+        // with the test's working directory as its own.
+        let mut places = vec![crate::cdylib::profile_dir()];
+        places.extend(std::env::current_dir().ok());
+        for place in places {
+            let_users_reach(&place)?;
+        }
         Ok(TestUser {
             name: name.to_owned(),
             uid: id(name, "-u")?,
@@ -72,6 +79,34 @@ impl TestUser {
             .env("LOGNAME", &self.name);
         cmd
     }
+}
+
+/// Let every user traverse the directories down to `path` (add `o+x` where a
+/// directory lacks it, saying so): a checkout under a private directory
+/// would otherwise hide this build's programs from the test accounts.
+fn let_users_reach(path: &Path) -> Result<(), HarnessError> {
+    use std::os::unix::fs::PermissionsExt;
+    for dir in path.ancestors().collect::<Vec<_>>().into_iter().rev() {
+        let Ok(meta) = std::fs::metadata(dir) else {
+            continue;
+        };
+        let mode = meta.permissions().mode();
+        if meta.is_dir() && mode & 0o001 == 0 {
+            eprintln!(
+                "testbed: letting ordinary users traverse {} (mode {:o} -> {:o}) for the tests that run as them",
+                dir.display(),
+                mode & 0o7777,
+                (mode | 0o001) & 0o7777
+            );
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode | 0o001)).map_err(
+                |source| HarnessError::Io {
+                    what: format!("letting users traverse {}", dir.display()),
+                    source,
+                },
+            )?;
+        }
+    }
+    Ok(())
 }
 
 fn useradd() -> &'static str {
