@@ -26,8 +26,15 @@ pub struct TestUser {
 impl TestUser {
     /// The account `name`, created if it does not exist yet (needs root).
     pub fn ensure(name: &str) -> Result<TestUser, HarnessError> {
-        if id(name, "-u").is_err() {
-            run_checked(
+        // Tests of one binary run in parallel and may ask for the same
+        // account at once: one useradd at a time; and another process's
+        // useradd may hold /etc/passwd's lock for a moment (bounded retries).
+        static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _one = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        let mut tries = 0;
+        while id(name, "-u").is_err() {
+            tries += 1;
+            match run_checked(
                 Command::new(useradd()).args([
                     "--system",
                     "--user-group",
@@ -39,7 +46,11 @@ impl TestUser {
                     name,
                 ]),
                 IP_TIMEOUT,
-            )?;
+            ) {
+                Ok(_) => break,
+                Err(e) if tries >= 5 => return Err(e),
+                Err(_) => std::thread::sleep(std::time::Duration::from_millis(200 * tries)),
+            }
         }
         // The user runs this build's programs from the target directory,
         // with the test's working directory as its own.
