@@ -103,6 +103,7 @@ fn main() -> Result<()> {
         sys::detach()?;
         init_logging(Some(log))?;
     }
+    sys::raise_descriptor_limit();
     let service = Service::new(policy.clone());
     tracing::info!(
         config = %args.config.display(),

@@ -77,6 +77,18 @@ impl Service {
                 {
                     continue
                 }
+                // Out of descriptors or memory: the clients holding them
+                // will go; a user must not be able to stop the service.
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+                    ) =>
+                {
+                    tracing::warn!(error = %e, "cannot accept a client now");
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                    continue;
+                }
                 Err(e) => return Err(e),
             };
             if !self.connect(cred.uid) {

@@ -51,3 +51,19 @@ pub fn detach() -> io::Result<()> {
     }
     Ok(())
 }
+
+/// Raise the soft limit of open descriptors to the hard one: each client
+/// connection holds one while its endpoint lives.
+pub fn raise_descriptor_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: lim is a valid rlimit for the kernel to fill, then to read.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}
