@@ -61,12 +61,7 @@ impl Place<'_> {
             // host must see each other to share its NIC's XDP program, as
             // they do on a real host.
             Some(c) => match self.user {
-                Some(u) => {
-                    let words = u.setpriv_words();
-                    let mut cmd = c.hosts()[host].ns.command(&words[0]);
-                    cmd.args(&words[1..]).arg(bmi_check());
-                    cmd
-                }
+                Some(u) => u.command_in(&c.hosts()[host].ns, bmi_check()),
                 None => c.hosts()[host].ns.command(bmi_check()),
             },
             None => Command::new(bmi_check()),

@@ -193,19 +193,16 @@ fn inject(ifname: &str, dst: MacAddr, src: MacAddr, port: u16, count: usize) {
 /// Run this executable's `intruder` as `user` in `ns` with `role`.
 fn intruder_command(ns: &testbed::Netns, user: &TestUser, role: &str) -> std::process::Command {
     let exe = std::env::current_exe().expect("test executable");
-    let mut words = user.setpriv_words();
-    words.push(exe.display().to_string());
-    let mut cmd = ns.command(&words[0]);
-    cmd.args(&words[1..])
-        .args([
-            "--ignored",
-            "--exact",
-            "intruder",
-            "--nocapture",
-            "--test-threads",
-            "1",
-        ])
-        .env(ROLE, role);
+    let mut cmd = user.command_in(ns, exe);
+    cmd.args([
+        "--ignored",
+        "--exact",
+        "intruder",
+        "--nocapture",
+        "--test-threads",
+        "1",
+    ])
+    .env(ROLE, role);
     cmd
 }
 
@@ -233,20 +230,17 @@ fn two_jobs_and_an_intruder() {
 
     // Each job: a responder on b and a pinger on a, with the job's own key.
     let job = |u: &TestUser, port: &str, key: &str| {
-        let mut words = u.setpriv_words();
-        words.push(ping.display().to_string());
-        let mut cmd = hosts.b.ns.command(&words[0]);
-        cmd.args(&words[1..])
-            .args([
-                "--respond",
-                "-I",
-                "llc0",
-                "--backend",
-                "packet",
-                "--port",
-                port,
-            ])
-            .env("LLC_AUTH_KEY", key);
+        let mut cmd = u.command_in(&hosts.b.ns, &ping);
+        cmd.args([
+            "--respond",
+            "-I",
+            "llc0",
+            "--backend",
+            "packet",
+            "--port",
+            port,
+        ])
+        .env("LLC_AUTH_KEY", key);
         Background::spawn(&mut cmd, "responding on", Duration::from_secs(20)).expect("responder")
     };
     let _ra = job(&alice, "7", "job A's key");
@@ -260,24 +254,21 @@ fn two_jobs_and_an_intruder() {
     )
     .expect("intruder listening");
     let pinger = |u: &TestUser, port: &'static str, key: &'static str| {
-        let mut words = u.setpriv_words();
-        words.push(ping.display().to_string());
-        let mut cmd = hosts.a.ns.command(&words[0]);
-        cmd.args(&words[1..])
-            .args([
-                "-I",
-                "llc0",
-                "--backend",
-                "packet",
-                "--reliable",
-                "-c",
-                "3000",
-                "-i",
-                "0",
-                "-q",
-            ])
-            .args(["--port", port, &b_mac])
-            .env("LLC_AUTH_KEY", key);
+        let mut cmd = u.command_in(&hosts.a.ns, &ping);
+        cmd.args([
+            "-I",
+            "llc0",
+            "--backend",
+            "packet",
+            "--reliable",
+            "-c",
+            "3000",
+            "-i",
+            "0",
+            "-q",
+        ])
+        .args(["--port", port, &b_mac])
+        .env("LLC_AUTH_KEY", key);
         std::thread::spawn(move || cmd.output().expect("pinger"))
     };
     let (pa, pb) = (
@@ -361,14 +352,7 @@ fn two_jobs_and_an_intruder() {
 
 /// `llc-stat --json` as `u` in `ns`.
 fn stat_as(ns: &testbed::Netns, u: &TestUser, stat: &std::path::Path) -> String {
-    let mut words = u.setpriv_words();
-    words.push(stat.display().to_string());
-    let out = ns
-        .command(&words[0])
-        .args(&words[1..])
-        .arg("--json")
-        .output()
-        .unwrap();
+    let out = u.command_in(ns, stat).arg("--json").output().unwrap();
     assert!(out.status.success(), "{}", text(&out));
     String::from_utf8_lossy(&out.stdout).into_owned()
 }

@@ -64,11 +64,8 @@ fn run_as(
     program: &std::path::Path,
     args: &[&str],
 ) -> Output {
-    let mut words = user.setpriv_words();
-    words.push("timeout".into());
-    words.push("30".into());
-    let mut cmd = ns.command(&words[0]);
-    cmd.args(&words[1..]).arg(program).args(args);
+    let mut cmd = user.command_in(ns, "timeout");
+    cmd.arg("30").arg(program).args(args);
     cmd.output().expect("running as the user")
 }
 
@@ -109,11 +106,8 @@ fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
 
 /// A user's llc-ping responder in `b`, granted by b's llcd.
 fn responder(hosts: &TwoHosts, u: &TestUser, extra_env: &[(&str, &str)]) -> Background {
-    let mut words = u.setpriv_words();
-    words.push(llc_ping().display().to_string());
-    let mut cmd = hosts.b.ns.command(&words[0]);
-    cmd.args(&words[1..])
-        .args(["--respond", "-I", &hosts.b.ifname, "--backend", "packet"])
+    let mut cmd = u.command_in(&hosts.b.ns, llc_ping());
+    cmd.args(["--respond", "-I", &hosts.b.ifname, "--backend", "packet"])
         .env_remove("LLC_AUTH_KEY");
     for (k, v) in extra_env {
         cmd.env(k, v);

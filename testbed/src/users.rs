@@ -78,16 +78,12 @@ impl TestUser {
         ]
     }
 
-    /// `program` run as this user (from a root process: `setpriv`), with
-    /// the user's HOME, USER and LOGNAME.
-    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+    /// `program` run as this user inside `ns` (from a root process:
+    /// `ip netns exec` then `setpriv`); add arguments as usual.
+    pub fn command_in(&self, ns: &crate::Netns, program: impl AsRef<std::ffi::OsStr>) -> Command {
         let words = self.setpriv_words();
-        let mut cmd = Command::new(&words[0]);
-        cmd.args(&words[1..])
-            .arg(program)
-            .env("HOME", "/nonexistent")
-            .env("USER", &self.name)
-            .env("LOGNAME", &self.name);
+        let mut cmd = ns.command(&words[0]);
+        cmd.args(&words[1..]).arg(program);
         cmd
     }
 }
