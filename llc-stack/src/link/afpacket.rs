@@ -365,7 +365,8 @@ impl AfPacket {
     /// [`LinkError::Io`] for anything else (e.g. no memory for the rings).
     pub fn open(ifname: &str, config: AfPacketConfig) -> Result<AfPacket, LinkError> {
         config.validate()?;
-        let (_, mtu, mac) = Self::interface(ifname)?;
+        let iface = Self::interface(ifname)?;
+        let (_, mtu, mac) = iface;
         let io_err = |context: &str| {
             let context = format!("{context} on {ifname}");
             move |source| LinkError::Io { context, source }
@@ -405,7 +406,7 @@ impl AfPacket {
                 })
             }
         };
-        Self::set_up(ifname, config, fd, local, session)
+        Self::set_up(ifname, iface, config, fd, local, session)
     }
 
     /// The link role's endpoint of `sap` on `ifname`, if no endpoint of the
@@ -417,7 +418,8 @@ impl AfPacket {
     /// endpoint opened first. Needs CAP_NET_RAW. `Ok(None)`: the role is
     /// held (by an endpoint opened with privileges, which answers).
     pub fn open_link_responder(ifname: &str, sap: u8) -> Result<Option<AfPacket>, LinkError> {
-        let (ifindex, mtu, mac) = Self::interface(ifname)?;
+        let iface = Self::interface(ifname)?;
+        let (ifindex, mtu, mac) = iface;
         let Some(role) = LocalPort::claim_link_role(ifname, sap) else {
             return Ok(None);
         };
@@ -440,7 +442,7 @@ impl AfPacket {
             tx_batch: MIN_TX_BATCH,
             ..AfPacketConfig::default()
         };
-        Self::set_up(ifname, config, fd, Some(local), None).map(Some)
+        Self::set_up(ifname, iface, config, fd, Some(local), None).map(Some)
     }
 
     /// Index, MTU and MAC of `ifname`, which must be up.
@@ -453,15 +455,15 @@ impl AfPacket {
     }
 
     /// The rest of an open, on socket `fd` with its filter attached: the
-    /// RX ring, the options, the bind.
+    /// RX ring, the options, the bind. `iface`: [`Self::interface`]'s answer.
     fn set_up(
         ifname: &str,
+        (ifindex, mtu, mac): (u32, usize, [u8; 6]),
         config: AfPacketConfig,
         fd: OwnedFd,
         local: Option<LocalPort>,
         session: Option<OwnedFd>,
     ) -> Result<AfPacket, LinkError> {
-        let (ifindex, mtu, mac) = Self::interface(ifname)?;
         let max_frame = mtu + HEADER_LEN;
         let io_err = |context: &str| {
             let context = format!("{context} on {ifname}");
