@@ -16,6 +16,7 @@ mod service;
 mod sys;
 #[allow(unsafe_code)]
 mod users;
+mod xdp;
 
 use std::path::PathBuf;
 
@@ -33,7 +34,8 @@ use service::Service;
     after_help = "The policy file (TOML; every key optional):\n  \
         interfaces = [\"eth0\", \"eth1\"]     # where users may open endpoints (default: any)\n  \
         allow = [\"alice\", \"@hpc\", \"uid:4242\"] # who may (default: every user)\n  \
-        max_endpoints_per_user = 256         # endpoints one user may hold at once\n\n\
+        max_endpoints_per_user = 256         # endpoints one user may hold at once\n  \
+        max_locked_mib_per_user = 1024       # AF_XDP buffer memory one user may pin (0: AF_PACKET only)\n\n\
         One service runs per network namespace (the host's, or each simulated host's).\n\
         Installed with scripts/install.sh, it runs as the systemd unit llcd.service."
 )]
@@ -55,10 +57,17 @@ struct Args {
     /// and the endpoints held (your own; every user's for root), and exit.
     #[arg(long)]
     status: bool,
+    /// (Internal) mount the BPF file system for pins in the host's mount
+    /// namespace, for a service started in a mount namespace of its own.
+    #[arg(long, hide = true)]
+    mount_bpf_fs: bool,
 }
 
 fn main() -> Result<()> {
     let args = Args::parse();
+    if args.mount_bpf_fs {
+        return xdp::mount_bpf_fs_for_host().map_err(anyhow::Error::msg);
+    }
     if args.status {
         let status = grant::status().context(format!(
             "no llcd answers in this network namespace (@{})",
@@ -105,11 +114,13 @@ fn main() -> Result<()> {
     }
     sys::raise_descriptor_limit();
     let service = Service::new(policy.clone());
+    service.sweep_in_background();
     tracing::info!(
         config = %args.config.display(),
         interfaces = ?policy.interfaces,
         allow = ?policy.allow,
         max_endpoints_per_user = policy.max_endpoints_per_user,
+        max_locked_mib_per_user = policy.max_locked_mib_per_user,
         "llcd serving @{}", grant::SERVICE_NAME
     );
     // The line the test beds wait for.

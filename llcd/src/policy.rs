@@ -15,6 +15,12 @@ pub const DEFAULT_PATH: &str = "/etc/llc/llcd.toml";
 /// or BMI processes beside them.
 pub const DEFAULT_MAX_ENDPOINTS: usize = 256;
 
+/// Locked memory (MiB) one user's AF_XDP endpoints may pin at once unless
+/// the policy says otherwise: each RX queue's buffer pool a user's
+/// endpoints share takes 32 MiB at MTU 1500, 64 MiB at 9000 and 272 MiB at
+/// 65000 with the default sizes.
+pub const DEFAULT_MAX_LOCKED_MIB: u64 = 1024;
+
 /// Problems in the policy file, each saying where.
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyError {
@@ -52,6 +58,7 @@ struct File {
     interfaces: Option<Vec<String>>,
     allow: Option<Vec<String>>,
     max_endpoints_per_user: Option<usize>,
+    max_locked_mib_per_user: Option<u64>,
 }
 
 /// Who a policy entry names.
@@ -113,6 +120,9 @@ pub struct Policy {
     pub allow: Option<Vec<Principal>>,
     /// Endpoints one user may hold at once.
     pub max_endpoints_per_user: usize,
+    /// Locked memory one user's AF_XDP buffer pools may pin at once, MiB
+    /// (0: AF_XDP is not served; users get AF_PACKET).
+    pub max_locked_mib_per_user: u64,
 }
 
 impl Default for Policy {
@@ -121,6 +131,7 @@ impl Default for Policy {
             interfaces: None,
             allow: None,
             max_endpoints_per_user: DEFAULT_MAX_ENDPOINTS,
+            max_locked_mib_per_user: DEFAULT_MAX_LOCKED_MIB,
         }
     }
 }
@@ -179,6 +190,9 @@ impl Policy {
             interfaces: file.interfaces,
             allow,
             max_endpoints_per_user: max,
+            max_locked_mib_per_user: file
+                .max_locked_mib_per_user
+                .unwrap_or(DEFAULT_MAX_LOCKED_MIB),
         })
     }
 
@@ -222,6 +236,23 @@ impl Policy {
                 "user {} already holds {held} endpoints on this host, the most allowed \
                  (max_endpoints_per_user in {DEFAULT_PATH}): close some first",
                 asker.describe()
+            ))
+        }
+    }
+}
+
+impl Policy {
+    /// Whether a user whose buffer pools pin `held` bytes may pin `more`.
+    pub fn within_locked(&self, asker: &Asker, held: u64, more: u64) -> Result<(), String> {
+        let limit = self.max_locked_mib_per_user << 20;
+        if held + more <= limit {
+            Ok(())
+        } else {
+            Err(format!(
+                "user {}'s AF_XDP buffers would pin {} MiB on this host, more than the {} MiB                  allowed (max_locked_mib_per_user in {DEFAULT_PATH}); fewer endpoints per                  interface queue or AF_PACKET (backend packet) need less",
+                asker.describe(),
+                (held + more) >> 20,
+                self.max_locked_mib_per_user
             ))
         }
     }
@@ -294,6 +325,11 @@ mod tests {
             .within_limit(&a, 2)
             .unwrap_err()
             .contains("already holds 2 endpoints"));
+        assert!(p.within_locked(&a, 1000 << 20, 24 << 20).is_ok());
+        assert!(p
+            .within_locked(&a, 1000 << 20, 25 << 20)
+            .unwrap_err()
+            .contains("1025 MiB"));
     }
 
     #[test]

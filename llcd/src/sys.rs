@@ -67,3 +67,70 @@ pub fn raise_descriptor_limit() {
         }
     }
 }
+
+/// The file system type (`statfs` magic) of `path`, if it can be read.
+pub fn fs_magic(path: &std::path::Path) -> Option<i64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statfs is plain old data; all-zero is valid.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `path` is NUL-terminated and `st` writable for the call.
+    if unsafe { libc::statfs(path.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    Some(st.f_type as i64)
+}
+
+/// Mount a BPF file system at `path` (root only), mode 0700.
+pub fn mount_bpf_fs(path: &std::path::Path) -> io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let target = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path with a NUL byte"))?;
+    // SAFETY: every pointer is a NUL-terminated string alive for the call.
+    let rc = unsafe {
+        libc::mount(
+            c"bpf".as_ptr(),
+            target.as_ptr(),
+            c"bpf".as_ptr(),
+            0,
+            c"mode=0700".as_ptr().cast(),
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The (device, inode) of the file behind `fd`.
+pub fn file_identity(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<(u64, u64)> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: stat is plain old data; all-zero is valid.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is writable for the call; the descriptor is borrowed.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((st.st_dev, st.st_ino))
+}
+
+/// Whether this process shares pid 1's mount namespace.
+pub fn in_init_mount_ns() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let ino = |p: &str| std::fs::metadata(p).map(|m| (m.dev(), m.ino())).ok();
+    match (ino("/proc/self/ns/mnt"), ino("/proc/1/ns/mnt")) {
+        (Some(a), Some(b)) => a == b,
+        _ => true,
+    }
+}
+
+/// Move this (single-threaded) process into pid 1's mount namespace.
+pub fn enter_init_mount_ns() -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let ns = std::fs::File::open("/proc/1/ns/mnt")?;
+    // SAFETY: setns takes a descriptor we hold open and a flag.
+    if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNS) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}

@@ -217,9 +217,7 @@ fn two_jobs_and_an_intruder() {
     testbed::require_root!();
     let hosts = TwoHosts::new(1500).unwrap();
     let start = |ns: &testbed::Netns| {
-        let mut cmd = ns.command(LLCD);
-        cmd.arg("--foreground").arg("--config").arg("/dev/null");
-        Background::spawn(&mut cmd, "llcd: ready", Duration::from_secs(20)).expect("llcd")
+        testbed::llcd::start(ns, LLCD.as_ref(), "/dev/null".as_ref()).expect("llcd")
     };
     let (_la, _lb) = (start(&hosts.a.ns), start(&hosts.b.ns));
     let alice = TestUser::ensure("llc-job-a").unwrap();

@@ -25,9 +25,7 @@ fn user(name: &str) -> TestUser {
 /// `llcd --foreground` in `ns` with `policy` (written to a file beside it).
 fn llcd(ns: &testbed::Netns, policy: &str) -> (Background, tempfile_path::Path) {
     let file = tempfile_path::Path::new(policy);
-    let mut cmd = ns.command(LLCD);
-    cmd.arg("--foreground").arg("--config").arg(file.path());
-    let bg = Background::spawn(&mut cmd, "llcd: ready", Duration::from_secs(20)).expect("llcd");
+    let bg = testbed::llcd::start(ns, LLCD.as_ref(), file.path()).expect("llcd");
     (bg, file)
 }
 
@@ -282,10 +280,7 @@ fn a_killed_client_gives_its_port_back_and_a_killed_service_breaks_no_endpoint()
     assert!(ok, "the responder works without the service:\n{t}");
     // A restarted service serves new endpoints (port 7 is still the
     // responder's: a second one is refused for that reason).
-    let mut cmd = hosts.b.ns.command(LLCD);
-    cmd.arg("--foreground").arg("--config").arg(pb.path());
-    let _db2 =
-        Background::spawn(&mut cmd, "llcd: ready", Duration::from_secs(20)).expect("llcd again");
+    let _db2 = testbed::llcd::start(&hosts.b.ns, LLCD.as_ref(), pb.path()).expect("llcd again");
     let out = run_as(
         &hosts.b.ns,
         &u,

@@ -16,6 +16,7 @@
 
 pub mod cdylib;
 pub mod cpu;
+pub mod llcd;
 pub mod netns;
 pub mod process;
 mod sys;

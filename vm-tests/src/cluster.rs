@@ -498,10 +498,7 @@ esac
             HarnessError::InvalidArgument("restart_llcd before start_llcd".into())
         })?;
         self.kill_llcd(i);
-        let mut cmd = self.hosts[i].ns.command(&llcd);
-        cmd.arg("--foreground").arg("--config").arg(&config);
-        let bg = Background::spawn(&mut cmd, "llcd: ready", Duration::from_secs(20))
-            .map_err(HarnessError::Setup)?;
+        let bg = testbed::llcd::start(&self.hosts[i].ns, &llcd, &config)?;
         self.llcd_slots()[i] = Some(bg);
         Ok(())
     }

@@ -124,6 +124,19 @@ pub fn offers(prefix: &str) -> io::Result<Vec<Offered>> {
         .collect())
 }
 
+/// How many abstract names under `prefix` are bound in the calling
+/// thread's network namespace (claims, offers): a count of live holders.
+pub fn count_names(prefix: &str) -> io::Result<usize> {
+    let table = std::fs::read_to_string("/proc/thread-self/net/unix")?;
+    Ok(table
+        .lines()
+        .skip(1)
+        .filter_map(|line| line.split_whitespace().nth(7))
+        .filter_map(|path| path.strip_prefix('@'))
+        .filter(|name| name.starts_with(prefix))
+        .count())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

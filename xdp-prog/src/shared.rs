@@ -31,6 +31,7 @@ use std::collections::{btree_map, BTreeMap, BTreeSet};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixDatagram;
+use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -681,6 +682,58 @@ impl SharedProgram {
         cfg: &XdpConfig,
         timeout: Duration,
     ) -> Result<SharedProgram, ShareError> {
+        Self::join_inner(iface, cfg, timeout, None)
+    }
+
+    /// [`SharedProgram::join`] for a process that must not take the
+    /// program with it when it dies (the endpoint service, whose granted
+    /// endpoints outlive a restart of it): the link and maps are pinned in
+    /// directory `pins` of a BPF file system, and a program pinned there
+    /// is taken up again when no live member offers it. [`unpin`] removes
+    /// the pins; the program is then detached with its last member.
+    pub fn join_pinned(
+        iface: &str,
+        cfg: &XdpConfig,
+        pins: &Path,
+    ) -> Result<SharedProgram, ShareError> {
+        let p = Self::join_inner(iface, cfg, DEFAULT_JOIN_TIMEOUT, Some(pins))?;
+        if !pins.join(PIN_NAMES[0]).exists() {
+            p.pin(pins).map_err(|e| XdpError::Other {
+                context: format!(
+                    "pinning the shared XDP program of {iface} in {}",
+                    pins.display()
+                ),
+                detail: e.to_string(),
+            })?;
+        }
+        Ok(p)
+    }
+
+    fn pin(&self, dir: &Path) -> io::Result<()> {
+        std::fs::create_dir_all(dir)?;
+        let fds = std::iter::once(self.link.as_fd()).chain(self.maps.fds());
+        // The link last: its file is what says "pinned" to a later look.
+        let mut pairs: Vec<_> = PIN_NAMES.iter().zip(fds).collect();
+        pairs.rotate_left(1);
+        for (name, fd) in pairs {
+            let path = dir.join(name);
+            match sys::obj_pin(fd, &path) {
+                Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
+                    std::fs::remove_file(&path)?;
+                    sys::obj_pin(fd, &path)?;
+                }
+                other => other?,
+            }
+        }
+        Ok(())
+    }
+
+    fn join_inner(
+        iface: &str,
+        cfg: &XdpConfig,
+        timeout: Duration,
+        pins: Option<&Path>,
+    ) -> Result<SharedProgram, ShareError> {
         quiet_libbpf();
         let ifindex = sys::if_nametoindex(iface).map_err(|e| XdpError::Other {
             context: format!("looking up interface {iface}"),
@@ -690,7 +743,11 @@ impl SharedProgram {
         let mut loaded: Option<Loaded> = None;
         let mut pause = Duration::from_millis(1);
         loop {
-            if let Some(held) = find_member(iface, ifindex)? {
+            let found = match find_member(iface, ifindex)? {
+                Some(held) => Some(held),
+                None => pins.and_then(|dir| adopt_pins(dir, ifindex)),
+            };
+            if let Some(held) = found {
                 if let Some((attached, wanted)) = held.settings.mismatch(cfg) {
                     return Err(ShareError::ConfigMismatch {
                         iface: iface.to_owned(),
@@ -1026,6 +1083,19 @@ impl SharedProgram {
         self.ifindex
     }
 
+    /// Duplicates of this endpoint's claims (its slot, and the ports it
+    /// registered), for the process the endpoint is made for: the endpoint
+    /// service keeps a granted endpoint's membership, the endpoint's process
+    /// keeps these, so that its slot and ports stay its own while it lives,
+    /// also across a restart of the service.
+    pub fn holder_claims(&self) -> io::Result<Vec<OwnedFd>> {
+        let state = self.state();
+        std::iter::once(&self._slot_claim)
+            .chain(state.ports.values())
+            .map(|c| c.as_fd().try_clone_to_owned())
+            .collect()
+    }
+
     /// Our descriptor of the BPF link (the program stays attached while any
     /// member holds one).
     pub fn link_fd(&self) -> BorrowedFd<'_> {
@@ -1058,6 +1128,60 @@ impl Drop for SharedProgram {
         // The fields go next, in order: the member name, the slot claim,
         // the link and the maps.
     }
+}
+
+/// File names of the pins in a pin directory: the link, then the maps in
+/// the order of [`MAP_SHAPES`].
+const PIN_NAMES: [&str; 6] = [
+    "link",
+    "steer_ports",
+    "steer_slots",
+    "steer_xsks",
+    "steer_config",
+    "counters",
+];
+
+/// The program pinned in `dir`, if it is a live `llc_steer` of interface
+/// `ifindex`; pins of a program whose interface went away are removed.
+fn adopt_pins(dir: &Path, ifindex: u32) -> Option<Held> {
+    let link = sys::obj_get(&dir.join(PIN_NAMES[0])).ok()?;
+    let info = LinkInfo::from_fd(link.as_fd()).ok()?;
+    if !matches!(info.info, LinkTypeInfo::Xdp(ref x) if x.ifindex == ifindex) {
+        tracing::debug!(dir = %dir.display(), "removing the pins of a detached XDP program");
+        unpin(dir);
+        return None;
+    }
+    let maps = PIN_NAMES[1..]
+        .iter()
+        .map(|name| sys::obj_get(&dir.join(name)).and_then(RawMap::from_fd))
+        .collect::<io::Result<Vec<_>>>()
+        .ok()?;
+    let maps = Maps::from_vec(maps).ok()?;
+    let settings = ProgramSettings::read(&maps.config).ok()?.ok()?;
+    tracing::debug!(dir = %dir.display(), program_id = info.prog_id, "took the shared XDP program up from its pins");
+    Some(Held {
+        link,
+        maps,
+        settings,
+        program_id: info.prog_id,
+    })
+}
+
+/// Remove the pins [`SharedProgram::join_pinned`] made in `dir` (and the
+/// directory, when empty). The program stays attached while a member holds
+/// its link.
+pub fn unpin(dir: &Path) {
+    for name in PIN_NAMES {
+        let _ = std::fs::remove_file(dir.join(name));
+    }
+    let _ = std::fs::remove_dir(dir);
+}
+
+/// How many endpoints of the host hold a slot of the shared program of
+/// interface `ifindex`: members of any process, and the granted endpoints
+/// that keep their slot's claim ([`SharedProgram::holder_claims`]).
+pub fn live_slots(ifindex: u32) -> io::Result<usize> {
+    offer::count_names(&format!("{}slot/", iface_prefix(ifindex)))
 }
 
 /// Claim a free slot of interface `ifindex`.

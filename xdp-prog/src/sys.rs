@@ -41,6 +41,38 @@ pub(crate) fn xdp_link_create(
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// Pin the BPF object `fd` (a link or a map) at `path` in a BPF file system
+/// (`BPF_OBJ_PIN`): it then lives until the file is removed, beyond the
+/// process.
+pub(crate) fn obj_pin(fd: BorrowedFd<'_>, path: &std::path::Path) -> io::Result<()> {
+    let path = path_cstring(path)?;
+    // SAFETY: `path` is a NUL-terminated string that outlives the call; the
+    // descriptor is borrowed for the call.
+    let rc = unsafe { libbpf_sys::bpf_obj_pin(fd.as_raw_fd(), path.as_ptr()) };
+    if rc < 0 {
+        return Err(io::Error::from_raw_os_error(-rc));
+    }
+    Ok(())
+}
+
+/// A descriptor of the BPF object pinned at `path` (`BPF_OBJ_GET`).
+pub(crate) fn obj_get(path: &std::path::Path) -> io::Result<OwnedFd> {
+    let path = path_cstring(path)?;
+    // SAFETY: `path` is a NUL-terminated string that outlives the call.
+    let fd = unsafe { libbpf_sys::bpf_obj_get(path.as_ptr()) };
+    if fd < 0 {
+        return Err(io::Error::from_raw_os_error(-fd));
+    }
+    // SAFETY: libbpf returned a fresh descriptor that nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn path_cstring(path: &std::path::Path) -> io::Result<CString> {
+    use std::os::unix::ffi::OsStrExt;
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path with a NUL byte"))
+}
+
 /// A BPF map known by a descriptor alone (for instance one taken from
 /// another process with `pidfd_getfd`). The key and value sizes come from
 /// the kernel (`BPF_OBJ_GET_INFO_BY_FD`), and every operation checks the

@@ -96,6 +96,7 @@ use std::time::Duration;
 pub use xdp_prog::shared::{ShareError, SharedProgram};
 pub use xdp_prog::{AttachMode, Attached, Counters as ProgramCounters, LlcRedirect, XdpError};
 
+use crate::link::grant;
 use crate::link::interfaces;
 use crate::link::local::{LocalPort, LocalStats};
 use crate::link::{Capabilities, Device, LinkError, RxToken, TxToken};
@@ -301,6 +302,10 @@ enum Program {
     Own(Arc<LlcRedirect>),
     /// The interface's program, shared with other endpoint processes.
     Shared(Box<SharedProgram>),
+    /// The interface's program as the endpoint service holds it for a
+    /// process without privileges (`link::grant`): the service made the
+    /// sockets and steers the port to them.
+    Granted(Box<grant::XdpGrant>),
 }
 
 impl Program {
@@ -308,8 +313,38 @@ impl Program {
         match self {
             Program::Own(p) => p.attached(),
             Program::Shared(p) => p.attached(),
+            Program::Granted(g) if g.attached == "native" => Attached::Native,
+            Program::Granted(_) => Attached::Generic,
         }
     }
+
+    /// Who makes the sockets, when this process may not.
+    fn provider(&self) -> Option<&dyn xsk::Provider> {
+        match self {
+            Program::Granted(g) => Some(g.as_ref()),
+            _ => None,
+        }
+    }
+}
+
+/// The shared program's settings for endpoints of `sap` on `ifname`, as
+/// [`AfXdp::open`] chooses them with the default attach mode: the endpoint
+/// service attaches the program its granted endpoints share with these.
+pub fn shared_program_config(ifname: &str, sap: u8) -> Result<xdp_prog::XdpConfig, LinkError> {
+    let config = AfXdpConfig {
+        sap,
+        ..AfXdpConfig::default()
+    };
+    Ok(xdp_prog::XdpConfig {
+        sap,
+        mac: Some(interfaces::mac(ifname)?),
+        attach: if auto_on_veth(ifname, &config) {
+            AttachMode::Generic
+        } else {
+            config.attach
+        },
+        frags: needs_multi_buffer(interfaces::mtu(ifname)?),
+    })
 }
 
 fn share_error(iface: &str, e: ShareError) -> LinkError {
@@ -417,6 +452,11 @@ impl AfXdp {
             frags: needs_multi_buffer(mtu),
         };
         let mut dev = match config.port {
+            // No privileges: the endpoint service holds the program and
+            // makes the sockets, always for one port.
+            port if grant::needs_service() => {
+                Self::open_granted(ifname, config, port.unwrap_or(0))?
+            }
             None => {
                 let program = LlcRedirect::attach(ifname, ifindex, &xcfg)
                     .map_err(|e| xdp_error(ifname, e))?;
@@ -527,6 +567,41 @@ impl AfXdp {
         Ok(dev)
     }
 
+    /// Open the endpoint of `port` (0: any free port) through the endpoint
+    /// service: it claims the port, holds the interface's shared program
+    /// and makes the sockets of each queue's pool; this process maps their
+    /// rings and runs the data path.
+    fn open_granted(ifname: &str, mut config: AfXdpConfig, port: u16) -> Result<AfXdp, LinkError> {
+        let ifindex = interfaces::index(ifname)?;
+        let mtu = interfaces::mtu(ifname)?;
+        let mac = interfaces::mac(ifname)?;
+        let grant = grant::request_xdp(ifname, config.sap, port)?;
+        let local = grant.local_port(config.sap, mac, mtu + HEADER_LEN)?;
+        tracing::debug!(%ifname, port = grant.port, attached = %grant.attached, "AF_XDP endpoint granted by llcd");
+        config.bind_retry = config.bind_retry.min(Duration::from_secs(1));
+        let dev = Self::bind_sockets(
+            ifname,
+            ifindex,
+            config,
+            Program::Granted(Box::new(grant)),
+            Some(local),
+        )?;
+        let Program::Granted(g) = &dev.program else {
+            unreachable!("opened as granted");
+        };
+        for q in &dev.queues {
+            g.steer(q.id, q.xsk.fd())?;
+        }
+        g.ready()?;
+        Ok(dev)
+    }
+
+    /// Whether the endpoint service made this device's sockets (this
+    /// process has no CAP_NET_RAW; `link::grant`).
+    pub fn granted(&self) -> bool {
+        matches!(self.program, Program::Granted(_))
+    }
+
     /// Bind one socket per RX queue in use, each with its own UMEM.
     fn bind_sockets(
         ifname: &str,
@@ -568,6 +643,7 @@ impl AfXdp {
                 sg,
                 &config,
                 local.is_some(),
+                program.provider(),
                 &mut fallbacks,
             )?;
             queues.push(Queue { xsk, id });
@@ -621,7 +697,7 @@ impl AfXdp {
     pub fn shared_program(&self) -> Option<&SharedProgram> {
         match &self.program {
             Program::Shared(p) => Some(p),
-            Program::Own(_) => None,
+            Program::Own(_) | Program::Granted(_) => None,
         }
     }
 
@@ -680,7 +756,7 @@ impl AfXdp {
     pub fn program(&self) -> Option<&Arc<LlcRedirect>> {
         match &self.program {
             Program::Own(p) => Some(p),
-            Program::Shared(_) => None,
+            Program::Shared(_) | Program::Granted(_) => None,
         }
     }
 
@@ -768,6 +844,7 @@ fn bind_queue(
     sg: bool,
     config: &AfXdpConfig,
     shared: bool,
+    provider: Option<&dyn xsk::Provider>,
     fallbacks: &mut Vec<String>,
 ) -> Result<xsk::Xsk, LinkError> {
     let mut base = libc::XDP_USE_NEED_WAKEUP;
@@ -789,7 +866,14 @@ fn bind_queue(
         };
         loop {
             let attempt = if shared {
-                xsk::Xsk::join_or_create_pool(ifindex, id, params, config.pool_members, base | mode)
+                xsk::Xsk::join_or_create_pool(
+                    ifindex,
+                    id,
+                    params,
+                    config.pool_members,
+                    base | mode,
+                    provider,
+                )
             } else {
                 xsk::Xsk::new(ifindex, id, params, base | mode)
             };

@@ -40,6 +40,8 @@ use super::interfaces;
 use super::local::LocalPort;
 use super::LinkError;
 use crate::sys;
+use crate::sys::xsk::{self, Provider, XskStep};
+pub use crate::sys::xsk::{SocketSpec, UmemSpec};
 pub use crate::sys::PeerCred;
 
 /// The service's abstract socket name, in each network namespace.
@@ -51,9 +53,31 @@ const PROTOCOL: &str = "llcd/1";
 /// Longest request or reply.
 pub const MAX_MESSAGE: usize = 1024;
 
+/// The kind of endpoint a process asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// A filtered, locked AF_PACKET socket.
+    Packet,
+    /// AF_XDP sockets steered by the interface's shared XDP program, which
+    /// the service holds (further requests on the same connection:
+    /// [`FollowUp`]).
+    Xdp,
+}
+
+impl Kind {
+    fn word(self) -> &'static str {
+        match self {
+            Kind::Packet => "packet",
+            Kind::Xdp => "xdp",
+        }
+    }
+}
+
 /// What a process asks the service for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Request {
+    /// Packet or XDP.
+    pub kind: Kind,
     /// Interface name.
     pub ifname: String,
     /// LLC SAP of the endpoint.
@@ -66,8 +90,11 @@ impl fmt::Display for Request {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{PROTOCOL} packet ifname={} sap={:02x} port={}",
-            self.ifname, self.sap, self.port
+            "{PROTOCOL} {} ifname={} sap={:02x} port={}",
+            self.kind.word(),
+            self.ifname,
+            self.sap,
+            self.port
         )
     }
 }
@@ -76,8 +103,9 @@ impl Request {
     /// Parse a request line. The error says what was wrong, for the reply.
     pub fn parse(line: &str) -> Result<Request, String> {
         let mut words = line.split_ascii_whitespace();
-        match (words.next(), words.next()) {
-            (Some(PROTOCOL), Some("packet")) => {}
+        let kind = match (words.next(), words.next()) {
+            (Some(PROTOCOL), Some("packet")) => Kind::Packet,
+            (Some(PROTOCOL), Some("xdp")) => Kind::Xdp,
             (Some(PROTOCOL), other) => {
                 return Err(format!("unknown request {:?}", other.unwrap_or("")));
             }
@@ -86,7 +114,7 @@ impl Request {
                     "not a {PROTOCOL} request (client and service of different versions?)"
                 ))
             }
-        }
+        };
         let (mut ifname, mut sap, mut port) = (None, None, None);
         for word in words {
             let (name, value) = word
@@ -112,7 +140,12 @@ impl Request {
             }
         }
         match (ifname, sap, port) {
-            (Some(ifname), Some(sap), Some(port)) => Ok(Request { ifname, sap, port }),
+            (Some(ifname), Some(sap), Some(port)) => Ok(Request {
+                kind,
+                ifname,
+                sap,
+                port,
+            }),
             _ => Err("a request needs ifname, sap and port".into()),
         }
     }
@@ -176,6 +209,37 @@ pub fn needs_service() -> bool {
 /// Ask the service of this network namespace for an endpoint on `ifname`
 /// with `sap` and `port` (0: any free one).
 pub fn request(ifname: &str, sap: u8, port: u16) -> Result<Grant, LinkError> {
+    let req = Request {
+        kind: Kind::Packet,
+        ifname: ifname.to_owned(),
+        sap,
+        port,
+    };
+    let (session, granted, mut fds) = open_session(&req)?;
+    let port = granted.port;
+    if fds.len() != 2 {
+        return Err(no_service(
+            ifname,
+            &format!("llcd sent {} descriptors with a packet grant", fds.len()),
+        ));
+    }
+    let claim = fds.pop().expect("counted");
+    let packet = fds.pop().expect("counted");
+    check_kind(packet.as_fd(), libc::AF_PACKET, libc::SOCK_RAW)
+        .and_then(|()| check_kind(claim.as_fd(), libc::AF_UNIX, libc::SOCK_DGRAM))
+        .map_err(|e| no_service(ifname, &format!("llcd sent a wrong descriptor: {e}")))?;
+    Ok(Grant {
+        packet,
+        claim: UnixDatagram::from(claim),
+        port,
+        session,
+    })
+}
+
+/// Connect to the service, check it is root's, send `req` and read the
+/// grant: the session, the port and the descriptors that came with it.
+fn open_session(req: &Request) -> Result<(OwnedFd, Granted, Vec<OwnedFd>), LinkError> {
+    let ifname = req.ifname.as_str();
     let session = sys::seqpacket_connect(SERVICE_NAME).map_err(|e| match e.raw_os_error() {
         Some(libc::ECONNREFUSED) | Some(libc::ENOENT) => {
             no_service(ifname, "no llcd service runs in this network namespace")
@@ -193,12 +257,7 @@ pub fn request(ifname: &str, sap: u8, port: u16) -> Result<Grant, LinkError> {
             ),
         ));
     }
-    let line = Request {
-        ifname: ifname.to_owned(),
-        sap,
-        port,
-    }
-    .to_string();
+    let line = req.to_string();
     let io = |e: io::Error| no_service(ifname, &format!("talking to the llcd service: {e}"));
     sys::send_with_fds(session.as_fd(), line.as_bytes(), &[]).map_err(io)?;
     let mut buf = [0u8; MAX_MESSAGE];
@@ -215,33 +274,370 @@ pub fn request(ifname: &str, sap: u8, port: u16) -> Result<Grant, LinkError> {
     }
     let port = parse_ok(&reply)
         .ok_or_else(|| no_service(ifname, &format!("unexpected answer from llcd: {reply:?}")))?;
-    if fds.len() != 2 {
-        return Err(no_service(
-            ifname,
-            &format!("llcd sent {} descriptors with {reply:?}", fds.len()),
-        ));
-    }
-    let claim = fds.pop().expect("counted");
-    let packet = fds.pop().expect("counted");
-    check_kind(packet.as_fd(), libc::AF_PACKET, libc::SOCK_RAW)
-        .and_then(|()| check_kind(claim.as_fd(), libc::AF_UNIX, libc::SOCK_DGRAM))
-        .map_err(|e| no_service(ifname, &format!("llcd sent a wrong descriptor: {e}")))?;
-    Ok(Grant {
-        packet,
-        claim: UnixDatagram::from(claim),
-        port,
-        session,
-    })
+    Ok((session, port, std::mem::take(&mut fds)))
 }
 
-/// `ok port=N`: the granted port.
-fn parse_ok(reply: &str) -> Option<u16> {
+/// What a grant's answer says: the port, and for an XDP endpoint how the
+/// interface's program is attached.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Granted {
+    port: u16,
+    attached: Option<String>,
+}
+
+/// `ok port=N` (`ok port=N attached=generic` for an XDP endpoint).
+fn parse_ok(reply: &str) -> Option<Granted> {
     let mut words = reply.split_ascii_whitespace();
     if words.next()? != "ok" {
         return None;
     }
     let port = words.next()?.strip_prefix("port=")?.parse().ok()?;
-    words.next().is_none().then_some(port)
+    let attached = match words.next() {
+        None => None,
+        Some(w) => Some(w.strip_prefix("attached=")?.to_owned()),
+    };
+    words.next().is_none().then_some(Granted { port, attached })
+}
+
+/// What an XDP session asks after its grant (`llcd/1 xsk ...`,
+/// `llcd/1 steer queue=Q`, `llcd/1 ready`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FollowUp {
+    /// A socket of the shared pool as the spec says: the pool's first
+    /// (with `umem`; the pool's memfd comes with the request) or a further
+    /// one (a socket of the pool comes with the request). Answered with the
+    /// bound socket.
+    Socket(SocketSpec),
+    /// Steer frames for the endpoint's port arriving on RX queue `queue`
+    /// to the socket that comes with the request (one the service made in
+    /// this session).
+    Steer {
+        /// RX queue.
+        queue: u32,
+    },
+    /// Every queue is steered: steer the port to the endpoint. Answered
+    /// with the claims the endpoint keeps.
+    Ready,
+}
+
+impl fmt::Display for FollowUp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FollowUp::Socket(s) => {
+                write!(
+                    f,
+                    "{PROTOCOL} xsk queue={} rx={} tx={} flags={}",
+                    s.queue, s.rx, s.tx, s.flags
+                )?;
+                if let Some(u) = &s.umem {
+                    write!(
+                        f,
+                        " umem={},{},{},{},{}",
+                        u.offset, u.len, u.chunk, u.fill, u.comp
+                    )?;
+                }
+                Ok(())
+            }
+            FollowUp::Steer { queue } => write!(f, "{PROTOCOL} steer queue={queue}"),
+            FollowUp::Ready => write!(f, "{PROTOCOL} ready"),
+        }
+    }
+}
+
+impl FollowUp {
+    /// Parse a follow-up line; the error says what was wrong.
+    pub fn parse(line: &str) -> Result<FollowUp, String> {
+        let mut words = line.split_ascii_whitespace();
+        let verb = match (words.next(), words.next()) {
+            (Some(PROTOCOL), Some(v)) => v,
+            _ => return Err(format!("not a {PROTOCOL} request")),
+        };
+        let mut fields = std::collections::BTreeMap::new();
+        for word in words {
+            let (name, value) = word
+                .split_once('=')
+                .ok_or_else(|| format!("expected name=value, got {word:?}"))?;
+            fields.insert(name, value);
+        }
+        let num = |name: &str| -> Result<u64, String> {
+            fields
+                .get(name)
+                .ok_or_else(|| format!("{verb} needs {name}"))?
+                .parse()
+                .map_err(|_| format!("invalid {name}"))
+        };
+        let small = |name: &str| -> Result<u32, String> {
+            u32::try_from(num(name)?).map_err(|_| format!("invalid {name}"))
+        };
+        let known = |names: &[&str]| match fields.keys().find(|k| !names.contains(k)) {
+            Some(k) => Err(format!("unknown field {k:?}")),
+            None => Ok(()),
+        };
+        match verb {
+            "xsk" => {
+                known(&["queue", "rx", "tx", "flags", "umem"])?;
+                let umem = match fields.get("umem") {
+                    None => None,
+                    Some(v) => {
+                        let n: Vec<u64> = v
+                            .split(',')
+                            .map(str::parse)
+                            .collect::<Result<_, _>>()
+                            .map_err(|_| "invalid umem".to_string())?;
+                        let [offset, len, chunk, fill, comp] = n[..] else {
+                            return Err("umem needs offset,len,chunk,fill,comp".into());
+                        };
+                        let small =
+                            |v: u64| u32::try_from(v).map_err(|_| "invalid umem".to_string());
+                        Some(UmemSpec {
+                            offset,
+                            len,
+                            chunk: small(chunk)?,
+                            fill: small(fill)?,
+                            comp: small(comp)?,
+                        })
+                    }
+                };
+                let spec = SocketSpec {
+                    queue: small("queue")?,
+                    rx: small("rx")?,
+                    tx: small("tx")?,
+                    flags: u16::try_from(num("flags")?).map_err(|_| "invalid flags")?,
+                    umem,
+                };
+                spec.check()?;
+                Ok(FollowUp::Socket(spec))
+            }
+            "steer" => {
+                known(&["queue"])?;
+                Ok(FollowUp::Steer {
+                    queue: small("queue")?,
+                })
+            }
+            "ready" => {
+                known(&[])?;
+                Ok(FollowUp::Ready)
+            }
+            other => Err(format!("unknown request {other:?}")),
+        }
+    }
+}
+
+/// An AF_XDP endpoint the service granted: the port's claim, the session
+/// through which the service makes the sockets and steers the port, and
+/// the claims of the endpoint's slot and port in the shared program.
+#[derive(Debug)]
+pub struct XdpGrant {
+    /// The port's claim socket (bound to its abstract name).
+    pub claim: UnixDatagram,
+    /// The port the service claimed.
+    pub port: u16,
+    /// How the interface's program is attached (`native` or `generic`).
+    pub attached: String,
+    ifname: String,
+    session: OwnedFd,
+    /// Claims in the shared program, kept for the endpoint's life so that
+    /// they outlive a restart of the service.
+    held: std::sync::Mutex<Vec<OwnedFd>>,
+}
+
+/// Ask the service of this network namespace for an AF_XDP endpoint on
+/// `ifname` with `sap` and `port` (0: any free one). The sockets follow
+/// ([`crate::sys::xsk::Provider`]), then [`XdpGrant::steer`] for each
+/// queue and [`XdpGrant::ready`].
+pub fn request_xdp(ifname: &str, sap: u8, port: u16) -> Result<XdpGrant, LinkError> {
+    let req = Request {
+        kind: Kind::Xdp,
+        ifname: ifname.to_owned(),
+        sap,
+        port,
+    };
+    let (session, granted, mut fds) = open_session(&req)?;
+    let wrong = |what: String| no_service(ifname, &format!("llcd sent {what}"));
+    if fds.len() != 2 {
+        return Err(wrong(format!(
+            "{} descriptors with an XDP grant",
+            fds.len()
+        )));
+    }
+    let slot = fds.pop().expect("counted");
+    let claim = fds.pop().expect("counted");
+    for fd in [&claim, &slot] {
+        check_kind(fd.as_fd(), libc::AF_UNIX, libc::SOCK_DGRAM)
+            .map_err(|e| wrong(format!("a wrong descriptor: {e}")))?;
+    }
+    Ok(XdpGrant {
+        claim: UnixDatagram::from(claim),
+        port: granted.port,
+        attached: granted.attached.unwrap_or_default(),
+        ifname: ifname.to_owned(),
+        session,
+        held: std::sync::Mutex::new(vec![slot]),
+    })
+}
+
+impl XdpGrant {
+    /// The endpoint's claim, for the device that takes this grant.
+    pub(crate) fn local_port(
+        &self,
+        sap: u8,
+        mac: [u8; 6],
+        max_frame: usize,
+    ) -> Result<LocalPort, LinkError> {
+        let claim = self.claim.try_clone().map_err(|source| LinkError::Io {
+            context: "keeping the granted claim socket".into(),
+            source,
+        })?;
+        LocalPort::from_claim(claim, &self.ifname, sap, self.port, mac, max_frame, false)
+    }
+
+    /// One request and its answer: the words after `ok`, and descriptors.
+    fn ask(&self, line: &str, fds: &[BorrowedFd<'_>]) -> Result<(String, Vec<OwnedFd>), LinkError> {
+        let (reply, fds) = self
+            .exchange(line, fds)
+            .map_err(|e| no_service(&self.ifname, &format!("talking to the llcd service: {e}")))?;
+        match reply.strip_prefix("error ") {
+            Some(why) => Err(LinkError::Refused {
+                iface: self.ifname.clone(),
+                why: why.trim().to_owned(),
+            }),
+            None => Ok((reply, fds)),
+        }
+    }
+
+    fn exchange(&self, line: &str, fds: &[BorrowedFd<'_>]) -> io::Result<(String, Vec<OwnedFd>)> {
+        sys::send_with_fds(self.session.as_fd(), line.as_bytes(), fds)?;
+        let mut buf = [0u8; MAX_MESSAGE];
+        let (n, fds) = sys::recv_with_fds(self.session.as_fd(), &mut buf)?;
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the llcd service closed the connection",
+            ));
+        }
+        let reply = String::from_utf8_lossy(&buf[..n]).trim().to_owned();
+        if let Some(rest) = reply.strip_prefix("ok") {
+            return Ok((rest.trim().to_owned(), fds));
+        }
+        Ok((reply, fds))
+    }
+
+    /// A socket from the service: a refusal that names a kernel error
+    /// (`error step=bind errno=16 ...`) comes back as that error, so the
+    /// caller can tell a busy queue from a refusal.
+    fn socket(
+        &self,
+        spec: &SocketSpec,
+        fd: BorrowedFd<'_>,
+    ) -> Result<OwnedFd, (XskStep, io::Error)> {
+        let line = FollowUp::Socket(*spec).to_string();
+        let (reply, mut fds) = self
+            .exchange(&line, &[fd])
+            .map_err(|e| (XskStep::Socket, e))?;
+        if let Some(why) = reply.strip_prefix("error ") {
+            return Err(parse_socket_error(why));
+        }
+        match (fds.pop(), fds.is_empty()) {
+            (Some(fd), true) if check_kind(fd.as_fd(), libc::AF_XDP, libc::SOCK_RAW).is_ok() => {
+                Ok(fd)
+            }
+            _ => Err((
+                XskStep::Socket,
+                io::Error::other("llcd answered a socket request without an AF_XDP socket"),
+            )),
+        }
+    }
+
+    /// Steer the port's frames arriving on RX queue `queue` to `xsk`.
+    pub fn steer(&self, queue: u32, xsk: BorrowedFd<'_>) -> Result<(), LinkError> {
+        self.ask(&FollowUp::Steer { queue }.to_string(), &[xsk])
+            .map(drop)
+    }
+
+    /// Every queue is steered: the service steers the port here. The
+    /// claims it sends are kept for the endpoint's life.
+    pub fn ready(&self) -> Result<(), LinkError> {
+        let (_, fds) = self.ask(&FollowUp::Ready.to_string(), &[])?;
+        self.held
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(fds);
+        Ok(())
+    }
+}
+
+impl Provider for XdpGrant {
+    fn create(
+        &self,
+        spec: &SocketSpec,
+        memfd: BorrowedFd<'_>,
+    ) -> Result<OwnedFd, (XskStep, io::Error)> {
+        self.socket(spec, memfd)
+    }
+
+    fn join(
+        &self,
+        spec: &SocketSpec,
+        pool: BorrowedFd<'_>,
+    ) -> Result<OwnedFd, (XskStep, io::Error)> {
+        self.socket(spec, pool)
+    }
+}
+
+/// `step=S errno=N text`: the step and the kernel's error; any other
+/// refusal is the service's own (policy, limit) and reads as permission
+/// denied at the socket step.
+fn parse_socket_error(why: &str) -> (XskStep, io::Error) {
+    let mut words = why.split_ascii_whitespace();
+    let step = words.next().and_then(|w| w.strip_prefix("step="));
+    let errno = words
+        .next()
+        .and_then(|w| w.strip_prefix("errno="))
+        .and_then(|n| n.parse().ok());
+    let step = match step {
+        Some("socket") => Some(XskStep::Socket),
+        Some("rings") => Some(XskStep::Rings),
+        Some("bind") => Some(XskStep::Bind),
+        _ => None,
+    };
+    match (step, errno) {
+        (Some(step), Some(errno)) => (step, io::Error::from_raw_os_error(errno)),
+        _ => (
+            XskStep::Socket,
+            io::Error::new(io::ErrorKind::PermissionDenied, format!("llcd: {why}")),
+        ),
+    }
+}
+
+/// The service's side of a socket request: make the socket on `ifname`
+/// (`fd` is the pool's memfd for a first socket, a socket of the pool for
+/// a further one). The error is the refusal line's text
+/// (`step=S errno=N ...` for the kernel's errors).
+pub fn make_xsk(ifname: &str, spec: &SocketSpec, fd: BorrowedFd<'_>) -> Result<OwnedFd, String> {
+    let ifindex = interfaces::index(ifname).map_err(|e| e.to_string())?;
+    let queues = interfaces::rx_queues(ifname).map_err(|e| e.to_string())?;
+    if spec.queue >= queues {
+        return Err(format!("{ifname} has no RX queue {}", spec.queue));
+    }
+    let (memfd, shared) = match spec.umem {
+        Some(_) => (Some(fd), None),
+        None => {
+            check_kind(fd, libc::AF_XDP, libc::SOCK_RAW)
+                .map_err(|e| format!("the pool's socket is not an AF_XDP socket: {e}"))?;
+            (None, Some(fd))
+        }
+    };
+    xsk::make_socket(ifindex, spec, memfd, shared).map_err(|(step, e)| {
+        let step = match step {
+            XskStep::Socket | XskStep::Join => "socket",
+            XskStep::Rings => "rings",
+            XskStep::Bind => "bind",
+        };
+        match e.raw_os_error() {
+            Some(errno) => format!("step={step} errno={errno} {e}"),
+            None => format!("{step}: {e}"),
+        }
+    })
 }
 
 /// The status request's line.
@@ -322,6 +718,24 @@ impl Session {
         sys::send_with_fds(self.0.as_fd(), format!("ok {line}").as_bytes(), &[])
     }
 
+    /// The next request with the descriptors it carries (`None`: the
+    /// client closed the connection).
+    pub fn next_message(&self) -> io::Result<Option<(String, Vec<OwnedFd>)>> {
+        let mut buf = [0u8; MAX_MESSAGE];
+        let (n, fds) = sys::recv_with_fds(self.0.as_fd(), &mut buf)?;
+        Ok((n > 0).then(|| (String::from_utf8_lossy(&buf[..n]).into_owned(), fds)))
+    }
+
+    /// Answer `ok ...` with descriptors (at most four).
+    pub fn answer_with(&self, line: &str, fds: &[BorrowedFd<'_>]) -> io::Result<()> {
+        let line = if line.is_empty() {
+            "ok".to_owned()
+        } else {
+            format!("ok {line}")
+        };
+        sys::send_with_fds(self.0.as_fd(), line.as_bytes(), fds)
+    }
+
     /// Grant `made`.
     pub fn grant(&self, made: &Made) -> io::Result<()> {
         let line = format!("ok port={}", made.port);
@@ -353,11 +767,21 @@ pub struct Made {
 /// ([`granted_filter`]). The service calls this after its policy allowed
 /// the request.
 pub fn make(req: &Request) -> Result<Made, LinkError> {
-    let ifindex = interfaces::index(&req.ifname)?;
+    make_claim(req).and_then(|(claim, port)| make_packet(req, claim, port))
+}
+
+/// The first step of every grant: the interface is there and up, and the
+/// port is claimed (0: any free one).
+pub fn make_claim(req: &Request) -> Result<(UnixDatagram, u16), LinkError> {
+    interfaces::index(&req.ifname)?;
     if !interfaces::is_up(&req.ifname)? {
         return Err(LinkError::InterfaceDown(req.ifname.clone()));
     }
-    let (claim, port) = LocalPort::claim_for(&req.ifname, req.sap, req.port)?;
+    LocalPort::claim_for(&req.ifname, req.sap, req.port)
+}
+
+fn make_packet(req: &Request, claim: UnixDatagram, port: u16) -> Result<Made, LinkError> {
+    let ifindex = interfaces::index(&req.ifname)?;
     let io_err = |context: &str| {
         let context = format!("{context} on {}", req.ifname);
         move |source| LinkError::Io { context, source }
@@ -419,6 +843,7 @@ mod tests {
     #[test]
     fn requests_print_and_parse_back() {
         let r = Request {
+            kind: Kind::Packet,
             ifname: "eth0".into(),
             sap: 0x7c,
             port: 0,
@@ -432,7 +857,7 @@ mod tests {
         for (line, says) in [
             ("", "not a llcd/1 request"),
             ("llcd/2 packet ifname=eth0 sap=7c port=0", "not a llcd/1"),
-            ("llcd/1 xdp ifname=eth0 sap=7c port=0", "unknown request"),
+            ("llcd/1 raw ifname=eth0 sap=7c port=0", "unknown request"),
             (
                 "llcd/1 packet ifname=eth0 sap=7c",
                 "needs ifname, sap and port",
@@ -458,8 +883,21 @@ mod tests {
 
     #[test]
     fn replies_carry_the_port() {
-        assert_eq!(parse_ok("ok port=7"), Some(7));
-        assert_eq!(parse_ok("ok port=49152"), Some(49152));
+        let port = |p| {
+            Some(Granted {
+                port: p,
+                attached: None,
+            })
+        };
+        assert_eq!(parse_ok("ok port=7"), port(7));
+        assert_eq!(parse_ok("ok port=49152"), port(49152));
+        assert_eq!(
+            parse_ok("ok port=7 attached=generic"),
+            Some(Granted {
+                port: 7,
+                attached: Some("generic".into())
+            })
+        );
         assert_eq!(parse_ok("ok port=7 role=1"), None);
         assert_eq!(parse_ok("error no"), None);
     }

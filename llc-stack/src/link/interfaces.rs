@@ -115,7 +115,7 @@ fn query_error(name: &str, asking: impl FnOnce() -> String, e: io::Error) -> Lin
 }
 
 /// Index of interface `name` in the calling thread's network namespace.
-pub(crate) fn index(name: &str) -> Result<u32, LinkError> {
+pub fn index(name: &str) -> Result<u32, LinkError> {
     sys::interface_index(name)
         .map_err(|e| query_error(name, || format!("looking up interface {name}"), e))
 }

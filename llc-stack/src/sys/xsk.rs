@@ -909,8 +909,174 @@ fn mmap_offsets(fd: BorrowedFd<'_>) -> io::Result<libc::xdp_mmap_offsets> {
     Ok(off)
 }
 
+/// What a socket of a shared pool is made with, when a privileged party
+/// (the endpoint service) makes it for a process that may not
+/// ([`Provider`]): the RX queue, the ring sizes and bind flags, and for a
+/// pool's first socket the UMEM's place in the pool's memfd.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SocketSpec {
+    /// RX queue to bind to.
+    pub queue: u32,
+    /// RX ring entries.
+    pub rx: u32,
+    /// TX ring entries.
+    pub tx: u32,
+    /// `XDP_USE_NEED_WAKEUP`, `XDP_USE_SG`, `XDP_COPY`/`XDP_ZEROCOPY`.
+    pub flags: u16,
+    /// For a pool's first socket: the UMEM and its fill and completion
+    /// rings (a joiner shares the pool's).
+    pub umem: Option<UmemSpec>,
+}
+
+/// The UMEM of a pool's first socket: `len` bytes of the pool's memfd from
+/// `offset` (after the pool header), cut into `chunk`-byte chunks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UmemSpec {
+    /// Byte offset in the memfd (page-aligned).
+    pub offset: u64,
+    /// Bytes.
+    pub len: u64,
+    /// Bytes per chunk (2048 or 4096).
+    pub chunk: u32,
+    /// Fill ring entries.
+    pub fill: u32,
+    /// Completion ring entries.
+    pub comp: u32,
+}
+
+/// Largest ring the service makes (entries).
+pub const MAX_RING: u32 = 1 << 17;
+
+impl SocketSpec {
+    /// Whether the sizes are ones the kernel takes (powers of two within
+    /// bounds) and the flags are a socket's, not another pool's.
+    pub fn check(&self) -> Result<(), String> {
+        let ring = |what: &str, n: u32| {
+            if n.is_power_of_two() && n <= MAX_RING {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{what} ring of {n} entries (a power of two up to {MAX_RING})"
+                ))
+            }
+        };
+        ring("RX", self.rx)?;
+        ring("TX", self.tx)?;
+        let allowed =
+            libc::XDP_USE_NEED_WAKEUP | libc::XDP_USE_SG | libc::XDP_COPY | libc::XDP_ZEROCOPY;
+        if self.flags & !allowed != 0 {
+            return Err(format!("bind flags {:#x}", self.flags));
+        }
+        if let Some(u) = &self.umem {
+            ring("fill", u.fill)?;
+            ring("completion", u.comp)?;
+            if !matches!(u.chunk, 2048 | 4096)
+                || u.offset % 4096 != 0
+                || u.len == 0
+                || u.len % u64::from(u.chunk) != 0
+            {
+                return Err(format!(
+                    "UMEM of {} bytes at {} in {}-byte chunks",
+                    u.len, u.offset, u.chunk
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Makes the sockets of a shared pool for a process that may not create
+/// AF_XDP sockets itself (no CAP_NET_RAW): the endpoint service, asked
+/// through `link::grant`. Each socket comes back bound; the process maps
+/// its rings afterwards (Linux 6.5 and later allow that).
+pub(crate) trait Provider {
+    /// A pool's first socket: the UMEM registered from `memfd` as `spec`
+    /// says, bound to `spec.queue`.
+    fn create(
+        &self,
+        spec: &SocketSpec,
+        memfd: BorrowedFd<'_>,
+    ) -> Result<OwnedFd, (XskStep, io::Error)>;
+    /// A further socket of the pool `pool` (one of its sockets), bound to
+    /// `spec.queue` with `XDP_SHARED_UMEM`.
+    fn join(
+        &self,
+        spec: &SocketSpec,
+        pool: BorrowedFd<'_>,
+    ) -> Result<OwnedFd, (XskStep, io::Error)>;
+}
+
+/// The privileged side of [`Provider`]: make a socket as `spec` says on
+/// interface `ifindex`, with its UMEM in `memfd` (mapped here only while it
+/// is registered: the kernel pins the pages) or sharing the pool of
+/// `shared`. Needs CAP_NET_RAW; the pinned memory is charged to the
+/// caller's RLIMIT_MEMLOCK unless it has CAP_IPC_LOCK.
+pub(crate) fn make_socket(
+    ifindex: u32,
+    spec: &SocketSpec,
+    memfd: Option<BorrowedFd<'_>>,
+    shared: Option<BorrowedFd<'_>>,
+) -> Result<OwnedFd, (XskStep, io::Error)> {
+    let invalid = |why: String| {
+        (
+            XskStep::Rings,
+            io::Error::new(io::ErrorKind::InvalidInput, why),
+        )
+    };
+    spec.check().map_err(invalid)?;
+    let fd = xdp_socket().map_err(|e| (XskStep::Socket, e))?;
+    let rings = |e| (XskStep::Rings, e);
+    match (spec.umem, memfd, shared) {
+        (Some(u), Some(memfd), None) => {
+            // SAFETY: stat is plain old data; all-zero is valid.
+            let mut st: libc::stat = unsafe { mem::zeroed() };
+            // SAFETY: `st` is writable for the call.
+            syscall!(fstat(memfd.as_raw_fd(), &mut st)).map_err(rings)?;
+            let end = u.offset + u.len;
+            if (st.st_mode & libc::S_IFMT) != libc::S_IFREG || (st.st_size as u64) < end {
+                return Err(invalid(format!(
+                    "the pool memory is not a file of at least {end} bytes"
+                )));
+            }
+            let map = Mapping::shared(memfd, end as usize, 0).map_err(rings)?;
+            let reg = libc::xdp_umem_reg {
+                // SAFETY: offset < end: the UMEM lies inside the mapping.
+                addr: unsafe { map.ptr.as_ptr().add(u.offset as usize) } as u64,
+                len: u.len,
+                chunk_size: u.chunk,
+                headroom: 0,
+                flags: 0,
+                tx_metadata_len: 0,
+            };
+            setsockopt(fd.as_fd(), libc::XDP_UMEM_REG, &reg).map_err(rings)?;
+            for (opt, size) in [
+                (libc::XDP_UMEM_FILL_RING, u.fill),
+                (libc::XDP_UMEM_COMPLETION_RING, u.comp),
+            ] {
+                setsockopt(fd.as_fd(), opt, &(size as libc::c_int)).map_err(rings)?;
+            }
+        }
+        (None, None, Some(_)) => {}
+        _ => {
+            return Err(invalid(
+                "a socket needs either its UMEM or a pool to share".into(),
+            ))
+        }
+    }
+    for (opt, size) in [(libc::XDP_RX_RING, spec.rx), (libc::XDP_TX_RING, spec.tx)] {
+        setsockopt(fd.as_fd(), opt, &(size as libc::c_int)).map_err(rings)?;
+    }
+    let flags = if shared.is_some() {
+        libc::XDP_SHARED_UMEM
+    } else {
+        spec.flags
+    };
+    pool::bind(fd.as_fd(), ifindex, spec.queue, flags, shared).map_err(|e| (XskStep::Bind, e))?;
+    Ok(fd)
+}
+
 /// A new AF_XDP socket (close-on-exec).
-fn xdp_socket() -> io::Result<OwnedFd> {
+pub(crate) fn xdp_socket() -> io::Result<OwnedFd> {
     // SAFETY: socket() takes no pointers.
     let fd = syscall!(socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0))?;
     // SAFETY: fd was just returned by socket() and is owned by nobody else.

@@ -348,13 +348,15 @@ fn open_link(args: &Args) -> Result<(AnyLink, Vec<String>)> {
     // one port: the responder's echo port (with the link role when no
     // endpoint of the host holds it, so it answers TEST too), any free
     // port for a pinger.
+    let port = (args.respond && grant::needs_service()).then_some(args.port);
     let packet_cfg = AfPacketConfig {
         sap: args.sap,
-        port: (args.respond && grant::needs_service()).then_some(args.port),
+        port,
         ..Default::default()
     };
     let xdp_cfg = AfXdpConfig {
         sap: args.sap,
+        port,
         mode: match args.xdp_mode {
             XdpModeArg::Auto => XdpMode::Auto,
             XdpModeArg::Zerocopy => XdpMode::ZeroCopy,

@@ -86,8 +86,8 @@ use std::{io, mem};
 use xdp_prog::offer::{self, Offer};
 
 use super::{
-    map_umem_rings, mmap_offsets, setsockopt, xdp_socket, Mapping, Ring, Xsk, XskParams, XskStep,
-    REFILL_BATCH, XDP_MAX_TX_SKB_BUDGET,
+    map_umem_rings, mmap_offsets, setsockopt, xdp_socket, Mapping, Provider, Ring, SocketSpec,
+    UmemSpec, Xsk, XskParams, XskStep, REFILL_BATCH, XDP_MAX_TX_SKB_BUDGET,
 };
 
 /// "LLCPOOL" and layout version 1.
@@ -472,7 +472,7 @@ fn busy_slots(umem: &Mapping, layout: &PoolLayout, n: u32) -> u32 {
         .count() as u32
 }
 
-fn bind(
+pub(super) fn bind(
     fd: BorrowedFd<'_>,
     ifindex: u32,
     queue: u32,
@@ -545,16 +545,19 @@ impl Xsk {
     /// Create the shared pool of queue `queue` of `ifindex` (the first
     /// endpoint there): memfd UMEM, fill and completion rings, our socket
     /// bound with `bind_flags`, and the offer to later members.
+    ///
+    /// With a `provider`, it makes the socket (registering the UMEM and
+    /// binding it); this process then maps the rings of the bound socket.
     pub fn create_pool(
         ifindex: u32,
         queue: u32,
         params: XskParams,
         members: u32,
         bind_flags: u16,
+        provider: Option<&dyn Provider>,
     ) -> Result<Xsk, (XskStep, io::Error)> {
         let layout = PoolLayout::new(&params, members);
         assert!(members > 0 && params.slot_chunks as usize * params.chunk >= params.max_frame);
-        let fd = xdp_socket().map_err(|e| (XskStep::Socket, e))?;
         let rings = |e| (XskStep::Rings, e);
         // SAFETY: the name is a NUL-terminated literal; no other pointers.
         let memfd =
@@ -592,25 +595,48 @@ impl Xsk {
         }
         header.nonce.store(nonce, Ordering::Relaxed);
 
-        let reg = libc::xdp_umem_reg {
-            // SAFETY: header_len < total: the UMEM part is inside the mapping.
-            addr: unsafe { umem.ptr.as_ptr().add(header_len) } as u64,
-            len: layout.umem_len() as u64,
-            chunk_size: params.chunk as u32,
-            headroom: 0,
-            flags: 0,
-            tx_metadata_len: 0,
+        let fd = match provider {
+            Some(p) => {
+                let spec = SocketSpec {
+                    queue,
+                    rx: layout.member_rx_size(),
+                    tx: layout.member_tx_size(),
+                    flags: bind_flags,
+                    umem: Some(UmemSpec {
+                        offset: header_len as u64,
+                        len: layout.umem_len() as u64,
+                        chunk: params.chunk as u32,
+                        fill: layout.fill_size(),
+                        comp: layout.comp_size(),
+                    }),
+                };
+                p.create(&spec, memfd.as_fd())?
+            }
+            None => {
+                let fd = xdp_socket().map_err(|e| (XskStep::Socket, e))?;
+                let reg = libc::xdp_umem_reg {
+                    // SAFETY: header_len < total: the UMEM part is inside
+                    // the mapping.
+                    addr: unsafe { umem.ptr.as_ptr().add(header_len) } as u64,
+                    len: layout.umem_len() as u64,
+                    chunk_size: params.chunk as u32,
+                    headroom: 0,
+                    flags: 0,
+                    tx_metadata_len: 0,
+                };
+                setsockopt(fd.as_fd(), libc::XDP_UMEM_REG, &reg).map_err(rings)?;
+                let sizes = [
+                    (libc::XDP_UMEM_FILL_RING, layout.fill_size()),
+                    (libc::XDP_UMEM_COMPLETION_RING, layout.comp_size()),
+                    (libc::XDP_RX_RING, layout.member_rx_size()),
+                    (libc::XDP_TX_RING, layout.member_tx_size()),
+                ];
+                for (opt, size) in sizes {
+                    setsockopt(fd.as_fd(), opt, &(size as libc::c_int)).map_err(rings)?;
+                }
+                fd
+            }
         };
-        setsockopt(fd.as_fd(), libc::XDP_UMEM_REG, &reg).map_err(rings)?;
-        let sizes = [
-            (libc::XDP_UMEM_FILL_RING, layout.fill_size()),
-            (libc::XDP_UMEM_COMPLETION_RING, layout.comp_size()),
-            (libc::XDP_RX_RING, layout.member_rx_size()),
-            (libc::XDP_TX_RING, layout.member_tx_size()),
-        ];
-        for (opt, size) in sizes {
-            setsockopt(fd.as_fd(), opt, &(size as libc::c_int)).map_err(rings)?;
-        }
         let off = mmap_offsets(fd.as_fd()).map_err(rings)?;
         let (fill, comp) = map_umem_rings(fd.as_fd(), &off, layout.fill_size(), layout.comp_size())
             .map_err(rings)?;
@@ -627,7 +653,10 @@ impl Xsk {
             .map(|i| i * chunk)
             .collect();
         xsk.refill();
-        bind(xsk.fd.as_fd(), ifindex, queue, bind_flags, None).map_err(|e| (XskStep::Bind, e))?;
+        if provider.is_none() {
+            bind(xsk.fd.as_fd(), ifindex, queue, bind_flags, None)
+                .map_err(|e| (XskStep::Bind, e))?;
+        }
         if let Some(pool) = &xsk.pool {
             pool.header().magic.store(MAGIC, Ordering::Release);
         }
@@ -647,21 +676,24 @@ impl Xsk {
         params: XskParams,
         members: u32,
         bind_flags: u16,
+        provider: Option<&dyn Provider>,
     ) -> Result<Xsk, (XskStep, io::Error)> {
         let name = format!("{}creating", pool_prefix(ifindex, queue));
         let deadline = Instant::now() + CREATE_WAIT;
         let mut pause = Duration::from_micros(500);
         loop {
-            if let Some(x) = Self::join_pool(ifindex, queue, params)? {
+            if let Some(x) = Self::join_pool(ifindex, queue, params, provider)? {
                 return Ok(x);
             }
             match offer::claim(&name).map_err(|e| (XskStep::Join, e))? {
                 Some(_creating) => {
                     // A creator may have offered between our look and claim.
-                    if let Some(x) = Self::join_pool(ifindex, queue, params)? {
+                    if let Some(x) = Self::join_pool(ifindex, queue, params, provider)? {
                         return Ok(x);
                     }
-                    return Self::create_pool(ifindex, queue, params, members, bind_flags);
+                    return Self::create_pool(
+                        ifindex, queue, params, members, bind_flags, provider,
+                    );
                 }
                 None if Instant::now() < deadline => {
                     std::thread::sleep(pause);
@@ -689,12 +721,13 @@ impl Xsk {
         ifindex: u32,
         queue: u32,
         params: XskParams,
+        provider: Option<&dyn Provider>,
     ) -> Result<Option<Xsk>, (XskStep, io::Error)> {
         let join = |e| (XskStep::Join, e);
         let offered = offer::offers(&pool_prefix(ifindex, queue)).map_err(join)?;
         let mut refused = None;
         for o in offered.iter().filter(|o| o.fds.len() == 2) {
-            match Self::join_offer(ifindex, queue, params, o) {
+            match Self::join_offer(ifindex, queue, params, o, provider) {
                 Ok(x) => return Ok(Some(x)),
                 Err((XskStep::Join, e)) => {
                     tracing::debug!(pid = o.pid, error = %e, "AF_XDP pool member not usable");
@@ -718,6 +751,7 @@ impl Xsk {
         queue: u32,
         params: XskParams,
         o: &offer::Offered,
+        provider: Option<&dyn Provider>,
     ) -> Result<Xsk, (XskStep, io::Error)> {
         let join = |e| (XskStep::Join, e);
         let mut fds = o.take().map_err(join)?.into_iter();
@@ -770,14 +804,30 @@ impl Xsk {
         let nonce = header.nonce.load(Ordering::Relaxed);
         let zero_copy = get(&header.flags) & FLAG_ZERO_COPY != 0;
 
-        let fd = xdp_socket().map_err(|e| (XskStep::Socket, e))?;
+        let flags = if zero_copy { libc::XDP_ZEROCOPY } else { 0 };
         let rings = |e| (XskStep::Rings, e);
-        for (opt, size) in [
-            (libc::XDP_RX_RING, layout.member_rx_size()),
-            (libc::XDP_TX_RING, layout.member_tx_size()),
-        ] {
-            setsockopt(fd.as_fd(), opt, &(size as libc::c_int)).map_err(rings)?;
-        }
+        let fd = match provider {
+            Some(p) => {
+                let spec = SocketSpec {
+                    queue,
+                    rx: layout.member_rx_size(),
+                    tx: layout.member_tx_size(),
+                    flags,
+                    umem: None,
+                };
+                p.join(&spec, theirs.as_fd())?
+            }
+            None => {
+                let fd = xdp_socket().map_err(|e| (XskStep::Socket, e))?;
+                for (opt, size) in [
+                    (libc::XDP_RX_RING, layout.member_rx_size()),
+                    (libc::XDP_TX_RING, layout.member_tx_size()),
+                ] {
+                    setsockopt(fd.as_fd(), opt, &(size as libc::c_int)).map_err(rings)?;
+                }
+                fd
+            }
+        };
         let off = mmap_offsets(fd.as_fd()).map_err(rings)?;
         // The pool's fill and completion rings, through a socket of the pool.
         let (fill, comp) =
@@ -793,7 +843,6 @@ impl Xsk {
             slot_chunks: layout.slot_chunks,
             ..params
         };
-        let flags = if zero_copy { libc::XDP_ZEROCOPY } else { 0 };
         let xsk = Self::member(
             fd,
             memfd,
@@ -808,14 +857,16 @@ impl Xsk {
             flags,
         )
         .map_err(rings)?;
-        bind(
-            xsk.fd.as_fd(),
-            ifindex,
-            queue,
-            libc::XDP_SHARED_UMEM,
-            Some(theirs.as_fd()),
-        )
-        .map_err(|e| (XskStep::Bind, e))?;
+        if provider.is_none() {
+            bind(
+                xsk.fd.as_fd(),
+                ifindex,
+                queue,
+                libc::XDP_SHARED_UMEM,
+                Some(theirs.as_fd()),
+            )
+            .map_err(|e| (XskStep::Bind, e))?;
+        }
         let mut xsk = xsk;
         xsk.offer(ifindex, queue).map_err(rings)?;
         tracing::debug!(
