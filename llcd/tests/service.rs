@@ -296,3 +296,160 @@ fn a_killed_client_gives_its_port_back_and_a_killed_service_breaks_no_endpoint()
     assert_eq!(field(&s, "refused_port_held"), "1", "{s}");
     drop(r);
 }
+
+/// A user's llc-ping responder on `port` of b over `backend`.
+fn responder_on(hosts: &TwoHosts, u: &TestUser, backend: &str, port: &str) -> Background {
+    let mut cmd = u.command_in(&hosts.b.ns, llc_ping());
+    cmd.args([
+        "--respond",
+        "-I",
+        &hosts.b.ifname,
+        "--backend",
+        backend,
+        "--port",
+        port,
+    ])
+    .env_remove("LLC_AUTH_KEY");
+    Background::spawn(&mut cmd, "responding on", Duration::from_secs(20)).expect("responder")
+}
+
+/// Whether an XDP program is attached to b's interface.
+fn xdp_attached(hosts: &TwoHosts) -> bool {
+    hosts
+        .b
+        .ns
+        .ip(&["-d", "link", "show", &hosts.b.ifname])
+        .expect("ip link")
+        .contains("prog/xdp")
+}
+
+/// Where b's llcd pins its programs (`testbed::llcd::PIN_FS`, by netns).
+fn pins_of(ns: &testbed::Netns) -> PathBuf {
+    use std::os::unix::fs::MetadataExt;
+    let ino = std::fs::metadata(format!("/run/netns/{}", ns.name()))
+        .expect("netns file")
+        .ino();
+    PathBuf::from(testbed::llcd::PIN_FS)
+        .join("llcd")
+        .join(ino.to_string())
+}
+
+#[test]
+fn an_ordinary_user_gets_af_xdp_that_outlives_a_killed_service() {
+    testbed::require_root!();
+    let hosts = TwoHosts::new(1500).unwrap();
+    let (_da, _pa) = llcd(&hosts.a.ns, "");
+    let (mut db, pb) = llcd(&hosts.b.ns, "");
+    let u = user("llc-job-a");
+    let peer = format_mac(&hosts.b.mac);
+    let ping = |port: &str| {
+        let out = run_as(
+            &hosts.a.ns,
+            &u,
+            &llc_ping(),
+            &[
+                "-I",
+                &hosts.a.ifname,
+                "--backend",
+                "xdp",
+                "--reliable",
+                "--port",
+                port,
+                "-c",
+                "50",
+                "-i",
+                "0",
+                "-q",
+                &peer,
+            ],
+        );
+        let t = text(&out);
+        assert!(
+            out.status.success() && t.contains("50 received") && t.contains("af_xdp/"),
+            "a reliable ping to port {port} over AF_XDP as {}:\n{t}",
+            u.name
+        );
+    };
+    let r7 = responder_on(&hosts, &u, "xdp", "7");
+    assert!(r7.output().contains("af_xdp/"), "{}", r7.output());
+    assert!(xdp_attached(&hosts));
+    ping("7");
+
+    // SIGKILL the service: the program stays (pinned), the endpoint works.
+    db.kill();
+    assert!(xdp_attached(&hosts), "the program left with the service");
+    ping("7");
+    // A restarted service takes the program up again and serves new
+    // endpoints beside the old one.
+    let _db2 = testbed::llcd::start(&hosts.b.ns, LLCD.as_ref(), pb.path()).expect("llcd again");
+    let r8 = responder_on(&hosts, &u, "xdp", "8");
+    assert!(r8.output().contains("af_xdp/"), "{}", r8.output());
+    ping("8");
+    ping("7");
+
+    // Once every endpoint is gone (one killed, one ended), nothing stays
+    // attached or pinned.
+    drop(r7);
+    drop(r8);
+    let pins = pins_of(&hosts.b.ns);
+    wait_for("b's program to be unpinned and detached", || {
+        !pins.exists() && !xdp_attached(&hosts)
+    });
+    wait_for("b's endpoints to be released", || {
+        field(&status(&hosts.b.ns), "held").is_empty()
+    });
+}
+
+#[test]
+fn af_xdp_past_the_locked_memory_limit_is_refused_and_auto_takes_af_packet() {
+    testbed::require_root!();
+    let hosts = TwoHosts::new(1500).unwrap();
+    let (_da, _pa) = llcd(&hosts.a.ns, "max_locked_mib_per_user = 8\n");
+    let (_db, _pb) = llcd(&hosts.b.ns, "");
+    let u = user("llc-job-a");
+    let _r = responder_on(&hosts, &u, "xdp", "7");
+    let peer = format_mac(&hosts.b.mac);
+    let ping = |backend: &str| {
+        let out = run_as(
+            &hosts.a.ns,
+            &u,
+            &llc_ping(),
+            &[
+                "-I",
+                &hosts.a.ifname,
+                "--backend",
+                backend,
+                "--reliable",
+                "-c",
+                "20",
+                "-i",
+                "0",
+                "-q",
+                &peer,
+            ],
+        );
+        (out.status.success(), text(&out))
+    };
+    // A pool at MTU 1500 pins 32 MiB: refused, with the reason.
+    let (ok, t) = ping("xdp");
+    assert!(!ok && t.contains("max_locked_mib_per_user"), "{t}");
+    // `auto` says why and opens AF_PACKET through the service.
+    let (ok, t) = ping("auto");
+    assert!(
+        ok && t.contains("20 received")
+            && t.contains("AF_XDP unavailable")
+            && t.contains("af_packet"),
+        "{t}"
+    );
+    let s = status(&hosts.a.ns);
+    assert_eq!(field(&s, "refused_policy"), "2", "{s}");
+    // The refused endpoints left nothing attached on a.
+    wait_for("a's program to leave", || {
+        !hosts
+            .a
+            .ns
+            .ip(&["-d", "link", "show", &hosts.a.ifname])
+            .expect("ip link")
+            .contains("prog/xdp")
+    });
+}

@@ -510,9 +510,10 @@ const JOB_USER: &str = "llc-job-a";
 /// `llcd` running on every host as root, and mpirun with its ranks and
 /// daemons running as an ordinary user with no capabilities, with `--mca
 /// btl self,vader,llc` and no btl_llc parameter (but the counters printed
-/// at the end). The ranks' endpoints are then opened by llcd (AF_PACKET
-/// sockets with locked filters), and btl/llc carries the traffic between
-/// hosts. Without the service, btl/llc says in one line what to install
+/// at the end). The ranks' endpoints are then opened by llcd (AF_XDP
+/// sockets in a pool the host's ranks share, or AF_PACKET sockets with
+/// locked filters for a rank alone on its host), and btl/llc carries the
+/// traffic between hosts. Without the service, btl/llc says in one line what to install
 /// and disqualifies itself, so with llc the only inter-host BTL the job
 /// fails at once.
 #[test]
@@ -563,16 +564,20 @@ fn cluster_as_an_ordinary_user() {
         cluster.llcd_log(0)
     );
     check_stats(&run, 4);
-    for l in run
-        .stderr
-        .lines()
-        .filter(|l| l.starts_with("btl/llc stats:"))
-    {
-        assert!(
-            l.contains("af_packet"),
-            "ordinary users get AF_PACKET from llcd: {l}"
-        );
-    }
+    // Two ranks per host: `auto` takes AF_XDP, whose sockets llcd makes
+    // in the pool the host's two ranks share.
+    let stats = |run: &Run| -> Vec<String> {
+        run.stderr
+            .lines()
+            .filter(|l| l.starts_with("btl/llc stats:"))
+            .map(str::to_owned)
+            .collect()
+    };
+    let lines = stats(&run);
+    assert!(
+        lines.len() == 4 && lines.iter().all(|l| l.contains("af_xdp")),
+        "ordinary users get AF_XDP through llcd: {lines:#?}"
+    );
     // Keyed by default, as every job: one key from rank 0 through the modex.
     assert_ne!(assert_one_key(&run), "off");
     // Every rank's endpoint was granted to the user and released at its end.
@@ -643,6 +648,13 @@ fn cluster_as_an_ordinary_user() {
         "restarted services serve a new job:\n{}\n{}",
         run.stdout,
         run.stderr
+    );
+    // One rank per host at MTU 9000: `auto` takes AF_PACKET (alone on its
+    // interface), also granted by llcd.
+    let lines = stats(&run);
+    assert!(
+        lines.len() == 2 && lines.iter().all(|l| l.contains("af_packet")),
+        "{lines:#?}"
     );
 }
 
