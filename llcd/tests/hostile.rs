@@ -227,22 +227,27 @@ fn two_jobs_and_an_intruder() {
     let (a_mac, b_mac) = (format_mac(&hosts.a.mac), format_mac(&hosts.b.mac));
 
     // Each job: a responder on b and a pinger on a, with the job's own key.
-    let job = |u: &TestUser, port: &str, key: &str| {
+    // Job A takes AF_XDP; job B, with the default backend, finds the
+    // interface queue's buffer pool held by another user (the kernel has
+    // one per queue) and takes AF_PACKET.
+    let job = |u: &TestUser, backend: &str, port: &str, key: &str| {
         let mut cmd = u.command_in(&hosts.b.ns, &ping);
         cmd.args([
             "--respond",
             "-I",
             "llc0",
             "--backend",
-            "packet",
+            backend,
             "--port",
             port,
         ])
         .env("LLC_AUTH_KEY", key);
         Background::spawn(&mut cmd, "responding on", Duration::from_secs(20)).expect("responder")
     };
-    let _ra = job(&alice, "7", "job A's key");
-    let _rb = job(&bob, "8", "job B's key");
+    let ra = job(&alice, "xdp", "7", "job A's key");
+    let rb = job(&bob, "auto", "8", "job B's key");
+    assert!(ra.output().contains("af_xdp/"), "{}", ra.output());
+    assert!(rb.output().contains("af_packet"), "{}", rb.output());
 
     // The intruder listens on b while both jobs run.
     let mut listener = Background::spawn(
@@ -251,13 +256,13 @@ fn two_jobs_and_an_intruder() {
         Duration::from_secs(20),
     )
     .expect("intruder listening");
-    let pinger = |u: &TestUser, port: &'static str, key: &'static str| {
+    let pinger = |u: &TestUser, backend: &'static str, port: &'static str, key: &'static str| {
         let mut cmd = u.command_in(&hosts.a.ns, &ping);
         cmd.args([
             "-I",
             "llc0",
             "--backend",
-            "packet",
+            backend,
             "--reliable",
             "-c",
             "3000",
@@ -270,8 +275,10 @@ fn two_jobs_and_an_intruder() {
         std::thread::spawn(move || cmd.output().expect("pinger"))
     };
     let (pa, pb) = (
-        pinger(&alice, "7", "job A's key"),
-        pinger(&bob, "8", "job B's key"),
+        // Started together: whichever opens first takes the AF_XDP pool
+        // of a's queue, the other AF_PACKET.
+        pinger(&alice, "auto", "7", "job A's key"),
+        pinger(&bob, "auto", "8", "job B's key"),
     );
     // Meanwhile the intruder, on a, forges frames to both jobs' ports.
     for port in ["7", "8"] {
