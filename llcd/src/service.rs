@@ -385,8 +385,8 @@ impl Service {
         }
     }
 
-    /// The status answer for `uid`: the totals, and the endpoints held by
-    /// `uid` (by every user, for root).
+    /// The status answer for `uid`: the totals, and the endpoints held and
+    /// the AF_XDP buffer memory pinned by `uid` (by every user, for root).
     fn status_line(&self, uid: u32) -> String {
         let t = &self.totals;
         let mut line = format!(
@@ -404,6 +404,13 @@ impl Service {
             .collect();
         held.sort();
         line.push_str(&format!(" held={}", held.join(",")));
+        let mut locked: Vec<_> = users
+            .iter()
+            .filter(|(u, h)| h.locked > 0 && (uid == 0 || **u == uid))
+            .map(|(u, h)| format!("{u}:{}", h.locked.div_ceil(1 << 20)))
+            .collect();
+        locked.sort();
+        line.push_str(&format!(" locked_mib={}", locked.join(",")));
         line
     }
 }

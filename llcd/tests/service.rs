@@ -373,6 +373,10 @@ fn an_ordinary_user_gets_af_xdp_that_outlives_a_killed_service() {
     let r7 = responder_on(&hosts, &u, "xdp", "7");
     assert!(r7.output().contains("af_xdp/"), "{}", r7.output());
     assert!(xdp_attached(&hosts));
+    // Its queue's pool (MTU 1500, default sizes: 16 MiB of RX chunks, 16
+    // members' TX slots of 1 MiB) is counted against the user.
+    let s = status(&hosts.b.ns);
+    assert_eq!(field(&s, "locked_mib"), format!("{}:32", u.uid), "{s}");
     ping("7");
 
     // SIGKILL the service: the program stays (pinned), the endpoint works.
@@ -395,8 +399,9 @@ fn an_ordinary_user_gets_af_xdp_that_outlives_a_killed_service() {
     wait_for("b's program to be unpinned and detached", || {
         !pins.exists() && !xdp_attached(&hosts)
     });
-    wait_for("b's endpoints to be released", || {
-        field(&status(&hosts.b.ns), "held").is_empty()
+    wait_for("b's endpoints and memory to be released", || {
+        let s = status(&hosts.b.ns);
+        field(&s, "held").is_empty() && field(&s, "locked_mib").is_empty()
     });
 }
 

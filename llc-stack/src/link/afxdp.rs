@@ -973,6 +973,13 @@ fn bind_queue(
                          (does the queue exist? multi-buffer needs Linux 6.6)"
                     )))
                 }
+                Err((xsk::XskStep::Rings, e))
+                    if provider.is_some() && e.raw_os_error() == Some(libc::EBUSY) =>
+                {
+                    return Err(LinkError::Unsupported(format!(
+                        "this kernel cannot map the rings of an AF_XDP socket the llcd service                          bound (Linux 6.5 and later can), so AF_XDP without privileges is not                          available on {ifname}; AF_PACKET is ({e})"
+                    )))
+                }
                 Err((step, e)) => {
                     return Err(LinkError::Io {
                         context: format!(

@@ -161,7 +161,8 @@ fn xdp_errors_are_plain() {
     testbed::require_root!();
     let hosts = TwoHosts::new(1500).unwrap();
     let peer = format_mac(&hosts.b.mac);
-    // No privileges: says which capabilities.
+    // No privileges and no endpoint service: says which capability, and
+    // what to install or start instead.
     let out = hosts
         .a
         .ns
@@ -183,7 +184,7 @@ fn xdp_errors_are_plain() {
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("CAP_BPF") && err.contains("CAP_NET_ADMIN"),
+        err.contains("CAP_NET_RAW") && err.contains("no llcd service runs"),
         "{err}"
     );
     // Interface busy: a responder holds it.
