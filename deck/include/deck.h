@@ -6,47 +6,6 @@
 #define DECK_H
 
 /**
- * `char`.
- */
-#define DECK_CHAR 1
-
-/**
- * `short`.
- */
-#define DECK_SHORT 2
-
-/**
- * `int`.
- */
-#define DECK_INT 3
-
-/**
- * `long`.
- */
-#define DECK_LONG 4
-
-/**
- * `float`.
- */
-#define DECK_FLOAT 5
-
-/**
- * `double`.
- */
-#define DECK_DOUBLE 6
-
-/**
- * Raw bytes.
- */
-#define DECK_BYTE 7
-
-/**
- * A `deck_msg_t` packed inside another (the datum is an array of `n`
- * messages; unpacking fills messages made by `deck_msg_create`).
- */
-#define DECK_MSG 8
-
-/**
  * Invalid argument (a null pointer, an unknown type, a message not made
  * by `deck_msg_create` or a mailbox not made by create/clone, a bad name).
  */
@@ -112,6 +71,47 @@
  * A bounded wait passed.
  */
 #define DECK_ETIMEDOUT -13
+
+/**
+ * `char`.
+ */
+#define DECK_CHAR 1
+
+/**
+ * `short`.
+ */
+#define DECK_SHORT 2
+
+/**
+ * `int`.
+ */
+#define DECK_INT 3
+
+/**
+ * `long`.
+ */
+#define DECK_LONG 4
+
+/**
+ * `float`.
+ */
+#define DECK_FLOAT 5
+
+/**
+ * `double`.
+ */
+#define DECK_DOUBLE 6
+
+/**
+ * Raw bytes.
+ */
+#define DECK_BYTE 7
+
+/**
+ * A `deck_msg_t` packed inside another (the datum is an array of `n`
+ * messages; unpacking fills messages made by `deck_msg_create`).
+ */
+#define DECK_MSG 8
 
 /**
  * `deck_mbox_t.kind` of a mailbox made by `deck_mbox_create`.

@@ -78,7 +78,7 @@ pub enum DeckError {
 
 /// The C codes (negative; 0 is success), defined with the C API.
 pub mod code {
-    pub use crate::ffi::{
+    pub use crate::codes::{
         DECK_EDESTROYED, DECK_EEXIST, DECK_EINIT, DECK_EINVAL, DECK_EMSGFULL, DECK_EMSGSHORT,
         DECK_EMSGSIZE, DECK_ENOENT, DECK_ENOINIT, DECK_ENOTOWNER, DECK_EPEER, DECK_ETIMEDOUT,
         DECK_ETRANSPORT,

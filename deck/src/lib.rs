@@ -11,6 +11,7 @@
 //! deck/README.md says what DECK guarantees and how it is built.
 
 pub mod boot;
+mod codes;
 pub mod error;
 pub mod ffi;
 mod mailbox;

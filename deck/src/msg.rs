@@ -8,6 +8,7 @@
 //! bytes) followed by its data, so messages nest to any depth.
 
 use crate::error::DeckError;
+use crate::runtime::{RecvTarget, Taken};
 
 /// The seed's data types (`DECK_CHAR`... in C).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -301,7 +302,7 @@ impl Msg {
 
 use zerocopy::IntoBytes;
 
-impl crate::runtime::RecvTarget for Msg {
+impl RecvTarget for Msg {
     fn size(&self) -> usize {
         self.buf.len()
     }
@@ -327,13 +328,6 @@ impl crate::runtime::RecvTarget for Msg {
         self.buf = buf;
         self.set_received(len);
     }
-}
-
-/// What a buffer taken out for a receive was: its address and size.
-#[derive(Copy, Clone, Debug)]
-pub(crate) struct Taken {
-    pub ptr: *const u8,
-    pub size: usize,
 }
 
 /// Make a buffer a receive gave back (`buf`, cut to the message's length)

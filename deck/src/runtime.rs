@@ -34,7 +34,6 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::boot::{Boot, BootHandle, JobEnv};
 use crate::error::DeckError;
-use crate::msg::Taken;
 use crate::naming::{home_of, Answer, HomeTable};
 use crate::wire::{self, am, BarrierStep, Gone, Name, NameOp, PostHeader, Rts};
 
@@ -1146,6 +1145,13 @@ impl Inner {
         }
         res
     }
+}
+
+/// What a buffer taken out for a receive was: its address and size.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct Taken {
+    pub ptr: *const u8,
+    pub size: usize,
 }
 
 /// Where a retrieve puts a message: the C `deck_msg_t` or the Rust `Msg`.

@@ -46,10 +46,12 @@
 //! calls C. It runs at niceness 19: on a node where every core runs a rank
 //! it takes the time the scheduler can spare instead of preempting one.
 
+mod abi;
 mod ffi;
 mod region;
 mod state;
 
+pub use abi::*;
 pub use ffi::*;
 pub use region::PtrRegion;
 pub use state::LlcShim;

@@ -27,7 +27,7 @@ use msg_layer::transport::spec::{KeySource, LlcSpec};
 use msg_layer::transport::{AnyTransport, TransportSpec};
 use msg_layer::{Config, Endpoint, Error, PeerEnd, PeerId, Request};
 
-use crate::ffi::{LlcShimConfig, LlcShimRmaFn, LlcShimStats, LlcShimStatus};
+use crate::abi::{LlcShimConfig, LlcShimRmaFn, LlcShimStats, LlcShimStatus};
 use crate::region::PtrRegion;
 
 pub(crate) type Ep = Endpoint<AnyTransport>;
@@ -200,9 +200,9 @@ impl LlcShim {
     pub(crate) fn open(cfg: &LlcShimConfig) -> Result<LlcShim, OpenError> {
         init_logging();
         // SAFETY: the C caller passes NUL-terminated strings or null.
-        let ifname = unsafe { crate::ffi::cstr(cfg.ifname) }.ok_or(OpenError::NoInterface)?;
+        let ifname = unsafe { crate::abi::cstr(cfg.ifname) }.ok_or(OpenError::NoInterface)?;
         // SAFETY: as above.
-        let backend = unsafe { crate::ffi::cstr(cfg.backend) }
+        let backend = unsafe { crate::abi::cstr(cfg.backend) }
             .unwrap_or("auto")
             .parse()
             .map_err(OpenError::Backend)?;
@@ -217,9 +217,9 @@ impl LlcShim {
             llc.config.sap = cfg.sap;
         }
         llc.auth = match cfg.auth {
-            crate::ffi::LLC_SHIM_AUTH_ENV => KeySource::Env,
-            crate::ffi::LLC_SHIM_AUTH_OFF => KeySource::Off,
-            crate::ffi::LLC_SHIM_AUTH_LATER => KeySource::Later,
+            crate::abi::LLC_SHIM_AUTH_ENV => KeySource::Env,
+            crate::abi::LLC_SHIM_AUTH_OFF => KeySource::Off,
+            crate::abi::LLC_SHIM_AUTH_LATER => KeySource::Later,
             other => return Err(OpenError::Auth(other)),
         };
         if cfg.idle_timeout_ms != 0 {

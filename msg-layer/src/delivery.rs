@@ -16,11 +16,16 @@ use std::sync::Weak;
 
 use parking_lot::Mutex;
 
-use crate::endpoint::Request;
 use crate::engine::{AmDelivery, Completion, PeerFailure};
 use crate::error::Error;
 use crate::matching::PeerId;
 use crate::wire::HEADER_LEN;
+
+/// A pending operation. Copyable like an MPI_Request; its result is taken
+/// once, by the `test` or `wait` that sees it complete.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[must_use = "a request must be tested or waited for"]
+pub struct Request(pub(crate) u64);
 
 /// Something for the endpoint's user.
 #[derive(Debug)]

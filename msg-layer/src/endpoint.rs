@@ -28,7 +28,7 @@ use parking_lot::Mutex as EngineLock;
 
 use crate::addr::Addr;
 use crate::config::Config;
-use crate::delivery::{ActiveMessage, Event, EventQueue, ReleaseNotice};
+use crate::delivery::{ActiveMessage, Event, EventQueue, ReleaseNotice, Request};
 use crate::engine::{AddPeer, AmDelivery, Completion, Engine, PeerFailure, Stats, Status};
 use crate::error::Error;
 use crate::matching::{Pattern, PeerId, Source, Tag};
@@ -36,12 +36,6 @@ use crate::rma::{MemoryRegion, RegionKey};
 use crate::sys;
 use crate::transport::{Transport, TransportEvent};
 use crate::wire::{BUNDLE_ITEM_MAX, HEADER_LEN};
-
-/// A pending operation. Copyable like an MPI_Request; its result is taken
-/// once, by the `test` or `wait` that sees it complete.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-#[must_use = "a request must be tested or waited for"]
-pub struct Request(u64);
 
 /// An active-message handler: the sending peer and the payload.
 pub type AmHandler = Box<dyn FnMut(PeerId, &[u8]) + Send>;

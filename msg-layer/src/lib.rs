@@ -33,8 +33,8 @@ pub mod wire;
 
 pub use addr::Addr;
 pub use config::Config;
-pub use delivery::{ActiveMessage, Event, ReleaseNotice};
-pub use endpoint::{AmHandler, Endpoint, FailureHandler, Request, AM_COPY_INLINE};
+pub use delivery::{ActiveMessage, Event, ReleaseNotice, Request};
+pub use endpoint::{AmHandler, Endpoint, FailureHandler, AM_COPY_INLINE};
 pub use engine::{Completion, Stats, Status};
 pub use error::{Error, PeerEnd};
 pub use matching::{PeerId, Source, Tag};

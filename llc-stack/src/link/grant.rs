@@ -35,7 +35,7 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixDatagram;
 
-use super::afpacket::endpoint_filter;
+use super::filter::granted_filter;
 use super::interfaces;
 use super::local::LocalPort;
 use super::LinkError;
@@ -798,44 +798,6 @@ fn make_packet(req: &Request, claim: UnixDatagram, port: u16) -> Result<Made, Li
     })
 }
 
-/// The filter of a granted endpoint: frames that arrived on interface
-/// `ifindex` (so binding the socket elsewhere yields nothing), then the
-/// shared-interface filter of `port`, with the link role (the service's
-/// TEST/XID responder) or without (every granted endpoint).
-///
-/// ```text
-/// 0: ld  ifidx
-/// 1: jeq #ifindex  -> 2 else REJECT (the last instruction)
-/// 2..: endpoint_filter(sap, port, link_role)
-/// ```
-pub(crate) fn granted_filter(
-    sap: u8,
-    port: u16,
-    link_role: bool,
-    ifindex: u32,
-) -> Vec<libc::sock_filter> {
-    let inner = endpoint_filter(sap, port, link_role);
-    // The inner filter's last instruction (a reject) is at index
-    // `inner.len() + 1`; a jump from instruction 1 skips `inner.len() - 1`.
-    let to_reject = u8::try_from(inner.len() - 1).expect("short filter");
-    let mut f = vec![
-        libc::sock_filter {
-            code: 0x20, // ld word abs (ancillary)
-            jt: 0,
-            jf: 0,
-            k: (libc::SKF_AD_OFF + libc::SKF_AD_IFINDEX) as u32,
-        },
-        libc::sock_filter {
-            code: 0x15, // jeq k
-            jt: 0,
-            jf: to_reject,
-            k: ifindex,
-        },
-    ];
-    f.extend_from_slice(&inner);
-    f
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -900,15 +862,5 @@ mod tests {
         );
         assert_eq!(parse_ok("ok port=7 role=1"), None);
         assert_eq!(parse_ok("error no"), None);
-    }
-
-    #[test]
-    fn the_granted_filter_rejects_other_interfaces_first() {
-        let f = granted_filter(0x7c, 5000, false, 9);
-        assert_eq!(f[1].k, 9);
-        // The jump from instruction 1 lands on the last instruction: ret #0.
-        let target = 1 + 1 + f[1].jf as usize;
-        assert_eq!(target, f.len() - 1);
-        assert_eq!((f[target].code, f[target].k), (0x06, 0));
     }
 }

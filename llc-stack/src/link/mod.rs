@@ -35,6 +35,7 @@ pub mod afxdp;
 #[cfg(target_os = "linux")]
 pub mod any;
 pub mod fault;
+mod filter;
 #[cfg(target_os = "linux")]
 pub mod grant;
 #[cfg(target_os = "linux")]

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::llc::LlcLinkTransport;
+use super::llc::{LlcLinkTransport, LlcTransport};
+use super::spec::TransportSpec;
 use super::tcp::{TcpSocketTransport, TcpUringTransport};
 use super::{ConnId, Placement, SendError, Transport, TransportError, TransportEvent};
 use crate::addr::Addr;
@@ -160,5 +161,21 @@ impl From<TcpSocketTransport> for AnyTransport {
 impl From<TcpUringTransport> for AnyTransport {
     fn from(t: TcpUringTransport) -> Self {
         AnyTransport::TcpUring(t)
+    }
+}
+
+impl TransportSpec {
+    /// Open the transport. What an `auto` choice fell back from, and why,
+    /// is in [`AnyTransport::notes`].
+    pub fn open(&self) -> Result<AnyTransport, TransportError> {
+        Ok(match self {
+            TransportSpec::Llc(s) => AnyTransport::Llc(LlcTransport::open_spec(s)?),
+            TransportSpec::Tcp(s) => {
+                AnyTransport::Tcp(TcpSocketTransport::bind(s.addr, s.config.clone())?)
+            }
+            TransportSpec::TcpUring(s) => {
+                AnyTransport::TcpUring(TcpUringTransport::bind(s.addr, s.config.clone())?)
+            }
+        })
     }
 }

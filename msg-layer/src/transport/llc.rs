@@ -26,15 +26,7 @@ use super::{
 };
 use crate::addr::{Addr, LlcAddr};
 
-pub use llc_stack::proto::Config as LlcConfig;
-/// A job's frame authentication key (docs/SECURITY.md). Its `Debug` shows
-/// a fingerprint, never the key.
-pub use llc_stack::wire::AuthKey;
-
-/// The variable a job's key material comes from when nothing else gives a
-/// key: any non-empty string, the same on every process of the job, from
-/// which each derives the key ([`AuthKey::derive`]).
-pub const AUTH_KEY_ENV: &str = "LLC_AUTH_KEY";
+pub use super::spec::{AuthKey, LlcConfig, AUTH_KEY_ENV, DEFAULT_PORT};
 
 /// The key of [`AUTH_KEY_ENV`]: `None` when the variable is not set; an
 /// error when it is set but empty (a job meant to be keyed must not run
@@ -85,9 +77,6 @@ fn resolve_key(cfg: &mut LlcConfig, source: KeySource) -> Result<bool, Transport
     }
     Ok(false)
 }
-
-/// Port an endpoint listens on unless told otherwise.
-pub const DEFAULT_PORT: u16 = 7;
 
 /// The interfaces an LLC endpoint may use on this host, in the kernel's
 /// order: those named in `include` (each must exist and carry LLC), or, when

@@ -16,11 +16,11 @@
 //! ```
 //! Options of `llc://IFNAME`:
 //! - `backend=auto|xdp|packet` (default auto): AF_XDP, AF_PACKET, or AF_XDP falling
-//!   back to AF_PACKET (the fallback is said in [`AnyTransport::notes`]);
+//!   back to AF_PACKET (the fallback is said in [`AnyTransport::notes`](super::AnyTransport::notes));
 //! - `attach=auto|native|generic` (default auto): the XDP program's hook;
 //! - `port=N` (default 7): the endpoint's port on the interface, 0 for any free one;
 //! - `exclusive=true|false` (default false): have the interface's SAP alone (see
-//!   [`LlcTransport::open_exclusive`]) instead of sharing it by port;
+//!   [`LlcTransport::open_exclusive`](super::llc::LlcTransport::open_exclusive)) instead of sharing it by port;
 //! - `alone=true|false` (default false): the caller knows no other endpoint of
 //!   its job opens the interface (one MPI rank per host), so that `auto` may
 //!   take the backend that is faster for a single endpoint (implied by
@@ -56,11 +56,20 @@ use std::net::SocketAddr;
 use std::str::FromStr;
 use std::time::Duration;
 
-#[cfg(doc)]
-use super::llc::AUTH_KEY_ENV;
-use super::llc::{LlcConfig, LlcTransport, DEFAULT_PORT};
-use super::tcp::{TcpConfig, TcpSocketTransport, TcpUringTransport};
-use super::{AnyTransport, TransportError};
+pub use llc_stack::proto::Config as LlcConfig;
+/// A job's frame authentication key (docs/SECURITY.md). Its `Debug` shows
+/// a fingerprint, never the key.
+pub use llc_stack::wire::AuthKey;
+
+use super::tcp::TcpConfig;
+
+/// Port an endpoint listens on unless told otherwise.
+pub const DEFAULT_PORT: u16 = 7;
+
+/// The variable a job's key material comes from when nothing else gives a
+/// key: any non-empty string, the same on every process of the job, from
+/// which each derives the key ([`AuthKey::derive`]).
+pub const AUTH_KEY_ENV: &str = "LLC_AUTH_KEY";
 
 /// Which link an LLC endpoint opens.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
@@ -179,7 +188,7 @@ pub struct LlcSpec {
     /// The endpoint's port (0: any free port;
     /// [`super::Transport::local_addr`] then names the one taken).
     pub port: u16,
-    /// Have the interface's SAP alone ([`LlcTransport::open_exclusive`]).
+    /// Have the interface's SAP alone ([`LlcTransport::open_exclusive`](super::llc::LlcTransport::open_exclusive)).
     pub exclusive: bool,
     /// No other endpoint of the job opens the interface (one MPI rank per
     /// host): `auto` may then take AF_PACKET where copy-mode AF_XDP chains
@@ -342,25 +351,11 @@ impl TransportSpec {
     /// [`LlcSpec::config`]): how an API above hands a configured key to
     /// whatever transport its user named. TCP has no frame authentication:
     /// its specs are returned unchanged.
-    pub fn with_auth_key(mut self, key: super::llc::AuthKey) -> Self {
+    pub fn with_auth_key(mut self, key: AuthKey) -> Self {
         if let TransportSpec::Llc(l) = &mut self {
             l.config.auth_key = Some(key);
         }
         self
-    }
-
-    /// Open the transport. What an `auto` choice fell back from, and why,
-    /// is in [`AnyTransport::notes`].
-    pub fn open(&self) -> Result<AnyTransport, TransportError> {
-        Ok(match self {
-            TransportSpec::Llc(s) => AnyTransport::Llc(LlcTransport::open_spec(s)?),
-            TransportSpec::Tcp(s) => {
-                AnyTransport::Tcp(TcpSocketTransport::bind(s.addr, s.config.clone())?)
-            }
-            TransportSpec::TcpUring(s) => {
-                AnyTransport::TcpUring(TcpUringTransport::bind(s.addr, s.config.clone())?)
-            }
-        })
     }
 }
 

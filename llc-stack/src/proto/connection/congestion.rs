@@ -12,15 +12,6 @@ use crate::time::Instant;
 /// a round trip counts as queueing.
 const DELAY_SLACK_NS: u64 = 20_000;
 
-/// The congestion state before a run of retransmission timeouts, and when
-/// the first of them fired (wire timestamp).
-#[derive(Copy, Clone, Debug)]
-pub(super) struct RtoUndo {
-    pub(super) at_ts: u32,
-    pub(super) cwnd: u32,
-    pub(super) ssthresh: u32,
-}
-
 impl Connection {
     /// The first acknowledgement of new data after a retransmission
     /// timeout. When it echoes a frame sent before the timeout fired, the

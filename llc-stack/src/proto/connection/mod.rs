@@ -72,12 +72,12 @@ pub(crate) fn prediction_on() -> bool {
     true
 }
 
-use congestion::RtoUndo;
 use recv::{Assembly, RecvMeta};
 #[cfg(test)]
 pub(crate) use send::RETIRE_LIMIT;
 use send::{InFlight, OutQueue};
 pub use stats::ConnStats;
+use timers::RtoUndo;
 use timers::{Timer, Timers};
 
 /// Where a connection is in its life.

@@ -5,10 +5,18 @@
 
 use std::time::Duration;
 
-use super::congestion::RtoUndo;
 use super::{wire_ts, Connection, State};
 use crate::proto::error::ConnectionError;
 use crate::time::Instant;
+
+/// The congestion state before a run of retransmission timeouts, and when
+/// the first of them fired (wire timestamp).
+#[derive(Copy, Clone, Debug)]
+pub(super) struct RtoUndo {
+    pub(super) at_ts: u32,
+    pub(super) cwnd: u32,
+    pub(super) ssthresh: u32,
+}
 
 /// Timers, indexed into a table.
 #[derive(Copy, Clone, Debug)]
