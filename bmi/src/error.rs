@@ -57,12 +57,12 @@ pub enum BmiError {
     #[error("the peer {0} closed its end")]
     PeerClosed(String),
     /// The peer failed: it stopped answering, reset, or was never there.
-    #[error("the peer {peer} failed: {reason}")]
+    #[error("the peer {peer} failed: {}", cause.without_peer())]
     PeerFailed {
         /// The peer's address.
         peer: String,
-        /// What the transport saw.
-        reason: String,
+        /// What the message layer reported: why the connection failed.
+        cause: msg_layer::Error,
     },
     /// The method could not be opened (interface, privilege, port in use...).
     #[error("method {method} could not start: {reason}")]

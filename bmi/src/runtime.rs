@@ -364,16 +364,9 @@ fn peer_error(text: &str, e: &msg_layer::Error) -> BmiError {
             end: PeerEnd::Closed,
             ..
         } => BmiError::PeerClosed(text.to_string()),
-        msg_layer::Error::PeerFailed {
-            end: PeerEnd::Failed(cause),
-            ..
-        } => BmiError::PeerFailed {
-            peer: text.to_string(),
-            reason: cause.to_string(),
-        },
         other => BmiError::PeerFailed {
             peer: text.to_string(),
-            reason: other.to_string(),
+            cause: other.clone(),
         },
     }
 }
@@ -702,10 +695,9 @@ impl Inner {
         let to = name.resolve()?;
         let ep = self.methods[method].ep_for(&to)?;
         let text = e.text.to_string_lossy().into_owned();
-        let p = ep.connect(&to).map_err(|err| BmiError::PeerFailed {
-            peer: text,
-            reason: err.to_string(),
-        })?;
+        let p = ep
+            .connect(&to)
+            .map_err(|cause| BmiError::PeerFailed { peer: text, cause })?;
         // Another handle may already stand for this peer (it spoke first,
         // under the name its endpoint prints): both lead to it.
         st.by_peer.entry((method, p)).or_insert(a);

@@ -61,12 +61,13 @@ pub enum DeckError {
         waited_ms: u64,
     },
     /// The node a mailbox (or its name) lives on failed or left.
-    #[error("node {node} failed: {reason}")]
+    #[error("node {node} failed: {}", cause.without_peer())]
     PeerFailed {
         /// The node.
         node: u32,
-        /// What the transport said.
-        reason: String,
+        /// What the message layer reported: the peer closed, or why its
+        /// connection failed.
+        cause: msg_layer::Error,
     },
     /// The transport failed as a whole.
     #[error("transport: {0}")]

@@ -114,7 +114,7 @@ struct State {
     /// Mailboxes of other nodes known destroyed.
     gone: HashSet<(u32, u32)>,
     /// Nodes that failed or left, and why.
-    dead: HashMap<u32, String>,
+    dead: HashMap<u32, msg_layer::Error>,
     /// Window left towards each node.
     credit: Vec<u64>,
     /// Credit owed to each node (its messages retrieved).
@@ -467,7 +467,7 @@ impl Inner {
             Event::PeerEnded { peer, error } => {
                 if let Some(&node) = self.node_of.get(&peer) {
                     tracing::debug!(node, %error, "node ended");
-                    st.dead.entry(node).or_insert_with(|| error.to_string());
+                    st.dead.entry(node).or_insert(error);
                     st.home.node_failed(node);
                 }
             }
@@ -702,9 +702,9 @@ impl Inner {
     }
 
     fn dead_error(&self, st: &State, node: u32) -> Option<DeckError> {
-        st.dead.get(&node).map(|reason| DeckError::PeerFailed {
+        st.dead.get(&node).map(|cause| DeckError::PeerFailed {
             node,
-            reason: reason.clone(),
+            cause: cause.clone(),
         })
     }
 
@@ -886,10 +886,8 @@ impl Inner {
         let (Some(ep), Some(p)) = (&self.ep, self.peer(node)) else {
             return Err(DeckError::Invalid(format!("no node {node}")));
         };
-        ep.am_post(p, id, data).map_err(|e| DeckError::PeerFailed {
-            node,
-            reason: e.to_string(),
-        })
+        ep.am_post(p, id, data)
+            .map_err(|e| DeckError::PeerFailed { node, cause: e })
     }
 
     /// Post `data` to mailbox `to`. Eager sizes return at once (copied);
@@ -939,7 +937,7 @@ impl Inner {
         })??;
         let failed = |e: msg_layer::Error| DeckError::PeerFailed {
             node: to.node,
-            reason: e.to_string(),
+            cause: e,
         };
         if eager {
             let hdr = PostHeader { mbox: to.id }.encode();
@@ -1086,7 +1084,7 @@ impl Inner {
                 target.restore_buffer(Vec::new(), taken);
                 Err(DeckError::PeerFailed {
                     node: from,
-                    reason: e.to_string(),
+                    cause: e,
                 })
             }
         }

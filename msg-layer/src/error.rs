@@ -65,3 +65,15 @@ pub enum Error {
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
 }
+
+impl Error {
+    /// What went wrong, for a caller that names the peer its own way (a
+    /// DECK node, a BMI address): a peer's end without "peer N failed",
+    /// anything else as it displays.
+    pub fn without_peer(&self) -> String {
+        match self {
+            Error::PeerFailed { end, .. } => end.to_string(),
+            other => other.to_string(),
+        }
+    }
+}
