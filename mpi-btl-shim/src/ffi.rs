@@ -57,6 +57,25 @@ fn status_of(e: &Error) -> LlcShimStatus {
     }
 }
 
+/// Run the body of a C entry point: a panic (a bug in the shim or below it)
+/// is reported on stderr and becomes `on_panic`, an error the caller
+/// handles, instead of unwinding into C (which aborts the process, and an
+/// MPI job with it, without a word).
+fn guard<T>(name: &str, on_panic: T, f: impl FnOnce() -> T) -> T {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(v) => v,
+        Err(e) => {
+            let what = e
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| e.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            eprintln!("llc_shim: internal error in {name}: {what}");
+            on_panic
+        }
+    }
+}
+
 /// Borrow the shim behind a C handle.
 ///
 /// # Safety
@@ -79,23 +98,25 @@ pub unsafe extern "C" fn llc_shim_open(
     err: *mut c_char,
     err_len: usize,
 ) -> LlcShimStatus {
-    if cfg.is_null() || out.is_null() {
-        write_err(err, err_len, "null argument");
-        return LlcShimStatus::Invalid;
-    }
-    // SAFETY: checked non-null; the caller passes a valid config.
-    let cfg = unsafe { &*cfg };
-    match LlcShim::open(cfg) {
-        Ok(s) => {
-            // SAFETY: `out` is valid for a write (checked non-null).
-            unsafe { *out = Box::into_raw(Box::new(s)) };
-            LlcShimStatus::Ok
+    guard("llc_shim_open", LlcShimStatus::Error, || {
+        if cfg.is_null() || out.is_null() {
+            write_err(err, err_len, "null argument");
+            return LlcShimStatus::Invalid;
         }
-        Err(e) => {
-            write_err(err, err_len, &e.to_string());
-            LlcShimStatus::Error
+        // SAFETY: checked non-null; the caller passes a valid config.
+        let cfg = unsafe { &*cfg };
+        match LlcShim::open(cfg) {
+            Ok(s) => {
+                // SAFETY: `out` is valid for a write (checked non-null).
+                unsafe { *out = Box::into_raw(Box::new(s)) };
+                LlcShimStatus::Ok
+            }
+            Err(e) => {
+                write_err(err, err_len, &e.to_string());
+                LlcShimStatus::Error
+            }
         }
-    }
+    })
 }
 
 /// Draw the job's key material (32 bytes from the operating system's
@@ -113,27 +134,29 @@ pub unsafe extern "C" fn llc_shim_new_auth_key(
     out: *mut c_char,
     out_len: usize,
 ) -> LlcShimStatus {
-    // SAFETY: per the contract.
-    let Some(s) = (unsafe { shim(s) }) else {
-        return LlcShimStatus::Invalid;
-    };
-    if out.is_null() || out_len < LLC_SHIM_KEY_MATERIAL_LEN {
-        return LlcShimStatus::Invalid;
-    }
-    let material = match msg_layer::transport::llc::random_key_material() {
-        Ok(m) => m,
-        Err(e) => {
-            tracing::error!(%e, "drawing the job's key");
+    guard("llc_shim_new_auth_key", LlcShimStatus::Error, || {
+        // SAFETY: per the contract.
+        let Some(s) = (unsafe { shim(s) }) else {
+            return LlcShimStatus::Invalid;
+        };
+        if out.is_null() || out_len < LLC_SHIM_KEY_MATERIAL_LEN {
+            return LlcShimStatus::Invalid;
+        }
+        let material = match msg_layer::transport::llc::random_key_material() {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::error!(%e, "drawing the job's key");
+                return LlcShimStatus::Error;
+            }
+        };
+        let key = msg_layer::transport::llc::AuthKey::derive(material.as_bytes());
+        if let Err(e) = s.ep.set_auth_key(key) {
+            tracing::error!(%e, "keying the endpoint");
             return LlcShimStatus::Error;
         }
-    };
-    let key = msg_layer::transport::llc::AuthKey::derive(material.as_bytes());
-    if let Err(e) = s.ep.set_auth_key(key) {
-        tracing::error!(%e, "keying the endpoint");
-        return LlcShimStatus::Error;
-    }
-    write_err(out, out_len, &material);
-    LlcShimStatus::Ok
+        write_err(out, out_len, &material);
+        LlcShimStatus::Ok
+    })
 }
 
 /// Key this endpoint with the job's key material (`len` bytes at
@@ -150,23 +173,25 @@ pub unsafe extern "C" fn llc_shim_set_auth_key(
     material: *const u8,
     len: usize,
 ) -> LlcShimStatus {
-    // SAFETY: per the contract.
-    let (Some(s), Some(m)) = (unsafe { shim(s) }, unsafe { c_bytes(material, len) }) else {
-        return LlcShimStatus::Invalid;
-    };
-    if m.is_empty() {
-        return LlcShimStatus::Invalid;
-    }
-    match s
-        .ep
-        .set_auth_key(msg_layer::transport::llc::AuthKey::derive(m))
-    {
-        Ok(()) => LlcShimStatus::Ok,
-        Err(e) => {
-            tracing::error!(%e, "keying the endpoint");
-            status_of(&e)
+    guard("llc_shim_set_auth_key", LlcShimStatus::Error, || {
+        // SAFETY: per the contract.
+        let (Some(s), Some(m)) = (unsafe { shim(s) }, unsafe { c_bytes(material, len) }) else {
+            return LlcShimStatus::Invalid;
+        };
+        if m.is_empty() {
+            return LlcShimStatus::Invalid;
         }
-    }
+        match s
+            .ep
+            .set_auth_key(msg_layer::transport::llc::AuthKey::derive(m))
+        {
+            Ok(()) => LlcShimStatus::Ok,
+            Err(e) => {
+                tracing::error!(%e, "keying the endpoint");
+                status_of(&e)
+            }
+        }
+    })
 }
 
 /// The public fingerprint of the endpoint's key (8 hex digits; never the
@@ -181,14 +206,16 @@ pub unsafe extern "C" fn llc_shim_auth_fingerprint(
     buf: *mut c_char,
     len: usize,
 ) -> usize {
-    // SAFETY: per the contract.
-    let Some(s) = (unsafe { shim(s) }) else {
-        return 0;
-    };
-    match s.ep.auth_fingerprint() {
-        Some(f) => write_text(buf, len, &f),
-        None => 0,
-    }
+    guard("llc_shim_auth_fingerprint", 0, || {
+        // SAFETY: per the contract.
+        let Some(s) = (unsafe { shim(s) }) else {
+            return 0;
+        };
+        match s.ep.auth_fingerprint() {
+            Some(f) => write_text(buf, len, &f),
+            None => 0,
+        }
+    })
 }
 
 /// Choose the interface of the `index`th local process (MPI: the local
@@ -212,24 +239,26 @@ pub unsafe extern "C" fn llc_shim_select_interface(
     err: *mut c_char,
     err_len: usize,
 ) -> LlcShimStatus {
-    // SAFETY: per the contract: null or NUL-terminated, alive for the call
-    // (the borrowed names are not kept beyond it).
-    let (include, exclude) = unsafe { (comma_list(cstr(include)), comma_list(cstr(exclude))) };
-    match msg_layer::transport::llc::select_interfaces(&include, &exclude) {
-        Ok(names) => {
-            let name = &names[index as usize % names.len()];
-            if out.is_null() || name.len() >= out_len {
-                write_err(err, err_len, "interface name buffer too small");
-                return LlcShimStatus::Invalid;
+    guard("llc_shim_select_interface", LlcShimStatus::Error, || {
+        // SAFETY: per the contract: null or NUL-terminated, alive for the call
+        // (the borrowed names are not kept beyond it).
+        let (include, exclude) = unsafe { (comma_list(cstr(include)), comma_list(cstr(exclude))) };
+        match msg_layer::transport::llc::select_interfaces(&include, &exclude) {
+            Ok(names) => {
+                let name = &names[index as usize % names.len()];
+                if out.is_null() || name.len() >= out_len {
+                    write_err(err, err_len, "interface name buffer too small");
+                    return LlcShimStatus::Invalid;
+                }
+                write_err(out, out_len, name);
+                LlcShimStatus::Ok
             }
-            write_err(out, out_len, name);
-            LlcShimStatus::Ok
+            Err(e) => {
+                write_err(err, err_len, &e.to_string());
+                LlcShimStatus::Error
+            }
         }
-        Err(e) => {
-            write_err(err, err_len, &e.to_string());
-            LlcShimStatus::Error
-        }
-    }
+    })
 }
 
 /// The endpoint's address (`llc://MAC/PORT[?sap=0xNN]`), NUL-terminated,
@@ -240,11 +269,13 @@ pub unsafe extern "C" fn llc_shim_select_interface(
 /// `s` is a live handle; `buf` is null or has `len` writable bytes.
 #[no_mangle]
 pub unsafe extern "C" fn llc_shim_addr(s: *const LlcShim, buf: *mut c_char, len: usize) -> usize {
-    // SAFETY: per the contract.
-    let Some(s) = (unsafe { shim(s) }) else {
-        return 0;
-    };
-    write_text(buf, len, &s.ep.local_addr().to_string())
+    guard("llc_shim_addr", 0, || {
+        // SAFETY: per the contract.
+        let Some(s) = (unsafe { shim(s) }) else {
+            return 0;
+        };
+        write_text(buf, len, &s.ep.local_addr().to_string())
+    })
 }
 
 /// What the endpoint runs on (e.g. `llc/af_packet`), like `llc_shim_addr`.
@@ -257,11 +288,13 @@ pub unsafe extern "C" fn llc_shim_transport_name(
     buf: *mut c_char,
     len: usize,
 ) -> usize {
-    // SAFETY: per the contract.
-    let Some(s) = (unsafe { shim(s) }) else {
-        return 0;
-    };
-    write_text(buf, len, &s.ep.transport_name())
+    guard("llc_shim_transport_name", 0, || {
+        // SAFETY: per the contract.
+        let Some(s) = (unsafe { shim(s) }) else {
+            return 0;
+        };
+        write_text(buf, len, &s.ep.transport_name())
+    })
 }
 
 /// Which of the `n` peer addresses in `addrs` this endpoint can reach,
@@ -282,27 +315,29 @@ pub unsafe extern "C" fn llc_shim_reachable(
     out: *mut bool,
     timeout_ms: u32,
 ) -> LlcShimStatus {
-    // SAFETY: per the contract.
-    let Some(s) = (unsafe { shim(s) }) else {
-        return LlcShimStatus::Invalid;
-    };
-    if n > 0 && (addrs.is_null() || out.is_null()) {
-        return LlcShimStatus::Invalid;
-    }
-    // SAFETY: `addrs` has `n` entries, each null or NUL-terminated.
-    let parsed: Vec<Option<Addr>> = (0..n)
-        .map(|i| unsafe { cstr(*addrs.add(i)) }.and_then(|a| a.parse().ok()))
-        .collect();
-    let valid: Vec<Addr> = parsed.iter().flatten().copied().collect();
-    let answers =
-        s.ep.reachable(&valid, Duration::from_millis(timeout_ms.into()));
-    let mut answers = answers.into_iter();
-    for (i, p) in parsed.iter().enumerate() {
-        let ok = p.is_some() && answers.next().unwrap_or(false);
-        // SAFETY: `out` has `n` writable entries.
-        unsafe { *out.add(i) = ok };
-    }
-    LlcShimStatus::Ok
+    guard("llc_shim_reachable", LlcShimStatus::Error, || {
+        // SAFETY: per the contract.
+        let Some(s) = (unsafe { shim(s) }) else {
+            return LlcShimStatus::Invalid;
+        };
+        if n > 0 && (addrs.is_null() || out.is_null()) {
+            return LlcShimStatus::Invalid;
+        }
+        // SAFETY: `addrs` has `n` entries, each null or NUL-terminated.
+        let parsed: Vec<Option<Addr>> = (0..n)
+            .map(|i| unsafe { cstr(*addrs.add(i)) }.and_then(|a| a.parse().ok()))
+            .collect();
+        let valid: Vec<Addr> = parsed.iter().flatten().copied().collect();
+        let answers =
+            s.ep.reachable(&valid, Duration::from_millis(timeout_ms.into()));
+        let mut answers = answers.into_iter();
+        for (i, p) in parsed.iter().enumerate() {
+            let ok = p.is_some() && answers.next().unwrap_or(false);
+            // SAFETY: `out` has `n` writable entries.
+            unsafe { *out.add(i) = ok };
+        }
+        LlcShimStatus::Ok
+    })
 }
 
 /// Know the peer at `addr` (as another endpoint's `llc_shim_addr` gave it);
@@ -317,28 +352,30 @@ pub unsafe extern "C" fn llc_shim_add_peer(
     addr: *const c_char,
     peer: *mut u32,
 ) -> LlcShimStatus {
-    // SAFETY: per the contract.
-    let (Some(s), Some(addr)) = (unsafe { shim(s) }, unsafe { cstr(addr) }) else {
-        return LlcShimStatus::Invalid;
-    };
-    if peer.is_null() {
-        return LlcShimStatus::Invalid;
-    }
-    let Ok(a) = addr.parse::<Addr>() else {
-        tracing::warn!(addr, "unparsable peer address");
-        return LlcShimStatus::Invalid;
-    };
-    match s.ep.add_peer(&a) {
-        Ok(p) => {
-            // SAFETY: checked non-null.
-            unsafe { *peer = p };
-            LlcShimStatus::Ok
+    guard("llc_shim_add_peer", LlcShimStatus::Error, || {
+        // SAFETY: per the contract.
+        let (Some(s), Some(addr)) = (unsafe { shim(s) }, unsafe { cstr(addr) }) else {
+            return LlcShimStatus::Invalid;
+        };
+        if peer.is_null() {
+            return LlcShimStatus::Invalid;
         }
-        Err(e) => {
-            tracing::warn!(%e, addr, "adding a peer");
-            status_of(&e)
+        let Ok(a) = addr.parse::<Addr>() else {
+            tracing::warn!(addr, "unparsable peer address");
+            return LlcShimStatus::Invalid;
+        };
+        match s.ep.add_peer(&a) {
+            Ok(p) => {
+                // SAFETY: checked non-null.
+                unsafe { *peer = p };
+                LlcShimStatus::Ok
+            }
+            Err(e) => {
+                tracing::warn!(%e, addr, "adding a peer");
+                status_of(&e)
+            }
         }
-    }
+    })
 }
 
 /// Forget a peer (Open MPI's del_procs). The message layer keeps its
@@ -348,15 +385,17 @@ pub unsafe extern "C" fn llc_shim_add_peer(
 /// `s` is a live handle.
 #[no_mangle]
 pub unsafe extern "C" fn llc_shim_remove_peer(s: *const LlcShim, peer: u32) -> LlcShimStatus {
-    // SAFETY: per the contract.
-    let Some(s) = (unsafe { shim(s) }) else {
-        return LlcShimStatus::Invalid;
-    };
-    if (peer as usize) < s.ep.peer_count() {
-        LlcShimStatus::Ok
-    } else {
-        LlcShimStatus::Invalid
-    }
+    guard("llc_shim_remove_peer", LlcShimStatus::Error, || {
+        // SAFETY: per the contract.
+        let Some(s) = (unsafe { shim(s) }) else {
+            return LlcShimStatus::Invalid;
+        };
+        if (peer as usize) < s.ep.peer_count() {
+            LlcShimStatus::Ok
+        } else {
+            LlcShimStatus::Invalid
+        }
+    })
 }
 
 /// Call `cb(ctx, peer, tag, data, len)` for every message that arrives with
@@ -371,12 +410,14 @@ pub unsafe extern "C" fn llc_shim_set_recv_handler(
     cb: LlcShimRecvFn,
     ctx: *mut c_void,
 ) -> LlcShimStatus {
-    // SAFETY: per the contract.
-    let Some(s) = (unsafe { shim(s) }) else {
-        return LlcShimStatus::Invalid;
-    };
-    s.set_recv_handler(tag, cb.map(|f| (f, CPtr(ctx))));
-    LlcShimStatus::Ok
+    guard("llc_shim_set_recv_handler", LlcShimStatus::Error, || {
+        // SAFETY: per the contract.
+        let Some(s) = (unsafe { shim(s) }) else {
+            return LlcShimStatus::Invalid;
+        };
+        s.set_recv_handler(tag, cb.map(|f| (f, CPtr(ctx))));
+        LlcShimStatus::Ok
+    })
 }
 
 /// Call `cb(ctx, peer, orderly, reason)` once per peer whose connection
@@ -391,12 +432,14 @@ pub unsafe extern "C" fn llc_shim_set_failure_handler(
     cb: LlcShimFailFn,
     ctx: *mut c_void,
 ) -> LlcShimStatus {
-    // SAFETY: per the contract.
-    let Some(s) = (unsafe { shim(s) }) else {
-        return LlcShimStatus::Invalid;
-    };
-    s.set_fail_handler(cb.map(|f| (f, CPtr(ctx))));
-    LlcShimStatus::Ok
+    guard("llc_shim_set_failure_handler", LlcShimStatus::Error, || {
+        // SAFETY: per the contract.
+        let Some(s) = (unsafe { shim(s) }) else {
+            return LlcShimStatus::Invalid;
+        };
+        s.set_fail_handler(cb.map(|f| (f, CPtr(ctx))));
+        LlcShimStatus::Ok
+    })
 }
 
 /// True when a send to `peer` now would leave at once rather than wait in
@@ -409,11 +452,13 @@ pub unsafe extern "C" fn llc_shim_set_failure_handler(
 /// `s` is a live handle (or null: false).
 #[no_mangle]
 pub unsafe extern "C" fn llc_shim_can_send(s: *const LlcShim, peer: u32) -> bool {
-    // SAFETY: per the contract.
-    let Some(s) = (unsafe { shim(s) }) else {
-        return false;
-    };
-    s.ep.can_post(peer)
+    guard("llc_shim_can_send", false, || {
+        // SAFETY: per the contract.
+        let Some(s) = (unsafe { shim(s) }) else {
+            return false;
+        };
+        s.ep.can_post(peer)
+    })
 }
 
 /// Messages of at most this many bytes (`head ++ body`) sent with
@@ -443,18 +488,20 @@ pub unsafe extern "C" fn llc_shim_send(
     body: *const u8,
     body_len: usize,
 ) -> LlcShimStatus {
-    // SAFETY: per the contract.
-    let Some(s) = (unsafe { shim(s) }) else {
-        return LlcShimStatus::Invalid;
-    };
-    // SAFETY: valid for their lengths per the contract.
-    let (Some(head), Some(body)) = (unsafe { c_bytes(head, head_len) }, unsafe {
-        c_bytes(body, body_len)
-    }) else {
-        return LlcShimStatus::Invalid;
-    };
-    let n = head.len() + body.len();
-    posted(s, n, s.ep.am_post_copy(peer, tag.into(), head, body))
+    guard("llc_shim_send", LlcShimStatus::Error, || {
+        // SAFETY: per the contract.
+        let Some(s) = (unsafe { shim(s) }) else {
+            return LlcShimStatus::Invalid;
+        };
+        // SAFETY: valid for their lengths per the contract.
+        let (Some(head), Some(body)) = (unsafe { c_bytes(head, head_len) }, unsafe {
+            c_bytes(body, body_len)
+        }) else {
+            return LlcShimStatus::Invalid;
+        };
+        let n = head.len() + body.len();
+        posted(s, n, s.ep.am_post_copy(peer, tag.into(), head, body))
+    })
 }
 
 /// Send `head ++ body` to `peer` with `tag`, copying `head` and lending
@@ -484,24 +531,26 @@ pub unsafe extern "C" fn llc_shim_send_lent(
     done: LlcShimSentFn,
     ctx: *mut c_void,
 ) -> LlcShimStatus {
-    // SAFETY: per the contract.
-    let Some(s) = (unsafe { shim(s) }) else {
-        return LlcShimStatus::Invalid;
-    };
-    let Some(done) = done else {
-        return LlcShimStatus::Invalid;
-    };
-    // SAFETY: `head` is valid for `head_len` bytes per the contract.
-    let Some(prefix) = (unsafe { c_bytes(head, head_len) }) else {
-        return LlcShimStatus::Invalid;
-    };
-    if body.is_null() && body_len > 0 {
-        return LlcShimStatus::Invalid;
-    }
-    match s.send_lent(peer, tag, prefix, (body, body_len), (done, CPtr(ctx))) {
-        Ok(()) => LlcShimStatus::Ok,
-        Err(e) => status_of(&e),
-    }
+    guard("llc_shim_send_lent", LlcShimStatus::Error, || {
+        // SAFETY: per the contract.
+        let Some(s) = (unsafe { shim(s) }) else {
+            return LlcShimStatus::Invalid;
+        };
+        let Some(done) = done else {
+            return LlcShimStatus::Invalid;
+        };
+        // SAFETY: `head` is valid for `head_len` bytes per the contract.
+        let Some(prefix) = (unsafe { c_bytes(head, head_len) }) else {
+            return LlcShimStatus::Invalid;
+        };
+        if body.is_null() && body_len > 0 {
+            return LlcShimStatus::Invalid;
+        }
+        match s.send_lent(peer, tag, prefix, (body, body_len), (done, CPtr(ctx))) {
+            Ok(()) => LlcShimStatus::Ok,
+            Err(e) => status_of(&e),
+        }
+    })
 }
 
 fn send_owned(s: &LlcShim, peer: u32, tag: u8, v: Vec<u8>) -> LlcShimStatus {
@@ -539,12 +588,14 @@ pub struct LlcShimBuf {
 /// memory is short.
 #[no_mangle]
 pub extern "C" fn llc_shim_buf_alloc(capacity: usize) -> *mut LlcShimBuf {
-    let mut v = std::mem::ManuallyDrop::new(Vec::<u8>::with_capacity(capacity));
-    let b = LlcShimBuf {
-        data: v.as_mut_ptr(),
-        capacity: v.capacity(),
-    };
-    Box::into_raw(Box::new(b))
+    guard("llc_shim_buf_alloc", std::ptr::null_mut(), || {
+        let mut v = std::mem::ManuallyDrop::new(Vec::<u8>::with_capacity(capacity));
+        let b = LlcShimBuf {
+            data: v.as_mut_ptr(),
+            capacity: v.capacity(),
+        };
+        Box::into_raw(Box::new(b))
+    })
 }
 
 /// Take back a buffer from `llc_shim_buf_alloc` that will not be sent.
@@ -553,13 +604,15 @@ pub extern "C" fn llc_shim_buf_alloc(capacity: usize) -> *mut LlcShimBuf {
 /// `b` is null or from `llc_shim_buf_alloc`, neither freed nor sent.
 #[no_mangle]
 pub unsafe extern "C" fn llc_shim_buf_free(b: *mut LlcShimBuf) {
-    if b.is_null() {
-        return;
-    }
-    // SAFETY: `b` came from Box::into_raw in llc_shim_buf_alloc.
-    let b = unsafe { Box::from_raw(b) };
-    // SAFETY: data/capacity describe the Vec leaked in llc_shim_buf_alloc.
-    drop(unsafe { Vec::from_raw_parts(b.data, 0, b.capacity) });
+    guard("llc_shim_buf_free", (), || {
+        if b.is_null() {
+            return;
+        }
+        // SAFETY: `b` came from Box::into_raw in llc_shim_buf_alloc.
+        let b = unsafe { Box::from_raw(b) };
+        // SAFETY: data/capacity describe the Vec leaked in llc_shim_buf_alloc.
+        drop(unsafe { Vec::from_raw_parts(b.data, 0, b.capacity) });
+    })
 }
 
 /// Send the first `len` bytes of `b` to `peer` with `tag`, without copying.
@@ -576,20 +629,22 @@ pub unsafe extern "C" fn llc_shim_send_buf(
     b: *mut LlcShimBuf,
     len: usize,
 ) -> LlcShimStatus {
-    if b.is_null() {
-        return LlcShimStatus::Invalid;
-    }
-    // SAFETY: `b` came from Box::into_raw in llc_shim_buf_alloc.
-    let b = unsafe { Box::from_raw(b) };
-    let len = len.min(b.capacity);
-    // SAFETY: the Vec leaked in llc_shim_buf_alloc, its first `len` bytes
-    // written by the caller (contract).
-    let v = unsafe { Vec::from_raw_parts(b.data, len, b.capacity) };
-    // SAFETY: per the contract.
-    let Some(s) = (unsafe { shim(s) }) else {
-        return LlcShimStatus::Invalid;
-    };
-    send_owned(s, peer, tag, v)
+    guard("llc_shim_send_buf", LlcShimStatus::Error, || {
+        if b.is_null() {
+            return LlcShimStatus::Invalid;
+        }
+        // SAFETY: `b` came from Box::into_raw in llc_shim_buf_alloc.
+        let b = unsafe { Box::from_raw(b) };
+        let len = len.min(b.capacity);
+        // SAFETY: the Vec leaked in llc_shim_buf_alloc, its first `len` bytes
+        // written by the caller (contract).
+        let v = unsafe { Vec::from_raw_parts(b.data, len, b.capacity) };
+        // SAFETY: per the contract.
+        let Some(s) = (unsafe { shim(s) }) else {
+            return LlcShimStatus::Invalid;
+        };
+        send_owned(s, peer, tag, v)
+    })
 }
 
 /// Make `len` bytes at `base` accessible to peers' put and get; `*key`
@@ -605,20 +660,22 @@ pub unsafe extern "C" fn llc_shim_register(
     len: usize,
     key: *mut u64,
 ) -> LlcShimStatus {
-    // SAFETY: per the contract.
-    let Some(s) = (unsafe { shim(s) }) else {
-        return LlcShimStatus::Invalid;
-    };
-    if key.is_null() || (base.is_null() && len > 0) {
-        return LlcShimStatus::Invalid;
-    }
-    // SAFETY: the caller keeps the memory valid until deregistration.
-    let region = Arc::new(unsafe { PtrRegion::new(base.cast(), len) });
-    let k = s.ep.register(region.clone());
-    s.regions.lock().expect("regions").push((k, region));
-    // SAFETY: checked non-null.
-    unsafe { *key = k.0 };
-    LlcShimStatus::Ok
+    guard("llc_shim_register", LlcShimStatus::Error, || {
+        // SAFETY: per the contract.
+        let Some(s) = (unsafe { shim(s) }) else {
+            return LlcShimStatus::Invalid;
+        };
+        if key.is_null() || (base.is_null() && len > 0) {
+            return LlcShimStatus::Invalid;
+        }
+        // SAFETY: the caller keeps the memory valid until deregistration.
+        let region = Arc::new(unsafe { PtrRegion::new(base.cast(), len) });
+        let k = s.ep.register(region.clone());
+        s.regions.lock().expect("regions").push((k, region));
+        // SAFETY: checked non-null.
+        unsafe { *key = k.0 };
+        LlcShimStatus::Ok
+    })
 }
 
 /// Withdraw a registration; later accesses by peers are refused. Returns
@@ -631,22 +688,24 @@ pub unsafe extern "C" fn llc_shim_register(
 /// `s` is a live handle.
 #[no_mangle]
 pub unsafe extern "C" fn llc_shim_deregister(s: *const LlcShim, key: u64) -> LlcShimStatus {
-    // SAFETY: per the contract.
-    let Some(s) = (unsafe { shim(s) }) else {
-        return LlcShimStatus::Invalid;
-    };
-    let region = {
-        let mut regions = s.regions.lock().expect("regions");
-        let at = regions.iter().position(|(k, _)| k.0 == key);
-        at.map(|i| regions.swap_remove(i).1)
-    };
-    if !s.ep.deregister(RegionKey(key)) {
-        return LlcShimStatus::Invalid;
-    }
-    if let Some(region) = region {
-        s.wait_unlent(&region);
-    }
-    LlcShimStatus::Ok
+    guard("llc_shim_deregister", LlcShimStatus::Error, || {
+        // SAFETY: per the contract.
+        let Some(s) = (unsafe { shim(s) }) else {
+            return LlcShimStatus::Invalid;
+        };
+        let region = {
+            let mut regions = s.regions.lock().expect("regions");
+            let at = regions.iter().position(|(k, _)| k.0 == key);
+            at.map(|i| regions.swap_remove(i).1)
+        };
+        if !s.ep.deregister(RegionKey(key)) {
+            return LlcShimStatus::Invalid;
+        }
+        if let Some(region) = region {
+            s.wait_unlent(&region);
+        }
+        LlcShimStatus::Ok
+    })
 }
 
 /// Write `len` bytes from `local` into `peer`'s region `key` at `offset`.
@@ -668,23 +727,25 @@ pub unsafe extern "C" fn llc_shim_put(
     cb: LlcShimRmaFn,
     ctx: *mut c_void,
 ) -> LlcShimStatus {
-    // SAFETY: per the contract.
-    let Some(s) = (unsafe { shim(s) }) else {
-        return LlcShimStatus::Invalid;
-    };
-    if local.is_null() && len > 0 {
-        return LlcShimStatus::Invalid;
-    }
-    s.counters.puts.fetch_add(1, Ordering::Relaxed);
-    s.put_lent(
-        peer,
-        (local.cast::<u8>(), len),
-        RegionKey(key),
-        offset,
-        cb,
-        CPtr(ctx),
-    );
-    LlcShimStatus::Ok
+    guard("llc_shim_put", LlcShimStatus::Error, || {
+        // SAFETY: per the contract.
+        let Some(s) = (unsafe { shim(s) }) else {
+            return LlcShimStatus::Invalid;
+        };
+        if local.is_null() && len > 0 {
+            return LlcShimStatus::Invalid;
+        }
+        s.counters.puts.fetch_add(1, Ordering::Relaxed);
+        s.put_lent(
+            peer,
+            (local.cast::<u8>(), len),
+            RegionKey(key),
+            offset,
+            cb,
+            CPtr(ctx),
+        );
+        LlcShimStatus::Ok
+    })
 }
 
 /// Read `len` bytes of `peer`'s region `key` at `offset` into `local`:
@@ -704,29 +765,31 @@ pub unsafe extern "C" fn llc_shim_get(
     cb: LlcShimRmaFn,
     ctx: *mut c_void,
 ) -> LlcShimStatus {
-    // SAFETY: per the contract.
-    let Some(s) = (unsafe { shim(s) }) else {
-        return LlcShimStatus::Invalid;
-    };
-    if local.is_null() && len > 0 {
-        return LlcShimStatus::Invalid;
-    }
-    s.counters.gets.fetch_add(1, Ordering::Relaxed);
-    // SAFETY: the caller keeps `local` writable for `len` bytes until `cb`
-    // runs, which is after the get completed or failed; the engine forgets
-    // the destination then, and only the reply's frames write there.
-    let dst = Arc::new(unsafe { PtrRegion::new(local.cast(), len) });
-    let req = s.ep.get_into(peer, RegionKey(key), offset, dst);
-    s.add_rma(
-        req,
-        RmaOp {
-            cb,
-            ctx: CPtr(ctx),
-            lent: false,
-            done: None,
-        },
-    );
-    LlcShimStatus::Ok
+    guard("llc_shim_get", LlcShimStatus::Error, || {
+        // SAFETY: per the contract.
+        let Some(s) = (unsafe { shim(s) }) else {
+            return LlcShimStatus::Invalid;
+        };
+        if local.is_null() && len > 0 {
+            return LlcShimStatus::Invalid;
+        }
+        s.counters.gets.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the caller keeps `local` writable for `len` bytes until `cb`
+        // runs, which is after the get completed or failed; the engine forgets
+        // the destination then, and only the reply's frames write there.
+        let dst = Arc::new(unsafe { PtrRegion::new(local.cast(), len) });
+        let req = s.ep.get_into(peer, RegionKey(key), offset, dst);
+        s.add_rma(
+            req,
+            RmaOp {
+                cb,
+                ctx: CPtr(ctx),
+                lent: false,
+                done: None,
+            },
+        );
+        LlcShimStatus::Ok
+    })
 }
 
 /// Make progress and run the callbacks that are due (receives, RMA
@@ -737,17 +800,19 @@ pub unsafe extern "C" fn llc_shim_get(
 /// `s` is a live handle.
 #[no_mangle]
 pub unsafe extern "C" fn llc_shim_progress(s: *const LlcShim) -> i32 {
-    // SAFETY: per the contract.
-    let Some(s) = (unsafe { shim(s) }) else {
-        return LlcShimStatus::Invalid as i32;
-    };
-    match s.progress() {
-        Ok(n) => n.min(i32::MAX as usize) as i32,
-        Err(e) => {
-            tracing::warn!(%e, "progress");
-            LlcShimStatus::Error as i32
+    guard("llc_shim_progress", -1, || {
+        // SAFETY: per the contract.
+        let Some(s) = (unsafe { shim(s) }) else {
+            return LlcShimStatus::Invalid as i32;
+        };
+        match s.progress() {
+            Ok(n) => n.min(i32::MAX as usize) as i32,
+            Err(e) => {
+                tracing::warn!(%e, "progress");
+                LlcShimStatus::Error as i32
+            }
         }
-    }
+    })
 }
 
 /// Make progress until everything sent has reached its peers, at most
@@ -757,20 +822,22 @@ pub unsafe extern "C" fn llc_shim_progress(s: *const LlcShim) -> i32 {
 /// `s` is a live handle.
 #[no_mangle]
 pub unsafe extern "C" fn llc_shim_flush(s: *const LlcShim, timeout_ms: u32) -> LlcShimStatus {
-    // SAFETY: per the contract.
-    let Some(s) = (unsafe { shim(s) }) else {
-        return LlcShimStatus::Invalid;
-    };
-    let deadline = Instant::now() + Duration::from_millis(timeout_ms.into());
-    loop {
-        let _ = s.progress();
-        if s.idle() {
-            return LlcShimStatus::Ok;
+    guard("llc_shim_flush", LlcShimStatus::Error, || {
+        // SAFETY: per the contract.
+        let Some(s) = (unsafe { shim(s) }) else {
+            return LlcShimStatus::Invalid;
+        };
+        let deadline = Instant::now() + Duration::from_millis(timeout_ms.into());
+        loop {
+            let _ = s.progress();
+            if s.idle() {
+                return LlcShimStatus::Ok;
+            }
+            if Instant::now() >= deadline {
+                return LlcShimStatus::Busy;
+            }
         }
-        if Instant::now() >= deadline {
-            return LlcShimStatus::Busy;
-        }
-    }
+    })
 }
 
 /// Copy the counters into `*out`.
@@ -782,30 +849,32 @@ pub unsafe extern "C" fn llc_shim_stats(
     s: *const LlcShim,
     out: *mut LlcShimStats,
 ) -> LlcShimStatus {
-    // SAFETY: per the contract.
-    let Some(s) = (unsafe { shim(s) }) else {
-        return LlcShimStatus::Invalid;
-    };
-    if out.is_null() {
-        return LlcShimStatus::Invalid;
-    }
-    let mut st = s.counters.snapshot();
-    let es = s.ep.stats();
-    st.bundles = es.bundles_sent;
-    st.bundled = es.bundled;
-    if let Some(t) = s.ep.with_transport(|t| t.as_llc().map(|l| l.totals())) {
-        st.frames_dropped = t.frames_dropped;
-        st.device_drops = t.device_drops;
-        st.retransmits = t.retransmits;
-        st.timeouts = t.timeouts;
-        st.spurious_timeouts = t.spurious_timeouts;
-        st.tail_probes = t.tail_probes;
-        st.loss_episodes = t.loss_episodes;
-        st.auth_dropped = t.auth_dropped;
-    }
-    // SAFETY: checked non-null.
-    unsafe { *out = st };
-    LlcShimStatus::Ok
+    guard("llc_shim_stats", LlcShimStatus::Error, || {
+        // SAFETY: per the contract.
+        let Some(s) = (unsafe { shim(s) }) else {
+            return LlcShimStatus::Invalid;
+        };
+        if out.is_null() {
+            return LlcShimStatus::Invalid;
+        }
+        let mut st = s.counters.snapshot();
+        let es = s.ep.stats();
+        st.bundles = es.bundles_sent;
+        st.bundled = es.bundled;
+        if let Some(t) = s.ep.with_transport(|t| t.as_llc().map(|l| l.totals())) {
+            st.frames_dropped = t.frames_dropped;
+            st.device_drops = t.device_drops;
+            st.retransmits = t.retransmits;
+            st.timeouts = t.timeouts;
+            st.spurious_timeouts = t.spurious_timeouts;
+            st.tail_probes = t.tail_probes;
+            st.loss_episodes = t.loss_episodes;
+            st.auth_dropped = t.auth_dropped;
+        }
+        // SAFETY: checked non-null.
+        unsafe { *out = st };
+        LlcShimStatus::Ok
+    })
 }
 
 /// Deliver what is queued (at most `timeout_ms`), close every connection,
@@ -816,10 +885,28 @@ pub unsafe extern "C" fn llc_shim_stats(
 /// `s` is null or a live handle, not used again afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn llc_shim_close(s: *mut LlcShim, timeout_ms: u32) {
-    if s.is_null() {
-        return;
+    guard("llc_shim_close", (), || {
+        if s.is_null() {
+            return;
+        }
+        // SAFETY: from Box::into_raw in llc_shim_open, closed once (contract).
+        let s = unsafe { Box::from_raw(s) };
+        s.close(Duration::from_millis(timeout_ms.into()));
+    })
+}
+
+#[cfg(test)]
+mod guard_tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_in_an_entry_point_becomes_its_error_value() {
+        assert_eq!(
+            guard("test", LlcShimStatus::Error, || -> LlcShimStatus {
+                panic!("a bug below the boundary")
+            }),
+            LlcShimStatus::Error
+        );
+        assert_eq!(guard("test", 0usize, || 5usize), 5);
     }
-    // SAFETY: from Box::into_raw in llc_shim_open, closed once (contract).
-    let s = unsafe { Box::from_raw(s) };
-    s.close(Duration::from_millis(timeout_ms.into()));
 }
