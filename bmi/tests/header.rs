@@ -1,29 +1,11 @@
 //! The committed C header `include/bmi.h` must be what cbindgen makes of
 //! `src/ffi.rs` now. `BMI_BLESS=1` rewrites it instead of failing.
 
-use std::path::Path;
-
 #[test]
 fn header_is_up_to_date() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let config = cbindgen::Config::from_file(dir.join("cbindgen.toml")).expect("cbindgen.toml");
-    let mut generated = Vec::new();
-    cbindgen::Builder::new()
-        .with_config(config)
-        .with_src(dir.join("src/ffi.rs"))
-        .generate()
-        .expect("cbindgen parses src/ffi.rs")
-        .write(&mut generated);
-    let generated = String::from_utf8(generated).expect("UTF-8 header");
-    let path = dir.join("include/bmi.h");
-    if std::env::var_os("BMI_BLESS").is_some() {
-        std::fs::write(&path, &generated).expect("writing the header");
-        return;
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    if let Err(e) = tree_check::c_header::check(dir, &["src/ffi.rs"], "include/bmi.h", "BMI_BLESS")
+    {
+        panic!("{e}");
     }
-    let committed = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(
-        committed == generated,
-        "{} is out of date: run BMI_BLESS=1 cargo test -p bmi --test header",
-        path.display()
-    );
 }

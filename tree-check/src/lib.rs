@@ -1,4 +1,5 @@
-//! Checks of the workspace's source tree, run by the suite (`tests/`).
+//! Checks of the workspace's source tree, run by the suite (`tests/`, and
+//! the libraries' `tests/header.rs` through [`c_header::check`]).
 //!
 //! **Import circles.** Inside a crate, file A importing from file B and B
 //! from A (directly or around a longer loop) means a type lives in the
@@ -9,6 +10,8 @@
 //! returns the strongly connected groups of more than one file. A module
 //! naming its own ancestors (a child using its parent's items) is not an
 //! edge: the parent declares the child, and that is the tree, not a circle.
+
+pub mod c_header;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
