@@ -75,15 +75,22 @@ impl Path {
 /// An NH key (both passes') and the path that uses it.
 #[derive(Clone)]
 pub(crate) struct Nh {
-    key: Box<[u8; KEY_LEN]>,
+    key: Box<Key>,
     path: Path,
 }
+
+/// The key bytes, on cache-line boundaries: the wide path loads 64 bytes
+/// of each pass's key per 64 bytes hashed, and a load that straddles two
+/// lines costs two.
+#[derive(Clone)]
+#[repr(align(64))]
+struct Key([u8; KEY_LEN]);
 
 impl Nh {
     /// The key `key` on the fastest path this CPU has.
     pub(crate) fn new(key: [u8; KEY_LEN]) -> Self {
         Nh {
-            key: Box::new(key),
+            key: Box::new(Key(key)),
             path: Path::best(),
         }
     }
@@ -103,13 +110,14 @@ impl Nh {
     #[inline]
     pub(crate) fn hash_chunks(&self, chunks: &[[u8; CHUNK]], out: &mut [Block]) {
         let out = &mut out[..PASSES * chunks.len()];
+        let key = &self.key.0;
         match self.path {
             // SAFETY: `Path::Wide` is only chosen (`best`, `on`) where
             // `simd::wide_usable()` said the CPU has its features.
-            Path::Wide => unsafe { simd::wide(&self.key, chunks, out) },
+            Path::Wide => unsafe { simd::wide(key, chunks, out) },
             // SAFETY: likewise with `simd::narrow_usable()`.
-            Path::Narrow => unsafe { simd::narrow(&self.key, chunks, out) },
-            Path::Portable => portable(&self.key, chunks, out),
+            Path::Narrow => unsafe { simd::narrow(key, chunks, out) },
+            Path::Portable => portable(key, chunks, out),
         }
     }
 }
@@ -376,10 +384,7 @@ mod tests {
             return;
         }
         for seed in 0..8 {
-            let key = Nh {
-                key: Box::new(bytes(KEY_LEN, seed).try_into().unwrap()),
-                path: Path::Portable,
-            };
+            let key = Nh::new(bytes(KEY_LEN, seed).try_into().unwrap()).on(Path::Portable);
             let data = bytes(CHUNK * 9, 100 + seed);
             let (chunks, _) = data.as_chunks::<CHUNK>();
             let mut want = vec![[0u8; 16]; 2 * chunks.len()];
