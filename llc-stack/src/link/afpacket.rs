@@ -29,14 +29,13 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
-use bytes::Bytes;
-
 use crate::link::grant;
 use crate::link::interfaces;
 use crate::link::local::{LocalPort, LocalStats, CONTROL_OFFSET, DST_PORT_OFFSET};
-use crate::link::{Capabilities, Device, LinkError, RxToken, TxToken};
+use crate::link::{Capabilities, Device, LinkError, RxToken, Tail, TxToken};
 use crate::sys::{self, align_up, RingGeometry, RX_MAC_OFFSET};
 use crate::time::Instant;
+use crate::wire::auth::TAG_LEN;
 use crate::wire::ethernet::{ETHERTYPE_JUMBO_LLC, HEADER_LEN, MAX_LENGTH_FIELD};
 use crate::wire::llc::{CONTROL_TEST, CONTROL_UI, PF_BIT, SAP_RESPONSE_BIT};
 
@@ -669,9 +668,10 @@ impl TxToken for AfPacketTxToken<'_> {
     }
 
     /// The tail goes out from where it lies, as a second I/O vector of the
-    /// frame's `sendmmsg` message: the copy into the batch is saved.
+    /// frame's `sendmmsg` message (its trailer, left in the slot after the
+    /// frame's start, as a third): the copy into the batch is saved.
     #[inline]
-    fn consume_gather<F: FnOnce(&mut [u8]) -> (usize, Option<Bytes>)>(self, f: F) -> usize {
+    fn consume_gather<F: FnOnce(&mut [u8]) -> (usize, Option<Tail>)>(self, f: F) -> usize {
         let Some(buf) = self.batch.next() else {
             // `transmit` only hands out a token when the batch has room.
             return 0;
@@ -681,8 +681,11 @@ impl TxToken for AfPacketTxToken<'_> {
         if head == 0 {
             return 0;
         }
-        let len = head + tail.as_ref().map_or(0, |t| t.len());
-        if !(HEADER_LEN..=capacity).contains(&len) || head < HEADER_LEN {
+        let len = head + tail.as_ref().map_or(0, |t| t.body.len() + t.trailer);
+        if !(HEADER_LEN..=capacity).contains(&len)
+            || head < HEADER_LEN
+            || tail.as_ref().is_some_and(|t| t.trailer > TAG_LEN)
+        {
             tracing::warn!(len, capacity, "refusing a TX frame of impossible length");
             self.counters.tx_errors += 1;
             return 0;
@@ -692,7 +695,7 @@ impl TxToken for AfPacketTxToken<'_> {
                 // To an endpoint of this host: the slot stays free, the
                 // frame goes whole.
                 if let Some(t) = &tail {
-                    buf[head..len].copy_from_slice(t);
+                    t.join(buf, head);
                 }
                 local.send(&buf[..len]);
                 return len;

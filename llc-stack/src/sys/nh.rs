@@ -53,13 +53,10 @@ pub(crate) enum Path {
 impl Path {
     /// The fastest path this CPU has.
     pub(crate) fn best() -> Path {
-        if simd::wide_usable() {
-            Path::Wide
-        } else if simd::narrow_usable() {
-            Path::Narrow
-        } else {
-            Path::Portable
-        }
+        [Path::Wide, Path::Narrow]
+            .into_iter()
+            .find(|p| p.usable())
+            .unwrap_or(Path::Portable)
     }
 
     /// Whether this CPU can take the path.

@@ -158,20 +158,38 @@ impl AuthKey {
     /// no longer than a frame's longest.
     #[inline]
     fn tag(&self, frame: &[u8], span_len: usize) -> [u8; TAG_LEN] {
-        debug_assert!(ADDRS_LEN + span_len <= MAX_COVERED);
+        self.tag_of(&frame[..ethernet::HEADER_LEN + span_len], &[])
+    }
+
+    /// The tag of a frame whose LLC span ends in `body`, which lies
+    /// elsewhere: `head` is the frame up to it (Ethernet header, both
+    /// headers, SACK blocks, the payload's start). The frame is sent as
+    /// `head`, `body`, then the tag ([`super::Tail`]).
+    pub(crate) fn tag_gathered(&self, head: &[u8], body: &[u8]) -> [u8; TAG_LEN] {
+        self.tag_of(head, body)
+    }
+
+    /// The tag of the frame `head || body` (`head` holds at least the
+    /// Ethernet and LLC headers and the transport header's first byte).
+    #[inline(always)]
+    fn tag_of(&self, head: &[u8], body: &[u8]) -> [u8; TAG_LEN] {
         let at = ethernet::HEADER_LEN;
+        let covered = ADDRS_LEN + head.len() - at + body.len();
+        debug_assert!(covered <= MAX_COVERED);
         // The covered string starts with the addresses, without the
         // length/type field: its first block is put together here (in
         // registers), the rest is hashed where it lies.
         let word =
-            |from: usize| u32::from_le_bytes(frame[from..from + 4].try_into().expect("4 bytes"));
+            |from: usize| u32::from_le_bytes(head[from..from + 4].try_into().expect("4 bytes"));
         let first = u128::from(word(0))
             | u128::from(word(4)) << 32
             | u128::from(word(8)) << 64
             | u128::from(word(at)) << 96;
-        let bits = 8 * (ADDRS_LEN + span_len) as u128;
-        let rest = &frame[at + FIRST_REST..at + span_len];
-        let mut s = if rest.len() < nh::CHUNK {
+        let bits = 8 * covered as u128;
+        let rest = &head[at + FIRST_REST..];
+        let mut s = if !body.is_empty() {
+            self.split_hash(first, rest, body, bits)
+        } else if rest.len() < nh::CHUNK {
             self.0.hash.hash(first, &[], rest, bits)
         } else {
             self.long_hash(first, rest, bits)
@@ -190,6 +208,43 @@ impl AuthKey {
         let out = &mut out[..nh::PASSES * chunks.len()];
         self.0.nh.hash_chunks(chunks, out);
         self.0.hash.hash(first, out, tail, last)
+    }
+
+    /// [`AuthKey::long_hash`] of `a || b` where each lies: the chunk that
+    /// straddles the two (or the bytes after the chunks, if they do) is
+    /// put together in a buffer, the other chunks are hashed in place.
+    fn split_hash(&self, first: u128, a: &[u8], b: &[u8], last: u128) -> [u8; TAG_LEN] {
+        let mut out = [[0u8; 16]; nh::PASSES * MAX_CHUNKS];
+        let mut done = 0;
+        let mut nh = |chunks: &[[u8; nh::CHUNK]], out: &mut [[u8; 16]]| {
+            self.0.nh.hash_chunks(chunks, &mut out[nh::PASSES * done..]);
+            done += chunks.len();
+        };
+        let (a_chunks, a_rest) = a.as_chunks::<{ nh::CHUNK }>();
+        nh(a_chunks, &mut out);
+        let mut joint = [0u8; nh::CHUNK];
+        let b = if a_rest.is_empty() {
+            b
+        } else if a_rest.len() + b.len() >= nh::CHUNK {
+            let (b_start, b_rest) = b.split_at(nh::CHUNK - a_rest.len());
+            joint[..a_rest.len()].copy_from_slice(a_rest);
+            joint[a_rest.len()..].copy_from_slice(b_start);
+            nh(std::slice::from_ref(&joint), &mut out);
+            b_rest
+        } else {
+            let n = a_rest.len() + b.len();
+            joint[..a_rest.len()].copy_from_slice(a_rest);
+            joint[a_rest.len()..n].copy_from_slice(b);
+            return self
+                .0
+                .hash
+                .hash(first, &out[..nh::PASSES * done], &joint[..n], last);
+        };
+        let (b_chunks, b_rest) = b.as_chunks::<{ nh::CHUNK }>();
+        nh(b_chunks, &mut out);
+        self.0
+            .hash
+            .hash(first, &out[..nh::PASSES * done], b_rest, last)
     }
 
     /// Write the tag of a frame laid out in `frame` (Ethernet header, then the
