@@ -162,10 +162,13 @@ fn rejections() {
     let mut ip = buf;
     ip[12..14].copy_from_slice(&[0x08, 0x00]);
     assert_eq!(parse(&ip[..n], None).unwrap_err(), WireError::NotLlc);
-    // Version 1 (BLAKE3 tags, issue 7) is no longer spoken.
-    let mut v = buf;
-    v[17] = 1;
-    assert_eq!(parse(&v[..n], None).unwrap_err(), WireError::BadVersion);
+    // Versions 1 (BLAKE3 tags, issue 7) and 2 (POLYVAL tags without NH,
+    // issue 43) are no longer spoken.
+    for version in [1, 2] {
+        let mut v = buf;
+        v[17] = version;
+        assert_eq!(parse(&v[..n], None).unwrap_err(), WireError::BadVersion);
+    }
     let mut s = buf;
     s[20] = 5;
     assert_eq!(parse(&s[..n], None).unwrap_err(), WireError::BadSackCount);
