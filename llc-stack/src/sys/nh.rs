@@ -230,6 +230,10 @@ mod simd {
     #[target_feature(enable = "pclmulqdq,avx2,avx512f,avx512bw,avx512vl,vpclmulqdq")]
     pub(super) unsafe fn wide(key: &[u8; KEY_LEN], chunks: &[[u8; CHUNK]], out: &mut [Block]) {
         for (c, o) in chunks.iter().zip(out.chunks_exact_mut(PASSES)) {
+            // Opaque to the optimiser: otherwise it hoists the key's loads
+            // out of this loop, and as 2 KiB do not fit the registers it
+            // copies the key to the stack (unaligned) on every call.
+            let key = std::hint::black_box(key);
             let mut s1 = _mm512_setzero_si512();
             let mut s2 = _mm512_setzero_si512();
             for at in (0..CHUNK).step_by(128) {
