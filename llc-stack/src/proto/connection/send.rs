@@ -122,6 +122,14 @@ impl OutMsg {
 /// reference.
 const GATHER_FROM: usize = 1024;
 
+/// [`GATHER_FROM`] for frames with a tag. The tag is computed over the
+/// payload where it lies, but the 1 KiB NH chunk that straddles the frame's
+/// start and the message is copied together, and the tag needs a third I/O
+/// vector: at MTU 1500 copying the payload was 5% faster end to end, at
+/// 9000 the two were even, at 65000 gathering was 20% faster
+/// (docs/BENCHMARKS.md, issue 43).
+const GATHER_KEYED_FROM: usize = 4096;
+
 /// Heads up to this long are kept inside the message: the message
 /// layer's 48-byte header and a prefix of up to 64 bytes (an MPI match
 /// header and a small payload, which btl/llc's inline send copies in)
@@ -641,7 +649,12 @@ impl Connection {
             // Only a long body part is worth a shared reference. With a
             // key, the tag goes after it (written after the frame's start).
             let in_body = (off + len).saturating_sub(off.max(m.head_len as usize));
-            if in_body >= GATHER_FROM {
+            let from = if trailer.is_empty() {
+                GATHER_FROM
+            } else {
+                GATHER_KEYED_FROM
+            };
+            if in_body >= from {
                 let (inline, body) = m.range_shared(off, len);
                 let n = wire::emit_transport_head_prefixed(
                     buf,
@@ -1033,7 +1046,8 @@ mod tests {
     /// left in the message (`poll_transmit_gather`) once the two are
     /// joined, for messages with and without a head, short and long, and
     /// their retransmissions; with a key, the tag computed over the pieces
-    /// where they lie goes last.
+    /// where they lie goes last (on a link of MTU 9000: keyed frames gather
+    /// from 4 KiB of payload on).
     #[test]
     fn frames_written_whole_are_the_gathered_frames_joined() {
         for key in [None, Some(wire::AuthKey::derive(b"gather"))] {
@@ -1042,7 +1056,8 @@ mod tests {
                 auth_key: key,
                 ..Config::default()
             };
-            let pair = || Pair::with(cfg.clone(), cfg.clone());
+            let mtu = if keyed { 9000 } else { 1500 };
+            let pair = || Pair::with_mtu(cfg.clone(), cfg.clone(), mtu);
             let (mut whole, mut gathered) = (pair(), pair());
             let frag = whole.a.fragment_len();
             for (head_len, body_len) in [(0, 64), (48, 8), (48, 3 * frag + 100), (0, 2 * frag)] {
@@ -1051,7 +1066,7 @@ mod tests {
                         .unwrap();
                 }
             }
-            let mut buf = vec![0u8; 1500 + wire::ethernet::HEADER_LEN];
+            let mut buf = vec![0u8; mtu + wire::ethernet::HEADER_LEN];
             let (mut frames, mut tails) = (0, 0);
             for round in 0..2 {
                 if round == 1 {
