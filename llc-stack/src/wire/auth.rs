@@ -28,15 +28,15 @@
 //! and a frame then costs one AES block (AES-NI) instead of a hash
 //! finalisation. Long frames go first through NH (`sys::nh`): two
 //! carry-less multiplies per 64 bytes instead of POLYVAL's three and its
-//! reductions, at about the speed of the CRC32C it replaces (docs/BENCHMARKS.md,
-//! issue 43). It is deterministic: a retransmitted frame needs no fresh
-//! nonce, where a nonce-based MAC (GMAC, Poly1305) would give its hash key
-//! away to anyone who saw two frames signed under one nonce. Two different
-//! frames' hashes collide with probability at most 2^-120 (a 64 KB frame
-//! makes at most 134 POLYVAL blocks; each NH chunk adds 2^-128), so forging
-//! a tag succeeds with probability at most `(q + 1) * 2^-120 + 2^-128` per
-//! attempt after `q` frames signed with the key: under 2^-64 for any job
-//! that sends fewer than 2^56 frames.
+//! reductions, twice POLYVAL's speed and half that of the CRC32C it
+//! replaces (docs/BENCHMARKS.md, issue 43). It is deterministic: a
+//! retransmitted frame needs no fresh nonce, where a nonce-based MAC (GMAC,
+//! Poly1305) would give its hash key away to anyone who saw two frames
+//! signed under one nonce. Two different frames' hashes collide with
+//! probability at most `(L + 1) / 2^128` with `L <= 136` POLYVAL blocks, under
+//! 2^-120, so forging a tag succeeds with probability at most
+//! `(q + 1) * 2^-120 + 2^-128` per attempt after `q` frames signed with the
+//! key: under 2^-64 for any job that sends fewer than 2^55 frames.
 
 use std::fmt;
 use std::sync::Arc;
