@@ -701,7 +701,9 @@ impl TxToken for AfPacketTxToken<'_> {
                 return len;
             }
         }
-        self.batch.commit_gather(head, tail);
+        let trailer = tail.as_ref().map_or(0, |t| t.trailer);
+        self.batch
+            .commit_gather(head, tail.map(|t| t.body), trailer);
         self.counters.tx_frames += 1;
         self.counters.tx_bytes += len as u64;
         len

@@ -7,8 +7,6 @@ use std::mem;
 use bytes::Bytes;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
-use crate::wire::Tail;
-
 /// I/O vectors per frame: its start, its tail, the tail's trailer.
 const IOV_PER_FRAME: usize = 3;
 
@@ -94,22 +92,23 @@ impl FrameBatch {
 
     /// Keep the first `len` bytes of the buffer `next` returned as a frame,
     /// which goes on with `tail` (if any), sent from where it lies, then
-    /// with the tail's trailer, the `trailer` bytes after those `len`.
-    pub fn commit_gather(&mut self, len: usize, tail: Option<Tail>) {
-        let trailer = tail.as_ref().map_or(0, |t| t.trailer);
+    /// with the `trailer` bytes after those `len` in the buffer (only with
+    /// a tail: a frame's tag that follows it).
+    pub fn commit_gather(&mut self, len: usize, tail: Option<Bytes>, trailer: usize) {
         assert!(len + trailer <= self.stride && self.count < self.capacity());
+        assert!(trailer == 0 || tail.is_some(), "a trailer follows a tail");
         let i = self.count;
         let iov = &mut self.iov[IOV_PER_FRAME * i..IOV_PER_FRAME * (i + 1)];
         iov[0].iov_len = len;
         // The trailer's address is set in `send`, as the start's.
         iov[2].iov_len = trailer;
         let parts = match tail {
-            Some(t) if !t.body.is_empty() || trailer > 0 => {
+            Some(t) if !t.is_empty() || trailer > 0 => {
                 iov[1] = libc::iovec {
-                    iov_base: t.body.as_ptr().cast_mut().cast(),
-                    iov_len: t.body.len(),
+                    iov_base: t.as_ptr().cast_mut().cast(),
+                    iov_len: t.len(),
                 };
-                self.tails[i] = Some(t.body);
+                self.tails[i] = Some(t);
                 if trailer > 0 {
                     3
                 } else {
@@ -213,7 +212,7 @@ mod tests {
             while let Some(buf) = batch.next() {
                 let len = 4 + (written % 50) as usize;
                 buf[..4].copy_from_slice(&written.to_be_bytes());
-                batch.commit_gather(len, None);
+                batch.commit_gather(len, None, 0);
                 written += 1;
             }
             assert!(batch.is_full());
@@ -267,11 +266,8 @@ mod tests {
             let buf = batch.next().expect("room");
             buf[..2].copy_from_slice(&[0xAA, i]);
             buf[2..6].copy_from_slice(&[0xE0, 0xE1, 0xE2, 0xE3]);
-            let t = (i % 2 == 1).then(|| Tail {
-                body: tail.slice(usize::from(i)..100 + usize::from(i)),
-                trailer: trailer(i),
-            });
-            batch.commit_gather(2, t);
+            let t = (i % 2 == 1).then(|| tail.slice(usize::from(i)..100 + usize::from(i)));
+            batch.commit_gather(2, t, trailer(i));
         }
         assert!(!tail.is_unique(), "the batch holds slices of the tail");
         assert_eq!(batch.send(tx.as_fd()).unwrap(), 4);
