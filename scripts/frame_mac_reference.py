@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Reference implementation of the frame MAC of docs/PROTOCOL.md 3.12 (wire
-version 2), written from the spec and independent of llc-stack's code: its
-POLYVAL is plain GF(2^128) arithmetic in Python (checked against RFC 8452's
-test vector), AES-128 comes from the `cryptography` package, key derivation
-from the `blake3` package. The known-answer tests in
+version 3), written from the spec and independent of llc-stack's code: its
+NH is plain carry-less polynomial arithmetic on Python integers, its POLYVAL
+plain GF(2^128) arithmetic (checked against RFC 8452's test vector), AES-128
+comes from the `cryptography` package, key derivation from the `blake3`
+package (`pip install blake3 cryptography`). The known-answer tests in
 llc-stack/src/wire/auth.rs and wire/tests.rs were computed with it.
 
     python3 scripts/frame_mac_reference.py            # the known answers
@@ -15,7 +16,9 @@ import argparse
 import blake3
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-KEY_CONTEXT = "llc-stack 2026-11 transport frame authentication v2 polyval-aes128"
+KEY_CONTEXT = "llc-stack 2026-11 transport frame authentication v3 nh-polyval-aes128"
+NH_KEY_CONTEXT = "llc-stack 2026-11 transport frame authentication v3 nh keys"
+CHUNK = 1024
 
 # POLYVAL's field: GF(2^128) modulo x^128 + x^127 + x^126 + x^121 + 1, with
 # bit i of a little-endian 16-byte string the coefficient of x^i.
@@ -67,12 +70,53 @@ def check_polyval():
     assert polyval(h, x).hex() == "f7a3b47b846119fae5b7866cf5e5b77e", "RFC 8452 vector"
 
 
+def clmul(a, b):
+    """Carry-less product of two polynomials over GF(2) (bit i: x^i)."""
+    r = 0
+    while b:
+        if b & 1:
+            r ^= a
+        b >>= 1
+        a <<= 1
+    return r
+
+
+def check_clmul():
+    assert clmul(0b11, 0b11) == 0b101, "(x + 1)^2 = x^2 + 1"
+    assert clmul(1 << 63, 1 << 63) == 1 << 126
+
+
+def words(b):
+    return [int.from_bytes(b[i : i + 8], "little") for i in range(0, len(b), 8)]
+
+
+def nh(k, chunk):
+    """One NH pass: XOR of (c_2j ^ k_2j) * (c_2j+1 ^ k_2j+1), carry-less."""
+    c, k = words(chunk), words(k)
+    r = 0
+    for j in range(0, len(c), 2):
+        r ^= clmul(c[j] ^ k[j], c[j + 1] ^ k[j + 1])
+    return r.to_bytes(16, "little")
+
+
+def nh_keys(key):
+    ks = blake3.blake3(key, derive_key_context=NH_KEY_CONTEXT).digest(length=2 * CHUNK)
+    return ks[:CHUNK], ks[CHUNK:]
+
+
 def tag(key, frame, span_len):
     """Tag of `frame` (Ethernet header, then an LLC span of span_len bytes)."""
     covered = frame[:12] + frame[14 : 14 + span_len]
-    padded = covered + bytes(-len(covered) % 16)
+    k1, k2 = nh_keys(key)
+    rest = covered[16:]
+    n = len(rest) // CHUNK * CHUNK
+    hashed = covered[:16]
+    for i in range(0, n, CHUNK):
+        hashed += nh(k1, rest[i : i + CHUNK]) + nh(k2, rest[i : i + CHUNK])
+    tail = rest[n:]
+    hashed += tail + bytes(-len(tail) % 16)
     lengths = (8 * len(covered)).to_bytes(8, "little") + bytes(8)
-    s = polyval(key[16:], padded + lengths)
+    s = polyval(key[16:], hashed + lengths)
     enc = Cipher(algorithms.AES(key[:16]), modes.ECB()).encryptor()
     return enc.update(s) + enc.finalize()
 
@@ -90,6 +134,7 @@ def synthetic_frame(payload_len):
 
 def main():
     check_polyval()
+    check_clmul()
     ap = argparse.ArgumentParser()
     ap.add_argument("--material", help="key material, as AuthKey::derive takes it")
     ap.add_argument("--frame", help="a whole frame in hex, tag included")
@@ -99,7 +144,7 @@ def main():
         print(tag(derive(a.material.encode()), frame, len(frame) - 14 - 16).hex())
         return
     key = bytes(range(32))
-    for n in [0, 1, 5, 13, 64, 1441, 8941, 65000]:
+    for n in [0, 1, 5, 13, 64, 968, 969, 970, 985, 1441, 1992, 1993, 8941, 65000, 65535]:
         frame, span = synthetic_frame(n)
         print(f"payload {n:5}: {tag(key, frame, span).hex()}")
 

@@ -4,13 +4,15 @@
 //! the frame; parsing checks the CRC.
 //!
 //! The `mac` group prices frame authentication alone (docs/BENCHMARKS.md,
-//! issue 43): the tag of version 2 (POLYVAL then AES-128, which also replaces
-//! the CRC) against version 1's BLAKE3 keyed hash over the same bytes, and
-//! the CRC32C the tag saves, and a frame's whole emit and parse (with the
-//! verification) with the key off and on, by payload: an 8-byte and a
-//! 64-byte message's, and full frames at MTU 1500, 9000 and 65000. It counts the measuring
-//! thread's CPU time, not wall time: on the shared 2-core build machine the
-//! thread is often descheduled, which wall time would charge to the MAC.
+//! issue 43): the tag of version 3 (NH on long frames, POLYVAL, then
+//! AES-128, which also replaces the CRC) against version 1's BLAKE3 keyed
+//! hash over the same bytes, and the CRC32C the tag saves; a frame's whole
+//! emit and parse (with the verification) with the key off and on; and the
+//! sender's work when the payload is sent from where it lies (`gather_off`,
+//! `gather_on`). By payload: an 8-byte and a 64-byte message's, and full
+//! frames at MTU 1500, 9000 and 65000. It counts the measuring thread's CPU
+//! time, not wall time: on the shared 2-core build machine the thread is
+//! often descheduled, which wall time would charge to the MAC.
 //!
 //! ```text
 //! cargo bench -p llc-stack --bench frames
@@ -155,7 +157,7 @@ fn mac(c: &mut Criterion<ThreadCpu>) {
         let frame = &buf[..n];
         let span = n - 14 - TAG_LEN;
         group.throughput(Throughput::Bytes(payload as u64));
-        group.bench_with_input(BenchmarkId::new("polyval_aes", payload), &n, |b, _| {
+        group.bench_with_input(BenchmarkId::new("nh_polyval_aes", payload), &n, |b, _| {
             b.iter(|| key.verify(std::hint::black_box(frame), span))
         });
         group.bench_with_input(BenchmarkId::new("blake3", payload), &n, |b, _| {
@@ -201,6 +203,34 @@ fn mac(c: &mut Criterion<ThreadCpu>) {
                     !keyed || key.verify(&out[..m], t.signed_len())
                 })
             });
+        }
+        // The sender's work when the payload stays in the message
+        // (scatter-gather, payloads of 1 KiB and more): the frame's start
+        // written, then the CRC (off) or the tag (on) over both pieces.
+        if payload >= 1024 {
+            let body = bytes::Bytes::from(data.clone());
+            let prefix = wire::FramePrefix::new(&addr(), &header);
+            for keyed in [false, true] {
+                let name = if keyed { "gather_on" } else { "gather_off" };
+                group.bench_with_input(BenchmarkId::new(name, payload), &n, |b, _| {
+                    b.iter(|| {
+                        let trailer = if keyed {
+                            wire::Trailer::Key(&key)
+                        } else {
+                            wire::Trailer::None
+                        };
+                        wire::emit_transport_head_prefixed(
+                            &mut out,
+                            &prefix,
+                            &header,
+                            &[],
+                            [&[], std::hint::black_box(&body)],
+                            trailer,
+                        )
+                        .unwrap()
+                    })
+                });
+            }
         }
         group.bench_with_input(BenchmarkId::new("crc32c", payload), &n, |b, _| {
             b.iter(|| {

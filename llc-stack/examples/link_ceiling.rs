@@ -112,7 +112,13 @@ fn send<D: Device>(mut dev: D, addr: Addresses, payload: usize, frames: u64, wor
             tok.consume_gather(|buf| {
                 let head = wire::emit_transport_head(buf, &addr, &header, &[], [&[], &data])
                     .expect("frame fits");
-                (head, Some(data))
+                (
+                    head,
+                    Some(wire::Tail {
+                        body: data,
+                        trailer: 0,
+                    }),
+                )
             });
         } else {
             send_whole(tok, &addr, &header, &msg[at..at + payload], work);

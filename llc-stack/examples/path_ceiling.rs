@@ -276,7 +276,13 @@ impl RawEnd {
                     [&[], &data],
                 )
                 .expect("frame fits");
-                (head, Some(data))
+                (
+                    head,
+                    Some(wire::Tail {
+                        body: data,
+                        trailer: 0,
+                    }),
+                )
             });
             return true;
         }

@@ -7,8 +7,8 @@
 //! ```
 //!
 //! `--auth on` gives both ends the same frame authentication key (every
-//! frame then carries a BLAKE3 MAC); `off,on` measures both, one after the
-//! other, for each backend and MTU.
+//! frame then carries a tag, docs/PROTOCOL.md 3.12); `off,on` measures
+//! both, one after the other, for each backend and MTU.
 //!
 //! A sends `--mib` MiB (default 512) as 1 MiB messages, keeping 8 MiB
 //! queued, over one connection; B hashes nothing, it only counts (and gives

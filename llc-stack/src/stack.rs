@@ -197,8 +197,9 @@ impl<D: Device> Stack<D> {
             };
             let ep = &mut self.ep;
             // A long payload goes from the message itself where the device
-            // can send from two places (AF_PACKET); others are handed the
-            // frame written whole, as their `consume_gather` would copy it.
+            // can send from several places (AF_PACKET), with or without a
+            // key; others are handed the frame written whole, as their
+            // `consume_gather` would copy it.
             let len = if <D::TxToken<'_> as TxToken>::GATHERS {
                 tok.consume_gather(|buf| ep.poll_transmit_gather(now, buf).unwrap_or((0, None)))
             } else {

@@ -386,8 +386,9 @@ function p_llc.dissector(tvb, pinfo, tree)
 
     -- Structure checks the receiver makes (PROTOCOL.md 3, 3.1).
     local problem
-    -- Version 2 (issue 43): POLYVAL-AES tags, no CRC on authenticated frames.
-    if tvb(0, 1):uint() ~= 2 then
+    -- Version 3 (issue 43): NH-POLYVAL-AES tags, no CRC on authenticated
+    -- frames (version 2's tags had no NH).
+    if tvb(0, 1):uint() ~= 3 then
         problem = "unknown version " .. tvb(0, 1):uint()
     elseif sack_count > 4 then
         problem = "more than 4 SACK blocks"

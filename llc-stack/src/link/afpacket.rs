@@ -29,15 +29,14 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
-use bytes::Bytes;
-
 use crate::link::filter::{endpoint_filter, granted_filter, llc_filter};
 use crate::link::grant;
 use crate::link::interfaces;
 use crate::link::local::{LocalPort, LocalStats};
-use crate::link::{Capabilities, Device, LinkError, RxToken, TxToken};
+use crate::link::{Capabilities, Device, LinkError, RxToken, Tail, TxToken};
 use crate::sys::{self, align_up, RingGeometry, RX_MAC_OFFSET};
 use crate::time::Instant;
+use crate::wire::auth::TAG_LEN;
 use crate::wire::ethernet::HEADER_LEN;
 
 /// How to open an [`AfPacket`] device.
@@ -552,9 +551,10 @@ impl TxToken for AfPacketTxToken<'_> {
     }
 
     /// The tail goes out from where it lies, as a second I/O vector of the
-    /// frame's `sendmmsg` message: the copy into the batch is saved.
+    /// frame's `sendmmsg` message (its trailer, left in the slot after the
+    /// frame's start, as a third): the copy into the batch is saved.
     #[inline]
-    fn consume_gather<F: FnOnce(&mut [u8]) -> (usize, Option<Bytes>)>(self, f: F) -> usize {
+    fn consume_gather<F: FnOnce(&mut [u8]) -> (usize, Option<Tail>)>(self, f: F) -> usize {
         let Some(buf) = self.batch.next() else {
             // `transmit` only hands out a token when the batch has room.
             return 0;
@@ -564,8 +564,11 @@ impl TxToken for AfPacketTxToken<'_> {
         if head == 0 {
             return 0;
         }
-        let len = head + tail.as_ref().map_or(0, |t| t.len());
-        if !(HEADER_LEN..=capacity).contains(&len) || head < HEADER_LEN {
+        let len = head + tail.as_ref().map_or(0, |t| t.body.len() + t.trailer);
+        if !(HEADER_LEN..=capacity).contains(&len)
+            || head < HEADER_LEN
+            || tail.as_ref().is_some_and(|t| t.trailer > TAG_LEN)
+        {
             tracing::warn!(len, capacity, "refusing a TX frame of impossible length");
             self.counters.tx_errors += 1;
             return 0;
@@ -575,13 +578,15 @@ impl TxToken for AfPacketTxToken<'_> {
                 // To an endpoint of this host: the slot stays free, the
                 // frame goes whole.
                 if let Some(t) = &tail {
-                    buf[head..len].copy_from_slice(t);
+                    t.join(buf, head);
                 }
                 local.send(&buf[..len]);
                 return len;
             }
         }
-        self.batch.commit_gather(head, tail);
+        let trailer = tail.as_ref().map_or(0, |t| t.trailer);
+        self.batch
+            .commit_gather(head, tail.map(|t| t.body), trailer);
         self.counters.tx_frames += 1;
         self.counters.tx_bytes += len as u64;
         len

@@ -16,12 +16,10 @@ use std::os::fd::RawFd;
 use std::str::FromStr;
 use std::time::Duration;
 
-use bytes::Bytes;
-
 use super::afpacket::{AfPacket, AfPacketConfig, AfPacketRxToken, AfPacketTxToken};
 use super::afxdp::{self, AfXdp, AfXdpConfig, AfXdpRxToken, AfXdpTxToken};
 use super::interfaces;
-use super::{Capabilities, Device, LinkError, RxToken, TxToken};
+use super::{Capabilities, Device, LinkError, RxToken, Tail, TxToken};
 use crate::time::Instant;
 use crate::wire::MacAddr;
 
@@ -265,7 +263,7 @@ impl TxToken for AnyTxToken<'_> {
         }
     }
 
-    fn consume_gather<F: FnOnce(&mut [u8]) -> (usize, Option<Bytes>)>(self, f: F) -> usize {
+    fn consume_gather<F: FnOnce(&mut [u8]) -> (usize, Option<Tail>)>(self, f: F) -> usize {
         match self {
             AnyTxToken::Packet(t) => t.consume_gather(f),
             AnyTxToken::Xdp(t) => t.consume_gather(f),

@@ -23,7 +23,7 @@
 use std::io;
 use std::os::fd::RawFd;
 
-use bytes::Bytes;
+pub use crate::wire::Tail;
 use std::time::Duration;
 
 use crate::time::Instant;
@@ -92,26 +92,21 @@ pub trait TxToken {
     fn consume<F: FnOnce(&mut [u8]) -> usize>(self, f: F) -> usize;
 
     /// [`TxToken::consume`] for a frame whose end stays where it lies: `f`
-    /// writes the frame's start and returns its length and the rest of the
-    /// frame (part of a message the caller holds, shared, not copied). A
-    /// device that sends from several places (AF_PACKET's `sendmmsg`) sends
-    /// the rest from there; the default copies it in after the start. `f`
-    /// keeps the whole frame within the buffer it is lent. Returns the whole
-    /// frame's length (0: cancelled).
-    fn consume_gather<F: FnOnce(&mut [u8]) -> (usize, Option<Bytes>)>(self, f: F) -> usize
+    /// writes the frame's start and returns its length `n` and the rest of
+    /// the frame ([`Tail`]: part of a message the caller holds, shared, not
+    /// copied, then the tail's `trailer` bytes, which `f` wrote at
+    /// `buf[n..]`). A device that sends from several places (AF_PACKET's
+    /// `sendmmsg`) sends the rest from there; the default copies it in
+    /// after the start. `f` keeps the whole frame within the buffer it is
+    /// lent. Returns the whole frame's length (0: cancelled).
+    fn consume_gather<F: FnOnce(&mut [u8]) -> (usize, Option<Tail>)>(self, f: F) -> usize
     where
         Self: Sized,
     {
         self.consume(|buf| match f(buf) {
             (0, _) => 0,
             (n, None) => n,
-            (n, Some(rest)) => match buf.get_mut(n..n + rest.len()) {
-                Some(dst) => {
-                    dst.copy_from_slice(&rest);
-                    n + rest.len()
-                }
-                None => 0,
-            },
+            (n, Some(tail)) => tail.join(buf, n).unwrap_or(0),
         })
     }
 }

@@ -27,7 +27,9 @@ use super::error::ConnectionError;
 use super::placement::Placement;
 use crate::rng::Rng;
 use crate::time::Instant;
-use crate::wire::{self, Addresses, Body, Command, FrameType, MacAddr, TransportHeader, WireError};
+use crate::wire::{
+    self, Addresses, Body, Command, FrameType, MacAddr, Tail, TransportHeader, WireError,
+};
 
 /// Frames dropped, by reason.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -1310,13 +1312,14 @@ impl Endpoint {
     /// [`Endpoint::poll_transmit`] for a device that sends a frame's end
     /// from where it lies ([`crate::link::TxToken::consume_gather`]): the
     /// frame is `buf[..n]` followed by the returned tail, a long payload
-    /// left in its message instead of copied.
+    /// left in its message instead of copied (then the tag, with a key:
+    /// [`Tail`]).
     #[must_use]
     pub fn poll_transmit_gather(
         &mut self,
         now: Instant,
         buf: &mut [u8],
-    ) -> Option<(usize, Option<Bytes>)> {
+    ) -> Option<(usize, Option<Tail>)> {
         let mut tail = None;
         let n = self.transmit(now, buf, Some(&mut tail))?;
         Some((n, tail))
@@ -1326,7 +1329,7 @@ impl Endpoint {
         &mut self,
         now: Instant,
         buf: &mut [u8],
-        mut tail: Option<&mut Option<Bytes>>,
+        mut tail: Option<&mut Option<Tail>>,
     ) -> Option<usize> {
         if !self.control.is_empty() {
             if let Some(n) = self.transmit_control(buf) {

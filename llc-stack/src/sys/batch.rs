@@ -7,17 +7,22 @@ use std::mem;
 use bytes::Bytes;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
+/// I/O vectors per frame: its start, its tail, the tail's trailer.
+const IOV_PER_FRAME: usize = 3;
+
 /// A batch of frames in one owned buffer, sent with one `sendmmsg`.
 ///
 /// The I/O vectors and message headers are allocated once; `send` points
 /// them at the pending frames just before the call, so they never hold a
 /// pointer across a borrow of the buffer. A frame may end in a `tail` sent
-/// from where it lies (scatter-gather: a second I/O vector); the batch
-/// holds a reference to it until the frame is sent.
+/// from where it lies (scatter-gather: a second I/O vector), then in the
+/// tail's trailer, written in the frame's buffer after its start (a third);
+/// the batch holds a reference to the tail until the frame is sent.
 pub(crate) struct FrameBatch {
     buf: Box<[u8]>,
     stride: usize,
-    /// Two vectors per frame: its start in `buf`, its tail (if any).
+    /// Three vectors per frame: its start in `buf`, its tail (if any), the
+    /// tail's trailer in `buf` (if any).
     iov: Box<[libc::iovec]>,
     tails: Box<[Option<Bytes>]>,
     msgs: Box<[libc::mmsghdr]>,
@@ -35,7 +40,7 @@ unsafe impl Send for FrameBatch {}
 impl FrameBatch {
     /// Room for `capacity` frames of up to `stride` bytes.
     pub fn new(capacity: usize, stride: usize) -> FrameBatch {
-        let iov = (0..2 * capacity)
+        let iov = (0..IOV_PER_FRAME * capacity)
             .map(|_| libc::iovec {
                 iov_base: std::ptr::null_mut(),
                 iov_len: 0,
@@ -86,19 +91,29 @@ impl FrameBatch {
     }
 
     /// Keep the first `len` bytes of the buffer `next` returned as a frame,
-    /// which goes on with `tail` (if any), sent from where it lies.
-    pub fn commit_gather(&mut self, len: usize, tail: Option<Bytes>) {
-        assert!(len <= self.stride && self.count < self.capacity());
+    /// which goes on with `tail` (if any), sent from where it lies, then
+    /// with the `trailer` bytes after those `len` in the buffer (only with
+    /// a tail: a frame's tag that follows it).
+    pub fn commit_gather(&mut self, len: usize, tail: Option<Bytes>, trailer: usize) {
+        assert!(len + trailer <= self.stride && self.count < self.capacity());
+        assert!(trailer == 0 || tail.is_some(), "a trailer follows a tail");
         let i = self.count;
-        self.iov[2 * i].iov_len = len;
+        let iov = &mut self.iov[IOV_PER_FRAME * i..IOV_PER_FRAME * (i + 1)];
+        iov[0].iov_len = len;
+        // The trailer's address is set in `send`, as the start's.
+        iov[2].iov_len = trailer;
         let parts = match tail {
-            Some(t) if !t.is_empty() => {
-                self.iov[2 * i + 1] = libc::iovec {
+            Some(t) if !t.is_empty() || trailer > 0 => {
+                iov[1] = libc::iovec {
                     iov_base: t.as_ptr().cast_mut().cast(),
                     iov_len: t.len(),
                 };
                 self.tails[i] = Some(t);
-                2
+                if trailer > 0 {
+                    3
+                } else {
+                    2
+                }
             }
             _ => 1,
         };
@@ -115,18 +130,23 @@ impl FrameBatch {
         // Point the vectors and headers at the pending frames.
         let base = self.buf.as_mut_ptr();
         for i in self.sent..self.count {
-            self.iov[2 * i].iov_base = base.wrapping_add(i * self.stride).cast();
+            let start = base.wrapping_add(i * self.stride);
+            let iov = &mut self.iov[IOV_PER_FRAME * i..];
+            iov[0].iov_base = start.cast();
+            iov[2].iov_base = start.wrapping_add(iov[0].iov_len).cast();
         }
         let iov = self.iov.as_mut_ptr();
         for i in self.sent..self.count {
-            self.msgs[i].msg_hdr.msg_iov = iov.wrapping_add(2 * i);
+            self.msgs[i].msg_hdr.msg_iov = iov.wrapping_add(IOV_PER_FRAME * i);
         }
         let msgs = &mut self.msgs[self.sent..self.count];
         // SAFETY: `msgs` are valid message headers; each one's first iovec
-        // points to `iov_len <= stride` bytes inside `buf`, its second (when
-        // `msg_iovlen` is 2) to the bytes of the tail held in `tails`, all
-        // alive and not otherwise borrowed during the call; the kernel only
-        // reads them and writes msg_len.
+        // points to `iov_len` bytes inside its frame's `stride` bytes of
+        // `buf`, its second (when `msg_iovlen` is 2 or 3) to the bytes of the
+        // tail held in `tails`, its third (when 3) to the trailer's bytes
+        // right after the first's, within the same `stride` bytes
+        // (`commit_gather` checked), all alive and not otherwise borrowed
+        // during the call; the kernel only reads them and writes msg_len.
         let done = syscall!(sendmmsg(
             fd.as_raw_fd(),
             msgs.as_mut_ptr(),
@@ -192,7 +212,7 @@ mod tests {
             while let Some(buf) = batch.next() {
                 let len = 4 + (written % 50) as usize;
                 buf[..4].copy_from_slice(&written.to_be_bytes());
-                batch.commit_gather(len, None);
+                batch.commit_gather(len, None, 0);
                 written += 1;
             }
             assert!(batch.is_full());
@@ -232,19 +252,22 @@ mod tests {
         }
     }
 
-    /// Frames with a tail arrive as head then tail, frames without one as
-    /// before; a tail is let go once its frame is sent.
+    /// Frames with a tail arrive as head then tail (then the trailer, if
+    /// any), frames without one as before; a tail is let go once its frame
+    /// is sent.
     #[test]
     fn frame_batch_sends_tails_from_where_they_lie() {
         use std::os::fd::AsFd;
         let (tx, rx) = datagram_pair();
         let mut batch = FrameBatch::new(4, 16);
         let tail = Bytes::from((0..200u8).collect::<Vec<u8>>());
+        let trailer = |i: u8| if i == 3 { 4 } else { 0 };
         for i in 0..4u8 {
             let buf = batch.next().expect("room");
             buf[..2].copy_from_slice(&[0xAA, i]);
+            buf[2..6].copy_from_slice(&[0xE0, 0xE1, 0xE2, 0xE3]);
             let t = (i % 2 == 1).then(|| tail.slice(usize::from(i)..100 + usize::from(i)));
-            batch.commit_gather(2, t);
+            batch.commit_gather(2, t, trailer(i));
         }
         assert!(!tail.is_unique(), "the batch holds slices of the tail");
         assert_eq!(batch.send(tx.as_fd()).unwrap(), 4);
@@ -253,7 +276,8 @@ mod tests {
             let f = recv_one(&rx).expect("a frame");
             assert_eq!(f[..2], [0xAA, i]);
             if i % 2 == 1 {
-                assert_eq!(&f[2..], &tail[usize::from(i)..100 + usize::from(i)]);
+                assert_eq!(&f[2..102], &tail[usize::from(i)..100 + usize::from(i)]);
+                assert_eq!(&f[102..], &[0xE0, 0xE1, 0xE2, 0xE3][..trailer(i)]);
             } else {
                 assert_eq!(f.len(), 2);
             }

@@ -16,8 +16,9 @@
 //! endpoint service's unix sockets and descriptor passing ([`grant`]), readiness
 //! ([`poll`]), memory mappings ([`mmap`]), the TPACKET_V2 RX ring ([`ring`]),
 //! `sendmmsg` batches ([`batch`]), AF_XDP sockets ([`xsk`]), the shared
-//! statistics page ([`shm`]), CRC32C ([`crc`]) and the frame MAC's
-//! POLYVAL ([`polyval`]; CPU intrinsics, no libc, but the same rules). What
+//! statistics page ([`shm`]), CRC32C ([`crc`]) and the frame MAC's NH and
+//! POLYVAL ([`nh`], [`polyval`]; CPU intrinsics, no libc, but the same
+//! rules). What
 //! the rest of the crate uses is re-exported here.
 
 use std::io;
@@ -43,6 +44,7 @@ pub(crate) mod crc;
 mod grant;
 mod iface;
 mod mmap;
+pub(crate) mod nh;
 mod packet;
 mod poll;
 pub(crate) mod polyval;

@@ -51,23 +51,48 @@ impl Polyval {
         }
     }
 
-    /// POLYVAL of `first || rest || last`, `rest` padded with zeros to a
-    /// whole number of blocks; `first` and `last` are blocks given as
-    /// little-endian integers (so that a caller assembles them in registers).
+    /// The same key on the crate's path only.
+    #[cfg(test)]
+    pub(crate) fn without_wide(&self) -> Self {
+        Polyval {
+            powers: None,
+            fallback: self.fallback.clone(),
+        }
+    }
+
+    /// POLYVAL of `first || mid || rest || last`, `rest` padded with zeros
+    /// to a whole number of blocks; `first` and `last` are blocks given as
+    /// little-endian integers (so that a caller assembles them in
+    /// registers), `mid` whole blocks (a long frame's NH outputs, or none).
     #[inline]
-    pub(crate) fn hash(&self, first: u128, rest: &[u8], last: u128) -> [u8; BLOCK] {
+    pub(crate) fn hash(
+        &self,
+        first: u128,
+        mid: &[[u8; BLOCK]],
+        rest: &[u8],
+        last: u128,
+    ) -> [u8; BLOCK] {
         if let Some(p) = &self.powers {
             // SAFETY: `powers` is only set when `wide::usable()` said the CPU
             // has every feature `wide::hash` needs.
-            return unsafe { wide::hash(p, first, rest, last) };
+            return unsafe { wide::hash(p, first, mid, rest, last) };
         }
-        self.hash_fallback(first, rest, last)
+        self.hash_fallback(first, mid, rest, last)
     }
 
     /// [`Polyval::hash`] with the crate (every CPU).
-    fn hash_fallback(&self, first: u128, rest: &[u8], last: u128) -> [u8; BLOCK] {
+    pub(crate) fn hash_fallback(
+        &self,
+        first: u128,
+        mid: &[[u8; BLOCK]],
+        rest: &[u8],
+        last: u128,
+    ) -> [u8; BLOCK] {
         let mut h = self.fallback.clone();
         h.update(&[first.to_le_bytes().into()]);
+        for b in mid {
+            h.update(&[(*b).into()]);
+        }
         h.update_padded(rest);
         h.update(&[last.to_le_bytes().into()]);
         h.finalize().into()
@@ -350,7 +375,7 @@ mod wide {
         Sum { lo, hi, mid }.reduce()
     }
 
-    /// POLYVAL of `first || rest (zero-padded) || last`.
+    /// POLYVAL of `first || mid || rest (zero-padded) || last`.
     ///
     /// # Safety
     /// The CPU must have the features [`usable`] checks.
@@ -358,21 +383,29 @@ mod wide {
     pub(super) unsafe fn hash(
         powers: &Powers,
         first: u128,
+        mid: &[[u8; BLOCK]],
         rest: &[u8],
         last: u128,
     ) -> [u8; BLOCK] {
         let (blocks, partial) = rest.as_chunks::<BLOCK>();
         let zero = _mm_setzero_si128();
-        if blocks.len() + 3 <= WIDE {
+        if mid.is_empty() && blocks.len() + 3 <= WIDE {
             // A short frame: one chunk, one reduction.
             return store(fold(zero, Some(first), blocks, partial, Some(last), powers));
         }
-        // `first` and the whole blocks that do not fill a step, then
-        // the steps, then the partial block and `last`.
-        let (head, steps) = blocks.split_at(blocks.len() % WIDE);
-        let mut acc = fold(zero, Some(first), head, &[], None, powers);
-        for step in steps.as_chunks::<WIDE>().0 {
-            acc = fold_step(acc, step, powers);
+        // For `mid`, then `rest`'s whole blocks: the blocks that do not
+        // fill a step (after `first`, the first time), then the steps; then
+        // the partial block and `last`.
+        let mut acc = zero;
+        let mut first = Some(first);
+        for part in [mid, blocks] {
+            let (head, steps) = part.split_at(part.len() % WIDE);
+            if first.is_some() || !head.is_empty() {
+                acc = fold(acc, first.take(), head, &[], None, powers);
+            }
+            for step in steps.as_chunks::<WIDE>().0 {
+                acc = fold_step(acc, step, powers);
+            }
         }
         store(fold(acc, None, &[], partial, Some(last), powers))
     }
@@ -393,7 +426,13 @@ mod wide {
         unreachable!("the wide path is x86-64 only")
     }
 
-    pub(super) unsafe fn hash(_: &Powers, _: u128, _: &[u8], _: u128) -> [u8; BLOCK] {
+    pub(super) unsafe fn hash(
+        _: &Powers,
+        _: u128,
+        _: &[[u8; BLOCK]],
+        _: &[u8],
+        _: u128,
+    ) -> [u8; BLOCK] {
         unreachable!("the wide path is x86-64 only")
     }
 }
@@ -450,10 +489,28 @@ mod tests {
             for len in lens {
                 let rest = &data[(seed as usize)..][..len];
                 assert_eq!(
-                    key.hash(first, rest, last),
-                    key.hash_fallback(first, rest, last),
+                    key.hash(first, &[], rest, last),
+                    key.hash_fallback(first, &[], rest, last),
                     "seed {seed} len {len}"
                 );
+            }
+            // With blocks before `rest` (a long frame's NH outputs: up to
+            // 128), around the step boundaries of both parts.
+            let blocks: Vec<[u8; BLOCK]> = data[..130 * BLOCK]
+                .as_chunks::<BLOCK>()
+                .0
+                .iter()
+                .map(|b| b.map(|x| x ^ seed as u8))
+                .collect();
+            for mid in [0, 1, 2, 30, 31, 32, 33, 64, 100, 128, 130] {
+                for len in [0, 1, 15, 16, 17, 480, 495, 496, 511, 512, 513, 1023, 1500] {
+                    let rest = &data[1000 + seed as usize..][..len];
+                    assert_eq!(
+                        key.hash(first, &blocks[..mid], rest, last),
+                        key.hash_fallback(first, &blocks[..mid], rest, last),
+                        "seed {seed} mid {mid} len {len}"
+                    );
+                }
             }
         }
     }

@@ -2,16 +2,22 @@
 //!
 //! With a per-job key configured, every transport frame carries the
 //! [`flags::AUTH`](super::transport::flags::AUTH) flag, a zero CRC field and
-//! a 16-byte tag after its payload. The tag is a hash-then-encrypt MAC:
+//! a 16-byte tag after its payload. The tag is a hash-then-encrypt MAC whose
+//! hash is NH (over GF(2)[x]) under POLYVAL:
 //!
 //! ```text
 //! A   = dst MAC (6) || src MAC (6) || LLC header (3) || transport header (56,
 //!       CRC field zero as sent) || SACK blocks || payload
-//! S   = POLYVAL(H, A zero-padded to 16 bytes || le64(8 * |A|) || le64(0))
+//! C_1 .. C_k = the whole 1 KiB chunks of A[16..], R = what follows them
+//! S   = POLYVAL(H, A[..16] || NH(K_1, C_1) || NH(K_2, C_1) || .. || NH(K_2, C_k) ||
+//!                  R zero-padded to 16 bytes || le64(8 * |A|) || le64(0))
 //! tag = AES-128(K_E, S)
 //! ```
 //!
-//! with `K_E` the first and `H` the last 16 bytes of the 256-bit job key.
+//! with `K_E` the first and `H` the last 16 bytes of the 256-bit job key,
+//! and the two 1 KiB NH keys `K_1 || K_2` derived from the job key once
+//! (BLAKE3 in key-derivation mode, [`NH_KEY_CONTEXT`]). A frame shorter
+//! than 1040 covered bytes has no chunk: its hash is POLYVAL alone.
 //! docs/PROTOCOL.md (section 3.12) is normative; docs/SECURITY.md explains
 //! what this protects and why this construction.
 //!
@@ -20,14 +26,17 @@
 //! (`sys::polyval`: 32 blocks per reduction with AVX-512 VPCLMULQDQ, the
 //! `polyval` crate's PCLMULQDQ code elsewhere) at many times BLAKE3's speed,
 //! and a frame then costs one AES block (AES-NI) instead of a hash
-//! finalisation; the tag replaces the CRC32C on authenticated frames, which
-//! pays for part of it (docs/BENCHMARKS.md, issue 43). It is deterministic:
-//! a retransmitted frame needs no fresh nonce, where a nonce-based MAC (GMAC,
+//! finalisation. Long frames go first through NH (`sys::nh`): two
+//! carry-less multiplies per 64 bytes instead of POLYVAL's three and its
+//! reductions, twice POLYVAL's speed and half that of the CRC32C it
+//! replaces (docs/BENCHMARKS.md, issue 43). It is deterministic: a
+//! retransmitted frame needs no fresh nonce, where a nonce-based MAC (GMAC,
 //! Poly1305) would give its hash key away to anyone who saw two frames
-//! signed under one nonce. Forging a tag succeeds with probability at most
-//! `(q + 1) * 2^-116 + 2^-128` per attempt after `q` frames signed with the
-//! key (a 65,535-byte payload makes under 2^12 blocks): under 2^-64 for any
-//! job that sends fewer than 2^52 frames.
+//! signed under one nonce. Two different frames' hashes collide with
+//! probability at most `(L + 1) / 2^128` with `L <= 136` POLYVAL blocks, under
+//! 2^-120, so forging a tag succeeds with probability at most
+//! `(q + 1) * 2^-120 + 2^-128` per attempt after `q` frames signed with the
+//! key: under 2^-64 for any job that sends fewer than 2^55 frames.
 
 use std::fmt;
 use std::sync::Arc;
@@ -36,6 +45,7 @@ use aes::cipher::generic_array::GenericArray;
 use aes::cipher::{BlockEncrypt, KeyInit};
 use aes::Aes128Enc;
 
+use crate::sys::nh::{self, Nh};
 use crate::sys::polyval::Polyval;
 
 use super::{ethernet, llc, transport};
@@ -46,15 +56,29 @@ pub use super::transport::TAG_LEN;
 
 /// BLAKE3 `derive_key` context that turns key material (a passphrase, the
 /// `LLC_AUTH_KEY` variable of the tools) into a frame key. Changing it
-/// changes every key: it is part of the protocol (version 2: POLYVAL and
-/// AES-128).
-pub const KEY_CONTEXT: &str = "llc-stack 2026-11 transport frame authentication v2 polyval-aes128";
+/// changes every key: it is part of the protocol (version 3: NH, POLYVAL
+/// and AES-128).
+pub const KEY_CONTEXT: &str =
+    "llc-stack 2026-11 transport frame authentication v3 nh-polyval-aes128";
+
+/// BLAKE3 `derive_key` context that draws the NH keys (2 KiB, the output's
+/// first bytes) from the 32-byte frame key.
+pub const NH_KEY_CONTEXT: &str = "llc-stack 2026-11 transport frame authentication v3 nh keys";
 
 /// Ethernet addresses at the start of every frame: destination, source.
 const ADDRS_LEN: usize = 12;
 /// Frame bytes that fill the hash's first block after the addresses: the
 /// LLC header and the transport header's first byte.
 const FIRST_REST: usize = crate::sys::polyval::BLOCK - ADDRS_LEN;
+/// Longest covered string: addresses, both headers, four SACK blocks and
+/// the longest payload.
+const MAX_COVERED: usize = ADDRS_LEN
+    + llc::HEADER_LEN
+    + transport::HEADER_LEN
+    + transport::MAX_SACK_BLOCKS * transport::SACK_BLOCK_LEN
+    + u16::MAX as usize;
+/// Most NH chunks a frame has (64).
+const MAX_CHUNKS: usize = (MAX_COVERED - crate::sys::polyval::BLOCK) / nh::CHUNK;
 
 /// A 256-bit frame authentication key, with its two halves prepared for the
 /// MAC (the POLYVAL key's powers, the AES key schedule) behind one shared
@@ -68,6 +92,8 @@ pub struct AuthKey(Arc<Prepared>);
 struct Prepared {
     /// The key as given or derived (compared, fingerprinted).
     bytes: [u8; 32],
+    /// NH keyed with the keys derived from `bytes`.
+    nh: Nh,
     /// POLYVAL keyed with `H = bytes[16..]` (its powers precomputed).
     hash: Polyval,
     /// AES-128 with `K_E = bytes[..16]`, encryption only.
@@ -76,15 +102,35 @@ struct Prepared {
 
 impl AuthKey {
     /// A key from 32 bytes used as they are (they must be uniformly random:
-    /// the first 16 become the AES key, the last 16 the POLYVAL key).
+    /// the first 16 become the AES key, the last 16 the POLYVAL key; the NH
+    /// keys are derived from all 32).
     pub fn from_bytes(key: [u8; 32]) -> Self {
         let (e, h) = key.split_at(16);
         let e: [u8; 16] = e.try_into().expect("16 bytes");
         let h: [u8; 16] = h.try_into().expect("16 bytes");
+        let mut k = [0u8; nh::KEY_LEN];
+        blake3::Hasher::new_derive_key(NH_KEY_CONTEXT)
+            .update(&key)
+            .finalize_xof()
+            .fill(&mut k);
         AuthKey(Arc::new(Prepared {
             bytes: key,
+            nh: Nh::new(k),
             hash: Polyval::new(&h),
             prf: Aes128Enc::new(&GenericArray::from(e)),
+        }))
+    }
+
+    /// The same key computed with the portable NH and the `polyval`
+    /// crate's POLYVAL (the fallbacks of CPUs without AVX-512).
+    #[cfg(test)]
+    fn portable(&self) -> Self {
+        let p = &self.0;
+        AuthKey(Arc::new(Prepared {
+            bytes: p.bytes,
+            nh: p.nh.on(nh::Path::Portable),
+            hash: p.hash.without_wide(),
+            prf: p.prf.clone(),
         }))
     }
 
@@ -108,28 +154,116 @@ impl AuthKey {
     /// The tag of the frame laid out in `frame`: Ethernet header, then the
     /// LLC span of `span_len` bytes that the tag covers (LLC header,
     /// transport header, SACK blocks, payload). The caller has checked that
-    /// `frame` holds them and that the span holds both headers.
+    /// `frame` holds them, that the span holds both headers and that it is
+    /// no longer than a frame's longest.
     #[inline]
     fn tag(&self, frame: &[u8], span_len: usize) -> [u8; TAG_LEN] {
+        self.tag_of(&frame[..ethernet::HEADER_LEN + span_len], &[])
+    }
+
+    /// The tag of a frame whose LLC span ends in `body`, which lies
+    /// elsewhere: `head` is the frame up to it (Ethernet header, both
+    /// headers, SACK blocks, the payload's start). The frame is sent as
+    /// `head`, `body`, then the tag ([`super::Tail`]).
+    pub(crate) fn tag_gathered(&self, head: &[u8], body: &[u8]) -> [u8; TAG_LEN] {
+        self.tag_of(head, body)
+    }
+
+    /// The tag of the frame `head || body` (`head` holds at least the
+    /// Ethernet and LLC headers and the transport header's first byte).
+    #[inline(always)]
+    fn tag_of(&self, head: &[u8], body: &[u8]) -> [u8; TAG_LEN] {
         let at = ethernet::HEADER_LEN;
+        let covered = ADDRS_LEN + head.len() - at + body.len();
+        debug_assert!(covered <= MAX_COVERED);
         // The covered string starts with the addresses, without the
         // length/type field: its first block is put together here (in
         // registers), the rest is hashed where it lies.
         let word =
-            |from: usize| u32::from_le_bytes(frame[from..from + 4].try_into().expect("4 bytes"));
+            |from: usize| u32::from_le_bytes(head[from..from + 4].try_into().expect("4 bytes"));
         let first = u128::from(word(0))
             | u128::from(word(4)) << 32
             | u128::from(word(8)) << 64
             | u128::from(word(at)) << 96;
-        let bits = 8 * (ADDRS_LEN + span_len) as u128;
-        let mut s = self
-            .0
-            .hash
-            .hash(first, &frame[at + FIRST_REST..at + span_len], bits);
+        let bits = 8 * covered as u128;
+        let rest = &head[at + FIRST_REST..];
+        let mut s = if !body.is_empty() {
+            self.split_hash(first, rest, body, bits)
+        } else if rest.len() < nh::CHUNK {
+            self.0.hash.hash(first, &[], rest, bits)
+        } else {
+            self.long_hash(first, rest, bits)
+        };
         self.0
             .prf
             .encrypt_block(GenericArray::from_mut_slice(&mut s[..]));
         s
+    }
+
+    /// The hash of a frame with at least one NH chunk: NH of the chunks,
+    /// then POLYVAL of `first`, their outputs, what follows them and `last`.
+    /// The outputs' buffer (zeroed first) is sized for frames up to MTU
+    /// 9000 when that is enough: zeroing 2 KiB was a tenth of an MTU 1500
+    /// frame's tag.
+    fn long_hash(&self, first: u128, rest: &[u8], last: u128) -> [u8; TAG_LEN] {
+        let (chunks, tail) = rest.as_chunks::<{ nh::CHUNK }>();
+        if chunks.len() <= 8 {
+            self.nh_polyval::<{ nh::PASSES * 8 }>(first, chunks, tail, last)
+        } else {
+            self.nh_polyval::<{ nh::PASSES * MAX_CHUNKS }>(first, chunks, tail, last)
+        }
+    }
+
+    /// [`AuthKey::long_hash`] with room for `N` NH outputs.
+    #[inline(always)]
+    fn nh_polyval<const N: usize>(
+        &self,
+        first: u128,
+        chunks: &[[u8; nh::CHUNK]],
+        tail: &[u8],
+        last: u128,
+    ) -> [u8; TAG_LEN] {
+        let mut out = [[0u8; 16]; N];
+        let out = &mut out[..nh::PASSES * chunks.len()];
+        self.0.nh.hash_chunks(chunks, out);
+        self.0.hash.hash(first, out, tail, last)
+    }
+
+    /// [`AuthKey::long_hash`] of `a || b` where each lies: the chunk that
+    /// straddles the two (or the bytes after the chunks, if they do) is
+    /// put together in a buffer, the other chunks are hashed in place.
+    fn split_hash(&self, first: u128, a: &[u8], b: &[u8], last: u128) -> [u8; TAG_LEN] {
+        let mut out = [[0u8; 16]; nh::PASSES * MAX_CHUNKS];
+        let mut done = 0;
+        let mut nh = |chunks: &[[u8; nh::CHUNK]], out: &mut [[u8; 16]]| {
+            self.0.nh.hash_chunks(chunks, &mut out[nh::PASSES * done..]);
+            done += chunks.len();
+        };
+        let (a_chunks, a_rest) = a.as_chunks::<{ nh::CHUNK }>();
+        nh(a_chunks, &mut out);
+        let mut joint = [0u8; nh::CHUNK];
+        let b = if a_rest.is_empty() {
+            b
+        } else if a_rest.len() + b.len() >= nh::CHUNK {
+            let (b_start, b_rest) = b.split_at(nh::CHUNK - a_rest.len());
+            joint[..a_rest.len()].copy_from_slice(a_rest);
+            joint[a_rest.len()..].copy_from_slice(b_start);
+            nh(std::slice::from_ref(&joint), &mut out);
+            b_rest
+        } else {
+            let n = a_rest.len() + b.len();
+            joint[..a_rest.len()].copy_from_slice(a_rest);
+            joint[a_rest.len()..n].copy_from_slice(b);
+            return self
+                .0
+                .hash
+                .hash(first, &out[..nh::PASSES * done], &joint[..n], last);
+        };
+        let (b_chunks, b_rest) = b.as_chunks::<{ nh::CHUNK }>();
+        nh(b_chunks, &mut out);
+        self.0
+            .hash
+            .hash(first, &out[..nh::PASSES * done], b_rest, last)
     }
 
     /// Write the tag of a frame laid out in `frame` (Ethernet header, then the
@@ -151,7 +285,8 @@ impl AuthKey {
         let Some(tag) = frame.get(at..at + TAG_LEN) else {
             return false;
         };
-        if span_len < llc::HEADER_LEN + transport::HEADER_LEN {
+        if span_len < llc::HEADER_LEN + transport::HEADER_LEN || ADDRS_LEN + span_len > MAX_COVERED
+        {
             return false;
         }
         constant_time_eq(&self.tag(frame, span_len), tag)
@@ -224,10 +359,12 @@ mod tests {
         b.iter().map(|b| format!("{b:02x}")).collect()
     }
 
-    /// Tags computed by scripts/frame_mac_reference.py (POLYVAL in plain
-    /// Python field arithmetic, AES from the `cryptography` package) with
-    /// the key 00 01 .. 1f: block boundaries inside the first block, a
-    /// partial last block, whole blocks, and every MTU the tools use.
+    /// Tags computed by scripts/frame_mac_reference.py (NH and POLYVAL in
+    /// plain Python integer arithmetic, AES from the `cryptography` package)
+    /// with the key 00 01 .. 1f: block boundaries inside the first block, a
+    /// partial last block, whole blocks, the first NH chunk's boundary
+    /// (payload 969: 1024 bytes after the first block), two chunks (1993),
+    /// and every MTU the tools use up to the longest payload.
     #[test]
     fn known_answers_from_an_independent_implementation() {
         let key = AuthKey::from_bytes(std::array::from_fn(|i| i as u8));
@@ -237,15 +374,92 @@ mod tests {
             (5, "06c381232376f70ecb377c8944526fd0"),
             (13, "710514807edf1c2f33af6678c06399bf"),
             (64, "dd1f7e7066d4a3c38ac7eb7a30684053"),
-            (1441, "42ca75d39a3013ac41f5cfd1ba865658"),
-            (8941, "1fb83d3a9fbd894a03a71b2e44899f3d"),
-            (65000, "73df00ccf6d49c0c2c9580e6e3c1b1ed"),
+            (968, "80a2c5dc3f3dd101a6b07edcd284339f"),
+            (969, "535902600b9eee960738984584137c5b"),
+            (970, "eb38f08710b0bfbc8029f809557d0bf2"),
+            (985, "e1dc9ea703648175a308756c9f8f6730"),
+            (1441, "36dc266e0d8652ad1a60ddc7157b1fb4"),
+            (1992, "a253892a2caf5d59c4c39f4625c6d8d6"),
+            (1993, "60a38f7b70cf81116ea9bd08a385ca97"),
+            (8941, "308b6c8605d212ca197a7c6fa624347c"),
+            (65000, "b94cdaa52e27e816a570886e05e18b66"),
+            (65535, "258cac0914a71461bebaa393af19fcc7"),
         ] {
             let (mut f, span) = frame(payload_len);
+            for k in [&key, &key.portable()] {
+                k.sign(&mut f, span);
+                let at = ethernet::HEADER_LEN + span;
+                assert_eq!(hex(&f[at..at + TAG_LEN]), want, "payload {payload_len}");
+                assert!(key.verify(&f, span));
+            }
+        }
+    }
+
+    /// A deterministic pseudo-random byte stream (xorshift64*).
+    fn random(n: usize, seed: u64) -> Vec<u8> {
+        let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        (0..n)
+            .map(|_| {
+                s ^= s >> 12;
+                s ^= s << 25;
+                s ^= s >> 27;
+                (s.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 56) as u8
+            })
+            .collect()
+    }
+
+    /// The CPU's fastest paths (AVX-512 NH and POLYVAL here) and the
+    /// portable ones give the same tag on random frames of every payload
+    /// length from 0 to 3000 bytes and on the longest.
+    #[test]
+    fn fast_and_portable_paths_agree() {
+        let data = random(70_000, 9);
+        for seed in 0..2u64 {
+            let key = AuthKey::from_bytes(random(32, seed).try_into().unwrap());
+            let portable = key.portable();
+            for payload_len in (0..=3000).chain([65_535]) {
+                let span = llc::HEADER_LEN + transport::HEADER_LEN + payload_len;
+                let n = ethernet::HEADER_LEN + span + TAG_LEN;
+                let f = &data[(payload_len * 7 + seed as usize) % 4000..][..n];
+                assert_eq!(
+                    key.tag(f, span),
+                    portable.tag(f, span),
+                    "seed {seed} payload {payload_len}"
+                );
+            }
+        }
+    }
+
+    /// In a frame with NH chunks, a flipped bit anywhere (in a chunk, in
+    /// the bytes after the chunks, in the first block, in the tag) or
+    /// swapped chunks fail.
+    #[test]
+    fn tampered_long_frames_fail() {
+        let key = AuthKey::derive(b"long");
+        for payload_len in [969, 2500, 8941, 65_535] {
+            let span = llc::HEADER_LEN + transport::HEADER_LEN + payload_len;
+            let mut f = random(ethernet::HEADER_LEN + span + TAG_LEN, payload_len as u64);
             key.sign(&mut f, span);
-            let at = ethernet::HEADER_LEN + span;
-            assert_eq!(hex(&f[at..at + TAG_LEN]), want, "payload {payload_len}");
             assert!(key.verify(&f, span));
+            for byte in (0..f.len())
+                .step_by(97)
+                .chain([0, 17, 18, f.len() - 17, f.len() - 1])
+            {
+                if (12..14).contains(&byte) {
+                    continue;
+                }
+                let mut g = f.clone();
+                g[byte] ^= 1 << (byte % 8);
+                assert!(!key.verify(&g, span), "{payload_len}: byte {byte}");
+            }
+            if payload_len > 2 * nh::CHUNK {
+                // Chunks 1 and 2 of the bytes after the first block, swapped.
+                let mut g = f.clone();
+                let c = 14 + FIRST_REST;
+                let (a, b) = g[c..c + 2 * nh::CHUNK].split_at_mut(nh::CHUNK);
+                a.swap_with_slice(b);
+                assert!(!key.verify(&g, span), "{payload_len}: chunks swapped");
+            }
         }
     }
 

@@ -19,6 +19,38 @@ pub use ethernet::{EtherKind, EthernetHeader, MacAddr};
 pub use llc::{Command, LlcHeader};
 pub use transport::{FrameType, SackBlock, TransportHeader};
 
+/// The end of a frame that stays where it lies, sent after the frame's
+/// start (scatter-gather: [`emit_transport_head`],
+/// [`crate::link::TxToken::consume_gather`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tail {
+    /// The payload's end: part of a message, shared, not copied.
+    pub body: bytes::Bytes,
+    /// Bytes written into the frame's buffer right after its start (`n`
+    /// bytes: `buf[n..n + trailer]`) that go after `body`: an
+    /// authenticated frame's tag. 0 or [`auth::TAG_LEN`].
+    pub trailer: usize,
+}
+
+impl Tail {
+    /// Put the frame together in `buf`, whose first `n` bytes are its start
+    /// and the next `trailer` bytes its trailer: the body goes after the
+    /// start, the trailer after the body. Returns the frame's length, or
+    /// `None` when it does not fit.
+    pub fn join(&self, buf: &mut [u8], n: usize) -> Option<usize> {
+        let t = self.trailer;
+        let end = n + self.body.len() + t;
+        if t > auth::TAG_LEN || end > buf.len() {
+            return None;
+        }
+        let mut trailer = [0u8; auth::TAG_LEN];
+        trailer[..t].copy_from_slice(&buf[n..n + t]);
+        buf[n..n + self.body.len()].copy_from_slice(&self.body);
+        buf[end - t..end].copy_from_slice(&trailer[..t]);
+        Some(end)
+    }
+}
+
 /// Why a frame was not accepted. Every variant is a drop reason the endpoint counts.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum WireError {
@@ -375,8 +407,7 @@ pub fn emit_transport_prefixed(
 /// [`emit_transport_gather`] that leaves `payload[1]` out of `buf`: returns
 /// the length `n` of what was written, and the frame is `buf[..n]` followed
 /// by `payload[1]`, which a device sends from where it lies (scatter-gather)
-/// instead of copying it in. The CRC covers it as usual. Only without a
-/// trailer: a MAC would follow the payload.
+/// instead of copying it in. The CRC covers it as usual.
 #[inline]
 pub fn emit_transport_head(
     buf: &mut [u8],
@@ -397,7 +428,10 @@ pub fn emit_transport_head(
 }
 
 /// [`emit_transport_head`] of a frame that starts with `prefix` (see
-/// [`emit_transport_prefixed`]).
+/// [`emit_transport_prefixed`]), with a trailer: when there is one, it is
+/// written at `buf[n..n + trailer.len()]` and goes after `payload[1]` (a
+/// tag is computed over `payload[1]` where it lies), so the frame is
+/// `buf[..n]`, `payload[1]`, then those bytes ([`Tail`]).
 #[inline]
 pub fn emit_transport_head_prefixed(
     buf: &mut [u8],
@@ -405,6 +439,7 @@ pub fn emit_transport_head_prefixed(
     header: &TransportHeader,
     sacks: &[SackBlock],
     payload: [&[u8]; 2],
+    trailer: Trailer<'_>,
 ) -> Result<usize, WireError> {
     emit(
         buf,
@@ -412,7 +447,7 @@ pub fn emit_transport_head_prefixed(
         header,
         sacks,
         payload,
-        Trailer::None,
+        trailer,
         true,
     )
 }
@@ -495,9 +530,25 @@ fn emit(
     // `h.crc` was written as zero above. An authenticated frame keeps it
     // zero: the tag, computed over it, is its integrity check.
     let crc = if tail_out_of_line {
-        use crate::sys::crc;
-        let state = crc::update(crc::INIT, &buf[ethernet::HEADER_LEN..]);
-        crc::finish(crc::update(state, payload[1]))
+        // The trailer, if any, is written after the start (`head` bytes),
+        // and sent after `payload[1]`.
+        let head = written - trailer.len();
+        match trailer {
+            Trailer::None => {
+                use crate::sys::crc;
+                let state = crc::update(crc::INIT, &buf[ethernet::HEADER_LEN..]);
+                crc::finish(crc::update(state, payload[1]))
+            }
+            Trailer::Key(key) => {
+                let tag = key.tag_gathered(&buf[..head], payload[1]);
+                buf[head..].copy_from_slice(&tag);
+                return Ok(head);
+            }
+            Trailer::Raw(tag) => {
+                buf[head..].copy_from_slice(tag);
+                return Ok(head);
+            }
+        }
     } else {
         if !payload[1].is_empty() {
             rest[..payload[1].len()].copy_from_slice(payload[1]);

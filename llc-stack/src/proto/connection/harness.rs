@@ -33,6 +33,11 @@ impl Pair {
     /// A and B with their own configurations, the handshake done and both
     /// `Connected` events taken.
     pub fn with(cfg_a: Config, cfg_b: Config) -> Pair {
+        Pair::with_mtu(cfg_a, cfg_b, MTU)
+    }
+
+    /// [`Pair::with`] on a link of `mtu`.
+    pub fn with_mtu(cfg_a: Config, cfg_b: Config, mtu: usize) -> Pair {
         // Not zero: a wire timestamp of zero means "none".
         let now = Instant::from_millis(1);
         let addr = |src, dst| Addresses {
@@ -41,10 +46,10 @@ impl Pair {
             dsap: llc::DEFAULT_SAP,
             ssap: llc::DEFAULT_SAP,
         };
-        let mut a = Connection::connect(cfg_a, now, addr(A_MAC, B_MAC), 1, 7, 0xa, 1000, MTU);
+        let mut a = Connection::connect(cfg_a, now, addr(A_MAC, B_MAC), 1, 7, 0xa, 1000, mtu);
         let syn = transmit(&mut a, now).expect("a SYN");
         let b = with_header(&syn, |h| {
-            Connection::accept(cfg_b, now, addr(B_MAC, A_MAC), 7, h, 0xb, 5000, MTU)
+            Connection::accept(cfg_b, now, addr(B_MAC, A_MAC), 7, h, 0xb, 5000, mtu)
         });
         let mut p = Pair { a, b, now };
         p.drive();
@@ -125,9 +130,10 @@ impl Pair {
     }
 }
 
-/// The next frame `c` sends at `now`.
+/// The next frame `c` sends at `now` (a buffer for the largest frame: a
+/// pair may have another MTU than [`MTU`]).
 pub(super) fn transmit(c: &mut Connection, now: Instant) -> Option<Vec<u8>> {
-    let mut buf = vec![0u8; MTU + wire::ethernet::HEADER_LEN];
+    let mut buf = vec![0u8; wire::ethernet::HEADER_LEN + u16::MAX as usize];
     let n = c.poll_transmit(now, &mut buf)?;
     buf.truncate(n);
     Some(buf)

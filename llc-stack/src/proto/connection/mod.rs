@@ -43,7 +43,7 @@ use super::rtt::RttEstimator;
 use super::seq::Seq;
 use crate::time::Instant;
 use crate::wire::transport::max_payload;
-use crate::wire::{Addresses, FramePrefix, FrameType, TransportFrame, TransportHeader};
+use crate::wire::{Addresses, FramePrefix, FrameType, Tail, TransportFrame, TransportHeader};
 
 mod congestion;
 mod recv;
@@ -885,13 +885,14 @@ impl Connection {
 
     /// [`Connection::poll_transmit`] for a device that sends a frame's end
     /// from where it lies ([`crate::link::TxToken::consume_gather`]): a long
-    /// payload may stay in the message, returned as the frame's tail.
+    /// payload may stay in the message, returned as the frame's tail (with
+    /// a key, the tag is written after the frame's start and goes last).
     #[must_use]
     pub fn poll_transmit_gather(
         &mut self,
         now: Instant,
         buf: &mut [u8],
-    ) -> Option<(usize, Option<Bytes>)> {
+    ) -> Option<(usize, Option<Tail>)> {
         let mut tail = None;
         let n = self.poll_transmit_to(now, buf, Some(&mut tail))?;
         Some((n, tail))
@@ -901,7 +902,7 @@ impl Connection {
         &mut self,
         now: Instant,
         buf: &mut [u8],
-        tail: Option<&mut Option<Bytes>>,
+        tail: Option<&mut Option<Tail>>,
     ) -> Option<usize> {
         let n = self.next_transmit(now, buf, tail);
         self.stats.frames_sent += n.is_some() as u64;

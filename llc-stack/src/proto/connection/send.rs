@@ -9,7 +9,7 @@ use super::{wire_ts, Connection, Event, State};
 use crate::proto::seq::Seq;
 use crate::time::Instant;
 use crate::wire::transport::{flags, MAX_SACK_BLOCKS};
-use crate::wire::{self, FrameType, SackBlock, TransportHeader};
+use crate::wire::{self, FrameType, SackBlock, Tail, TransportHeader};
 
 /// Acknowledged messages up to this size keep their buffers until the
 /// driver's next idle moment ([`Connection::release_acked`]); larger ones
@@ -121,6 +121,14 @@ impl OutMsg {
 /// it the copy costs less than the device's extra I/O vector and the shared
 /// reference.
 const GATHER_FROM: usize = 1024;
+
+/// [`GATHER_FROM`] for frames with a tag. The tag is computed over the
+/// payload where it lies, but the 1 KiB NH chunk that straddles the frame's
+/// start and the message is copied together, and the tag needs a third I/O
+/// vector: at MTU 1500 copying the payload was 5% faster end to end, at
+/// 9000 the two were even, at 65000 gathering was 20% faster
+/// (docs/BENCHMARKS.md, issue 43).
+const GATHER_KEYED_FROM: usize = 4096;
 
 /// Heads up to this long are kept inside the message: the message
 /// layer's 48-byte header and a prefix of up to 64 bytes (an MPI match
@@ -306,13 +314,13 @@ fn note_delivered(rack: &mut Option<(Instant, Seq)>, f: &InFlight, seq: Seq, ech
 
 impl Connection {
     /// The next frame into `buf`. With `tail`, a long payload may stay out
-    /// of `buf` (see [`wire::emit_transport_head`]): it is put there, and
-    /// the frame is `buf[..n]` followed by it.
+    /// of `buf` (see [`wire::emit_transport_head_prefixed`]): it is put
+    /// there, and the frame is `buf[..n]` followed by it ([`Tail`]).
     pub(super) fn next_transmit(
         &mut self,
         now: Instant,
         buf: &mut [u8],
-        mut tail: Option<&mut Option<Bytes>>,
+        mut tail: Option<&mut Option<Tail>>,
     ) -> Option<usize> {
         match self.state {
             State::Closed => {
@@ -395,7 +403,7 @@ impl Connection {
         &mut self,
         now: Instant,
         buf: &mut [u8],
-        tail: Option<&mut Option<Bytes>>,
+        tail: Option<&mut Option<Tail>>,
     ) -> Option<usize> {
         while let Some(&seq) = self.lost_queue.front() {
             let idx = seq.diff(self.snd_una);
@@ -432,7 +440,7 @@ impl Connection {
         &mut self,
         now: Instant,
         buf: &mut [u8],
-        tail: Option<&mut Option<Bytes>>,
+        tail: Option<&mut Option<Tail>>,
     ) -> Option<usize> {
         if !self.snd_nxt.lt(self.peer_window_end) || !self.can_send() {
             return None;
@@ -564,7 +572,7 @@ impl Connection {
         seq: Seq,
         idx: usize,
         ack_request: u8,
-        tail: Option<&mut Option<Bytes>>,
+        tail: Option<&mut Option<Tail>>,
     ) -> Option<usize> {
         let cargo = self.inflight[idx].cargo;
         let at = match cargo {
@@ -592,7 +600,7 @@ impl Connection {
         cargo: Cargo,
         at: usize,
         ack_request: u8,
-        tail: Option<&mut Option<Bytes>>,
+        tail: Option<&mut Option<Tail>>,
     ) -> Option<usize> {
         let mut h = self.base_header(now, FrameType::Data, ack_request);
         h.seq = seq.0.into();
@@ -637,10 +645,16 @@ impl Connection {
             }
         };
         let trailer = self.cfg.trailer();
-        if let (Some(m), Some(slot), true) = (m, tail, trailer.is_empty()) {
-            // Only a long body part is worth a shared reference.
+        if let (Some(m), Some(slot)) = (m, tail) {
+            // Only a long body part is worth a shared reference. With a
+            // key, the tag goes after it (written after the frame's start).
             let in_body = (off + len).saturating_sub(off.max(m.head_len as usize));
-            if in_body >= GATHER_FROM {
+            let from = if trailer.is_empty() {
+                GATHER_FROM
+            } else {
+                GATHER_KEYED_FROM
+            };
+            if in_body >= from {
                 let (inline, body) = m.range_shared(off, len);
                 let n = wire::emit_transport_head_prefixed(
                     buf,
@@ -648,9 +662,13 @@ impl Connection {
                     &h,
                     sacks,
                     [inline, &body],
+                    trailer,
                 )
                 .ok()?;
-                *slot = Some(body);
+                *slot = Some(Tail {
+                    body,
+                    trailer: trailer.len(),
+                });
                 return Some(n);
             }
         }
@@ -1027,50 +1045,65 @@ mod tests {
     /// not gather is handed) is the frame written with its payload's end
     /// left in the message (`poll_transmit_gather`) once the two are
     /// joined, for messages with and without a head, short and long, and
-    /// their retransmissions.
+    /// their retransmissions; with a key, the tag computed over the pieces
+    /// where they lie goes last (on a link of MTU 9000: keyed frames gather
+    /// from 4 KiB of payload on).
     #[test]
     fn frames_written_whole_are_the_gathered_frames_joined() {
-        let (mut whole, mut gathered) = (Pair::new(), Pair::new());
-        let frag = whole.a.fragment_len();
-        for (head_len, body_len) in [(0, 64), (48, 8), (48, 3 * frag + 100), (0, 2 * frag)] {
-            for p in [&mut whole, &mut gathered] {
-                p.a.send_parts(&pattern(head_len, 5), pattern(body_len, 9).into())
-                    .unwrap();
-            }
-        }
-        let mut buf = vec![0u8; 1500 + wire::ethernet::HEADER_LEN];
-        let (mut frames, mut tails) = (0, 0);
-        for round in 0..2 {
-            if round == 1 {
-                // Everything in flight is lost: the repairs are written again.
+        for key in [None, Some(wire::AuthKey::derive(b"gather"))] {
+            let keyed = key.is_some();
+            let cfg = Config {
+                auth_key: key,
+                ..Config::default()
+            };
+            let mtu = if keyed { 9000 } else { 1500 };
+            let pair = || Pair::with_mtu(cfg.clone(), cfg.clone(), mtu);
+            let (mut whole, mut gathered) = (pair(), pair());
+            let frag = whole.a.fragment_len();
+            for (head_len, body_len) in [(0, 64), (48, 8), (48, 3 * frag + 100), (0, 2 * frag)] {
                 for p in [&mut whole, &mut gathered] {
-                    p.now += std::time::Duration::from_secs(2);
-                    p.a.handle_timeout(p.now);
+                    p.a.send_parts(&pattern(head_len, 5), pattern(body_len, 9).into())
+                        .unwrap();
                 }
             }
-            loop {
-                let a = whole
-                    .a
-                    .poll_transmit(whole.now, &mut buf)
-                    .map(|n| buf[..n].to_vec());
-                let b = gathered
-                    .a
-                    .poll_transmit_gather(gathered.now, &mut buf)
-                    .map(|(n, tail)| {
-                        tails += usize::from(tail.is_some());
-                        let mut f = buf[..n].to_vec();
-                        f.extend_from_slice(tail.as_deref().unwrap_or(&[]));
-                        f
-                    });
-                assert_eq!(a, b);
-                if a.is_none() {
-                    break;
+            let mut buf = vec![0u8; mtu + wire::ethernet::HEADER_LEN];
+            let (mut frames, mut tails) = (0, 0);
+            for round in 0..2 {
+                if round == 1 {
+                    // Everything in flight is lost: the repairs are written again.
+                    for p in [&mut whole, &mut gathered] {
+                        p.now += std::time::Duration::from_secs(2);
+                        p.a.handle_timeout(p.now);
+                    }
                 }
-                frames += 1;
+                loop {
+                    let a = whole
+                        .a
+                        .poll_transmit(whole.now, &mut buf)
+                        .map(|n| buf[..n].to_vec());
+                    let b =
+                        gathered
+                            .a
+                            .poll_transmit_gather(gathered.now, &mut buf)
+                            .map(|(n, tail)| match tail {
+                                None => buf[..n].to_vec(),
+                                Some(t) => {
+                                    tails += 1;
+                                    assert_eq!(t.trailer, cfg.trailer_len());
+                                    let len = t.join(&mut buf, n).expect("fits");
+                                    buf[..len].to_vec()
+                                }
+                            });
+                    assert_eq!(a, b, "keyed {keyed}");
+                    if a.is_none() {
+                        break;
+                    }
+                    frames += 1;
+                }
             }
+            assert!(frames > 10 && tails > 4, "{frames} frames, {tails} tails");
+            assert!(gathered.a.stats().retransmits > 0);
         }
-        assert!(frames > 10 && tails > 4, "{frames} frames, {tails} tails");
-        assert!(gathered.a.stats().retransmits > 0);
     }
 
     #[test]

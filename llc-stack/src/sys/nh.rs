@@ -1,0 +1,421 @@
+//! NH over GF(2)[x]: the frame MAC's first layer (`wire::auth`,
+//! docs/PROTOCOL.md 3.12), which compresses each 1 KiB chunk of a long
+//! frame to 32 bytes before POLYVAL (`sys::polyval`) hashes the result.
+//!
+//! One pass over a chunk `C` of 64-bit little-endian words `c_0 .. c_127`
+//! with a 1 KiB key `K` of words `k_0 .. k_127` is
+//!
+//! ```text
+//! NH(K, C) = (c_0 ^ k_0) * (c_1 ^ k_1) ^ (c_2 ^ k_2) * (c_3 ^ k_3) ^ .. ^ (c_126 ^ k_126) * (c_127 ^ k_127)
+//! ```
+//!
+//! with `*` the carry-less product of two 64-bit polynomials over GF(2) (a
+//! polynomial of degree at most 126, written as a 16-byte little-endian
+//! block: bit i is the coefficient of x^i). This is UMAC's and Adiantum's NH
+//! with XOR in place of addition and carry-less in place of integer
+//! multiplication. Two chunks that differ collide under one pass with
+//! probability at most 2^-64 over the key (GF(2)[x] has no zero divisors;
+//! docs/SECURITY.md, "Choice of MAC"); the MAC takes two passes with
+//! independent keys, 2^-128.
+//!
+//! Why carry-less: one 512-bit VPCLMULQDQ multiplies the two words of each
+//! of its four 128-bit lanes (64 bytes, no shuffle), against one
+//! VPMULUDQ per 64 bytes plus a shift to pair 32-bit words for integer NH,
+//! which gives only 2^-32 per pass; measured on this project's VM, two
+//! passes ran at 70-80 GB/s carry-less and 33 GB/s integer (docs/BENCHMARKS.md,
+//! issue 43).
+//!
+//! Paths: AVX-512 with VPCLMULQDQ (four lanes per instruction), PCLMULQDQ
+//! (one lane), and a portable one (the carry-less product from integer
+//! multiplies of operands with holes, free of secret-dependent branches and
+//! table lookups). All compute the same function (tests below).
+
+/// Bytes per chunk: NH's input, one pass's key.
+pub(crate) const CHUNK: usize = 1024;
+/// Passes per chunk, each with its own key and a 16-byte output block.
+pub(crate) const PASSES: usize = 2;
+/// Key bytes: one [`CHUNK`]-byte key per pass, pass 1's first.
+pub(crate) const KEY_LEN: usize = PASSES * CHUNK;
+/// An output block.
+pub(crate) type Block = [u8; 16];
+
+/// Which code computes NH.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Path {
+    /// AVX-512 and VPCLMULQDQ: four 128-bit lanes per multiply.
+    Wide,
+    /// PCLMULQDQ: one lane per multiply.
+    Narrow,
+    /// Integer arithmetic only (every CPU).
+    Portable,
+}
+
+impl Path {
+    /// The fastest path this CPU has.
+    pub(crate) fn best() -> Path {
+        [Path::Wide, Path::Narrow]
+            .into_iter()
+            .find(|p| p.usable())
+            .unwrap_or(Path::Portable)
+    }
+
+    /// Whether this CPU can take the path.
+    pub(crate) fn usable(self) -> bool {
+        match self {
+            Path::Wide => simd::wide_usable(),
+            Path::Narrow => simd::narrow_usable(),
+            Path::Portable => true,
+        }
+    }
+}
+
+/// An NH key (both passes') and the path that uses it.
+#[derive(Clone)]
+pub(crate) struct Nh {
+    key: Box<Key>,
+    path: Path,
+}
+
+/// The key bytes, on cache-line boundaries: the wide path loads 64 bytes
+/// of each pass's key per 64 bytes hashed, and a load that straddles two
+/// lines costs two.
+#[derive(Clone)]
+#[repr(align(64))]
+struct Key([u8; KEY_LEN]);
+
+impl Nh {
+    /// The key `key` on the fastest path this CPU has.
+    pub(crate) fn new(key: [u8; KEY_LEN]) -> Self {
+        Nh {
+            key: Box::new(Key(key)),
+            path: Path::best(),
+        }
+    }
+
+    /// The same key on `path` (which must be usable here).
+    #[cfg(test)]
+    pub(crate) fn on(&self, path: Path) -> Self {
+        assert!(path.usable(), "{path:?} not usable on this CPU");
+        Nh {
+            key: self.key.clone(),
+            path,
+        }
+    }
+
+    /// NH of each chunk of `chunks`: pass 1's block, then pass 2's, per
+    /// chunk, into `out` (which must hold `PASSES * chunks.len()` blocks).
+    #[inline]
+    pub(crate) fn hash_chunks(&self, chunks: &[[u8; CHUNK]], out: &mut [Block]) {
+        let out = &mut out[..PASSES * chunks.len()];
+        let key = &self.key.0;
+        match self.path {
+            // SAFETY: `Path::Wide` is only chosen (`best`, `on`) where
+            // `simd::wide_usable()` said the CPU has its features.
+            Path::Wide => unsafe { simd::wide(key, chunks, out) },
+            // SAFETY: likewise with `simd::narrow_usable()`.
+            Path::Narrow => unsafe { simd::narrow(key, chunks, out) },
+            Path::Portable => portable(key, chunks, out),
+        }
+    }
+}
+
+/// A little-endian word of `b` at byte `at`.
+#[inline(always)]
+fn word(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// The portable path.
+fn portable(key: &[u8; KEY_LEN], chunks: &[[u8; CHUNK]], out: &mut [Block]) {
+    for (c, o) in chunks.iter().zip(out.chunks_exact_mut(PASSES)) {
+        for (pass, o) in o.iter_mut().enumerate() {
+            let k = &key[pass * CHUNK..][..CHUNK];
+            let mut acc = 0u128;
+            for at in (0..CHUNK).step_by(16) {
+                acc ^= clmul(word(c, at) ^ word(k, at), word(c, at + 8) ^ word(k, at + 8));
+            }
+            *o = acc.to_le_bytes();
+        }
+    }
+}
+
+/// Bits `i, i + 5, i + 10, ..` of a 64-bit word, for `i` in 0..5.
+const HOLES_64: [u64; 5] = holes::<5>();
+/// The same classes over 128 bits.
+const HOLES_128: [u128; 5] = {
+    let mut m = [0u128; 5];
+    let mut bit = 0;
+    while bit < 128 {
+        m[bit % 5] |= 1 << bit;
+        bit += 1;
+    }
+    m
+};
+
+const fn holes<const N: usize>() -> [u64; N] {
+    let mut m = [0u64; N];
+    let mut bit = 0;
+    while bit < 64 {
+        m[bit % N] |= 1 << bit;
+        bit += 1;
+    }
+    m
+}
+
+/// The carry-less product of `a` and `b` from 25 integer multiplies. Each
+/// operand is split into five classes of bits five positions apart (at most
+/// 13 bits each); in the integer product of two classes, each position of
+/// the product's class sums at most 13 one-bit terms, whose carries stay
+/// within the four positions above it, so the bits of that class are the
+/// carry-less product's (the "multiplication with holes" of constant-time
+/// GHASH implementations, with five classes because 64-bit operands have
+/// too many bits per class for four). No branch or table depends on the
+/// operands.
+#[inline]
+pub(crate) fn clmul(a: u64, b: u64) -> u128 {
+    let x: [u128; 5] = std::array::from_fn(|i| u128::from(a & HOLES_64[i]));
+    let y: [u128; 5] = std::array::from_fn(|i| u128::from(b & HOLES_64[i]));
+    let mut z = 0u128;
+    for (c, mask) in HOLES_128.iter().enumerate() {
+        let mut s = 0u128;
+        for (i, xi) in x.iter().enumerate() {
+            s ^= xi.wrapping_mul(y[(c + 5 - i) % 5]);
+        }
+        z |= s & mask;
+    }
+    z
+}
+
+#[cfg(target_arch = "x86_64")]
+mod simd {
+    use std::arch::x86_64::*;
+    use std::sync::OnceLock;
+
+    use super::{Block, CHUNK, KEY_LEN, PASSES};
+
+    /// True when the CPU has what [`wide`] uses: PCLMULQDQ, AVX2, AVX-512
+    /// (F, BW, VL) and VPCLMULQDQ (as `sys::polyval`'s wide path).
+    pub(super) fn wide_usable() -> bool {
+        static HW: OnceLock<bool> = OnceLock::new();
+        *HW.get_or_init(|| {
+            is_x86_feature_detected!("pclmulqdq")
+                && is_x86_feature_detected!("avx2")
+                && is_x86_feature_detected!("avx512f")
+                && is_x86_feature_detected!("avx512bw")
+                && is_x86_feature_detected!("avx512vl")
+                && is_x86_feature_detected!("vpclmulqdq")
+        })
+    }
+
+    /// True when the CPU has PCLMULQDQ (and SSE2, which x86-64 always has).
+    pub(super) fn narrow_usable() -> bool {
+        is_x86_feature_detected!("pclmulqdq")
+    }
+
+    /// XOR of a 512-bit register's four 128-bit lanes.
+    #[inline]
+    #[target_feature(enable = "pclmulqdq,avx2,avx512f,avx512bw,avx512vl,vpclmulqdq")]
+    fn lanes_xor(z: __m512i) -> __m128i {
+        let y = _mm256_xor_si256(_mm512_castsi512_si256(z), _mm512_extracti64x4_epi64::<1>(z));
+        _mm_xor_si128(_mm256_castsi256_si128(y), _mm256_extracti128_si256::<1>(y))
+    }
+
+    /// NH with four lanes per carry-less multiply: per 128 bytes and pass,
+    /// two XORs with the key, two multiplies (each lane's high word by its
+    /// low word: the chunk's word pairs lie in the lanes) and one
+    /// three-way XOR into the sum.
+    ///
+    /// # Safety
+    /// The CPU must have the features [`wide_usable`] checks.
+    #[target_feature(enable = "pclmulqdq,avx2,avx512f,avx512bw,avx512vl,vpclmulqdq")]
+    pub(super) unsafe fn wide(key: &[u8; KEY_LEN], chunks: &[[u8; CHUNK]], out: &mut [Block]) {
+        for (c, o) in chunks.iter().zip(out.chunks_exact_mut(PASSES)) {
+            // Opaque to the optimiser: otherwise it hoists the key's loads
+            // out of this loop, and as 2 KiB do not fit the registers it
+            // copies the key to the stack (unaligned) on every call.
+            let key = std::hint::black_box(key);
+            let mut s1 = _mm512_setzero_si512();
+            let mut s2 = _mm512_setzero_si512();
+            for at in (0..CHUNK).step_by(128) {
+                // SAFETY: `at + 128 <= CHUNK`: 128 readable bytes at `c[at..]`,
+                // at `key[at..]` and at `key[CHUNK + at..]`; unaligned loads.
+                let (m, n, k1, l1, k2, l2) = unsafe {
+                    let c = c.as_ptr().add(at);
+                    let k = key.as_ptr().add(at);
+                    (
+                        _mm512_loadu_si512(c.cast()),
+                        _mm512_loadu_si512(c.add(64).cast()),
+                        _mm512_loadu_si512(k.cast()),
+                        _mm512_loadu_si512(k.add(64).cast()),
+                        _mm512_loadu_si512(k.add(CHUNK).cast()),
+                        _mm512_loadu_si512(k.add(CHUNK + 64).cast()),
+                    )
+                };
+                let (x1, y1) = (_mm512_xor_si512(m, k1), _mm512_xor_si512(n, l1));
+                let (x2, y2) = (_mm512_xor_si512(m, k2), _mm512_xor_si512(n, l2));
+                // 0x96: a ^ b ^ c.
+                s1 = _mm512_ternarylogic_epi64::<0x96>(
+                    s1,
+                    _mm512_clmulepi64_epi128::<0x01>(x1, x1),
+                    _mm512_clmulepi64_epi128::<0x01>(y1, y1),
+                );
+                s2 = _mm512_ternarylogic_epi64::<0x96>(
+                    s2,
+                    _mm512_clmulepi64_epi128::<0x01>(x2, x2),
+                    _mm512_clmulepi64_epi128::<0x01>(y2, y2),
+                );
+            }
+            for (o, s) in o.iter_mut().zip([s1, s2]) {
+                // SAFETY: `o` is 16 writable bytes; unaligned store.
+                unsafe { _mm_storeu_si128(o.as_mut_ptr().cast(), lanes_xor(s)) };
+            }
+        }
+    }
+
+    /// NH with one lane per multiply (x86-64 CPUs without AVX-512).
+    ///
+    /// # Safety
+    /// The CPU must have PCLMULQDQ ([`narrow_usable`]).
+    #[target_feature(enable = "pclmulqdq,sse2")]
+    pub(super) unsafe fn narrow(key: &[u8; KEY_LEN], chunks: &[[u8; CHUNK]], out: &mut [Block]) {
+        for (c, o) in chunks.iter().zip(out.chunks_exact_mut(PASSES)) {
+            for (pass, o) in o.iter_mut().enumerate() {
+                let k = &key[pass * CHUNK..][..CHUNK];
+                let mut s = [_mm_setzero_si128(); 4];
+                for at in (0..CHUNK).step_by(64) {
+                    for (lane, s) in s.iter_mut().enumerate() {
+                        let at = at + 16 * lane;
+                        // SAFETY: `at + 16 <= CHUNK`: 16 readable bytes at
+                        // `c[at..]` and `k[at..]`; unaligned loads.
+                        let x = unsafe {
+                            _mm_xor_si128(
+                                _mm_loadu_si128(c.as_ptr().add(at).cast()),
+                                _mm_loadu_si128(k.as_ptr().add(at).cast()),
+                            )
+                        };
+                        *s = _mm_xor_si128(*s, _mm_clmulepi64_si128::<0x01>(x, x));
+                    }
+                }
+                let s = _mm_xor_si128(_mm_xor_si128(s[0], s[1]), _mm_xor_si128(s[2], s[3]));
+                // SAFETY: `o` is 16 writable bytes; unaligned store.
+                unsafe { _mm_storeu_si128(o.as_mut_ptr().cast(), s) };
+            }
+        }
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+mod simd {
+    use super::{Block, CHUNK, KEY_LEN};
+
+    pub(super) fn wide_usable() -> bool {
+        false
+    }
+
+    pub(super) fn narrow_usable() -> bool {
+        false
+    }
+
+    pub(super) unsafe fn wide(_: &[u8; KEY_LEN], _: &[[u8; CHUNK]], _: &mut [Block]) {
+        unreachable!("x86-64 only")
+    }
+
+    pub(super) unsafe fn narrow(_: &[u8; KEY_LEN], _: &[[u8; CHUNK]], _: &mut [Block]) {
+        unreachable!("x86-64 only")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A deterministic pseudo-random byte stream (xorshift64*).
+    fn bytes(n: usize, seed: u64) -> Vec<u8> {
+        let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        (0..n)
+            .map(|_| {
+                s ^= s >> 12;
+                s ^= s << 25;
+                s ^= s >> 27;
+                (s.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 56) as u8
+            })
+            .collect()
+    }
+
+    /// The carry-less product bit by bit, as its definition reads.
+    fn clmul_by_bits(a: u64, b: u64) -> u128 {
+        (0..64)
+            .filter(|i| b >> i & 1 == 1)
+            .fold(0u128, |z, i| z ^ u128::from(a) << i)
+    }
+
+    #[test]
+    fn clmul_matches_its_definition() {
+        let r = bytes(16 * 4000, 7);
+        let mut pairs: Vec<(u64, u64)> = r
+            .chunks_exact(16)
+            .map(|p| (word(p, 0), word(p, 8)))
+            .collect();
+        pairs.extend([
+            (0, 0),
+            (1, 1),
+            (u64::MAX, u64::MAX),
+            (u64::MAX, 1),
+            (1 << 63, 1 << 63),
+            (0x8000_0000_0000_0001, u64::MAX),
+        ]);
+        for (a, b) in pairs {
+            assert_eq!(clmul(a, b), clmul_by_bits(a, b), "{a:#x} * {b:#x}");
+        }
+        // (x + 1)^2 = x^2 + 1 and x^63 * x^63 = x^126.
+        assert_eq!(clmul(3, 3), 5);
+        assert_eq!(clmul(1 << 63, 1 << 63), 1 << 126);
+    }
+
+    /// Every path this CPU has gives the portable path's blocks, on random
+    /// keys and chunks.
+    #[test]
+    fn paths_agree() {
+        let paths: Vec<Path> = [Path::Wide, Path::Narrow]
+            .into_iter()
+            .filter(|p| p.usable())
+            .collect();
+        if paths.is_empty() {
+            println!("SKIPPED nh paths_agree: no PCLMULQDQ here");
+            return;
+        }
+        for seed in 0..8 {
+            let key = Nh::new(bytes(KEY_LEN, seed).try_into().unwrap()).on(Path::Portable);
+            let data = bytes(CHUNK * 9, 100 + seed);
+            let (chunks, _) = data.as_chunks::<CHUNK>();
+            let mut want = vec![[0u8; 16]; 2 * chunks.len()];
+            key.hash_chunks(chunks, &mut want);
+            for &p in &paths {
+                let mut got = vec![[0u8; 16]; 2 * chunks.len()];
+                key.on(p).hash_chunks(chunks, &mut got);
+                assert_eq!(got, want, "{p:?}, seed {seed}");
+            }
+        }
+    }
+
+    /// One pass, checked on its definition: a chunk equal to its key
+    /// hashes to zero, and one word changed in a pair changes the output
+    /// by that word's difference times the pair's other word (XOR key).
+    #[test]
+    fn one_pass_by_definition() {
+        let key: [u8; KEY_LEN] = bytes(KEY_LEN, 3).try_into().unwrap();
+        let nh = Nh::new(key);
+        let chunk: [u8; CHUNK] = key[..CHUNK].try_into().unwrap();
+        let mut out = [[0u8; 16]; 2];
+        nh.hash_chunks(&[chunk], &mut out);
+        assert_eq!(out[0], [0; 16]);
+        assert_ne!(out[1], [0; 16]);
+        let mut other = chunk;
+        other[8] ^= 0x01; // c_1 ^= 1: pass 1's product becomes (c_0 ^ k_0) * 1 = 0
+        nh.hash_chunks(&[other], &mut out);
+        assert_eq!(out[0], [0; 16]);
+        other[0] ^= 0x02; // c_0 ^= x: (x) * (1)
+        nh.hash_chunks(&[other], &mut out);
+        assert_eq!(u128::from_le_bytes(out[0]), 2);
+    }
+}
