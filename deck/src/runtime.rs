@@ -26,6 +26,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use msg_layer::pace::{Instant as PaceInstant, Pace, Pacer};
 use msg_layer::transport::llc::{AuthKey, AUTH_KEY_ENV};
 use msg_layer::transport::spec::{Backend, KeySource, LlcSpec, TcpSpec};
 use msg_layer::transport::{AnyTransport, Transport, TransportSpec};
@@ -51,7 +52,8 @@ const NAMING_TIMEOUT: Duration = Duration::from_secs(30);
 /// `DECK_CLONE_WAIT_MS` says otherwise.
 const DEFAULT_CLONE_WAIT: Duration = Duration::from_secs(30);
 
-/// Busy-poll this long after the last activity before sleeping.
+/// Busy-poll this long after the last activity before sleeping (the
+/// message layer's default spin; the policy is `msg_layer::pace`'s).
 const SPIN: Duration = Duration::from_micros(200);
 
 /// Longest single sleep of a waiter (a local post wakes it earlier).
@@ -660,7 +662,7 @@ impl Inner {
         mut cond: impl FnMut(&mut State) -> Option<R>,
     ) -> Result<R, DeckError> {
         let start = Instant::now();
-        let mut last_move = start;
+        let mut pacer = Pacer::new(SPIN, PaceInstant::now());
         loop {
             if let Some(r) = cond(&mut self.st.lock()) {
                 return Ok(r);
@@ -679,14 +681,14 @@ impl Inner {
                 Some(t) => t - now.duration_since(start),
                 None => Duration::MAX,
             };
-            if moved {
-                last_move = now;
-                continue;
-            }
-            if now.duration_since(last_move) < SPIN {
-                drop(st);
-                std::hint::spin_loop();
-                continue;
+            match pacer.after_round(moved, PaceInstant::now()) {
+                Pace::Busy => continue,
+                Pace::Spin => {
+                    drop(st);
+                    std::hint::spin_loop();
+                    continue;
+                }
+                Pace::Sleep => {}
             }
             let sleep = left.min(MAX_SLEEP);
             match &self.ep {
@@ -698,6 +700,7 @@ impl Inner {
                     self.local_post.wait_for(&mut st, sleep);
                 }
             }
+            pacer.woke(PaceInstant::now());
         }
     }
 

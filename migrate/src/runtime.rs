@@ -12,6 +12,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use msg_layer::pace::{Instant as PaceInstant, Pace, Pacer};
 use msg_layer::transport::{AnyTransport, TransportSpec};
 use msg_layer::{Addr, Endpoint, PeerId};
 use parking_lot::Mutex;
@@ -21,7 +22,8 @@ use crate::proto::{Config, Event, HostId, Node, ProtoError, Stats, TaskId};
 /// The active-message handler id of the runtime's packets.
 pub const AM_ID: u16 = 0x4d47;
 
-/// Busy-poll this long after the last activity before sleeping.
+/// Busy-poll this long after the last activity before sleeping (the
+/// message layer's default spin; the policy is `msg_layer::pace`'s).
 const SPIN: Duration = Duration::from_micros(200);
 /// Longest single sleep of a waiter.
 const MAX_SLEEP: Duration = Duration::from_millis(1);
@@ -308,22 +310,23 @@ impl Runtime {
         mut cond: impl FnMut(&mut State) -> Option<R>,
     ) -> Result<R, MigrateError> {
         let start = Instant::now();
-        let mut last_move = start;
+        let mut pacer = Pacer::new(SPIN, PaceInstant::now());
         loop {
             if let Some(r) = cond(&mut self.st.lock()) {
                 return Ok(r);
             }
-            if self.progress()? {
-                last_move = Instant::now();
-                continue;
-            }
+            let moved = self.progress()?;
             let now = Instant::now();
-            if now.duration_since(start) >= timeout {
+            if !moved && now.duration_since(start) >= timeout {
                 return Err(MigrateError::Timeout(what));
             }
-            if now.duration_since(last_move) > SPIN {
-                let left = timeout.saturating_sub(now.duration_since(start));
-                self.ep.wait_ready(left.min(MAX_SLEEP));
+            match pacer.after_round(moved, PaceInstant::now()) {
+                Pace::Busy | Pace::Spin => continue,
+                Pace::Sleep => {
+                    let left = timeout.saturating_sub(now.duration_since(start));
+                    self.ep.wait_ready(left.min(MAX_SLEEP));
+                    pacer.woke(PaceInstant::now());
+                }
             }
         }
     }

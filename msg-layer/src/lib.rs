@@ -24,6 +24,13 @@ pub mod keepalive;
 #[allow(unsafe_code)]
 pub mod lent;
 pub mod matching;
+/// The one pacing policy of every loop that waits on the network (spin
+/// while rounds move something and for a budget after, then sleep; a new
+/// budget on waking), for the runtimes above the message layer too.
+pub mod pace {
+    pub use llc_stack::pace::{Pace, Pacer};
+    pub use llc_stack::Instant;
+}
 mod placement;
 pub mod rma;
 #[allow(unsafe_code)]
