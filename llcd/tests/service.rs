@@ -313,6 +313,31 @@ fn responder_on(hosts: &TwoHosts, u: &TestUser, backend: &str, port: &str) -> Ba
     Background::spawn(&mut cmd, "responding on", Duration::from_secs(20)).expect("responder")
 }
 
+/// `count` reliable pings as `u` from a to port `port` of b over `backend`.
+fn reliable_ping(hosts: &TwoHosts, u: &TestUser, backend: &str, port: &str, count: &str) -> Output {
+    let peer = format_mac(&hosts.b.mac);
+    run_as(
+        &hosts.a.ns,
+        u,
+        &llc_ping(),
+        &[
+            "-I",
+            &hosts.a.ifname,
+            "--backend",
+            backend,
+            "--reliable",
+            "--port",
+            port,
+            "-c",
+            count,
+            "-i",
+            "0",
+            "-q",
+            &peer,
+        ],
+    )
+}
+
 /// Whether an XDP program is attached to b's interface.
 fn xdp_attached(hosts: &TwoHosts) -> bool {
     hosts
@@ -341,28 +366,8 @@ fn an_ordinary_user_gets_af_xdp_that_outlives_a_killed_service() {
     let (_da, _pa) = llcd(&hosts.a.ns, "");
     let (mut db, pb) = llcd(&hosts.b.ns, "");
     let u = user("llc-job-a");
-    let peer = format_mac(&hosts.b.mac);
     let ping = |port: &str| {
-        let out = run_as(
-            &hosts.a.ns,
-            &u,
-            &llc_ping(),
-            &[
-                "-I",
-                &hosts.a.ifname,
-                "--backend",
-                "xdp",
-                "--reliable",
-                "--port",
-                port,
-                "-c",
-                "50",
-                "-i",
-                "0",
-                "-q",
-                &peer,
-            ],
-        );
+        let out = reliable_ping(&hosts, &u, "xdp", port, "50");
         let t = text(&out);
         assert!(
             out.status.success() && t.contains("50 received") && t.contains("af_xdp/"),
@@ -413,26 +418,8 @@ fn af_xdp_past_the_locked_memory_limit_is_refused_and_auto_takes_af_packet() {
     let (_db, _pb) = llcd(&hosts.b.ns, "");
     let u = user("llc-job-a");
     let _r = responder_on(&hosts, &u, "xdp", "7");
-    let peer = format_mac(&hosts.b.mac);
     let ping = |backend: &str| {
-        let out = run_as(
-            &hosts.a.ns,
-            &u,
-            &llc_ping(),
-            &[
-                "-I",
-                &hosts.a.ifname,
-                "--backend",
-                backend,
-                "--reliable",
-                "-c",
-                "20",
-                "-i",
-                "0",
-                "-q",
-                &peer,
-            ],
-        );
+        let out = reliable_ping(&hosts, &u, backend, "7", "20");
         (out.status.success(), text(&out))
     };
     // A pool at MTU 1500 pins 32 MiB: refused, with the reason.

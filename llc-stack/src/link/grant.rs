@@ -183,12 +183,25 @@ impl Grant {
         mac: [u8; 6],
         max_frame: usize,
     ) -> Result<LocalPort, LinkError> {
-        let claim = self.claim.try_clone().map_err(|source| LinkError::Io {
-            context: "keeping the granted claim socket".into(),
-            source,
-        })?;
-        LocalPort::from_claim(claim, ifname, sap, self.port, mac, max_frame, false)
+        granted_local_port(&self.claim, ifname, sap, self.port, mac, max_frame)
     }
+}
+
+/// A granted endpoint's claim of `port`, for its device (never the link
+/// role: the service answers TEST and XID).
+fn granted_local_port(
+    claim: &UnixDatagram,
+    ifname: &str,
+    sap: u8,
+    port: u16,
+    mac: [u8; 6],
+    max_frame: usize,
+) -> Result<LocalPort, LinkError> {
+    let claim = claim.try_clone().map_err(|source| LinkError::Io {
+        context: "keeping the granted claim socket".into(),
+        source,
+    })?;
+    LocalPort::from_claim(claim, ifname, sap, port, mac, max_frame, false)
 }
 
 /// Why the service could not be asked, as one line that says what to do.
@@ -484,11 +497,7 @@ impl XdpGrant {
         mac: [u8; 6],
         max_frame: usize,
     ) -> Result<LocalPort, LinkError> {
-        let claim = self.claim.try_clone().map_err(|source| LinkError::Io {
-            context: "keeping the granted claim socket".into(),
-            source,
-        })?;
-        LocalPort::from_claim(claim, &self.ifname, sap, self.port, mac, max_frame, false)
+        granted_local_port(&self.claim, &self.ifname, sap, self.port, mac, max_frame)
     }
 
     /// One request and its answer: the words after `ok`, and descriptors.
