@@ -57,17 +57,10 @@ struct Args {
     /// and the endpoints held (your own; every user's for root), and exit.
     #[arg(long)]
     status: bool,
-    /// (Internal) mount the BPF file system for pins in the host's mount
-    /// namespace, for a service started in a mount namespace of its own.
-    #[arg(long, hide = true)]
-    mount_bpf_fs: bool,
 }
 
 fn main() -> Result<()> {
     let args = Args::parse();
-    if args.mount_bpf_fs {
-        return xdp::mount_bpf_fs_for_host().map_err(anyhow::Error::msg);
-    }
     if args.status {
         let status = grant::status().context(format!(
             "no llcd answers in this network namespace (@{})",

@@ -114,23 +114,13 @@ pub fn file_identity(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<(u64, u64)> 
     Ok((st.st_dev, st.st_ino))
 }
 
-/// Whether this process shares pid 1's mount namespace.
-pub fn in_init_mount_ns() -> bool {
+/// Whether this process runs in a mount namespace other than pid 1's
+/// (`ip netns exec` makes one); `false` when that cannot be read.
+pub fn in_private_mount_ns() -> bool {
     use std::os::unix::fs::MetadataExt;
     let ino = |p: &str| std::fs::metadata(p).map(|m| (m.dev(), m.ino())).ok();
     match (ino("/proc/self/ns/mnt"), ino("/proc/1/ns/mnt")) {
-        (Some(a), Some(b)) => a == b,
-        _ => true,
+        (Some(a), Some(b)) => a != b,
+        _ => false,
     }
-}
-
-/// Move this (single-threaded) process into pid 1's mount namespace.
-pub fn enter_init_mount_ns() -> io::Result<()> {
-    use std::os::fd::AsRawFd;
-    let ns = std::fs::File::open("/proc/1/ns/mnt")?;
-    // SAFETY: setns takes a descriptor we hold open and a flag.
-    if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNS) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
 }

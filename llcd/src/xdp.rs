@@ -8,8 +8,8 @@
 //! the endpoint's process keeps duplicates of those claims, so that its
 //! slot and port stay its own while it lives, also when the service is
 //! restarted. The link and maps are pinned in a BPF file system
-//! (`/sys/fs/bpf/llcd/<netns>/if<ifindex>`, or a BPF file system the
-//! service mounts at `/run/llcd/bpf` where none is mounted), and the pins
+//! (`/run/llcd/bpf` or `/sys/fs/bpf`, under `llcd/<netns>/if<ifindex>`;
+//! see [`bpf_fs`]), and the pins
 //! are removed once no endpoint of the interface holds a slot: the program
 //! then leaves with its last member, as every shared program does.
 
@@ -122,69 +122,40 @@ fn unpin_if_unused(dir: &Path, ifindex: u32) {
     }
 }
 
-/// The BPF file system to pin in, as seen from this process.
+/// The BPF file system to pin in: `/run/llcd/bpf` or `/sys/fs/bpf` where
+/// either is one, else one mounted at `/run/llcd/bpf`.
 ///
-/// Pins must outlive the service, so they go to a BPF file system of the
-/// host's mount namespace: `/run/llcd/bpf` or `/sys/fs/bpf`. A service
-/// started with `ip netns exec` (the test beds) runs in a mount namespace
-/// of its own that ends with it; it reaches the host's through
-/// `/proc/1/root`. Where the host has none, one is mounted at
-/// `/run/llcd/bpf` (in the host's mount namespace, by a short-lived child
-/// for a service in another one).
+/// Pins must outlive the service, so the file system must belong to a
+/// mount namespace that outlives it. A service started with `ip netns
+/// exec` runs in a mount namespace of its own that ends with it (and sees
+/// a fresh `/sys`): mount `/run/llcd/bpf` in the host's before starting it
+/// (the test beds do, `testbed::llcd::start`); its copy of the mount tree
+/// then shares that file system. A mount made here in such a namespace
+/// would take the pins along when the service dies, so the service says so.
 fn bpf_fs() -> Result<PathBuf, String> {
-    let host = if sys::in_init_mount_ns() {
-        PathBuf::from("/")
-    } else {
-        PathBuf::from("/proc/1/root")
-    };
-    let candidates = [host.join("run/llcd/bpf"), host.join("sys/fs/bpf")];
-    if let Some(p) = candidates
-        .iter()
+    let own = Path::new("/run/llcd/bpf");
+    if let Some(p) = [own, Path::new("/sys/fs/bpf")]
+        .into_iter()
         .find(|p| sys::fs_magic(p) == Some(BPF_FS_MAGIC))
     {
-        return Ok(p.clone());
+        return Ok(p.to_owned());
     }
-    let own = &candidates[0];
-    let mounted = if sys::in_init_mount_ns() {
-        std::fs::create_dir_all(own)
-            .and_then(|()| sys::mount_bpf_fs(own))
-            .map_err(|e| e.to_string())
-    } else {
-        mount_in_host_namespace()
-    };
-    mounted.map_err(|e| {
-        format!(
-            "no BPF file system at /sys/fs/bpf or /run/llcd/bpf, and mounting one at              /run/llcd/bpf failed: {e}"
-        )
-    })?;
-    Ok(own.clone())
-}
-
-/// Run `llcd --mount-bpf-fs` (see [`mount_bpf_fs_for_host`]) and wait.
-fn mount_in_host_namespace() -> Result<(), String> {
-    let out = std::process::Command::new("/proc/self/exe")
-        .arg("--mount-bpf-fs")
-        .output()
-        .map_err(|e| format!("running llcd --mount-bpf-fs: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).trim().to_owned())
+    std::fs::create_dir_all(own)
+        .and_then(|()| sys::mount_bpf_fs(own))
+        .map_err(|e| {
+            format!(
+                "no BPF file system at /sys/fs/bpf or /run/llcd/bpf, and mounting one at \
+                 /run/llcd/bpf failed: {e}"
+            )
+        })?;
+    if sys::in_private_mount_ns() {
+        tracing::warn!(
+            "mounted a BPF file system at /run/llcd/bpf in this process's own mount namespace: \
+             AF_XDP endpoints will not outlive this llcd; mount it in the host's namespace \
+             before starting llcd (mount -t bpf bpf /run/llcd/bpf)"
+        );
     }
-}
-
-/// `llcd --mount-bpf-fs`: enter the host's (pid 1's) mount namespace and
-/// mount a BPF file system at `/run/llcd/bpf` there. Called by the service
-/// in a fresh, single-threaded process (entering a mount namespace needs
-/// one).
-pub fn mount_bpf_fs_for_host() -> Result<(), String> {
-    sys::enter_init_mount_ns().map_err(|e| format!("entering pid 1's mount namespace: {e}"))?;
-    let own = Path::new("/run/llcd/bpf");
-    if sys::fs_magic(own) == Some(BPF_FS_MAGIC) {
-        return Ok(());
-    }
-    std::fs::create_dir_all(own).map_err(|e| format!("creating {}: {e}", own.display()))?;
-    sys::mount_bpf_fs(own).map_err(|e| format!("mounting bpf on {}: {e}", own.display()))
+    Ok(own.to_owned())
 }
 
 /// One granted AF_XDP endpoint, on the service's side.
@@ -258,8 +229,8 @@ impl Endpoint {
                     .program
                     .holder_claims()
                     .map_err(|e| format!("duplicating the endpoint's claims: {e}"))?;
-                // The slot's claim went with the grant; the port's follow.
-                Ok((String::new(), claims.into_iter().skip(1).take(2).collect()))
+                // The slot's claim went with the grant; the port's follows.
+                Ok((String::new(), claims.into_iter().skip(1).collect()))
             }
         }
     }

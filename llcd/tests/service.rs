@@ -240,26 +240,8 @@ fn a_killed_client_gives_its_port_back_and_a_killed_service_breaks_no_endpoint()
     let (mut db, pb) = llcd(&hosts.b.ns, "");
     let u = user("llc-job-a");
     let uid = u.uid.to_string();
-    let peer = format_mac(&hosts.b.mac);
     let ping = |count: &str| {
-        let out = run_as(
-            &hosts.a.ns,
-            &u,
-            &llc_ping(),
-            &[
-                "-I",
-                "llc0",
-                "--backend",
-                "packet",
-                "--reliable",
-                "-c",
-                count,
-                "-i",
-                "0",
-                "-q",
-                &peer,
-            ],
-        );
+        let out = reliable_ping(&hosts, &u, "packet", "7", count);
         (out.status.success(), text(&out))
     };
 

@@ -11,6 +11,8 @@
 //! naming its own ancestors (a child using its parent's items) is not an
 //! edge: the parent declares the child, and that is the tree, not a circle.
 
+#![deny(unsafe_code)]
+
 pub mod c_header;
 
 use std::collections::{BTreeMap, BTreeSet};
