@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Reference implementation of the frame MAC of docs/PROTOCOL.md 3.12 (wire
-version 3), written from the spec and independent of llc-stack's code: its
+version 4), written from the spec and independent of llc-stack's code: its
 NH is plain carry-less polynomial arithmetic on Python integers, its POLYVAL
 plain GF(2^128) arithmetic (checked against RFC 8452's test vector), AES-128
 comes from the `cryptography` package, key derivation from the `blake3`
@@ -16,9 +16,13 @@ import argparse
 import blake3
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-KEY_CONTEXT = "llc-stack 2026-11 transport frame authentication v3 nh-polyval-aes128"
-NH_KEY_CONTEXT = "llc-stack 2026-11 transport frame authentication v3 nh keys"
+KEY_CONTEXT = "llc-stack 2026-11 transport frame authentication v4 nh-polyval-aes128"
+NH_KEY_CONTEXT = "llc-stack 2026-11 transport frame authentication v4 nh key"
 CHUNK = 1024
+# Covered bytes hashed by POLYVAL directly before the NH chunks of a long
+# frame, and the covered length from which NH is used.
+HEAD = 80
+NH_FROM = HEAD + 256
 
 # POLYVAL's field: GF(2^128) modulo x^128 + x^127 + x^126 + x^121 + 1, with
 # bit i of a little-endian 16-byte string the coefficient of x^i.
@@ -91,7 +95,9 @@ def words(b):
 
 
 def nh(k, chunk):
-    """One NH pass: XOR of (c_2j ^ k_2j) * (c_2j+1 ^ k_2j+1), carry-less."""
+    """NH of a chunk of at most CHUNK bytes, zero-padded to 16 bytes: XOR of
+    (c_2j ^ k_2j) * (c_2j+1 ^ k_2j+1), carry-less."""
+    chunk = chunk + bytes(-len(chunk) % 16)
     c, k = words(chunk), words(k)
     r = 0
     for j in range(0, len(c), 2):
@@ -99,22 +105,21 @@ def nh(k, chunk):
     return r.to_bytes(16, "little")
 
 
-def nh_keys(key):
-    ks = blake3.blake3(key, derive_key_context=NH_KEY_CONTEXT).digest(length=2 * CHUNK)
-    return ks[:CHUNK], ks[CHUNK:]
+def nh_key(key):
+    return blake3.blake3(key, derive_key_context=NH_KEY_CONTEXT).digest(length=CHUNK)
 
 
 def tag(key, frame, span_len):
     """Tag of `frame` (Ethernet header, then an LLC span of span_len bytes)."""
     covered = frame[:12] + frame[14 : 14 + span_len]
-    k1, k2 = nh_keys(key)
-    rest = covered[16:]
-    n = len(rest) // CHUNK * CHUNK
-    hashed = covered[:16]
-    for i in range(0, n, CHUNK):
-        hashed += nh(k1, rest[i : i + CHUNK]) + nh(k2, rest[i : i + CHUNK])
-    tail = rest[n:]
-    hashed += tail + bytes(-len(tail) % 16)
+    if len(covered) < NH_FROM:
+        hashed = covered + bytes(-len(covered) % 16)
+    else:
+        k = nh_key(key)
+        hashed = covered[:HEAD]
+        body = covered[HEAD:]
+        for i in range(0, len(body), CHUNK):
+            hashed += nh(k, body[i : i + CHUNK])
     lengths = (8 * len(covered)).to_bytes(8, "little") + bytes(8)
     s = polyval(key[16:], hashed + lengths)
     enc = Cipher(algorithms.AES(key[:16]), modes.ECB()).encryptor()
@@ -144,7 +149,7 @@ def main():
         print(tag(derive(a.material.encode()), frame, len(frame) - 14 - 16).hex())
         return
     key = bytes(range(32))
-    for n in [0, 1, 5, 13, 64, 968, 969, 970, 985, 1441, 1992, 1993, 8941, 65000, 65535]:
+    for n in [0, 1, 5, 13, 64, 264, 265, 266, 281, 968, 969, 1288, 1289, 1290, 1441, 8941, 65000, 65535]:
         frame, span = synthetic_frame(n)
         print(f"payload {n:5}: {tag(key, frame, span).hex()}")
 

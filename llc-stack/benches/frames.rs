@@ -4,7 +4,7 @@
 //! the frame; parsing checks the CRC.
 //!
 //! The `mac` group prices frame authentication alone (docs/BENCHMARKS.md,
-//! issue 43): the tag of version 3 (NH on long frames, POLYVAL, then
+//! issue 43): the tag of version 4 (NH on long frames, POLYVAL, then
 //! AES-128, which also replaces the CRC) against version 1's BLAKE3 keyed
 //! hash over the same bytes, and the CRC32C the tag saves; a frame's whole
 //! emit and parse (with the verification) with the key off and on; and the

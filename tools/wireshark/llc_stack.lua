@@ -386,9 +386,10 @@ function p_llc.dissector(tvb, pinfo, tree)
 
     -- Structure checks the receiver makes (PROTOCOL.md 3, 3.1).
     local problem
-    -- Version 3 (issue 43): NH-POLYVAL-AES tags, no CRC on authenticated
-    -- frames (version 2's tags had no NH).
-    if tvb(0, 1):uint() ~= 3 then
+    -- Version 4 (issue 43): NH-POLYVAL-AES tags with one NH pass over a long
+    -- frame's body, no CRC on authenticated frames (version 3 took two NH
+    -- passes from the first block on, version 2's tags had no NH).
+    if tvb(0, 1):uint() ~= 4 then
         problem = "unknown version " .. tvb(0, 1):uint()
     elseif sack_count > 4 then
         problem = "more than 4 SACK blocks"

@@ -1,43 +1,42 @@
 //! NH over GF(2)[x]: the frame MAC's first layer (`wire::auth`,
 //! docs/PROTOCOL.md 3.12), which compresses each 1 KiB chunk of a long
-//! frame to 32 bytes before POLYVAL (`sys::polyval`) hashes the result.
+//! frame's body to 16 bytes before POLYVAL (`sys::polyval`) hashes the
+//! result.
 //!
-//! One pass over a chunk `C` of 64-bit little-endian words `c_0 .. c_127`
-//! with a 1 KiB key `K` of words `k_0 .. k_127` is
+//! NH of a chunk `C` of at most 1 KiB, zero-padded to a multiple of 16 bytes
+//! and read as 64-bit little-endian words `c_0 .. c_2m-1`, under the 1 KiB
+//! key `K` of words `k_0 .. k_127` is
 //!
 //! ```text
-//! NH(K, C) = (c_0 ^ k_0) * (c_1 ^ k_1) ^ (c_2 ^ k_2) * (c_3 ^ k_3) ^ .. ^ (c_126 ^ k_126) * (c_127 ^ k_127)
+//! NH(K, C) = (c_0 ^ k_0) * (c_1 ^ k_1) ^ (c_2 ^ k_2) * (c_3 ^ k_3) ^ .. ^ (c_2m-2 ^ k_2m-2) * (c_2m-1 ^ k_2m-1)
 //! ```
 //!
 //! with `*` the carry-less product of two 64-bit polynomials over GF(2) (a
 //! polynomial of degree at most 126, written as a 16-byte little-endian
 //! block: bit i is the coefficient of x^i). This is UMAC's and Adiantum's NH
 //! with XOR in place of addition and carry-less in place of integer
-//! multiplication. Two chunks that differ collide under one pass with
+//! multiplication. Two chunks of one length that differ collide with
 //! probability at most 2^-64 over the key (GF(2)[x] has no zero divisors;
-//! docs/SECURITY.md, "Choice of MAC"); the MAC takes two passes with
-//! independent keys, 2^-128.
+//! docs/SECURITY.md, "Choice of MAC", says why one pass is enough there).
 //!
 //! Why carry-less: one 512-bit VPCLMULQDQ multiplies the two words of each
 //! of its four 128-bit lanes (64 bytes, no shuffle), against one
 //! VPMULUDQ per 64 bytes plus a shift to pair 32-bit words for integer NH,
-//! which gives only 2^-32 per pass; measured on this project's VM, two
-//! passes ran at 70-80 GB/s carry-less and 33 GB/s integer (docs/BENCHMARKS.md,
-//! issue 43).
+//! which gives only 2^-32 per pass (docs/BENCHMARKS.md, issue 43).
 //!
 //! Paths: AVX-512 with VPCLMULQDQ (four lanes per instruction), PCLMULQDQ
 //! (one lane), and a portable one (the carry-less product from integer
 //! multiplies of operands with holes, free of secret-dependent branches and
 //! table lookups). All compute the same function (tests below).
 
-/// Bytes per chunk: NH's input, one pass's key.
+/// Bytes per chunk: NH's longest input, and the key's length.
 pub(crate) const CHUNK: usize = 1024;
-/// Passes per chunk, each with its own key and a 16-byte output block.
-pub(crate) const PASSES: usize = 2;
-/// Key bytes: one [`CHUNK`]-byte key per pass, pass 1's first.
-pub(crate) const KEY_LEN: usize = PASSES * CHUNK;
+/// Key bytes.
+pub(crate) const KEY_LEN: usize = CHUNK;
 /// An output block.
 pub(crate) type Block = [u8; 16];
+/// Bytes per pair of words: a chunk is padded to a multiple of it.
+const UNIT: usize = 16;
 
 /// Which code computes NH.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,7 +68,7 @@ impl Path {
     }
 }
 
-/// An NH key (both passes') and the path that uses it.
+/// An NH key and the path that uses it.
 #[derive(Clone)]
 pub(crate) struct Nh {
     key: Box<Key>,
@@ -77,8 +76,8 @@ pub(crate) struct Nh {
 }
 
 /// The key bytes, on cache-line boundaries: the wide path loads 64 bytes
-/// of each pass's key per 64 bytes hashed, and a load that straddles two
-/// lines costs two.
+/// of key per 64 bytes hashed, and a load that straddles two lines costs
+/// two.
 #[derive(Clone)]
 #[repr(align(64))]
 struct Key([u8; KEY_LEN]);
@@ -102,20 +101,23 @@ impl Nh {
         }
     }
 
-    /// NH of each chunk of `chunks`: pass 1's block, then pass 2's, per
-    /// chunk, into `out` (which must hold `PASSES * chunks.len()` blocks).
+    /// NH of each [`CHUNK`]-byte chunk of `bytes`, the last one possibly
+    /// shorter, into `out` (which must hold one block per chunk); returns
+    /// the number of chunks.
     #[inline]
-    pub(crate) fn hash_chunks(&self, chunks: &[[u8; CHUNK]], out: &mut [Block]) {
-        let out = &mut out[..PASSES * chunks.len()];
+    pub(crate) fn hash(&self, bytes: &[u8], out: &mut [Block]) -> usize {
+        let n = bytes.len().div_ceil(CHUNK);
+        let out = &mut out[..n];
         let key = &self.key.0;
         match self.path {
             // SAFETY: `Path::Wide` is only chosen (`best`, `on`) where
             // `simd::wide_usable()` said the CPU has its features.
-            Path::Wide => unsafe { simd::wide(key, chunks, out) },
+            Path::Wide => unsafe { simd::wide(key, bytes, out) },
             // SAFETY: likewise with `simd::narrow_usable()`.
-            Path::Narrow => unsafe { simd::narrow(key, chunks, out) },
-            Path::Portable => portable(key, chunks, out),
+            Path::Narrow => unsafe { simd::narrow(key, bytes, out) },
+            Path::Portable => portable(key, bytes, out),
         }
+        n
     }
 }
 
@@ -125,17 +127,24 @@ fn word(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
 
+/// The 16 bytes of `c` from `at`, zero-padded past its end.
+#[inline(always)]
+fn unit(c: &[u8], at: usize) -> [u8; UNIT] {
+    let mut u = [0u8; UNIT];
+    let end = c.len().min(at + UNIT);
+    u[..end - at].copy_from_slice(&c[at..end]);
+    u
+}
+
 /// The portable path.
-fn portable(key: &[u8; KEY_LEN], chunks: &[[u8; CHUNK]], out: &mut [Block]) {
-    for (c, o) in chunks.iter().zip(out.chunks_exact_mut(PASSES)) {
-        for (pass, o) in o.iter_mut().enumerate() {
-            let k = &key[pass * CHUNK..][..CHUNK];
-            let mut acc = 0u128;
-            for at in (0..CHUNK).step_by(16) {
-                acc ^= clmul(word(c, at) ^ word(k, at), word(c, at + 8) ^ word(k, at + 8));
-            }
-            *o = acc.to_le_bytes();
+fn portable(key: &[u8; KEY_LEN], bytes: &[u8], out: &mut [Block]) {
+    for (c, o) in bytes.chunks(CHUNK).zip(out) {
+        let mut acc = 0u128;
+        for at in (0..c.len()).step_by(UNIT) {
+            let u = unit(c, at);
+            acc ^= clmul(word(&u, 0) ^ word(key, at), word(&u, 8) ^ word(key, at + 8));
         }
+        *o = acc.to_le_bytes();
     }
 }
 
@@ -191,7 +200,7 @@ mod simd {
     use std::arch::x86_64::*;
     use std::sync::OnceLock;
 
-    use super::{Block, CHUNK, KEY_LEN, PASSES};
+    use super::{unit, Block, CHUNK, KEY_LEN, UNIT};
 
     /// True when the CPU has what [`wide`] uses: PCLMULQDQ, AVX2, AVX-512
     /// (F, BW, VL) and VPCLMULQDQ (as `sys::polyval`'s wide path).
@@ -220,55 +229,83 @@ mod simd {
         _mm_xor_si128(_mm256_castsi256_si128(y), _mm256_extracti128_si256::<1>(y))
     }
 
-    /// NH with four lanes per carry-less multiply: per 128 bytes and pass,
-    /// two XORs with the key, two multiplies (each lane's high word by its
-    /// low word: the chunk's word pairs lie in the lanes) and one
-    /// three-way XOR into the sum.
+    /// The product of each lane's two words (the chunk's word pairs lie in
+    /// the lanes) of `m ^ k`.
+    #[inline]
+    #[target_feature(enable = "pclmulqdq,avx2,avx512f,avx512bw,avx512vl,vpclmulqdq")]
+    fn products(m: __m512i, k: __m512i) -> __m512i {
+        let x = _mm512_xor_si512(m, k);
+        _mm512_clmulepi64_epi128::<0x01>(x, x)
+    }
+
+    /// NH with four lanes per carry-less multiply: per 128 bytes, two XORs
+    /// with the key, two multiplies and one three-way XOR into the sum; a
+    /// chunk's last 64 bytes or less are loaded masked (zeros past its end,
+    /// and past the end of its last 16-byte unit in the key too, so that
+    /// those lanes multiply zero by zero).
     ///
     /// # Safety
     /// The CPU must have the features [`wide_usable`] checks.
     #[target_feature(enable = "pclmulqdq,avx2,avx512f,avx512bw,avx512vl,vpclmulqdq")]
-    pub(super) unsafe fn wide(key: &[u8; KEY_LEN], chunks: &[[u8; CHUNK]], out: &mut [Block]) {
-        for (c, o) in chunks.iter().zip(out.chunks_exact_mut(PASSES)) {
+    pub(super) unsafe fn wide(key: &[u8; KEY_LEN], bytes: &[u8], out: &mut [Block]) {
+        for (c, o) in bytes.chunks(CHUNK).zip(out) {
             // Opaque to the optimiser: otherwise it hoists the key's loads
-            // out of this loop, and as 2 KiB do not fit the registers it
+            // out of this loop, and as 1 KiB does not fit the registers it
             // copies the key to the stack (unaligned) on every call.
             let key = std::hint::black_box(key);
-            let mut s1 = _mm512_setzero_si512();
-            let mut s2 = _mm512_setzero_si512();
-            for at in (0..CHUNK).step_by(128) {
-                // SAFETY: `at + 128 <= CHUNK`: 128 readable bytes at `c[at..]`,
-                // at `key[at..]` and at `key[CHUNK + at..]`; unaligned loads.
-                let (m, n, k1, l1, k2, l2) = unsafe {
-                    let c = c.as_ptr().add(at);
-                    let k = key.as_ptr().add(at);
+            let (c_at, k_at) = (c.as_ptr(), key.as_ptr());
+            let mut s = _mm512_setzero_si512();
+            let mut at = 0;
+            while at + 128 <= c.len() {
+                // SAFETY: `at + 128 <= c.len() <= CHUNK`: 128 readable bytes
+                // at `c[at..]` and at `key[at..]`; unaligned loads.
+                let (m, n, k, l) = unsafe {
                     (
-                        _mm512_loadu_si512(c.cast()),
-                        _mm512_loadu_si512(c.add(64).cast()),
-                        _mm512_loadu_si512(k.cast()),
-                        _mm512_loadu_si512(k.add(64).cast()),
-                        _mm512_loadu_si512(k.add(CHUNK).cast()),
-                        _mm512_loadu_si512(k.add(CHUNK + 64).cast()),
+                        _mm512_loadu_si512(c_at.add(at).cast()),
+                        _mm512_loadu_si512(c_at.add(at + 64).cast()),
+                        _mm512_loadu_si512(k_at.add(at).cast()),
+                        _mm512_loadu_si512(k_at.add(at + 64).cast()),
                     )
                 };
-                let (x1, y1) = (_mm512_xor_si512(m, k1), _mm512_xor_si512(n, l1));
-                let (x2, y2) = (_mm512_xor_si512(m, k2), _mm512_xor_si512(n, l2));
                 // 0x96: a ^ b ^ c.
-                s1 = _mm512_ternarylogic_epi64::<0x96>(
-                    s1,
-                    _mm512_clmulepi64_epi128::<0x01>(x1, x1),
-                    _mm512_clmulepi64_epi128::<0x01>(y1, y1),
-                );
-                s2 = _mm512_ternarylogic_epi64::<0x96>(
-                    s2,
-                    _mm512_clmulepi64_epi128::<0x01>(x2, x2),
-                    _mm512_clmulepi64_epi128::<0x01>(y2, y2),
-                );
+                s = _mm512_ternarylogic_epi64::<0x96>(s, products(m, k), products(n, l));
+                at += 128;
             }
-            for (o, s) in o.iter_mut().zip([s1, s2]) {
-                // SAFETY: `o` is 16 writable bytes; unaligned store.
-                unsafe { _mm_storeu_si128(o.as_mut_ptr().cast(), lanes_xor(s)) };
+            while at < c.len() {
+                let left = c.len() - at;
+                let (m, k) = if left >= 64 {
+                    // SAFETY: 64 readable bytes at `c[at..]` and `key[at..]`
+                    // (`at + 64 <= c.len() <= CHUNK`); unaligned loads.
+                    unsafe {
+                        (
+                            _mm512_loadu_si512(c_at.add(at).cast()),
+                            _mm512_loadu_si512(k_at.add(at).cast()),
+                        )
+                    }
+                } else {
+                    let data = (1u64 << left) - 1;
+                    let units = left.div_ceil(UNIT) * UNIT;
+                    let keyed = if units == 64 {
+                        u64::MAX
+                    } else {
+                        (1u64 << units) - 1
+                    };
+                    // SAFETY: masked loads read only the bytes their mask
+                    // selects: `left` bytes of `c` from `at`, and `units <=
+                    // CHUNK - at` bytes of the key (`at` is a multiple of 64,
+                    // so it ends in the key's last line at the latest).
+                    unsafe {
+                        (
+                            _mm512_maskz_loadu_epi8(data, c_at.add(at).cast()),
+                            _mm512_maskz_loadu_epi8(keyed, k_at.add(at).cast()),
+                        )
+                    }
+                };
+                s = _mm512_xor_si512(s, products(m, k));
+                at += 64;
             }
+            // SAFETY: `o` is 16 writable bytes; unaligned store.
+            unsafe { _mm_storeu_si128(o.as_mut_ptr().cast(), lanes_xor(s)) };
         }
     }
 
@@ -277,36 +314,39 @@ mod simd {
     /// # Safety
     /// The CPU must have PCLMULQDQ ([`narrow_usable`]).
     #[target_feature(enable = "pclmulqdq,sse2")]
-    pub(super) unsafe fn narrow(key: &[u8; KEY_LEN], chunks: &[[u8; CHUNK]], out: &mut [Block]) {
-        for (c, o) in chunks.iter().zip(out.chunks_exact_mut(PASSES)) {
-            for (pass, o) in o.iter_mut().enumerate() {
-                let k = &key[pass * CHUNK..][..CHUNK];
-                let mut s = [_mm_setzero_si128(); 4];
-                for at in (0..CHUNK).step_by(64) {
-                    for (lane, s) in s.iter_mut().enumerate() {
-                        let at = at + 16 * lane;
-                        // SAFETY: `at + 16 <= CHUNK`: 16 readable bytes at
-                        // `c[at..]` and `k[at..]`; unaligned loads.
-                        let x = unsafe {
-                            _mm_xor_si128(
-                                _mm_loadu_si128(c.as_ptr().add(at).cast()),
-                                _mm_loadu_si128(k.as_ptr().add(at).cast()),
-                            )
-                        };
-                        *s = _mm_xor_si128(*s, _mm_clmulepi64_si128::<0x01>(x, x));
-                    }
-                }
-                let s = _mm_xor_si128(_mm_xor_si128(s[0], s[1]), _mm_xor_si128(s[2], s[3]));
-                // SAFETY: `o` is 16 writable bytes; unaligned store.
-                unsafe { _mm_storeu_si128(o.as_mut_ptr().cast(), s) };
+    pub(super) unsafe fn narrow(key: &[u8; KEY_LEN], bytes: &[u8], out: &mut [Block]) {
+        for (c, o) in bytes.chunks(CHUNK).zip(out) {
+            let mut s = [_mm_setzero_si128(); 4];
+            let whole = c.len() / UNIT * UNIT;
+            for at in (0..c.len()).step_by(UNIT) {
+                let padded;
+                let m = if at < whole {
+                    &c[at..at + UNIT]
+                } else {
+                    padded = unit(c, at);
+                    &padded[..]
+                };
+                // SAFETY: `m` holds 16 readable bytes and `at + 16 <= CHUNK`
+                // (a chunk's padded length) at `key[at..]`; unaligned loads.
+                let x = unsafe {
+                    _mm_xor_si128(
+                        _mm_loadu_si128(m.as_ptr().cast()),
+                        _mm_loadu_si128(key.as_ptr().add(at).cast()),
+                    )
+                };
+                let lane = &mut s[at / UNIT % 4];
+                *lane = _mm_xor_si128(*lane, _mm_clmulepi64_si128::<0x01>(x, x));
             }
+            let s = _mm_xor_si128(_mm_xor_si128(s[0], s[1]), _mm_xor_si128(s[2], s[3]));
+            // SAFETY: `o` is 16 writable bytes; unaligned store.
+            unsafe { _mm_storeu_si128(o.as_mut_ptr().cast(), s) };
         }
     }
 }
 
 #[cfg(not(target_arch = "x86_64"))]
 mod simd {
-    use super::{Block, CHUNK, KEY_LEN};
+    use super::{Block, KEY_LEN};
 
     pub(super) fn wide_usable() -> bool {
         false
@@ -316,11 +356,11 @@ mod simd {
         false
     }
 
-    pub(super) unsafe fn wide(_: &[u8; KEY_LEN], _: &[[u8; CHUNK]], _: &mut [Block]) {
+    pub(super) unsafe fn wide(_: &[u8; KEY_LEN], _: &[u8], _: &mut [Block]) {
         unreachable!("x86-64 only")
     }
 
-    pub(super) unsafe fn narrow(_: &[u8; KEY_LEN], _: &[[u8; CHUNK]], _: &mut [Block]) {
+    pub(super) unsafe fn narrow(_: &[u8; KEY_LEN], _: &[u8], _: &mut [Block]) {
         unreachable!("x86-64 only")
     }
 }
@@ -373,7 +413,8 @@ mod tests {
     }
 
     /// Every path this CPU has gives the portable path's blocks, on random
-    /// keys and chunks.
+    /// keys and inputs of every length up to three chunks and a half (each
+    /// masked tail, each partial unit).
     #[test]
     fn paths_agree() {
         let paths: Vec<Path> = [Path::Wide, Path::Narrow]
@@ -384,38 +425,46 @@ mod tests {
             println!("SKIPPED nh paths_agree: no PCLMULQDQ here");
             return;
         }
-        for seed in 0..8 {
+        for seed in 0..3 {
             let key = Nh::new(bytes(KEY_LEN, seed).try_into().unwrap()).on(Path::Portable);
             let data = bytes(CHUNK * 9, 100 + seed);
-            let (chunks, _) = data.as_chunks::<CHUNK>();
-            let mut want = vec![[0u8; 16]; 2 * chunks.len()];
-            key.hash_chunks(chunks, &mut want);
-            for &p in &paths {
-                let mut got = vec![[0u8; 16]; 2 * chunks.len()];
-                key.on(p).hash_chunks(chunks, &mut got);
-                assert_eq!(got, want, "{p:?}, seed {seed}");
+            for len in (0..=3 * CHUNK + CHUNK / 2).chain([9 * CHUNK]) {
+                let mut want = vec![[0u8; 16]; 9];
+                let n = key.hash(&data[..len], &mut want);
+                assert_eq!(n, len.div_ceil(CHUNK));
+                for &p in &paths {
+                    let mut got = vec![[0u8; 16]; 9];
+                    key.on(p).hash(&data[..len], &mut got);
+                    assert_eq!(got, want, "{p:?}, seed {seed}, length {len}");
+                }
             }
         }
     }
 
-    /// One pass, checked on its definition: a chunk equal to its key
-    /// hashes to zero, and one word changed in a pair changes the output
-    /// by that word's difference times the pair's other word (XOR key).
+    /// NH checked on its definition: a chunk equal to its key hashes to
+    /// zero, one word changed in a pair changes the output by that word's
+    /// difference times the pair's other word (XOR key), and a short chunk
+    /// is its zero-padding to 16 bytes.
     #[test]
-    fn one_pass_by_definition() {
+    fn nh_by_definition() {
         let key: [u8; KEY_LEN] = bytes(KEY_LEN, 3).try_into().unwrap();
         let nh = Nh::new(key);
-        let chunk: [u8; CHUNK] = key[..CHUNK].try_into().unwrap();
-        let mut out = [[0u8; 16]; 2];
-        nh.hash_chunks(&[chunk], &mut out);
+        let mut out = [[0u8; 16]; 1];
+        nh.hash(&key, &mut out);
         assert_eq!(out[0], [0; 16]);
-        assert_ne!(out[1], [0; 16]);
-        let mut other = chunk;
-        other[8] ^= 0x01; // c_1 ^= 1: pass 1's product becomes (c_0 ^ k_0) * 1 = 0
-        nh.hash_chunks(&[other], &mut out);
+        let mut other = key;
+        other[8] ^= 0x01; // c_1 ^= 1: the product becomes (c_0 ^ k_0) * 1 = 0
+        nh.hash(&other, &mut out);
         assert_eq!(out[0], [0; 16]);
         other[0] ^= 0x02; // c_0 ^= x: (x) * (1)
-        nh.hash_chunks(&[other], &mut out);
+        nh.hash(&other, &mut out);
         assert_eq!(u128::from_le_bytes(out[0]), 2);
+        // 9 bytes are a unit padded with 7 zeros: (c_0 ^ k_0) * (c_1 ^ k_1)
+        // with c_1 = the ninth byte.
+        let short = [5u8; 9];
+        nh.hash(&short, &mut out);
+        let c0 = u64::from_le_bytes([5; 8]) ^ word(&key, 0);
+        let c1 = 5 ^ word(&key, 8);
+        assert_eq!(u128::from_le_bytes(out[0]), clmul(c0, c1));
     }
 }

@@ -3,40 +3,38 @@
 //! With a per-job key configured, every transport frame carries the
 //! [`flags::AUTH`](super::transport::flags::AUTH) flag, a zero CRC field and
 //! a 16-byte tag after its payload. The tag is a hash-then-encrypt MAC whose
-//! hash is NH (over GF(2)[x]) under POLYVAL:
+//! hash is POLYVAL, over NH (over GF(2)[x]) of a long frame's body:
 //!
 //! ```text
 //! A   = dst MAC (6) || src MAC (6) || LLC header (3) || transport header (56,
 //!       CRC field zero as sent) || SACK blocks || payload
-//! C_1 .. C_k = the whole 1 KiB chunks of A[16..], R = what follows them
-//! S   = POLYVAL(H, A[..16] || NH(K_1, C_1) || NH(K_2, C_1) || .. || NH(K_2, C_k) ||
-//!                  R zero-padded to 16 bytes || le64(8 * |A|) || le64(0))
+//! short (|A| < 336): S = POLYVAL(H, A zero-padded to 16 bytes || le64(8 * |A|) || le64(0))
+//! long:  D_1 .. D_k  = A[80..] in 1 KiB chunks, the last one shorter
+//!        S = POLYVAL(H, A[..80] || NH(K_N, D_1) || .. || NH(K_N, D_k) || le64(8 * |A|) || le64(0))
 //! tag = AES-128(K_E, S)
 //! ```
 //!
 //! with `K_E` the first and `H` the last 16 bytes of the 256-bit job key,
-//! and the two 1 KiB NH keys `K_1 || K_2` derived from the job key once
-//! (BLAKE3 in key-derivation mode, [`NH_KEY_CONTEXT`]). A frame shorter
-//! than 1040 covered bytes has no chunk: its hash is POLYVAL alone.
-//! docs/PROTOCOL.md (section 3.12) is normative; docs/SECURITY.md explains
-//! what this protects and why this construction.
+//! and the 1 KiB NH key `K_N` derived from the job key once (BLAKE3 in
+//! key-derivation mode, [`NH_KEY_CONTEXT`]). docs/PROTOCOL.md (section 3.12)
+//! is normative; docs/SECURITY.md explains what this protects and why this
+//! construction.
 //!
 //! Why this MAC: it has to be cheap enough to be on by default. POLYVAL (the
 //! universal hash of AES-GCM-SIV, RFC 8452) runs on the carry-less multiplier
 //! (`sys::polyval`: 32 blocks per reduction with AVX-512 VPCLMULQDQ, the
 //! `polyval` crate's PCLMULQDQ code elsewhere) at many times BLAKE3's speed,
 //! and a frame then costs one AES block (AES-NI) instead of a hash
-//! finalisation. Long frames go first through NH (`sys::nh`): two
-//! carry-less multiplies per 64 bytes instead of POLYVAL's three and its
-//! reductions, twice POLYVAL's speed and half that of the CRC32C it
-//! replaces (docs/BENCHMARKS.md, issue 43). It is deterministic: a
-//! retransmitted frame needs no fresh nonce, where a nonce-based MAC (GMAC,
-//! Poly1305) would give its hash key away to anyone who saw two frames
-//! signed under one nonce. Two different frames' hashes collide with
-//! probability at most `(L + 1) / 2^128` with `L <= 136` POLYVAL blocks, under
-//! 2^-120, so forging a tag succeeds with probability at most
-//! `(q + 1) * 2^-120 + 2^-128` per attempt after `q` frames signed with the
-//! key: under 2^-64 for any job that sends fewer than 2^55 frames.
+//! finalisation. A long frame's body goes first through NH (`sys::nh`): one
+//! carry-less multiply per 64 bytes instead of POLYVAL's three and its
+//! reductions (docs/BENCHMARKS.md, issue 43). Its head, the first 80 bytes
+//! (both headers whole), goes to POLYVAL directly: two frames the job signs
+//! always differ there (sequence numbers, cookies, timestamps), so they never
+//! collide through NH, and one NH pass (2^-64 per chunk) bounds each forgery
+//! attempt by 2^-64 + 2^-120 however many frames were signed. It is
+//! deterministic: a retransmitted frame needs no fresh nonce, where a
+//! nonce-based MAC (GMAC, Poly1305) would give its hash key away to anyone
+//! who saw two frames signed under one nonce.
 
 use std::fmt;
 use std::sync::Arc;
@@ -56,20 +54,32 @@ pub use super::transport::TAG_LEN;
 
 /// BLAKE3 `derive_key` context that turns key material (a passphrase, the
 /// `LLC_AUTH_KEY` variable of the tools) into a frame key. Changing it
-/// changes every key: it is part of the protocol (version 3: NH, POLYVAL
+/// changes every key: it is part of the protocol (version 4: NH, POLYVAL
 /// and AES-128).
 pub const KEY_CONTEXT: &str =
-    "llc-stack 2026-11 transport frame authentication v3 nh-polyval-aes128";
+    "llc-stack 2026-11 transport frame authentication v4 nh-polyval-aes128";
 
-/// BLAKE3 `derive_key` context that draws the NH keys (2 KiB, the output's
+/// BLAKE3 `derive_key` context that draws the NH key (1 KiB, the output's
 /// first bytes) from the 32-byte frame key.
-pub const NH_KEY_CONTEXT: &str = "llc-stack 2026-11 transport frame authentication v3 nh keys";
+pub const NH_KEY_CONTEXT: &str = "llc-stack 2026-11 transport frame authentication v4 nh key";
 
 /// Ethernet addresses at the start of every frame: destination, source.
 const ADDRS_LEN: usize = 12;
+/// POLYVAL's block.
+const BLOCK: usize = crate::sys::polyval::BLOCK;
 /// Frame bytes that fill the hash's first block after the addresses: the
 /// LLC header and the transport header's first byte.
-const FIRST_REST: usize = crate::sys::polyval::BLOCK - ADDRS_LEN;
+const FIRST_REST: usize = BLOCK - ADDRS_LEN;
+/// Blocks of a long frame's covered string that POLYVAL hashes directly
+/// after the first: with it, the first 80 bytes, which hold both headers
+/// whole (71 bytes: every field that tells two frames of a job apart).
+const HEAD_BLOCKS: usize = 4;
+/// Covered bytes hashed directly in a long frame (the "head").
+const HEAD: usize = (1 + HEAD_BLOCKS) * BLOCK;
+/// Covered length from which the bytes after the head (the "body") go
+/// through NH: below it, POLYVAL hashes the whole string (short frames'
+/// latency), from it on NH is cheaper (docs/BENCHMARKS.md, issue 43).
+const NH_FROM: usize = HEAD + 256;
 /// Longest covered string: addresses, both headers, four SACK blocks and
 /// the longest payload.
 const MAX_COVERED: usize = ADDRS_LEN
@@ -77,8 +87,8 @@ const MAX_COVERED: usize = ADDRS_LEN
     + transport::HEADER_LEN
     + transport::MAX_SACK_BLOCKS * transport::SACK_BLOCK_LEN
     + u16::MAX as usize;
-/// Most NH chunks a frame has (64).
-const MAX_CHUNKS: usize = (MAX_COVERED - crate::sys::polyval::BLOCK) / nh::CHUNK;
+/// Most NH chunks a frame has (65, the last one short).
+const MAX_CHUNKS: usize = (MAX_COVERED - HEAD).div_ceil(nh::CHUNK);
 
 /// A 256-bit frame authentication key, with its two halves prepared for the
 /// MAC (the POLYVAL key's powers, the AES key schedule) behind one shared
@@ -187,12 +197,16 @@ impl AuthKey {
             | u128::from(word(at)) << 96;
         let bits = 8 * covered as u128;
         let rest = &head[at + FIRST_REST..];
-        let mut s = if !body.is_empty() {
-            self.split_hash(first, rest, body, bits)
-        } else if rest.len() < nh::CHUNK {
+        let mut s = if covered >= NH_FROM {
+            self.long_hash(first, rest, body, bits)
+        } else if body.is_empty() {
             self.0.hash.hash(first, &[], rest, bits)
         } else {
-            self.long_hash(first, rest, bits)
+            let mut joint = [0u8; NH_FROM];
+            let n = rest.len() + body.len();
+            joint[..rest.len()].copy_from_slice(rest);
+            joint[rest.len()..n].copy_from_slice(body);
+            self.0.hash.hash(first, &[], &joint[..n], bits)
         };
         self.0
             .prf
@@ -200,70 +214,61 @@ impl AuthKey {
         s
     }
 
-    /// The hash of a frame with at least one NH chunk: NH of the chunks,
-    /// then POLYVAL of `first`, their outputs, what follows them and `last`.
-    /// The outputs' buffer (zeroed first) is sized for frames up to MTU
-    /// 9000 when that is enough: zeroing 2 KiB was a tenth of an MTU 1500
-    /// frame's tag.
-    fn long_hash(&self, first: u128, rest: &[u8], last: u128) -> [u8; TAG_LEN] {
-        let (chunks, tail) = rest.as_chunks::<{ nh::CHUNK }>();
-        if chunks.len() <= 8 {
-            self.nh_polyval::<{ nh::PASSES * 8 }>(first, chunks, tail, last)
+    /// The hash of a long frame: POLYVAL of `first`, the header blocks
+    /// (`rest`'s start), NH of each chunk of the body (the rest of `rest`,
+    /// then `body`) and `last`. The outputs' buffer (zeroed first) is sized
+    /// for frames up to MTU 9000 when that is enough: zeroing 1 KiB would be
+    /// a tenth of an MTU 1500 frame's tag.
+    #[inline(always)]
+    fn long_hash(&self, first: u128, rest: &[u8], body: &[u8], last: u128) -> [u8; TAG_LEN] {
+        if rest.len() + body.len() <= HEAD - BLOCK + 9 * nh::CHUNK {
+            self.nh_polyval::<{ HEAD_BLOCKS + 9 }>(first, rest, body, last)
         } else {
-            self.nh_polyval::<{ nh::PASSES * MAX_CHUNKS }>(first, chunks, tail, last)
+            self.nh_polyval::<{ HEAD_BLOCKS + MAX_CHUNKS }>(first, rest, body, last)
         }
     }
 
-    /// [`AuthKey::long_hash`] with room for `N` NH outputs.
+    /// [`AuthKey::long_hash`] with room for `N` blocks. A body that lies
+    /// in two pieces (a gathered frame: the payload's start in `rest`, the
+    /// message's bytes in `body`) has the chunk that straddles them put
+    /// together in a buffer; the other chunks are hashed in place.
     #[inline(always)]
     fn nh_polyval<const N: usize>(
         &self,
         first: u128,
-        chunks: &[[u8; nh::CHUNK]],
-        tail: &[u8],
+        rest: &[u8],
+        body: &[u8],
         last: u128,
     ) -> [u8; TAG_LEN] {
-        let mut out = [[0u8; 16]; N];
-        let out = &mut out[..nh::PASSES * chunks.len()];
-        self.0.nh.hash_chunks(chunks, out);
-        self.0.hash.hash(first, out, tail, last)
-    }
-
-    /// [`AuthKey::long_hash`] of `a || b` where each lies: the chunk that
-    /// straddles the two (or the bytes after the chunks, if they do) is
-    /// put together in a buffer, the other chunks are hashed in place.
-    fn split_hash(&self, first: u128, a: &[u8], b: &[u8], last: u128) -> [u8; TAG_LEN] {
-        let mut out = [[0u8; 16]; nh::PASSES * MAX_CHUNKS];
-        let mut done = 0;
-        let mut nh = |chunks: &[[u8; nh::CHUNK]], out: &mut [[u8; 16]]| {
-            self.0.nh.hash_chunks(chunks, &mut out[nh::PASSES * done..]);
-            done += chunks.len();
-        };
-        let (a_chunks, a_rest) = a.as_chunks::<{ nh::CHUNK }>();
-        nh(a_chunks, &mut out);
-        let mut joint = [0u8; nh::CHUNK];
-        let b = if a_rest.is_empty() {
-            b
-        } else if a_rest.len() + b.len() >= nh::CHUNK {
-            let (b_start, b_rest) = b.split_at(nh::CHUNK - a_rest.len());
-            joint[..a_rest.len()].copy_from_slice(a_rest);
-            joint[a_rest.len()..].copy_from_slice(b_start);
-            nh(std::slice::from_ref(&joint), &mut out);
-            b_rest
+        let mut out = [[0u8; BLOCK]; N];
+        // The header blocks: from `rest`, and from `body` when a gathered
+        // frame's `rest` ends before them.
+        let header = out[..HEAD_BLOCKS].as_flattened_mut();
+        let from_rest = rest.len().min(header.len());
+        let (from_body, body) = body.split_at(header.len() - from_rest);
+        header[..from_rest].copy_from_slice(&rest[..from_rest]);
+        header[from_rest..].copy_from_slice(from_body);
+        let a = &rest[from_rest..];
+        let mut done = HEAD_BLOCKS;
+        let nh = &self.0.nh;
+        if body.is_empty() {
+            done += nh.hash(a, &mut out[done..]);
         } else {
-            let n = a_rest.len() + b.len();
-            joint[..a_rest.len()].copy_from_slice(a_rest);
-            joint[a_rest.len()..n].copy_from_slice(b);
-            return self
-                .0
-                .hash
-                .hash(first, &out[..nh::PASSES * done], &joint[..n], last);
-        };
-        let (b_chunks, b_rest) = b.as_chunks::<{ nh::CHUNK }>();
-        nh(b_chunks, &mut out);
-        self.0
-            .hash
-            .hash(first, &out[..nh::PASSES * done], b_rest, last)
+            let whole = a.len() / nh::CHUNK * nh::CHUNK;
+            done += nh.hash(&a[..whole], &mut out[done..]);
+            let a = &a[whole..];
+            let mut b = body;
+            if !a.is_empty() {
+                let mut joint = [0u8; nh::CHUNK];
+                let take = b.len().min(nh::CHUNK - a.len());
+                joint[..a.len()].copy_from_slice(a);
+                joint[a.len()..a.len() + take].copy_from_slice(&b[..take]);
+                done += nh.hash(&joint[..a.len() + take], &mut out[done..]);
+                b = &b[take..];
+            }
+            done += nh.hash(b, &mut out[done..]);
+        }
+        self.0.hash.hash(first, &out[..done], &[], last)
     }
 
     /// Write the tag of a frame laid out in `frame` (Ethernet header, then the
@@ -362,9 +367,11 @@ mod tests {
     /// Tags computed by scripts/frame_mac_reference.py (NH and POLYVAL in
     /// plain Python integer arithmetic, AES from the `cryptography` package)
     /// with the key 00 01 .. 1f: block boundaries inside the first block, a
-    /// partial last block, whole blocks, the first NH chunk's boundary
-    /// (payload 969: 1024 bytes after the first block), two chunks (1993),
-    /// and every MTU the tools use up to the longest payload.
+    /// partial last block, whole blocks (all hashed by POLYVAL alone, as in
+    /// version 3: same tags), the first frame hashed with NH (payload 265:
+    /// 336 covered bytes, a body of 256) and its neighbours, a body of one
+    /// chunk less 64 bytes (968), of one chunk and 255, 256 or 257 bytes
+    /// (1288-1290), and every MTU the tools use up to the longest payload.
     #[test]
     fn known_answers_from_an_independent_implementation() {
         let key = AuthKey::from_bytes(std::array::from_fn(|i| i as u8));
@@ -374,16 +381,19 @@ mod tests {
             (5, "06c381232376f70ecb377c8944526fd0"),
             (13, "710514807edf1c2f33af6678c06399bf"),
             (64, "dd1f7e7066d4a3c38ac7eb7a30684053"),
-            (968, "80a2c5dc3f3dd101a6b07edcd284339f"),
-            (969, "535902600b9eee960738984584137c5b"),
-            (970, "eb38f08710b0bfbc8029f809557d0bf2"),
-            (985, "e1dc9ea703648175a308756c9f8f6730"),
-            (1441, "36dc266e0d8652ad1a60ddc7157b1fb4"),
-            (1992, "a253892a2caf5d59c4c39f4625c6d8d6"),
-            (1993, "60a38f7b70cf81116ea9bd08a385ca97"),
-            (8941, "308b6c8605d212ca197a7c6fa624347c"),
-            (65000, "b94cdaa52e27e816a570886e05e18b66"),
-            (65535, "258cac0914a71461bebaa393af19fcc7"),
+            (264, "a18eaaaa0f68db33e1325a3ada673528"),
+            (265, "6a7ab3d1dc0d00711746c4f114e06fb4"),
+            (266, "8dce6fc7e7c2a159ebcb7bf3586e8256"),
+            (281, "c1525e2fbbbe5e042b46902f86501c37"),
+            (968, "217eafa4ba5edf7433f775cb0ec33aa2"),
+            (969, "f84a1e1ba87dd4fa3323cde445788c11"),
+            (1288, "4568762811dd1dda595b11090fab0aec"),
+            (1289, "5904ce26cb67dda8c484b14ef403dfa2"),
+            (1290, "0ce3d273028cf198354e48ad405659b7"),
+            (1441, "004f03f21e63250adf0e744f1763d6c5"),
+            (8941, "b056ed5e11e5fb2407ddeb3d29baf82c"),
+            (65000, "3805aab69128eeb37c8b4a210987707f"),
+            (65535, "cc4811b43022f0f1a9e223e64d9dc05e"),
         ] {
             let (mut f, span) = frame(payload_len);
             for k in [&key, &key.portable()] {
@@ -431,12 +441,12 @@ mod tests {
     }
 
     /// In a frame with NH chunks, a flipped bit anywhere (in a chunk, in
-    /// the bytes after the chunks, in the first block, in the tag) or
-    /// swapped chunks fail.
+    /// the short last chunk, in the head, in the tag) or swapped chunks
+    /// fail.
     #[test]
     fn tampered_long_frames_fail() {
         let key = AuthKey::derive(b"long");
-        for payload_len in [969, 2500, 8941, 65_535] {
+        for payload_len in [265, 969, 2500, 8941, 65_535] {
             let span = llc::HEADER_LEN + transport::HEADER_LEN + payload_len;
             let mut f = random(ethernet::HEADER_LEN + span + TAG_LEN, payload_len as u64);
             key.sign(&mut f, span);
@@ -453,9 +463,9 @@ mod tests {
                 assert!(!key.verify(&g, span), "{payload_len}: byte {byte}");
             }
             if payload_len > 2 * nh::CHUNK {
-                // Chunks 1 and 2 of the bytes after the first block, swapped.
+                // Chunks 1 and 2 of the body, swapped.
                 let mut g = f.clone();
-                let c = 14 + FIRST_REST;
+                let c = ethernet::HEADER_LEN + HEAD - ADDRS_LEN;
                 let (a, b) = g[c..c + 2 * nh::CHUNK].split_at_mut(nh::CHUNK);
                 a.swap_with_slice(b);
                 assert!(!key.verify(&g, span), "{payload_len}: chunks swapped");

@@ -9,12 +9,14 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
 /// Length of the fixed transport header.
 pub const HEADER_LEN: usize = 56;
-/// Protocol version carried in every frame. Version 3 (issue 43): the
-/// authentication tag hashes long frames with NH before POLYVAL, then AES-128
-/// (docs/PROTOCOL.md 3.12); version 2's tag was POLYVAL then AES-128, and
-/// both replace the CRC on authenticated frames (3.3); version 1 tagged
-/// frames with BLAKE3 and checked the CRC on all.
-pub const VERSION: u8 = 3;
+/// Protocol version carried in every frame. Version 4 (issue 43): the
+/// authentication tag hashes a long frame's headers with POLYVAL and its
+/// body, whole chunks and the last short one, with one NH pass, then AES-128
+/// (docs/PROTOCOL.md 3.12); version 3 took two NH passes over whole chunks
+/// only, from the first block on; version 2's tag was POLYVAL then AES-128;
+/// all three replace the CRC on authenticated frames (3.3); version 1
+/// tagged frames with BLAKE3 and checked the CRC on all.
+pub const VERSION: u8 = 4;
 /// Most SACK blocks a frame may carry. Four ranges describe the holes of any
 /// loss pattern a window of frames is likely to see between two ACKs.
 pub const MAX_SACK_BLOCKS: usize = 4;
@@ -259,7 +261,7 @@ mod tests {
             ..Default::default()
         };
         let b = h.as_bytes();
-        assert_eq!(&b[0..2], &[3, 3]);
+        assert_eq!(&b[0..2], &[4, 3]);
         assert_eq!(&b[4..6], &[1, 2]);
         assert_eq!(&b[16..20], &[0x0a, 0x0b, 0x0c, 0x0d]);
         assert_eq!(max_payload(1500, 0), 1500 - 59);
