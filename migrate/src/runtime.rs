@@ -2,31 +2,25 @@
 //! endpoint (LLC or TCP), the node's packets carried as active messages
 //! ([`AM_ID`]) on reliable, per-peer FIFO connections.
 //!
-//! Delivery is pull-style (as in deck's runtime): whoever calls the runtime
-//! makes progress, routes the endpoint's events into the node and sends
-//! what the node wants sent, under one lock. A peer the message layer
+//! Delivery is pull-style, on the application runtime every API shares
+//! (`app_runtime`): whoever calls the runtime makes progress, the runtime's
+//! pump routes the endpoint's events into the node ([`State`]'s
+//! [`Api::route`]) and the node's packets go out, under one lock. A peer the message layer
 //! reports failed ([`msg_layer::Event::PeerEnded`]) is a failed host for
 //! the node: its tasks are lost, and senders to them get
 //! [`Event::Refused`] with [`RefuseReason::TaskLost`] in bounded time.
 
-use std::collections::{HashMap, VecDeque};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::collections::VecDeque;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use msg_layer::pace::{Instant as PaceInstant, Pace, Pacer};
+use app_runtime::{Api, Cx, Ep, Options, Ranks};
 use msg_layer::transport::{AnyTransport, TransportSpec};
-use msg_layer::{Addr, Endpoint, PeerId};
-use parking_lot::Mutex;
+use msg_layer::{Addr, Endpoint};
 
 use crate::proto::{Config, Event, HostId, Node, ProtoError, Stats, TaskId};
 
 /// The active-message handler id of the runtime's packets.
 pub const AM_ID: u16 = 0x4d47;
-
-/// Busy-poll this long after the last activity before sleeping (the
-/// message layer's default spin; the policy is `msg_layer::pace`'s).
-const SPIN: Duration = Duration::from_micros(200);
-/// Longest single sleep of a waiter.
-const MAX_SLEEP: Duration = Duration::from_millis(1);
 
 /// Why a runtime call failed.
 #[derive(Debug, thiserror::Error)]
@@ -60,23 +54,84 @@ pub enum MigrateError {
     Timeout(&'static str),
 }
 
+/// The node and the events it produced for the application, under the
+/// runtime's lock.
 struct State {
     node: Node,
     events: VecDeque<Event>,
 }
 
+impl Api for State {
+    fn route(&mut self, cx: &mut Cx<'_>, ev: msg_layer::Event) {
+        match ev {
+            msg_layer::Event::Message(m) => {
+                if let Some(from) = cx.ranks().rank(m.peer) {
+                    if m.handler == AM_ID {
+                        self.node.receive(now(), from, m.data());
+                    }
+                }
+                cx.recycle(m);
+            }
+            msg_layer::Event::PeerEnded { peer, error } => {
+                if let Some(h) = cx.ranks().rank(peer) {
+                    tracing::info!(host = h, %error, "host ended");
+                    self.node.host_failed(now(), h);
+                }
+            }
+            msg_layer::Event::Completed { .. } | msg_layer::Event::Released(_) => {}
+        }
+    }
+
+    /// The node's timers, then its packets out.
+    fn after_pump(&mut self, cx: &mut Cx<'_>) -> bool {
+        if self.node.poll_timeout().is_some_and(|t| t <= now()) {
+            self.node.handle_timeout(now());
+        }
+        if let Some(ep) = cx.ep() {
+            self.flush(ep, cx.ranks());
+        }
+        false
+    }
+}
+
+impl State {
+    /// Hand the node's packets to the endpoint; collect its events.
+    fn flush(&mut self, ep: &Ep, ranks: &Ranks) {
+        while let Some((h, bytes)) = self.node.poll_transmit() {
+            let Some(p) = ranks.peer(h) else {
+                continue;
+            };
+            if let Err(e) = ep.am_post(p, AM_ID, bytes) {
+                // The peer failed: the node learns it from the endpoint's
+                // event; this packet is lost with the host.
+                tracing::debug!(host = h, %e, "packet to a failed host");
+                self.node.host_failed(now(), h);
+            }
+        }
+        while let Some(ev) = self.node.poll_event() {
+            self.events.push_back(ev);
+        }
+    }
+}
+
+/// The clock the node runs on: the system's real-time clock in ns, so
+/// that a migration's start stamp (carried with the task) means the
+/// same on every host of one machine or of a synchronized cluster. The
+/// node's timers use differences only.
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
 /// One host's runtime (the seed's communication processor).
 pub struct Runtime {
-    me: HostId,
-    ep: Endpoint<AnyTransport>,
-    peers: Vec<Option<PeerId>>,
-    host_of: HashMap<PeerId, HostId>,
-    st: Mutex<State>,
+    rt: app_runtime::Runtime<State>,
 }
 
 impl std::fmt::Debug for Runtime {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Runtime").field("me", &self.me).finish()
+        f.debug_struct("Runtime").field("me", &self.host()).finish()
     }
 }
 
@@ -108,30 +163,22 @@ impl Runtime {
         if me >= hosts {
             return Err(ProtoError::NoSuchHost { host: me, hosts }.into());
         }
-        let mut peers = vec![None; addrs.len()];
-        let mut host_of = HashMap::new();
-        for (h, a) in addrs.iter().enumerate() {
-            if h as HostId == me {
-                continue;
-            }
-            let p = ep.add_peer(a).map_err(|source| MigrateError::Peer {
-                host: h as HostId,
-                addr: a.to_string(),
-                source,
+        let ranks = Ranks::connect(&ep, me, addrs).map_err(|(h, source)| MigrateError::Peer {
+            host: h,
+            addr: addrs[h as usize].to_string(),
+            source,
+        })?;
+        let state = State {
+            node: Node::new(me, hosts, cfg),
+            events: VecDeque::new(),
+        };
+        let rt = app_runtime::Runtime::with_endpoint(ep, ranks, state, Options::default())
+            .map_err(|e| {
+                MigrateError::Transport(msg_layer::Error::Transport(
+                    msg_layer::transport::TransportError::io("setting up the runtime", &e),
+                ))
             })?;
-            peers[h] = Some(p);
-            host_of.insert(p, h as HostId);
-        }
-        Ok(Runtime {
-            me,
-            ep,
-            peers,
-            host_of,
-            st: Mutex::new(State {
-                node: Node::new(me, hosts, cfg),
-                events: VecDeque::new(),
-            }),
-        })
+        Ok(Runtime { rt })
     }
 
     /// A job of `specs.len()` hosts in this process, one runtime each
@@ -150,68 +197,67 @@ impl Runtime {
 
     /// This host's index in the job.
     pub fn host(&self) -> HostId {
-        self.me
+        self.rt.ranks().me()
     }
 
     /// Hosts in the job.
     pub fn hosts(&self) -> u32 {
-        self.peers.len() as u32
+        self.rt.ranks().len()
     }
 
     /// This endpoint's address (what the other hosts are given).
     pub fn local_addr(&self) -> Addr {
-        self.ep.local_addr()
+        self.ep().local_addr()
     }
 
     /// The transport's name (backend and mode).
     pub fn transport_name(&self) -> String {
-        self.ep.transport_name()
+        self.ep().transport_name()
     }
 
-    /// The clock the node runs on: the system's real-time clock in ns, so
-    /// that a migration's start stamp (carried with the task) means the
-    /// same on every host of one machine or of a synchronized cluster. The
-    /// node's timers use differences only.
-    fn now(&self) -> u64 {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64)
+    fn ep(&self) -> &Ep {
+        self.rt.ep(0).expect("a runtime has its endpoint")
+    }
+
+    /// The state locked; `f` changes the node, then its packets go out.
+    fn with_node<R>(
+        &self,
+        f: impl FnOnce(&mut Node) -> Result<R, ProtoError>,
+    ) -> Result<R, MigrateError> {
+        let mut st = self.rt.lock();
+        let r = f(&mut st.node)?;
+        st.flush(self.ep(), self.rt.ranks());
+        Ok(r)
     }
 
     /// The node's counters.
     pub fn stats(&self) -> Stats {
-        self.st.lock().node.stats().clone()
+        self.rt.lock().node.stats().clone()
     }
 
     /// Tasks on this host now.
     pub fn tasks(&self) -> Vec<TaskId> {
-        let mut v: Vec<TaskId> = self.st.lock().node.tasks().collect();
+        let mut v: Vec<TaskId> = self.rt.lock().node.tasks().collect();
         v.sort_unstable();
         v
     }
 
     /// Start `task` here with application state `state` (Figure 1).
     pub fn spawn(&self, task: TaskId, state: Vec<u8>) -> Result<(), MigrateError> {
-        let mut st = self.st.lock();
-        st.node.spawn(task, state)?;
-        self.flush(&mut st);
-        Ok(())
+        self.with_node(|n| n.spawn(task, state))
     }
 
     /// `src` (on this host) sends `data` to `dst`, wherever it is. Returns
     /// the pair's sequence number.
     pub fn send(&self, src: TaskId, dst: TaskId, data: Vec<u8>) -> Result<u64, MigrateError> {
-        let mut st = self.st.lock();
-        let seq = st.node.send(src, dst, data)?;
-        self.flush(&mut st);
-        Ok(seq)
+        self.with_node(|n| n.send(src, dst, data))
     }
 
     /// The next message for `task` (on this host), after a round of
     /// progress: (sender, data).
     pub fn try_recv(&self, task: TaskId) -> Result<Option<(TaskId, Vec<u8>)>, MigrateError> {
         self.progress()?;
-        Ok(self.st.lock().node.recv(task)?)
+        Ok(self.rt.lock().node.recv(task)?)
     }
 
     /// Wait up to `timeout` for a message for `task`.
@@ -227,18 +273,16 @@ impl Runtime {
     /// Move `task` to host `to` with application state `state`, its
     /// mailbox, resequencing queue and correspondent lists.
     pub fn migrate(&self, task: TaskId, to: HostId, state: Vec<u8>) -> Result<(), MigrateError> {
-        let mut st = self.st.lock();
-        st.node.set_app_state(task, state)?;
-        let now = self.now();
-        st.node.migrate(now, task, to)?;
-        self.flush(&mut st);
-        Ok(())
+        self.with_node(|n| {
+            n.set_app_state(task, state)?;
+            n.migrate(now(), task, to)
+        })
     }
 
     /// The next event (task arrived or left, message refused, gap).
     pub fn poll_event(&self) -> Option<Event> {
         let _ = self.progress();
-        self.st.lock().events.pop_front()
+        self.rt.lock().events.pop_front()
     }
 
     /// Wait up to `timeout` for an event.
@@ -249,57 +293,7 @@ impl Runtime {
     /// One round: the endpoint's progress, its events into the node, the
     /// node's timers, its packets out. True when anything moved.
     pub fn progress(&self) -> Result<bool, MigrateError> {
-        let moved = self.ep.progress().map_err(MigrateError::Transport)?;
-        let mut st = self.st.lock();
-        let mut any = moved;
-        while let Some(ev) = self.ep.poll_event() {
-            any = true;
-            match ev {
-                msg_layer::Event::Message(m) => {
-                    let Some(&from) = self.host_of.get(&m.peer) else {
-                        continue;
-                    };
-                    if m.handler == AM_ID {
-                        let now = self.now();
-                        st.node.receive(now, from, m.data());
-                    }
-                    self.ep.recycle(m);
-                }
-                msg_layer::Event::PeerEnded { peer, error } => {
-                    if let Some(&h) = self.host_of.get(&peer) {
-                        tracing::info!(host = h, %error, "host ended");
-                        let now = self.now();
-                        st.node.host_failed(now, h);
-                    }
-                }
-                msg_layer::Event::Completed { .. } | msg_layer::Event::Released(_) => {}
-            }
-        }
-        if st.node.poll_timeout().is_some_and(|t| t <= self.now()) {
-            let now = self.now();
-            st.node.handle_timeout(now);
-        }
-        self.flush(&mut st);
-        Ok(any)
-    }
-
-    /// Hand the node's packets to the endpoint; collect its events.
-    fn flush(&self, st: &mut State) {
-        while let Some((h, bytes)) = st.node.poll_transmit() {
-            let Some(p) = self.peers.get(h as usize).copied().flatten() else {
-                continue;
-            };
-            if let Err(e) = self.ep.am_post(p, AM_ID, bytes) {
-                // The peer failed: the node learns it from the endpoint's
-                // event; this packet is lost with the host.
-                tracing::debug!(host = h, %e, "packet to a failed host");
-                let now = self.now();
-                st.node.host_failed(now, h);
-            }
-        }
-        while let Some(ev) = st.node.poll_event() {
-            st.events.push_back(ev);
-        }
+        self.rt.progress().map_err(MigrateError::Transport)
     }
 
     /// Make progress until `cond` says so or `timeout` passes.
@@ -307,28 +301,12 @@ impl Runtime {
         &self,
         what: &'static str,
         timeout: Duration,
-        mut cond: impl FnMut(&mut State) -> Option<R>,
+        cond: impl FnMut(&mut State) -> Option<R>,
     ) -> Result<R, MigrateError> {
-        let start = Instant::now();
-        let mut pacer = Pacer::new(SPIN, PaceInstant::now());
-        loop {
-            if let Some(r) = cond(&mut self.st.lock()) {
-                return Ok(r);
-            }
-            let moved = self.progress()?;
-            let now = Instant::now();
-            if !moved && now.duration_since(start) >= timeout {
-                return Err(MigrateError::Timeout(what));
-            }
-            match pacer.after_round(moved, PaceInstant::now()) {
-                Pace::Busy | Pace::Spin => continue,
-                Pace::Sleep => {
-                    let left = timeout.saturating_sub(now.duration_since(start));
-                    self.ep.wait_ready(left.min(MAX_SLEEP));
-                    pacer.woke(PaceInstant::now());
-                }
-            }
-        }
+        self.rt
+            .wait_for(Some(timeout), cond)
+            .map_err(MigrateError::Transport)?
+            .ok_or(MigrateError::Timeout(what))
     }
 
     /// Send what is queued and close the endpoint, waiting up to `timeout`.
@@ -336,12 +314,11 @@ impl Runtime {
     /// see refused) what was delivered here.
     pub fn close(&self, timeout: Duration) -> Result<(), MigrateError> {
         let _ = self.progress();
-        {
-            let mut st = self.st.lock();
-            st.node.ack_now();
-            self.flush(&mut st);
-        }
-        self.ep.close(timeout).map_err(MigrateError::Transport)
+        self.with_node(|n| {
+            n.ack_now();
+            Ok(())
+        })?;
+        self.ep().close(timeout).map_err(MigrateError::Transport)
     }
 }
 
