@@ -86,6 +86,12 @@ pub mod code {
     };
 }
 
+impl app_runtime::cabi::Code for DeckError {
+    fn code(&self) -> i32 {
+        DeckError::code(self)
+    }
+}
+
 impl DeckError {
     /// The C code of this error.
     pub fn code(&self) -> c_int {

@@ -5,8 +5,7 @@
 //! `deck_last_error` gives the calling thread's last failure in full.
 #![allow(non_camel_case_types)]
 
-use std::cell::RefCell;
-use std::ffi::{c_void, CStr, CString};
+use std::ffi::{c_void, CStr};
 use std::os::raw::{c_char, c_int, c_ulong};
 use std::sync::Arc;
 
@@ -81,29 +80,10 @@ pub struct deck_mbox_t {
 /// The process's DECK, between `deck_init` and `deck_done`.
 static DECK: Mutex<Option<Deck>> = Mutex::new(None);
 
-thread_local! {
-    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
-}
-
-fn set_last_error(msg: &str) {
-    let c = CString::new(msg.replace('\0', " ")).unwrap_or_default();
-    LAST_ERROR.with(|l| *l.borrow_mut() = c);
-}
-
 /// Run a call: its error becomes a code (and the thread's last error), a
-/// panic `DECK_EINVAL` instead of unwinding into C.
+/// panic `DECK_EINVAL` instead of unwinding into C (`app_runtime::cabi`).
 fn call(f: impl FnOnce() -> Result<(), DeckError>) -> c_int {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
-        Ok(Ok(())) => 0,
-        Ok(Err(e)) => {
-            set_last_error(&e.to_string());
-            e.code()
-        }
-        Err(_) => {
-            set_last_error("internal error (a panic inside DECK; see stderr)");
-            DECK_EINVAL
-        }
-    }
+    app_runtime::cabi::call("libdeck", DECK_EINVAL, || f().map(|()| 0))
 }
 
 fn runtime() -> Result<Arc<Inner>, DeckError> {
@@ -188,7 +168,7 @@ pub extern "C" fn deck_strerror(code: c_int) -> *const c_char {
 /// until the thread's next failing call.
 #[no_mangle]
 pub extern "C" fn deck_last_error() -> *const c_char {
-    LAST_ERROR.with(|l| l.borrow().as_ptr())
+    app_runtime::cabi::last_error_ptr()
 }
 
 // ----- messages -----

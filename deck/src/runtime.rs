@@ -2,12 +2,14 @@
 //! mailboxes, the part of the naming service it is home to, and the flow
 //! control towards every other node.
 //!
-//! Delivery is pull-style: the endpoint's events (DECK packets as active
+//! Delivery is pull-style, on the application runtime every API shares
+//! (`app_runtime`): the endpoint's events (DECK packets as active
 //! messages, completions, releases of lent memory, peers that ended) are
 //! taken by whoever waits in DECK ([`Inner::wait_for`]) or, while the
-//! application computes, by a background thread, and routed here under one
-//! lock ([`State`]). Nothing of the endpoint calls back into DECK, so DECK
-//! may call the endpoint while it holds that lock.
+//! application computes, by the runtime's background thread, and routed
+//! here under one lock ([`State`]'s [`Api::route`]). Nothing of the
+//! endpoint calls back into DECK, so DECK may call the endpoint while it
+//! holds that lock.
 //!
 //! Every mailbox has one queue in arrival order at its node (all senders,
 //! local ones too). Eager messages (up to the eager limit) travel whole as
@@ -20,18 +22,17 @@
 //! returns then: the seed's synchronous large messages, without a copy).
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use app_runtime::{Api, Cx, Options, Ranks, Runtime};
 use bytes::Bytes;
-use msg_layer::pace::{Instant as PaceInstant, Pace, Pacer};
 use msg_layer::transport::llc::{AuthKey, AUTH_KEY_ENV};
 use msg_layer::transport::spec::{Backend, KeySource, LlcSpec, TcpSpec};
-use msg_layer::transport::{AnyTransport, Transport, TransportSpec};
+use msg_layer::transport::{Transport, TransportSpec};
 use msg_layer::{ActiveMessage, Addr, Completion, Endpoint, Event, PeerId, Request, Source, Tag};
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Mutex, MutexGuard};
 
 use crate::boot::{Boot, BootHandle, JobEnv};
 use crate::error::DeckError;
@@ -52,18 +53,11 @@ const NAMING_TIMEOUT: Duration = Duration::from_secs(30);
 /// `DECK_CLONE_WAIT_MS` says otherwise.
 const DEFAULT_CLONE_WAIT: Duration = Duration::from_secs(30);
 
-/// Busy-poll this long after the last activity before sleeping (the
-/// message layer's default spin; the policy is `msg_layer::pace`'s).
-const SPIN: Duration = Duration::from_micros(200);
-
-/// Longest single sleep of a waiter (a local post wakes it earlier).
-const MAX_SLEEP: Duration = Duration::from_millis(1);
-
 /// The background thread makes progress when no DECK call did for this
 /// long (acknowledgements, keepalives, the naming service's answers).
 const BACKGROUND_PERIOD: Duration = Duration::from_millis(5);
 
-pub(crate) type Ep = Endpoint<AnyTransport>;
+pub(crate) type Ep = app_runtime::Ep;
 
 /// A message waiting in a mailbox.
 enum Entry {
@@ -115,8 +109,6 @@ struct State {
     mailboxes: HashMap<u32, Mailbox>,
     /// Mailboxes of other nodes known destroyed.
     gone: HashSet<(u32, u32)>,
-    /// Nodes that failed or left, and why.
-    dead: HashMap<u32, msg_layer::Error>,
     /// Window left towards each node.
     credit: Vec<u64>,
     /// Credit owed to each node (its messages retrieved).
@@ -164,24 +156,239 @@ pub struct MboxAddr {
 pub(crate) struct Inner {
     node: u32,
     numnodes: u32,
-    ep: Option<Ep>,
-    /// The endpoint's peer for each node (`None` for this one).
-    peers: Vec<Option<PeerId>>,
-    node_of: HashMap<PeerId, u32>,
-    st: Mutex<State>,
-    /// Wakes waiters when this process posts to its own mailboxes.
-    local_post: Condvar,
+    /// The endpoint (none in a job of one), the nodes' peers, the nodes
+    /// that ended and why, and [`State`].
+    rt: Arc<Runtime<State>>,
     /// One barrier at a time per process.
     barrier: Mutex<()>,
     boot: Option<BootHandle>,
     eager_limit: usize,
     clone_wait: Duration,
-    /// DECK calls that made progress (the background thread stays away
-    /// while it grows).
-    calls: AtomicU64,
-    background_rounds: AtomicU64,
-    stop: AtomicBool,
     transport: String,
+}
+
+impl Api for State {
+    fn route(&mut self, cx: &mut Cx<'_>, ev: Event) {
+        let (mut out, mut spent) = (Vec::new(), Vec::new());
+        self.route_event(cx.ranks(), ev, &mut out, &mut spent);
+        self.finish_routing(cx, out, spent);
+    }
+
+    /// The naming service's parked requests past their time are answered.
+    fn after_pump(&mut self, cx: &mut Cx<'_>) -> bool {
+        if !self.home.has_parked() {
+            return false;
+        }
+        let mut answers = Vec::new();
+        self.home.expire(Instant::now(), &mut answers);
+        let mut out = Vec::new();
+        self.answer(cx.ranks().me(), answers, &mut out);
+        self.finish_routing(cx, out, Vec::new());
+        false
+    }
+}
+
+impl State {
+    /// What routing produced: packets posted once the lock is released,
+    /// refusals of large messages as zero-length receives (the message
+    /// layer answers them with a refusal), buffers recycled.
+    fn finish_routing(&mut self, cx: &mut Cx<'_>, out: Vec<Out>, spent: Vec<ActiveMessage>) {
+        for m in spent {
+            cx.recycle(m);
+        }
+        for o in out {
+            match o {
+                Out::Am(node, id, data) => {
+                    if let Some(p) = cx.ranks().peer(node) {
+                        cx.post(p, id, data);
+                    }
+                }
+                Out::Refuse(node, token) => {
+                    if let (Some(ep), Some(p)) = (cx.ep(), cx.ranks().peer(node)) {
+                        let r = ep.irecv(
+                            Source::Peer(p),
+                            Tag::Is(token),
+                            wire::DATA_CONTEXT,
+                            Vec::new(),
+                        );
+                        ep.watch(r);
+                        self.ignored.insert(r);
+                    }
+                }
+            }
+        }
+    }
+
+    fn route_event(
+        &mut self,
+        ranks: &Ranks,
+        ev: Event,
+        out: &mut Vec<Out>,
+        spent: &mut Vec<ActiveMessage>,
+    ) {
+        let st = self;
+        match ev {
+            Event::Message(m) => {
+                let Some(from) = ranks.rank(m.peer) else {
+                    st.bad_packets += 1;
+                    return;
+                };
+                st.route_packet(from, ranks.me(), m, out, spent);
+            }
+            Event::PeerEnded { peer, error } => {
+                if let Some(node) = ranks.rank(peer) {
+                    tracing::debug!(node, %error, "node ended");
+                    st.home.node_failed(node);
+                }
+            }
+            Event::Completed { request, result } => {
+                if !st.ignored.remove(&request) {
+                    st.completed.insert(request, result);
+                }
+            }
+            Event::Released(token) => {
+                st.released.insert(token);
+            }
+        }
+    }
+
+    fn route_packet(
+        &mut self,
+        from: u32,
+        me: u32,
+        m: ActiveMessage,
+        out: &mut Vec<Out>,
+        spent: &mut Vec<ActiveMessage>,
+    ) {
+        let st = self;
+        let data = m.data();
+        match m.handler {
+            am::POST => {
+                let Some(h) = PostHeader::decode(data) else {
+                    st.bad_packets += 1;
+                    return;
+                };
+                if let Some(mb) = st.mailboxes.get_mut(&h.mbox) {
+                    mb.queue.push_back(Entry::Eager { from, msg: m });
+                } else {
+                    let cost = data.len() as u64 + ENTRY_COST;
+                    st.arrived_for_destroyed(from, h.mbox, 0, cost, out);
+                    spent.push(m);
+                }
+            }
+            am::RTS => {
+                let Some(r) = Rts::decode(data) else {
+                    st.bad_packets += 1;
+                    return;
+                };
+                let len = usize::try_from(r.len).unwrap_or(usize::MAX);
+                if let Some(mb) = st.mailboxes.get_mut(&r.mbox) {
+                    mb.queue.push_back(Entry::Rts {
+                        from,
+                        token: r.token,
+                        len,
+                    });
+                } else {
+                    st.arrived_for_destroyed(from, r.mbox, r.token, ENTRY_COST, out);
+                    out.push(Out::Refuse(from, r.token));
+                }
+            }
+            am::GONE => {
+                let Some(g) = Gone::decode(data) else {
+                    st.bad_packets += 1;
+                    return;
+                };
+                st.gone.insert((from, g.mbox));
+                st.cache.retain(|_, at| *at != (from, g.mbox));
+                if g.token != 0 {
+                    st.refused.insert(g.token);
+                }
+            }
+            am::CREDIT => match wire::decode_credit(data) {
+                Some(n) => st.credit[from as usize] += n,
+                None => st.bad_packets += 1,
+            },
+            am::NAME => {
+                let Some(n) = Name::decode(data) else {
+                    st.bad_packets += 1;
+                    return;
+                };
+                st.handle_name(me, from, n, out);
+            }
+            am::BARRIER => match BarrierStep::decode(data) {
+                Some(s) => {
+                    st.barrier_seen.insert((s.epoch, s.round));
+                }
+                None => st.bad_packets += 1,
+            },
+            _ => st.bad_packets += 1,
+        }
+    }
+
+    /// A message for mailbox `mbox` of ours that is not there: counted,
+    /// its credit returned, its sender told (a number we never gave out is
+    /// a bad packet).
+    fn arrived_for_destroyed(
+        &mut self,
+        from: u32,
+        mbox: u32,
+        token: u32,
+        cost: u64,
+        out: &mut Vec<Out>,
+    ) {
+        if mbox == 0 || mbox >= self.next_mbox {
+            self.bad_packets += 1;
+        } else {
+            self.dropped += 1;
+        }
+        self.owe(from, cost, out);
+        out.push(Out::Am(
+            from,
+            am::GONE,
+            Gone { mbox, token }.encode().to_vec(),
+        ));
+    }
+
+    /// Count credit owed to `node`; return it when a quarter of the window
+    /// is owed (the sender blocks only with three quarters outstanding, so
+    /// this never leaves it waiting for credit we keep).
+    fn owe(&mut self, node: u32, cost: u64, out: &mut Vec<Out>) {
+        let owed = &mut self.owed[node as usize];
+        *owed += cost;
+        if *owed >= WINDOW / 4 {
+            out.push(Out::Am(
+                node,
+                am::CREDIT,
+                wire::encode_credit(*owed).to_vec(),
+            ));
+            *owed = 0;
+        }
+    }
+
+    fn handle_name(&mut self, me: u32, from: u32, n: Name, out: &mut Vec<Out>) {
+        match n.op {
+            NameOp::Bind | NameOp::Unbind | NameOp::Lookup => {
+                let mut answers = Vec::new();
+                self.home.handle(from, n, Instant::now(), &mut answers);
+                self.answer(me, answers, out);
+            }
+            NameOp::Done | NameOp::Exists | NameOp::Found | NameOp::Missing => {
+                self.answers.insert(n.req, n);
+            }
+        }
+    }
+
+    /// Deliver the home's answers: to this process directly, to others as
+    /// packets.
+    fn answer(&mut self, me: u32, answers: Vec<Answer>, out: &mut Vec<Out>) {
+        for (to, a) in answers {
+            if to == me {
+                self.answers.insert(a.req, a);
+            } else {
+                out.push(Out::Am(to, am::NAME, a.encode()));
+            }
+        }
+    }
 }
 
 fn transport_err(e: impl std::fmt::Display) -> DeckError {
@@ -209,7 +416,7 @@ impl Inner {
                 Vec::new(),
                 None,
                 clone_wait,
-            )));
+            )?));
         };
         let init = |e: &dyn std::fmt::Display| DeckError::Init(e.to_string());
         let mut boot = Boot::connect(&env, crate::boot::CONNECT_TIMEOUT).map_err(|e| init(&e))?;
@@ -282,7 +489,7 @@ impl Inner {
             peers,
             Some(handle),
             clone_wait,
-        ));
+        )?);
         Ok(inner)
     }
 
@@ -314,7 +521,7 @@ impl Inner {
                 peers,
                 None,
                 DEFAULT_CLONE_WAIT,
-            )));
+            )?));
         }
         Ok(out)
     }
@@ -331,40 +538,38 @@ impl Inner {
         peers: Vec<Option<PeerId>>,
         boot: Option<BootHandle>,
         clone_wait: Duration,
-    ) -> Inner {
+    ) -> Result<Inner, DeckError> {
         let n = numnodes as usize;
-        let node_of = peers
-            .iter()
-            .enumerate()
-            .filter_map(|(i, p)| p.map(|p| (p, i as u32)))
-            .collect();
         let transport = ep
             .as_ref()
             .map_or_else(|| "none (one node)".to_string(), |e| e.transport_name());
-        Inner {
+        let state = State {
+            next_mbox: 1,
+            credit: vec![WINDOW; n],
+            owed: vec![0; n],
+            next_req: 1,
+            next_token: 1,
+            ..State::default()
+        };
+        let opts = Options {
+            background_period: BACKGROUND_PERIOD,
+            ..Options::default()
+        };
+        let rt = Runtime::new(1, Ranks::new(node, peers), state, opts)
+            .map_err(|e| DeckError::Init(format!("setting up the runtime: {e}")))?;
+        if let Some(ep) = ep {
+            rt.set_ep(0, ep);
+        }
+        Ok(Inner {
             node,
             numnodes,
-            ep,
-            peers,
-            node_of,
-            st: Mutex::new(State {
-                next_mbox: 1,
-                credit: vec![WINDOW; n],
-                owed: vec![0; n],
-                next_req: 1,
-                next_token: 1,
-                ..State::default()
-            }),
-            local_post: Condvar::new(),
+            rt: Arc::new(rt),
             barrier: Mutex::new(()),
             boot,
             eager_limit: msg_layer::Config::default().eager_limit,
             clone_wait,
-            calls: AtomicU64::new(0),
-            background_rounds: AtomicU64::new(0),
-            stop: AtomicBool::new(false),
             transport,
-        }
+        })
     }
 
     pub fn node(&self) -> u32 {
@@ -376,7 +581,12 @@ impl Inner {
     }
 
     pub fn endpoint(&self) -> Option<&Ep> {
-        self.ep.as_ref()
+        self.rt.ep(0)
+    }
+
+    /// The state, locked.
+    fn st(&self) -> MutexGuard<'_, State> {
+        self.rt.lock()
     }
 
     /// The endpoint's peer for `node`.
@@ -389,243 +599,36 @@ impl Inner {
     }
 
     pub fn stats(&self) -> DeckStats {
-        let st = self.st.lock();
+        let st = self.st();
         DeckStats {
             dropped: st.dropped,
             bad_packets: st.bad_packets,
-            background_rounds: self.background_rounds.load(Ordering::Relaxed),
+            background_rounds: self.rt.background_rounds(),
         }
     }
 
     /// The message layer's and the transport's counters.
     pub fn counters(&self) -> Vec<(String, u64)> {
-        self.ep.as_ref().map(|e| e.counters()).unwrap_or_default()
+        self.rt.counters()
     }
 
     /// Start the thread that makes progress while the application does not
     /// call DECK.
     pub fn start_background(self: &Arc<Self>) -> Option<JoinHandle<()>> {
-        self.ep.as_ref()?;
-        msg_layer::keepalive::spawn_keepalive(
-            "deck-progress",
-            Arc::downgrade(self),
-            BACKGROUND_PERIOD,
-        )
-        .ok()
+        self.rt.ep(0)?;
+        self.rt.start_background("deck-progress").ok()
     }
 
     pub fn stop_background(&self) {
-        self.stop.store(true, Ordering::Relaxed);
+        self.rt.stop_background();
     }
 
     // ----- progress and routing -----
 
-    /// One round: the endpoint's progress, then its events routed. True
-    /// when anything moved.
-    fn progress_once(&self) -> Result<bool, DeckError> {
-        let Some(ep) = &self.ep else {
-            return Ok(false);
-        };
-        let moved = ep.progress().map_err(transport_err)?;
-        let routed = self.pump();
-        Ok(moved || routed)
-    }
-
-    /// Route every event the endpoint has for DECK; send what routing
-    /// answers. True when there was any.
-    fn pump(&self) -> bool {
-        let Some(ep) = &self.ep else { return false };
-        let mut out = Vec::new();
-        let mut spent = Vec::new();
-        let mut any = false;
-        {
-            let mut st = self.st.lock();
-            while let Some(ev) = ep.poll_event() {
-                any = true;
-                self.route(&mut st, ev, &mut out, &mut spent);
-            }
-            if st.home.has_parked() {
-                let mut answers = Vec::new();
-                st.home.expire(Instant::now(), &mut answers);
-                self.answer(&mut st, answers, &mut out);
-            }
-        }
-        for m in spent {
-            ep.recycle(m);
-        }
-        self.send_out(out);
-        any
-    }
-
-    fn route(&self, st: &mut State, ev: Event, out: &mut Vec<Out>, spent: &mut Vec<ActiveMessage>) {
-        match ev {
-            Event::Message(m) => {
-                let Some(&from) = self.node_of.get(&m.peer) else {
-                    st.bad_packets += 1;
-                    return;
-                };
-                self.route_packet(st, from, m, out, spent);
-            }
-            Event::PeerEnded { peer, error } => {
-                if let Some(&node) = self.node_of.get(&peer) {
-                    tracing::debug!(node, %error, "node ended");
-                    st.dead.entry(node).or_insert(error);
-                    st.home.node_failed(node);
-                }
-            }
-            Event::Completed { request, result } => {
-                if !st.ignored.remove(&request) {
-                    st.completed.insert(request, result);
-                }
-            }
-            Event::Released(token) => {
-                st.released.insert(token);
-            }
-        }
-    }
-
-    fn route_packet(
-        &self,
-        st: &mut State,
-        from: u32,
-        m: ActiveMessage,
-        out: &mut Vec<Out>,
-        spent: &mut Vec<ActiveMessage>,
-    ) {
-        let data = m.data();
-        match m.handler {
-            am::POST => {
-                let Some(h) = PostHeader::decode(data) else {
-                    st.bad_packets += 1;
-                    return;
-                };
-                if let Some(mb) = st.mailboxes.get_mut(&h.mbox) {
-                    mb.queue.push_back(Entry::Eager { from, msg: m });
-                } else {
-                    let cost = data.len() as u64 + ENTRY_COST;
-                    self.arrived_for_destroyed(st, from, h.mbox, 0, cost, out);
-                    spent.push(m);
-                }
-            }
-            am::RTS => {
-                let Some(r) = Rts::decode(data) else {
-                    st.bad_packets += 1;
-                    return;
-                };
-                let len = usize::try_from(r.len).unwrap_or(usize::MAX);
-                if let Some(mb) = st.mailboxes.get_mut(&r.mbox) {
-                    mb.queue.push_back(Entry::Rts {
-                        from,
-                        token: r.token,
-                        len,
-                    });
-                } else {
-                    self.arrived_for_destroyed(st, from, r.mbox, r.token, ENTRY_COST, out);
-                    out.push(Out::Refuse(from, r.token));
-                }
-            }
-            am::GONE => {
-                let Some(g) = Gone::decode(data) else {
-                    st.bad_packets += 1;
-                    return;
-                };
-                st.gone.insert((from, g.mbox));
-                st.cache.retain(|_, at| *at != (from, g.mbox));
-                if g.token != 0 {
-                    st.refused.insert(g.token);
-                }
-            }
-            am::CREDIT => match wire::decode_credit(data) {
-                Some(n) => st.credit[from as usize] += n,
-                None => st.bad_packets += 1,
-            },
-            am::NAME => {
-                let Some(n) = Name::decode(data) else {
-                    st.bad_packets += 1;
-                    return;
-                };
-                self.handle_name(st, from, n, out);
-            }
-            am::BARRIER => match BarrierStep::decode(data) {
-                Some(s) => {
-                    st.barrier_seen.insert((s.epoch, s.round));
-                }
-                None => st.bad_packets += 1,
-            },
-            _ => st.bad_packets += 1,
-        }
-    }
-
-    /// A message for mailbox `mbox` of ours that is not there: counted,
-    /// its credit returned, its sender told (a number we never gave out is
-    /// a bad packet).
-    fn arrived_for_destroyed(
-        &self,
-        st: &mut State,
-        from: u32,
-        mbox: u32,
-        token: u32,
-        cost: u64,
-        out: &mut Vec<Out>,
-    ) {
-        if mbox == 0 || mbox >= st.next_mbox {
-            st.bad_packets += 1;
-        } else {
-            st.dropped += 1;
-        }
-        self.owe(st, from, cost, out);
-        out.push(Out::Am(
-            from,
-            am::GONE,
-            Gone { mbox, token }.encode().to_vec(),
-        ));
-    }
-
-    /// Count credit owed to `node`; return it when a quarter of the window
-    /// is owed (the sender blocks only with three quarters outstanding, so
-    /// this never leaves it waiting for credit we keep).
-    fn owe(&self, st: &mut State, node: u32, cost: u64, out: &mut Vec<Out>) {
-        let owed = &mut st.owed[node as usize];
-        *owed += cost;
-        if *owed >= WINDOW / 4 {
-            out.push(Out::Am(
-                node,
-                am::CREDIT,
-                wire::encode_credit(*owed).to_vec(),
-            ));
-            *owed = 0;
-        }
-    }
-
-    fn handle_name(&self, st: &mut State, from: u32, n: Name, out: &mut Vec<Out>) {
-        match n.op {
-            NameOp::Bind | NameOp::Unbind | NameOp::Lookup => {
-                let mut answers = Vec::new();
-                st.home.handle(from, n, Instant::now(), &mut answers);
-                self.answer(st, answers, out);
-            }
-            NameOp::Done | NameOp::Exists | NameOp::Found | NameOp::Missing => {
-                st.answers.insert(n.req, n);
-            }
-        }
-    }
-
-    /// Deliver the home's answers: to this process directly, to others as
-    /// packets.
-    fn answer(&self, st: &mut State, answers: Vec<Answer>, out: &mut Vec<Out>) {
-        for (to, a) in answers {
-            if to == self.node {
-                st.answers.insert(a.req, a);
-            } else {
-                out.push(Out::Am(to, am::NAME, a.encode()));
-            }
-        }
-    }
-
     /// Send packets routing produced. A node that failed gets nothing (its
     /// end was routed already).
     fn send_out(&self, out: Vec<Out>) {
-        let Some(ep) = &self.ep else { return };
+        let Some(ep) = self.rt.ep(0) else { return };
         for o in out {
             match o {
                 Out::Am(node, id, data) => {
@@ -642,7 +645,7 @@ impl Inner {
                             Vec::new(),
                         );
                         ep.watch(r);
-                        self.st.lock().ignored.insert(r);
+                        self.st().ignored.insert(r);
                     }
                 }
             }
@@ -650,7 +653,7 @@ impl Inner {
     }
 
     fn peer(&self, node: u32) -> Option<PeerId> {
-        self.peers.get(node as usize).copied().flatten()
+        self.rt.ranks().peer(node)
     }
 
     /// Make progress until `cond` (checked under the state's lock) says
@@ -659,56 +662,21 @@ impl Inner {
         &self,
         what: &str,
         timeout: Option<Duration>,
-        mut cond: impl FnMut(&mut State) -> Option<R>,
+        cond: impl FnMut(&mut State) -> Option<R>,
     ) -> Result<R, DeckError> {
-        let start = Instant::now();
-        let mut pacer = Pacer::new(SPIN, PaceInstant::now());
-        loop {
-            if let Some(r) = cond(&mut self.st.lock()) {
-                return Ok(r);
-            }
-            self.calls.fetch_add(1, Ordering::Relaxed);
-            let moved = self.progress_once()?;
-            let mut st = self.st.lock();
-            if let Some(r) = cond(&mut st) {
-                return Ok(r);
-            }
-            let now = Instant::now();
-            let left = match timeout {
-                Some(t) if now.duration_since(start) >= t => {
-                    return Err(DeckError::Timeout(format!("{what} after {t:?}")))
-                }
-                Some(t) => t - now.duration_since(start),
-                None => Duration::MAX,
-            };
-            match pacer.after_round(moved, PaceInstant::now()) {
-                Pace::Busy => continue,
-                Pace::Spin => {
-                    drop(st);
-                    std::hint::spin_loop();
-                    continue;
-                }
-                Pace::Sleep => {}
-            }
-            let sleep = left.min(MAX_SLEEP);
-            match &self.ep {
-                Some(ep) => {
-                    drop(st);
-                    ep.wait_ready(sleep);
-                }
-                None => {
-                    self.local_post.wait_for(&mut st, sleep);
-                }
-            }
-            pacer.woke(PaceInstant::now());
-        }
+        self.rt
+            .wait_for(timeout, cond)
+            .map_err(transport_err)?
+            .ok_or_else(|| {
+                DeckError::Timeout(format!("{what} after {:?}", timeout.unwrap_or_default()))
+            })
     }
 
-    fn dead_error(&self, st: &State, node: u32) -> Option<DeckError> {
-        st.dead.get(&node).map(|cause| DeckError::PeerFailed {
-            node,
-            cause: cause.clone(),
-        })
+    /// The error of a call towards `node` if it ended.
+    fn dead_error(&self, node: u32) -> Option<DeckError> {
+        self.rt
+            .rank_ended(node)
+            .map(|cause| DeckError::PeerFailed { node, cause })
     }
 
     // ----- mailboxes -----
@@ -717,7 +685,7 @@ impl Inner {
     pub fn create(&self, name: &str) -> Result<MboxAddr, DeckError> {
         check_name(name)?;
         let (id, req) = {
-            let mut st = self.st.lock();
+            let mut st = self.st();
             let id = st.next_mbox;
             st.next_mbox += 1;
             st.mailboxes.insert(
@@ -742,7 +710,7 @@ impl Inner {
         let answer = self.ask_home(bind, NAMING_TIMEOUT);
         let ok = matches!(&answer, Ok(a) if a.op == NameOp::Done);
         if !ok {
-            self.st.lock().mailboxes.remove(&id);
+            self.st().mailboxes.remove(&id);
         }
         match answer?.op {
             NameOp::Done => Ok(MboxAddr {
@@ -762,9 +730,9 @@ impl Inner {
         let id = req.req;
         let what = format!("the naming service (node {home}) about {:?}", req.name);
         if home == self.node {
-            let mut st = self.st.lock();
+            let mut st = self.st();
             let mut out = Vec::new();
-            self.handle_name(&mut st, self.node, req, &mut out);
+            st.handle_name(self.node, self.node, req, &mut out);
             drop(st);
             self.send_out(out);
         } else {
@@ -774,7 +742,7 @@ impl Inner {
             if let Some(a) = st.answers.remove(&id) {
                 return Some(Ok(a));
             }
-            self.dead_error(st, home).map(Err)
+            self.dead_error(home).map(Err)
         })?
     }
 
@@ -782,7 +750,7 @@ impl Inner {
     pub fn lookup(&self, name: &str) -> Result<MboxAddr, DeckError> {
         check_name(name)?;
         let req = {
-            let mut st = self.st.lock();
+            let mut st = self.st();
             if let Some(&(node, id)) = st.cache.get(name) {
                 return Ok(MboxAddr { node, id });
             }
@@ -807,7 +775,7 @@ impl Inner {
                     node: a.node,
                     id: a.mbox,
                 };
-                let mut st = self.st.lock();
+                let mut st = self.st();
                 if !st.gone.contains(&(at.node, at.id)) {
                     st.cache.insert(name.to_owned(), (at.node, at.id));
                 }
@@ -826,13 +794,13 @@ impl Inner {
         let mut out = Vec::new();
         let mut spent = Vec::new();
         let name = {
-            let mut st = self.st.lock();
+            let mut st = self.st();
             let Some(mb) = st.mailboxes.remove(&id) else {
                 return Err(DeckError::Destroyed(format!("#{id}")));
             };
             for e in mb.queue {
                 if let Some((from, cost)) = e.cost() {
-                    self.owe(&mut st, from, cost, &mut out);
+                    st.owe(from, cost, &mut out);
                 }
                 match e {
                     Entry::Rts { from, token, .. } => {
@@ -848,7 +816,7 @@ impl Inner {
                 }
             }
             for n in 0..self.numnodes {
-                if n != self.node && !st.dead.contains_key(&n) {
+                if n != self.node && self.rt.rank_ended(n).is_none() {
                     out.push(Out::Am(
                         n,
                         am::GONE,
@@ -868,25 +836,25 @@ impl Inner {
             };
             let home = home_of(&mb.name, self.numnodes);
             if home == self.node {
-                self.handle_name(&mut st, self.node, unbind, &mut out);
+                st.handle_name(self.node, self.node, unbind, &mut out);
             } else {
                 out.push(Out::Am(home, am::NAME, unbind.encode()));
             }
             mb.name
         };
-        if let Some(ep) = &self.ep {
+        if let Some(ep) = self.rt.ep(0) {
             for m in spent {
                 ep.recycle(m);
             }
         }
         self.send_out(out);
-        self.local_post.notify_all();
+        self.rt.notify_local();
         tracing::debug!(name, id, "mailbox destroyed");
         Ok(())
     }
 
     fn send_am(&self, node: u32, id: u16, data: Vec<u8>) -> Result<(), DeckError> {
-        let (Some(ep), Some(p)) = (&self.ep, self.peer(node)) else {
+        let (Some(ep), Some(p)) = (self.rt.ep(0), self.peer(node)) else {
             return Err(DeckError::Invalid(format!("no node {node}")));
         };
         ep.am_post(p, id, data)
@@ -896,15 +864,15 @@ impl Inner {
     /// Post `data` to mailbox `to`. Eager sizes return at once (copied);
     /// larger ones when the owner has received them.
     pub fn post(&self, to: MboxAddr, data: &[u8]) -> Result<(), DeckError> {
-        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.rt.note_call();
         if to.node == self.node {
-            let mut st = self.st.lock();
+            let mut st = self.st();
             let Some(mb) = st.mailboxes.get_mut(&to.id) else {
                 return Err(DeckError::Destroyed(format!("#{}", to.id)));
             };
             mb.queue.push_back(Entry::Local(data.to_vec()));
             drop(st);
-            self.local_post.notify_all();
+            self.rt.notify_local();
             return Ok(());
         }
         if to.node >= self.numnodes {
@@ -913,7 +881,7 @@ impl Inner {
                 to.node, self.numnodes
             )));
         }
-        let ep = self.ep.as_ref().expect("several nodes have an endpoint");
+        let ep = self.rt.ep(0).expect("several nodes have an endpoint");
         let peer = self.peer(to.node).expect("every other node has a peer");
         let eager = data.len() <= self.eager_limit;
         let cost = if eager {
@@ -923,7 +891,7 @@ impl Inner {
         };
         // Take the window (waiting for credit), or fail.
         self.wait_for("credit", None, |st| {
-            if let Some(e) = self.dead_error(st, to.node) {
+            if let Some(e) = self.dead_error(to.node) {
                 return Some(Err(e));
             }
             if st.gone.contains(&(to.node, to.id)) {
@@ -949,7 +917,7 @@ impl Inner {
                 .map_err(failed);
         }
         let token = {
-            let mut st = self.st.lock();
+            let mut st = self.st();
             let t = st.next_token;
             st.next_token = st.next_token.wrapping_add(1).max(1);
             t
@@ -1003,7 +971,7 @@ impl Inner {
     /// Wait for the first message of mailbox `id` and receive it with
     /// `recv` (given the entry's length; it returns its buffer to fill).
     pub fn retrieve(&self, id: u32, target: &mut dyn RecvTarget) -> Result<(), DeckError> {
-        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.rt.note_call();
         let size = target.size();
         let entry = self.wait_for("a message", None, |st| {
             let Some(mb) = st.mailboxes.get_mut(&id) else {
@@ -1029,7 +997,7 @@ impl Inner {
         };
         let mut out = Vec::new();
         if let Some((from, cost)) = entry.cost() {
-            self.owe(&mut self.st.lock(), from, cost, &mut out);
+            self.st().owe(from, cost, &mut out);
         }
         self.send_out(out);
         match entry {
@@ -1042,7 +1010,7 @@ impl Inner {
                 let data = &msg.data()[PostHeader::LEN..];
                 target.buffer()[..data.len()].copy_from_slice(data);
                 target.received(data.len());
-                if let Some(ep) = &self.ep {
+                if let Some(ep) = self.rt.ep(0) {
                     ep.recycle(msg);
                 }
                 Ok(())
@@ -1059,7 +1027,7 @@ impl Inner {
         len: usize,
         target: &mut dyn RecvTarget,
     ) -> Result<(), DeckError> {
-        let ep = self.ep.as_ref().expect("announcements come from peers");
+        let ep = self.rt.ep(0).expect("announcements come from peers");
         let peer = self.peer(from).expect("announcements come from peers");
         let buf = target.take_buffer();
         let taken = Taken {
@@ -1102,7 +1070,7 @@ impl Inner {
             return Ok(());
         }
         let epoch = {
-            let mut st = self.st.lock();
+            let mut st = self.st();
             st.barrier_epoch += 1;
             st.barrier_epoch
         };
@@ -1120,7 +1088,7 @@ impl Inner {
                 if st.barrier_seen.remove(&(epoch, round)) {
                     return Some(Ok(()));
                 }
-                self.dead_error(st, from).map(Err)
+                self.dead_error(from).map(Err)
             })??;
             round += 1;
         }
@@ -1131,7 +1099,7 @@ impl Inner {
     /// still send to it), everything sent delivered, the launcher told.
     pub fn finish(&self) -> Result<(), DeckError> {
         let res = self.barrier();
-        if let Some(ep) = &self.ep {
+        if let Some(ep) = self.rt.ep(0) {
             if let Err(e) = ep.flush(Some(Duration::from_secs(30))) {
                 tracing::warn!(%e, "not everything sent was acknowledged");
             }
@@ -1141,7 +1109,7 @@ impl Inner {
             b.finish()
                 .map_err(|e| DeckError::Transport(e.to_string()))?;
         }
-        if let Some(ep) = &self.ep {
+        if let Some(ep) = self.rt.ep(0) {
             let _ = ep.close(Duration::from_secs(1));
         }
         res
@@ -1170,17 +1138,6 @@ pub trait RecvTarget {
     /// Put it back, holding a message of `buf.len()` bytes (empty: lost,
     /// allocate anew); `from` is what was taken.
     fn restore_buffer(&mut self, buf: Vec<u8>, from: Taken);
-}
-
-impl msg_layer::keepalive::KeepAlive for Inner {
-    fn activity(&self) -> Option<u64> {
-        (!self.stop.load(Ordering::Relaxed)).then(|| self.calls.load(Ordering::Relaxed))
-    }
-
-    fn round(&self) {
-        self.background_rounds.fetch_add(1, Ordering::Relaxed);
-        let _ = self.progress_once();
-    }
 }
 
 fn check_name(name: &str) -> Result<(), DeckError> {
