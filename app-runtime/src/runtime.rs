@@ -99,22 +99,27 @@ struct Out {
 /// the state's lock is released.
 pub struct Cx<'a> {
     slot: usize,
-    ep: Option<&'a Ep>,
+    slots: &'a [OnceLock<Ep>],
     ranks: &'a Ranks,
     ended: &'a Mutex<Ended>,
     out: &'a mut Vec<Out>,
     spent: &'a mut Vec<(usize, ActiveMessage)>,
 }
 
-impl Cx<'_> {
+impl<'a> Cx<'a> {
     /// The endpoint the event came from (its slot).
     pub fn slot(&self) -> usize {
         self.slot
     }
 
     /// That endpoint (`None` in a runtime without one).
-    pub fn ep(&self) -> Option<&Ep> {
-        self.ep
+    pub fn ep(&self) -> Option<&'a Ep> {
+        self.ep_of(self.slot)
+    }
+
+    /// The endpoint of another slot, if open.
+    pub fn ep_of(&self, slot: usize) -> Option<&'a Ep> {
+        self.slots.get(slot).and_then(OnceLock::get)
     }
 
     /// The job's ranks.
@@ -302,7 +307,7 @@ impl<S: Api> Runtime<S> {
     ) -> Cx<'a> {
         Cx {
             slot,
-            ep: self.ep(slot),
+            slots: &self.slots,
             ranks: &self.ranks,
             ended: &self.ended,
             out,

@@ -80,6 +80,12 @@ pub enum BmiError {
     Unsupported(c_int),
 }
 
+impl app_runtime::cabi::Code for BmiError {
+    fn code(&self) -> i32 {
+        BmiError::code(self)
+    }
+}
+
 impl BmiError {
     /// The negative errno-style code the C API returns for this error.
     pub fn code(&self) -> c_int {

@@ -10,10 +10,8 @@
 #![allow(clippy::missing_safety_doc)]
 
 use std::alloc::Layout;
-use std::cell::RefCell;
 use std::collections::HashMap;
-use std::ffi::{c_char, c_int, c_void, CStr, CString};
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -117,16 +115,11 @@ pub const BMI_GET_METHOD_INFO: c_int = 103;
 
 static LIB: RwLock<Option<Arc<Bmi>>> = RwLock::new(None);
 
-thread_local! {
-    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
-}
-
 /// Memory from `BMI_memalloc`: address to layout.
 static MEMORY: Mutex<Option<HashMap<usize, Layout>>> = Mutex::new(None);
 
 fn fail(e: BmiError) -> c_int {
-    let text = CString::new(e.to_string().replace('\0', "")).unwrap_or_default();
-    LAST_ERROR.with(|l| *l.borrow_mut() = text);
+    app_runtime::cabi::set_last_error(&e.to_string());
     e.code()
 }
 
@@ -134,15 +127,10 @@ fn lib() -> Result<Arc<Bmi>, BmiError> {
     LIB.read().clone().ok_or(BmiError::NotInitialized)
 }
 
-/// Run `f`, turning errors and panics into codes.
+/// Run `f`, turning errors and panics into codes (`app_runtime::cabi`).
 fn guard(f: impl FnOnce() -> Result<c_int, BmiError>) -> c_int {
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(Ok(v)) => v,
-        Ok(Err(e)) => fail(e),
-        Err(_) => fail(BmiError::Transport(
-            "internal error (panic); see stderr".into(),
-        )),
-    }
+    let on_panic = BmiError::Transport("internal error (panic); see stderr".into()).code();
+    app_runtime::cabi::call("libbmi", on_panic, f)
 }
 
 fn invalid(what: &str) -> BmiError {
@@ -980,5 +968,5 @@ pub extern "C" fn BMI_strerror(code: c_int) -> *const c_char {
 /// failing call).
 #[no_mangle]
 pub extern "C" fn BMI_last_error() -> *const c_char {
-    LAST_ERROR.with(|l| l.borrow().as_ptr())
+    app_runtime::cabi::last_error_ptr()
 }

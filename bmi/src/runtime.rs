@@ -9,21 +9,24 @@
 //! travel on the peer's one reliable connection, so per-peer order holds
 //! across the two kinds. Completions of watched requests, unexpected
 //! arrivals, peer ends and releases of lent send buffers come back through
-//! the endpoints' event queues and are routed here, under one lock, by
-//! whichever thread made the progress: a test call or the background thread.
+//! the endpoints' event queues and are routed here ([`State`]'s
+//! [`Api::route`]), under one lock, by whichever thread made the progress:
+//! a test call or the background thread of the application runtime every
+//! API shares (`app_runtime`), which also keeps the endpoints (one slot per
+//! method) and the peers that ended.
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::CString;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use app_runtime::{Api, Cx, Options, Ranks, Runtime};
 use bytes::Bytes;
 use msg_layer::delivery::ActiveMessage;
 use msg_layer::transport::llc::AuthKey;
 use msg_layer::transport::spec::TransportSpec;
-use msg_layer::transport::AnyTransport;
 use msg_layer::{Endpoint, Event, PeerEnd, PeerId, Request, Source, Tag};
 use parking_lot::Mutex;
 
@@ -31,7 +34,7 @@ use crate::addr::{self, MethodKind, PeerName};
 use crate::error::BmiError;
 
 /// The message-layer endpoint under one method.
-pub type Ep = Endpoint<AnyTransport>;
+pub type Ep = app_runtime::Ep;
 /// An address handle (`bmi_addr_t`): never 0, never reused.
 pub type BmiAddr = i64;
 /// An operation handle (`bmi_op_id_t`).
@@ -69,8 +72,6 @@ const DEFAULT_SPIN: Duration = Duration::from_micros(100);
 /// on 2 cores moved 5x the bytes and stayed fair (yielding only after 20 µs
 /// let some clients take 3x the others' share).
 const DEFAULT_SPIN_YIELD: Duration = Duration::ZERO;
-/// Longest sleep of a waiting test call between rounds.
-const MAX_SLEEP: Duration = Duration::from_millis(1);
 
 /// Whether this process accepts connections at known addresses, and how
 /// its frames are authenticated.
@@ -93,35 +94,11 @@ pub struct Method {
     listen: Option<TransportSpec>,
     /// The key an LLC endpoint opens with (`InitFlags::auth_key`).
     auth_key: Option<AuthKey>,
-    ep: OnceLock<Ep>,
+    /// One opener at a time of a client's endpoint.
     open: Mutex<()>,
     pub eager_limit: AtomicUsize,
-    pub unexpected_limit: AtomicUsize,
-}
-
-impl Method {
-    pub fn ep(&self) -> Option<&Ep> {
-        self.ep.get()
-    }
-
-    /// The endpoint, opened now if it was not (a client's, chosen for the
-    /// first peer it talks to).
-    fn ep_for(&self, first_peer: &msg_layer::Addr) -> Result<&Ep, BmiError> {
-        if let Some(ep) = self.ep.get() {
-            return Ok(ep);
-        }
-        let _g = self.open.lock();
-        if let Some(ep) = self.ep.get() {
-            return Ok(ep);
-        }
-        let spec = match &self.listen {
-            Some(s) => s.clone(),
-            None => client_spec(self.kind, first_peer)?,
-        };
-        let ep = open_endpoint(self.kind, &keyed(spec, &self.auth_key))?;
-        let _ = self.ep.set(ep);
-        Ok(self.ep.get().expect("just set"))
-    }
+    /// Shared with [`State`], whose routing applies it.
+    pub unexpected_limit: Arc<AtomicUsize>,
 }
 
 /// What a client without a listen address opens: LLC on `BMI_LLC_IFACE`
@@ -201,9 +178,9 @@ struct AddrEntry {
     /// As looked up, or as the peer's endpoint names itself.
     text: CString,
     name: Option<PeerName>,
+    /// Once connected; when its peer ended (the runtime's table says so),
+    /// later operations fail at once with the cause.
     peer: Option<PeerId>,
-    /// Set when the peer ended: later operations fail with it at once.
-    dead: Option<BmiError>,
     dropped: bool,
 }
 
@@ -335,6 +312,8 @@ struct State {
     /// Receive buffers given back, for the next receives.
     pool: Vec<Vec<u8>>,
     stats: BmiStats,
+    /// Each method's unexpected-message limit.
+    limits: Vec<Arc<AtomicUsize>>,
 }
 
 /// What a send carries.
@@ -349,13 +328,8 @@ pub(crate) enum SendBody {
 pub(crate) struct Inner {
     pub methods: Vec<Method>,
     pub flags: InitFlags,
-    st: Mutex<State>,
-    calls: AtomicU64,
-    background_rounds: AtomicU64,
-    stop: AtomicBool,
-    spin: Duration,
-    /// Past this much of the spin, yield the core between polls.
-    spin_yield: Duration,
+    /// The endpoints (slot = method), the peers that ended, [`State`].
+    rt: Arc<Runtime<State>>,
 }
 
 fn peer_error(text: &str, e: &msg_layer::Error) -> BmiError {
@@ -417,65 +391,90 @@ impl Inner {
             ));
         }
         let mut methods = Vec::new();
+        let mut opened = Vec::new();
         for (kind, listen) in kinds.into_iter().zip(specs) {
             let m = Method {
                 kind,
                 listen,
                 auth_key: flags.auth_key.clone(),
-                ep: OnceLock::new(),
                 open: Mutex::new(()),
                 eager_limit: AtomicUsize::new(msg_layer::Config::default().eager_limit),
-                unexpected_limit: AtomicUsize::new(DEFAULT_UNEXPECTED_LIMIT),
+                unexpected_limit: Arc::new(AtomicUsize::new(DEFAULT_UNEXPECTED_LIMIT)),
             };
-            if let Some(spec) = &m.listen {
-                let spec = keyed(spec.clone(), &m.auth_key);
-                let _ = m.ep.set(open_endpoint(kind, &spec)?);
-            }
+            opened.push(match &m.listen {
+                Some(spec) => Some(open_endpoint(kind, &keyed(spec.clone(), &m.auth_key))?),
+                None => None,
+            });
             methods.push(m);
+        }
+        let state = State {
+            next_op: 1,
+            next_token: 1,
+            limits: methods.iter().map(|m| m.unexpected_limit.clone()).collect(),
+            ..State::default()
+        };
+        let opts = Options {
+            spin: micros_from_env("BMI_SPIN_US", DEFAULT_SPIN)?,
+            yield_after: micros_from_env("BMI_SPIN_YIELD_US", DEFAULT_SPIN_YIELD)?,
+            background_period: BACKGROUND_PERIOD,
+            ..Options::default()
+        };
+        let rt = Runtime::new(methods.len(), Ranks::default(), state, opts)
+            .map_err(|e| BmiError::Transport(format!("setting up the runtime: {e}")))?;
+        for (i, ep) in opened.into_iter().enumerate() {
+            if let Some(ep) = ep {
+                rt.set_ep(i, ep);
+            }
         }
         Ok(Inner {
             methods,
             flags,
-            st: Mutex::new(State {
-                next_op: 1,
-                next_token: 1,
-                ..State::default()
-            }),
-            calls: AtomicU64::new(0),
-            background_rounds: AtomicU64::new(0),
-            stop: AtomicBool::new(false),
-            spin: micros_from_env("BMI_SPIN_US", DEFAULT_SPIN)?,
-            spin_yield: micros_from_env("BMI_SPIN_YIELD_US", DEFAULT_SPIN_YIELD)?,
+            rt: Arc::new(rt),
         })
+    }
+
+    /// The endpoint of `method`, opened now if it was not (a client's,
+    /// chosen for the first peer it talks to).
+    fn ep_for(&self, method: usize, first_peer: &msg_layer::Addr) -> Result<&Ep, BmiError> {
+        if let Some(ep) = self.rt.ep(method) {
+            return Ok(ep);
+        }
+        let m = &self.methods[method];
+        let _g = m.open.lock();
+        self.rt.ep_or_open(method, || {
+            let spec = match &m.listen {
+                Some(s) => s.clone(),
+                None => client_spec(m.kind, first_peer)?,
+            };
+            open_endpoint(m.kind, &keyed(spec, &m.auth_key))
+        })
+    }
+
+    /// The state, locked.
+    fn st(&self) -> parking_lot::MutexGuard<'_, State> {
+        self.rt.lock()
     }
 
     /// Start the thread that makes progress (acknowledgements,
     /// retransmissions, rendezvous) while the application does not call BMI.
     pub fn start_background(self: &Arc<Self>) -> Option<JoinHandle<()>> {
-        msg_layer::keepalive::spawn_keepalive(
-            "bmi-progress",
-            Arc::downgrade(self),
-            BACKGROUND_PERIOD,
-        )
-        .ok()
+        self.rt.start_background("bmi-progress").ok()
     }
 
     /// Stop the background thread, deliver what is queued (bounded) and
     /// close every connection.
     pub fn finalize(&self) {
-        self.stop.store(true, Ordering::Relaxed);
-        for m in &self.methods {
-            if let Some(ep) = m.ep() {
-                let _ = ep.flush(Some(Duration::from_secs(5)));
-                let _ = ep.close(Duration::from_secs(1));
-            }
+        self.rt.stop_background();
+        for (_, ep) in self.rt.eps() {
+            let _ = ep.flush(Some(Duration::from_secs(5)));
+            let _ = ep.close(Duration::from_secs(1));
         }
     }
 
     pub fn stats(&self) -> BmiStats {
-        let st = self.st.lock();
+        let st = self.st();
         BmiStats {
-            background_rounds: self.background_rounds.load(Ordering::Relaxed),
+            background_rounds: self.rt.background_rounds(),
             ..st.stats.clone()
         }
     }
@@ -483,7 +482,7 @@ impl Inner {
     // ----- contexts -----
 
     pub fn open_context(&self) -> ContextId {
-        let mut st = self.st.lock();
+        let mut st = self.st();
         if let Some(i) = st.contexts.iter().position(Option::is_none) {
             st.contexts[i] = Some(Ctx::default());
             return i as ContextId;
@@ -494,7 +493,7 @@ impl Inner {
 
     /// Close a context: its pending operations are cancelled and forgotten.
     pub fn close_context(&self, ctx: ContextId) -> Result<(), BmiError> {
-        let mut st = self.st.lock();
+        let mut st = self.st();
         let Some(slot) = st.contexts.get_mut(ctx as usize).filter(|c| c.is_some()) else {
             return Err(BmiError::Invalid(format!("no open context {ctx}")));
         };
@@ -519,7 +518,7 @@ impl Inner {
         if let Some(r) = op.req {
             st.by_req.remove(&(op.method, r));
             if op.kind == OpKind::Recv {
-                if let Some(ep) = self.methods[op.method].ep() {
+                if let Some(ep) = self.rt.ep(op.method) {
                     let _ = ep.cancel(r);
                 }
             }
@@ -546,7 +545,7 @@ impl Inner {
             .iter()
             .position(|m| m.kind == name.method())
             .ok_or_else(|| BmiError::UnknownMethod(name.method().name().into()))?;
-        let mut st = self.st.lock();
+        let mut st = self.st();
         if let Some(&a) = st.by_text.get(text.as_bytes()) {
             return Ok(a);
         }
@@ -567,7 +566,6 @@ impl Inner {
             text: text.clone(),
             name,
             peer,
-            dead: None,
             dropped: false,
         });
         let a = st.addrs.len() as BmiAddr;
@@ -579,12 +577,11 @@ impl Inner {
     }
 
     /// The address a peer of `method` names itself by (one handle per peer).
-    fn addr_of_peer(&self, st: &mut State, method: usize, peer: PeerId) -> BmiAddr {
+    fn addr_of_peer(st: &mut State, ep: Option<&Ep>, method: usize, peer: PeerId) -> BmiAddr {
         if let Some(&a) = st.by_peer.get(&(method, peer)) {
             return a;
         }
-        let text = self.methods[method]
-            .ep()
+        let text = ep
             .and_then(|ep| ep.peer_addr(peer))
             .map_or_else(|| format!("peer-{peer}"), |a| a.to_string());
         // The same peer looked up by name before it spoke: one handle.
@@ -602,7 +599,7 @@ impl Inner {
 
     /// The string an address was looked up by, or its peer names itself by.
     pub fn rev_lookup(&self, a: BmiAddr) -> Option<CString> {
-        let st = self.st.lock();
+        let st = self.st();
         st.addrs
             .get((a as usize).wrapping_sub(1))
             .filter(|_| a > 0)
@@ -612,7 +609,7 @@ impl Inner {
     /// The string of an address as a C pointer, stable until the library is
     /// dropped (entries are never removed, only marked dropped).
     pub fn rev_lookup_ptr(&self, a: BmiAddr) -> Option<*const std::ffi::c_char> {
-        let st = self.st.lock();
+        let st = self.st();
         st.addrs
             .get((a as usize).wrapping_sub(1))
             .filter(|_| a > 0)
@@ -621,7 +618,7 @@ impl Inner {
 
     /// The method of a live address.
     pub fn method_of(&self, a: BmiAddr) -> Result<usize, BmiError> {
-        let st = self.st.lock();
+        let st = self.st();
         Self::entry(&st, a).map(|e| e.method)
     }
 
@@ -636,7 +633,7 @@ impl Inner {
     /// cancelled; later operations on the handle fail; a lookup or a new
     /// message from the peer makes a new handle.
     pub fn drop_addr(&self, a: BmiAddr) -> Result<(), BmiError> {
-        let mut st = self.st.lock();
+        let mut st = self.st();
         Self::entry(&st, a)?;
         let e = &mut st.addrs[a as usize - 1];
         e.dropped = true;
@@ -647,12 +644,18 @@ impl Inner {
         if let Some(p) = peer {
             st.by_peer.remove(&(method, p));
         }
-        self.fail_pending(&mut st, a, true, BmiError::Cancelled);
+        Self::fail_pending(&mut st, |m| self.rt.ep(m), a, true, BmiError::Cancelled);
         Ok(())
     }
 
     /// Complete `a`'s pending receives (and sends too when `sends`) with `e`.
-    fn fail_pending(&self, st: &mut State, a: BmiAddr, sends: bool, e: BmiError) {
+    fn fail_pending<'e>(
+        st: &mut State,
+        ep_of: impl Fn(usize) -> Option<&'e Ep>,
+        a: BmiAddr,
+        sends: bool,
+        e: BmiError,
+    ) {
         let ids: Vec<OpId> = st
             .ops
             .iter()
@@ -669,7 +672,7 @@ impl Inner {
             }
             if let Some(r) = op.req.take() {
                 let m = op.method;
-                if let Some(ep) = self.methods[m].ep() {
+                if let Some(ep) = ep_of(m) {
                     let _ = ep.cancel(r);
                 }
                 st.by_req.remove(&(m, r));
@@ -683,17 +686,17 @@ impl Inner {
     /// The peer of `a`, connecting now if this is the first use.
     fn peer_for(&self, st: &mut State, a: BmiAddr) -> Result<(usize, PeerId, &Ep), BmiError> {
         let e = Self::entry(st, a)?;
-        if let Some(d) = &e.dead {
-            return Err(d.clone());
-        }
         let method = e.method;
         if let Some(p) = e.peer {
-            let ep = self.methods[method].ep().expect("a peer has an endpoint");
+            if let Some(cause) = self.rt.ended(method, p) {
+                return Err(peer_error(&e.text.to_string_lossy(), &cause));
+            }
+            let ep = self.rt.ep(method).expect("a peer has an endpoint");
             return Ok((method, p, ep));
         }
         let name = e.name.clone().ok_or(BmiError::UnknownAddress(a))?;
         let to = name.resolve()?;
-        let ep = self.methods[method].ep_for(&to)?;
+        let ep = self.ep_for(method, &to)?;
         let text = e.text.to_string_lossy().into_owned();
         let p = ep
             .connect(&to)
@@ -724,8 +727,8 @@ impl Inner {
         ctx: ContextId,
         unexpected: bool,
     ) -> Result<Posted, BmiError> {
-        self.calls.fetch_add(1, Ordering::Relaxed);
-        let mut st = self.st.lock();
+        self.rt.note_call();
+        let mut st = self.st();
         Self::check_ctx(&st, ctx)?;
         let len = match &body {
             SendBody::Owned(b) => b.len(),
@@ -837,8 +840,8 @@ impl Inner {
         user: usize,
         ctx: ContextId,
     ) -> Result<Posted, BmiError> {
-        self.calls.fetch_add(1, Ordering::Relaxed);
-        let mut st = self.st.lock();
+        self.rt.note_call();
+        let mut st = self.st();
         Self::check_ctx(&st, ctx)?;
         let expected_len = usize::try_from(expected)
             .map_err(|_| BmiError::Invalid(format!("expected size {expected}")))?;
@@ -846,12 +849,11 @@ impl Inner {
         // message layer still matches those and fails the receive otherwise.
         let (method, peer, ep) = match Self::entry(&st, a)? {
             AddrEntry {
-                dead: Some(_),
                 peer: Some(p),
                 method,
                 ..
-            } => {
-                let ep = self.methods[*method].ep().expect("a peer has an endpoint");
+            } if self.rt.ended(*method, *p).is_some() => {
+                let ep = self.rt.ep(*method).expect("a peer has an endpoint");
                 (*method, *p, ep)
             }
             _ => self.peer_for(&mut st, a)?,
@@ -957,8 +959,8 @@ impl Inner {
     /// Cancel a pending operation: a receive not matched yet completes
     /// with `Cancelled`; anything already moving completes as it would.
     pub fn cancel(&self, id: OpId, ctx: ContextId) -> Result<(), BmiError> {
-        self.calls.fetch_add(1, Ordering::Relaxed);
-        let st = self.st.lock();
+        self.rt.note_call();
+        let st = self.st();
         let Some(op) = st.ops.get(&id) else {
             return Err(BmiError::Invalid(format!("no pending operation {id}")));
         };
@@ -969,7 +971,7 @@ impl Inner {
             )));
         }
         if let (Some(r), OpKind::Recv) = (op.req, op.kind) {
-            if let Some(ep) = self.methods[op.method].ep() {
+            if let Some(ep) = self.rt.ep(op.method) {
                 // Its completion (Cancelled) comes back as a watched event.
                 let _ = ep.cancel(r);
             }
@@ -980,155 +982,16 @@ impl Inner {
     // ----- progress -----
 
     /// One round on every method, then their events routed.
-    fn progress_once(&self) -> Result<bool, BmiError> {
-        let mut moved = false;
-        for m in &self.methods {
-            if let Some(ep) = m.ep() {
-                moved |= ep
-                    .progress()
-                    .map_err(|e| BmiError::Transport(e.to_string()))?;
-            }
-        }
-        Ok(self.pump() || moved)
-    }
-
-    /// Route every event the endpoints have. True when there was any.
-    fn pump(&self) -> bool {
-        let mut any = false;
-        let mut spent = Vec::new();
-        {
-            let mut st = self.st.lock();
-            for (mi, m) in self.methods.iter().enumerate() {
-                let Some(ep) = m.ep() else { continue };
-                while let Some(ev) = ep.poll_event() {
-                    any = true;
-                    self.route(&mut st, mi, ev, &mut spent);
-                }
-            }
-        }
-        for (mi, msg) in spent {
-            if let Some(ep) = self.methods[mi].ep() {
-                ep.recycle(msg);
-            }
-        }
-        any
-    }
-
-    fn route(&self, st: &mut State, mi: usize, ev: Event, spent: &mut Vec<(usize, ActiveMessage)>) {
-        match ev {
-            Event::Message(msg) => {
-                let data = msg.data();
-                if msg.handler != AM_UNEXPECTED || data.len() < 4 {
-                    st.stats.bad_packets += 1;
-                    spent.push((mi, msg));
-                    return;
-                }
-                let tag = i32::from_le_bytes(data[..4].try_into().expect("4 bytes"));
-                let len = (data.len() - 4) as u64;
-                let addr = self.addr_of_peer(st, mi, msg.peer);
-                st.stats.unexpected += 1;
-                let limit = self.methods[mi].unexpected_limit.load(Ordering::Relaxed) as u64;
-                let result = if len > limit {
-                    st.stats.unexpected_too_long += 1;
-                    spent.push((mi, msg));
-                    Err(BmiError::UnexpectedTooLong { len, limit })
-                } else {
-                    Ok(UnexpectedData { msg })
-                };
-                st.unexpected.push_back(Unexpected { addr, tag, result });
-            }
-            Event::PeerEnded { peer, error } => {
-                let Some(&a) = st.by_peer.get(&(mi, peer)) else {
-                    return;
-                };
-                let text = st_text(st, a);
-                let e = peer_error(&text, &error);
-                // Every handle that leads to this peer is dead.
-                for entry in st.addrs.iter_mut() {
-                    if entry.method == mi && entry.peer == Some(peer) {
-                        entry.dead = Some(e.clone());
-                    }
-                }
-                let handles: Vec<BmiAddr> = (1..=st.addrs.len() as BmiAddr)
-                    .filter(|&h| {
-                        let en = &st.addrs[h as usize - 1];
-                        en.method == mi && en.peer == Some(peer)
-                    })
-                    .collect();
-                for h in handles {
-                    self.fail_pending(st, h, false, e.clone());
-                }
-            }
-            Event::Completed { request, result } => {
-                let Some(id) = st.by_req.remove(&(mi, request)) else {
-                    return;
-                };
-                let Some(mut op) = st.ops.remove(&id) else {
-                    return;
-                };
-                let text = st_text(st, op.addr);
-                Self::settle(st, &mut op, result, &text);
-                st.ops.insert(id, op);
-                Self::finish(st, id);
-            }
-            Event::Released(token) => {
-                let Some(id) = st.by_token.remove(&token) else {
-                    return;
-                };
-                if let Some(op) = st.ops.get_mut(&id) {
-                    op.lent = None;
-                }
-                Self::finish(st, id);
-            }
-        }
-    }
-
     /// Make progress until `cond` (checked under the state's lock) gives
     /// something, or `idle` passes with nothing (then `None`).
     fn wait_for<R>(
         &self,
         idle: Duration,
-        mut cond: impl FnMut(&mut State) -> Option<R>,
+        cond: impl FnMut(&mut State) -> Option<R>,
     ) -> Result<Option<R>, BmiError> {
-        self.calls.fetch_add(1, Ordering::Relaxed);
-        let start = Instant::now();
-        let mut last_move = start;
-        loop {
-            let moved = self.progress_once()?;
-            if let Some(r) = cond(&mut self.st.lock()) {
-                return Ok(Some(r));
-            }
-            let now = Instant::now();
-            let waited = now.duration_since(start);
-            if waited >= idle {
-                return Ok(None);
-            }
-            if moved {
-                last_move = now;
-                continue;
-            }
-            let idle_for = now.duration_since(last_move);
-            if idle_for < self.spin {
-                if idle_for >= self.spin_yield {
-                    std::thread::yield_now();
-                } else {
-                    std::hint::spin_loop();
-                }
-                continue;
-            }
-            let sleep = (idle - waited).min(MAX_SLEEP);
-            let eps: Vec<&Ep> = self.methods.iter().filter_map(Method::ep).collect();
-            match eps.as_slice() {
-                [] => std::thread::sleep(sleep),
-                [one] => one.wait_ready(sleep),
-                // Several methods: a short sleep on each in turn.
-                many => {
-                    for ep in many {
-                        ep.wait_ready(sleep / many.len() as u32);
-                    }
-                }
-            }
-        }
+        self.rt
+            .wait_for(Some(idle), cond)
+            .map_err(|e| BmiError::Transport(e.to_string()))
     }
 
     fn take_done(st: &mut State, id: OpId) -> Option<Done> {
@@ -1153,7 +1016,7 @@ impl Inner {
     /// `BMI_test`: the operation's completion, if it comes within `idle`.
     pub fn test(&self, id: OpId, ctx: ContextId, idle: Duration) -> Result<Option<Done>, BmiError> {
         {
-            let st = self.st.lock();
+            let st = self.st();
             Self::check_ctx(&st, ctx)?;
             match st.ops.get(&id) {
                 Some(op) if op.ctx == ctx => {}
@@ -1176,7 +1039,7 @@ impl Inner {
         idle: Duration,
     ) -> Result<Vec<(usize, Done)>, BmiError> {
         {
-            let st = self.st.lock();
+            let st = self.st();
             Self::check_ctx(&st, ctx)?;
         }
         let out = self.wait_for(idle, |st| {
@@ -1205,7 +1068,7 @@ impl Inner {
         idle: Duration,
     ) -> Result<Vec<Done>, BmiError> {
         {
-            let st = self.st.lock();
+            let st = self.st();
             Self::check_ctx(&st, ctx)?;
         }
         let out = self.wait_for(idle, |st| {
@@ -1237,7 +1100,7 @@ impl Inner {
     /// Give an unexpected message's buffer back to its endpoint.
     pub fn recycle(&self, u: UnexpectedData, addr: BmiAddr) {
         if let Ok(m) = self.method_of(addr) {
-            if let Some(ep) = self.methods[m].ep() {
+            if let Some(ep) = self.rt.ep(m) {
                 ep.recycle(u.msg);
             }
         }
@@ -1246,11 +1109,9 @@ impl Inner {
     /// The message layer's and transports' counters, per method.
     pub fn counters(&self) -> Vec<(String, u64)> {
         let mut out = Vec::new();
-        for m in &self.methods {
-            if let Some(ep) = m.ep() {
-                for (k, v) in ep.counters() {
-                    out.push((format!("{}.{k}", m.kind.name()), v));
-                }
+        for (i, ep) in self.rt.eps() {
+            for (k, v) in ep.counters() {
+                out.push((format!("{}.{k}", self.methods[i].kind.name()), v));
             }
         }
         out
@@ -1260,7 +1121,7 @@ impl Inner {
     pub fn transport_name(&self, method: usize) -> Option<String> {
         self.methods
             .get(method)
-            .and_then(Method::ep)
+            .and(self.rt.ep(method))
             .map(|e| e.transport_name())
     }
 
@@ -1268,19 +1129,77 @@ impl Inner {
     pub fn local_addr(&self, method: usize) -> Option<String> {
         self.methods
             .get(method)
-            .and_then(Method::ep)
+            .and(self.rt.ep(method))
             .map(|e| e.local_addr().to_string())
     }
 }
 
-impl msg_layer::keepalive::KeepAlive for Inner {
-    fn activity(&self) -> Option<u64> {
-        (!self.stop.load(Ordering::Relaxed)).then(|| self.calls.load(Ordering::Relaxed))
-    }
-
-    fn round(&self) {
-        self.background_rounds.fetch_add(1, Ordering::Relaxed);
-        let _ = self.progress_once();
+impl Api for State {
+    fn route(&mut self, cx: &mut Cx<'_>, ev: Event) {
+        let (st, mi) = (self, cx.slot());
+        match ev {
+            Event::Message(msg) => {
+                let data = msg.data();
+                if msg.handler != AM_UNEXPECTED || data.len() < 4 {
+                    st.stats.bad_packets += 1;
+                    cx.recycle(msg);
+                    return;
+                }
+                let tag = i32::from_le_bytes(data[..4].try_into().expect("4 bytes"));
+                let len = (data.len() - 4) as u64;
+                let addr = Inner::addr_of_peer(st, cx.ep(), mi, msg.peer);
+                st.stats.unexpected += 1;
+                let limit = st.limits[mi].load(Ordering::Relaxed) as u64;
+                let result = if len > limit {
+                    st.stats.unexpected_too_long += 1;
+                    cx.recycle(msg);
+                    Err(BmiError::UnexpectedTooLong { len, limit })
+                } else {
+                    Ok(UnexpectedData { msg })
+                };
+                st.unexpected.push_back(Unexpected { addr, tag, result });
+            }
+            Event::PeerEnded { peer, error } => {
+                let Some(&a) = st.by_peer.get(&(mi, peer)) else {
+                    return;
+                };
+                let text = st_text(st, a);
+                let e = peer_error(&text, &error);
+                // Every handle that leads to this peer is dead (the
+                // runtime's table has its end): their pending operations
+                // fail now.
+                let handles: Vec<BmiAddr> = (1..=st.addrs.len() as BmiAddr)
+                    .filter(|&h| {
+                        let en = &st.addrs[h as usize - 1];
+                        en.method == mi && en.peer == Some(peer)
+                    })
+                    .collect();
+                for h in handles {
+                    Inner::fail_pending(st, |m| cx.ep_of(m), h, false, e.clone());
+                }
+            }
+            Event::Completed { request, result } => {
+                let Some(id) = st.by_req.remove(&(mi, request)) else {
+                    return;
+                };
+                let Some(mut op) = st.ops.remove(&id) else {
+                    return;
+                };
+                let text = st_text(st, op.addr);
+                Inner::settle(st, &mut op, result, &text);
+                st.ops.insert(id, op);
+                Inner::finish(st, id);
+            }
+            Event::Released(token) => {
+                let Some(id) = st.by_token.remove(&token) else {
+                    return;
+                };
+                if let Some(op) = st.ops.get_mut(&id) {
+                    op.lent = None;
+                }
+                Inner::finish(st, id);
+            }
+        }
     }
 }
 
