@@ -44,11 +44,6 @@ pub struct Options {
     /// The background thread's period: how often it looks whether the
     /// application still calls.
     pub background_period: Duration,
-    /// Whether the background thread routes events into the state (DECK,
-    /// BMI, migrate), or only moves the transport and leaves events for
-    /// the application's next call (the shim, whose events go to C
-    /// callbacks that must run on the application's thread).
-    pub background_pumps: bool,
 }
 
 impl Default for Options {
@@ -60,7 +55,6 @@ impl Default for Options {
             yield_after: Duration::from_micros(5),
             max_sleep: Duration::from_millis(1),
             background_period: Duration::from_millis(2),
-            background_pumps: true,
         }
     }
 }
@@ -238,9 +232,14 @@ impl<S: Api> Runtime<S> {
     }
 
     /// The application made progress itself (the background thread stays
-    /// away while it does).
+    /// away while it does). Counted, not timed: a clock read on every idle
+    /// turn of a progress loop (Open MPI's `opal_progress`) costs more than
+    /// the rest of an idle call. A load and a store, not a locked add: an
+    /// increment lost between two racing callers still shows a change.
+    #[inline]
     pub fn note_call(&self) {
-        self.calls.fetch_add(1, Ordering::Relaxed);
+        let n = self.calls.load(Ordering::Relaxed);
+        self.calls.store(n.wrapping_add(1), Ordering::Relaxed);
     }
 
     /// Rounds the background thread made for an idle application.
@@ -405,14 +404,22 @@ impl<S: Api> Runtime<S> {
     /// it makes a round whenever the transport has work (it sleeps in
     /// poll(2) on the transports' descriptors), at niceness 19 so that it
     /// takes no time a computing rank on its core needs. It ends at
-    /// [`Runtime::stop_background`] or when the runtime is dropped.
+    /// [`Runtime::stop_background`] or when the runtime is dropped. This
+    /// returns once the thread has lowered its priority.
     pub fn start_background(self: &Arc<Self>, name: &str) -> std::io::Result<JoinHandle<()>> {
         self.stop.store(false, Ordering::Relaxed);
         self.background.store(true, Ordering::Relaxed);
         let rt = Arc::downgrade(self);
-        std::thread::Builder::new()
+        let (started, ready) = std::sync::mpsc::channel();
+        let handle = std::thread::Builder::new()
             .name(name.to_string())
-            .spawn(move || background(rt))
+            .spawn(move || {
+                lower_priority();
+                let _ = started.send(());
+                background(rt)
+            })?;
+        let _ = ready.recv();
+        Ok(handle)
     }
 
     /// Ask the background thread to end, and wake it.
@@ -450,12 +457,7 @@ impl<S: Api> Runtime<S> {
         }
         *computing = true;
         self.background_rounds.fetch_add(1, Ordering::Relaxed);
-        let res = if self.opts.background_pumps {
-            self.progress().map(|_| ())
-        } else {
-            self.eps().try_for_each(|(_, ep)| ep.progress().map(|_| ()))
-        };
-        if let Err(e) = res {
+        if let Err(e) = self.progress() {
             tracing::warn!(%e, "background progress");
         }
         true
@@ -465,7 +467,6 @@ impl<S: Api> Runtime<S> {
 /// The background thread's body: looks until told to stop or the runtime
 /// is gone.
 fn background<S: Api>(rt: Weak<Runtime<S>>) {
-    lower_priority();
     let (mut seen, mut computing) = (u64::MAX, false);
     loop {
         let Some(rt) = rt.upgrade() else { return };

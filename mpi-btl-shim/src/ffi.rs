@@ -57,23 +57,11 @@ fn status_of(e: &Error) -> LlcShimStatus {
     }
 }
 
-/// Run the body of a C entry point: a panic (a bug in the shim or below it)
-/// is reported on stderr and becomes `on_panic`, an error the caller
-/// handles, instead of unwinding into C (which aborts the process, and an
-/// MPI job with it, without a word).
+/// Run the body of the C entry point `name`: a panic (a bug in the shim
+/// or below it) is reported on stderr and becomes `on_panic`, an error the
+/// caller handles, instead of unwinding into C (`app_runtime::cabi`).
 fn guard<T>(name: &str, on_panic: T, f: impl FnOnce() -> T) -> T {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
-        Ok(v) => v,
-        Err(e) => {
-            let what = e
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| e.downcast_ref::<String>().cloned())
-                .unwrap_or_default();
-            eprintln!("llc_shim: internal error in {name}: {what}");
-            on_panic
-        }
-    }
+    app_runtime::cabi::guard(name, on_panic, f)
 }
 
 /// Borrow the shim behind a C handle.
@@ -150,7 +138,7 @@ pub unsafe extern "C" fn llc_shim_new_auth_key(
             }
         };
         let key = msg_layer::transport::llc::AuthKey::derive(material.as_bytes());
-        if let Err(e) = s.ep.set_auth_key(key) {
+        if let Err(e) = s.ep().set_auth_key(key) {
             tracing::error!(%e, "keying the endpoint");
             return LlcShimStatus::Error;
         }
@@ -182,7 +170,7 @@ pub unsafe extern "C" fn llc_shim_set_auth_key(
             return LlcShimStatus::Invalid;
         }
         match s
-            .ep
+            .ep()
             .set_auth_key(msg_layer::transport::llc::AuthKey::derive(m))
         {
             Ok(()) => LlcShimStatus::Ok,
@@ -211,7 +199,7 @@ pub unsafe extern "C" fn llc_shim_auth_fingerprint(
         let Some(s) = (unsafe { shim(s) }) else {
             return 0;
         };
-        match s.ep.auth_fingerprint() {
+        match s.ep().auth_fingerprint() {
             Some(f) => write_text(buf, len, &f),
             None => 0,
         }
@@ -274,7 +262,7 @@ pub unsafe extern "C" fn llc_shim_addr(s: *const LlcShim, buf: *mut c_char, len:
         let Some(s) = (unsafe { shim(s) }) else {
             return 0;
         };
-        write_text(buf, len, &s.ep.local_addr().to_string())
+        write_text(buf, len, &s.ep().local_addr().to_string())
     })
 }
 
@@ -293,7 +281,7 @@ pub unsafe extern "C" fn llc_shim_transport_name(
         let Some(s) = (unsafe { shim(s) }) else {
             return 0;
         };
-        write_text(buf, len, &s.ep.transport_name())
+        write_text(buf, len, &s.ep().transport_name())
     })
 }
 
@@ -328,8 +316,9 @@ pub unsafe extern "C" fn llc_shim_reachable(
             .map(|i| unsafe { cstr(*addrs.add(i)) }.and_then(|a| a.parse().ok()))
             .collect();
         let valid: Vec<Addr> = parsed.iter().flatten().copied().collect();
-        let answers =
-            s.ep.reachable(&valid, Duration::from_millis(timeout_ms.into()));
+        let answers = s
+            .ep()
+            .reachable(&valid, Duration::from_millis(timeout_ms.into()));
         let mut answers = answers.into_iter();
         for (i, p) in parsed.iter().enumerate() {
             let ok = p.is_some() && answers.next().unwrap_or(false);
@@ -364,7 +353,7 @@ pub unsafe extern "C" fn llc_shim_add_peer(
             tracing::warn!(addr, "unparsable peer address");
             return LlcShimStatus::Invalid;
         };
-        match s.ep.add_peer(&a) {
+        match s.ep().add_peer(&a) {
             Ok(p) => {
                 // SAFETY: checked non-null.
                 unsafe { *peer = p };
@@ -390,7 +379,7 @@ pub unsafe extern "C" fn llc_shim_remove_peer(s: *const LlcShim, peer: u32) -> L
         let Some(s) = (unsafe { shim(s) }) else {
             return LlcShimStatus::Invalid;
         };
-        if (peer as usize) < s.ep.peer_count() {
+        if (peer as usize) < s.ep().peer_count() {
             LlcShimStatus::Ok
         } else {
             LlcShimStatus::Invalid
@@ -457,7 +446,7 @@ pub unsafe extern "C" fn llc_shim_can_send(s: *const LlcShim, peer: u32) -> bool
         let Some(s) = (unsafe { shim(s) }) else {
             return false;
         };
-        s.ep.can_post(peer)
+        s.ep().can_post(peer)
     })
 }
 
@@ -500,7 +489,7 @@ pub unsafe extern "C" fn llc_shim_send(
             return LlcShimStatus::Invalid;
         };
         let n = head.len() + body.len();
-        posted(s, n, s.ep.am_post_copy(peer, tag.into(), head, body))
+        posted(s, n, s.ep().am_post_copy(peer, tag.into(), head, body))
     })
 }
 
@@ -555,7 +544,7 @@ pub unsafe extern "C" fn llc_shim_send_lent(
 
 fn send_owned(s: &LlcShim, peer: u32, tag: u8, v: Vec<u8>) -> LlcShimStatus {
     let n = v.len();
-    posted(s, n, s.ep.am_post(peer, tag.into(), Bytes::from(v)))
+    posted(s, n, s.ep().am_post(peer, tag.into(), Bytes::from(v)))
 }
 
 /// What a post of `n` bytes returned, as the C caller sees it: a message
@@ -670,7 +659,7 @@ pub unsafe extern "C" fn llc_shim_register(
         }
         // SAFETY: the caller keeps the memory valid until deregistration.
         let region = Arc::new(unsafe { PtrRegion::new(base.cast(), len) });
-        let k = s.ep.register(region.clone());
+        let k = s.ep().register(region.clone());
         s.regions.lock().expect("regions").push((k, region));
         // SAFETY: checked non-null.
         unsafe { *key = k.0 };
@@ -698,7 +687,7 @@ pub unsafe extern "C" fn llc_shim_deregister(s: *const LlcShim, key: u64) -> Llc
             let at = regions.iter().position(|(k, _)| k.0 == key);
             at.map(|i| regions.swap_remove(i).1)
         };
-        if !s.ep.deregister(RegionKey(key)) {
+        if !s.ep().deregister(RegionKey(key)) {
             return LlcShimStatus::Invalid;
         }
         if let Some(region) = region {
@@ -778,7 +767,7 @@ pub unsafe extern "C" fn llc_shim_get(
         // runs, which is after the get completed or failed; the engine forgets
         // the destination then, and only the reply's frames write there.
         let dst = Arc::new(unsafe { PtrRegion::new(local.cast(), len) });
-        let req = s.ep.get_into(peer, RegionKey(key), offset, dst);
+        let req = s.ep().get_into(peer, RegionKey(key), offset, dst);
         s.add_rma(
             req,
             RmaOp {
@@ -858,10 +847,11 @@ pub unsafe extern "C" fn llc_shim_stats(
             return LlcShimStatus::Invalid;
         }
         let mut st = s.counters.snapshot();
-        let es = s.ep.stats();
+        st.background_rounds = s.background_rounds();
+        let es = s.ep().stats();
         st.bundles = es.bundles_sent;
         st.bundled = es.bundled;
-        if let Some(t) = s.ep.with_transport(|t| t.as_llc().map(|l| l.totals())) {
+        if let Some(t) = s.ep().with_transport(|t| t.as_llc().map(|l| l.totals())) {
             st.frames_dropped = t.frames_dropped;
             st.device_drops = t.device_drops;
             st.retransmits = t.retransmits;

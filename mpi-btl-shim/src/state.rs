@@ -3,10 +3,12 @@
 //! flight, and the counters; and the delivery of the endpoint's events to
 //! the C callbacks.
 //!
-//! The endpoint delivers pull-style (`msg_layer::delivery`): messages, peer
-//! ends, completions of watched puts and gets and releases of lent bodies
-//! wait in one queue, in the order they happened, whoever made the progress
-//! (`llc_shim_progress`, a send, or the background thread). Only
+//! The endpoint delivers pull-style (`msg_layer::delivery`) on the
+//! application runtime every API shares (`app_runtime`): its pump takes
+//! messages, peer ends, completions of watched puts and gets and releases
+//! of lent bodies, in the order they happened, into [`Pending`], whoever
+//! made the progress (`llc_shim_progress`, a send, or the runtime's
+//! background thread). Only
 //! [`LlcShim::progress`] takes them out and calls C, so every C callback
 //! runs on the thread in `llc_shim_progress`, outside every lock (ob1 may
 //! send from inside a receive callback). A nested `llc_shim_progress` from
@@ -14,23 +16,35 @@
 //! which keeps the order.
 
 use std::cell::Cell;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::ffi::{c_char, c_void};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use app_runtime::{Api, Cx, Options, Ranks, Runtime};
 use msg_layer::delivery::Event;
 use msg_layer::rma::RegionKey;
 use msg_layer::transport::spec::{KeySource, LlcSpec};
-use msg_layer::transport::{AnyTransport, TransportSpec};
-use msg_layer::{Config, Endpoint, Error, PeerEnd, PeerId, Request};
+use msg_layer::transport::TransportSpec;
+use msg_layer::{Config, Endpoint, Error, PeerId, Request};
 
 use crate::abi::{LlcShimConfig, LlcShimRmaFn, LlcShimStats, LlcShimStatus};
 use crate::region::PtrRegion;
 
-pub(crate) type Ep = Endpoint<AnyTransport>;
+pub(crate) type Ep = app_runtime::Ep;
+
+/// The runtime's state: the events its pump took, waiting for the thread
+/// in `llc_shim_progress` to hand them to C (outside every lock).
+#[derive(Default)]
+pub(crate) struct Pending(VecDeque<Event>);
+
+impl Api for Pending {
+    fn route(&mut self, _cx: &mut Cx<'_>, ev: Event) {
+        self.0.push_back(ev);
+    }
+}
 
 /// A C pointer carried across threads; only dereferenced by C, on the thread
 /// that calls `llc_shim_progress`.
@@ -94,7 +108,6 @@ pub(crate) struct Counters {
     pub puts: AtomicU64,
     pub gets: AtomicU64,
     pub peers_failed: AtomicU64,
-    pub background_rounds: AtomicU64,
     pub sent_lent: AtomicU64,
 }
 
@@ -105,6 +118,8 @@ impl Counters {
         self.sent_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
     }
 
+    /// The counters (`background_rounds` is the runtime's: the caller
+    /// adds it).
     pub fn snapshot(&self) -> LlcShimStats {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         LlcShimStats {
@@ -117,7 +132,6 @@ impl Counters {
             puts: get(&self.puts),
             gets: get(&self.gets),
             peers_failed: get(&self.peers_failed),
-            background_rounds: get(&self.background_rounds),
             sent_lent: get(&self.sent_lent),
             ..LlcShimStats::default()
         }
@@ -133,14 +147,10 @@ thread_local! {
 
 /// An open endpoint. Opaque to C.
 pub struct LlcShim {
-    pub(crate) ep: Arc<Ep>,
+    /// The endpoint, the events waiting for C, the background thread's
+    /// pacing (it stays out while `llc_shim_progress` is called).
+    rt: Arc<Runtime<Pending>>,
     pub(crate) counters: Arc<Counters>,
-    /// Calls of `llc_shim_progress` so far: the background thread stays out
-    /// while it moves. Counted, not timed: a clock read on every idle turn
-    /// of `opal_progress` cost more than the rest of an idle call. Bumped
-    /// with a load and a store; an increment lost between two racing
-    /// callers still shows a change.
-    progress_calls: Arc<AtomicU64>,
     recv: Mutex<Vec<Option<RecvHandler>>>,
     fail: Mutex<Option<FailHandler>>,
     /// Puts and gets in flight, by request.
@@ -148,12 +158,6 @@ pub struct LlcShim {
     /// Lent sends in flight, by release token.
     lent: Mutex<HashMap<u64, SentHandler>>,
     next_token: AtomicU64,
-    stop: Arc<AtomicBool>,
-    /// Messages may be held: set by a send that left some held, cleared by
-    /// the background thread before it sends them at its next look.
-    held: Arc<AtomicBool>,
-    /// Wakes the background thread to close.
-    wake: Arc<Wake>,
     thread: Option<JoinHandle<()>>,
     /// Registered regions, with what each has lent to the transport.
     pub(crate) regions: Mutex<Vec<(RegionKey, Arc<PtrRegion>)>>,
@@ -241,57 +245,47 @@ impl LlcShim {
             coalesce,
             ..Config::default()
         };
-        let ep = Arc::new(Endpoint::new(t, mcfg)?);
-        ep.set_pull_delivery(true);
-        let counters = Arc::new(Counters::default());
-        let progress_calls = Arc::new(AtomicU64::new(0));
-        let stop = Arc::new(AtomicBool::new(false));
-        let held = Arc::new(AtomicBool::new(false));
-        let wake = Arc::new(Wake::new().map_err(OpenError::Thread)?);
-        let thread = if cfg.progress_thread {
-            let period = Duration::from_micros(match cfg.progress_interval_us {
+        let ep = Endpoint::new(t, mcfg)?;
+        let opts = Options {
+            background_period: Duration::from_micros(match cfg.progress_interval_us {
                 0 => 1_000,
                 n => n.into(),
-            });
-            let bg = Background {
-                ep: ep.clone(),
-                counters: counters.clone(),
-                calls: progress_calls.clone(),
-                stop: stop.clone(),
-                held: held.clone(),
-                wake: wake.clone(),
-                period,
-            };
-            // Open returns once the thread has lowered its priority.
-            let (started, ready) = std::sync::mpsc::channel();
-            let handle = std::thread::Builder::new()
-                .name("llc-shim-bg".into())
-                .spawn(move || {
-                    lower_priority();
-                    let _ = started.send(());
-                    bg.run()
-                })
-                .map_err(OpenError::Thread)?;
-            let _ = ready.recv();
-            Some(handle)
+            }),
+            ..Options::default()
+        };
+        let rt = Runtime::with_endpoint(ep, Ranks::default(), Pending::default(), opts)
+            .map_err(OpenError::Thread)?;
+        let rt = Arc::new(rt);
+        let thread = if cfg.progress_thread {
+            Some(
+                rt.start_background("llc-shim-bg")
+                    .map_err(OpenError::Thread)?,
+            )
         } else {
             None
         };
         Ok(LlcShim {
-            ep,
-            counters,
-            progress_calls,
+            rt,
+            counters: Arc::new(Counters::default()),
             recv: Mutex::new(vec![None; 256]),
             fail: Mutex::new(None),
             rma: Mutex::new(RmaTable::default()),
             lent: Mutex::new(HashMap::new()),
             next_token: AtomicU64::new(1),
-            stop,
-            held,
-            wake,
             thread,
             regions: Mutex::new(Vec::new()),
         })
+    }
+
+    /// The endpoint.
+    #[inline]
+    pub(crate) fn ep(&self) -> &Ep {
+        self.rt.ep(0).expect("the shim's endpoint")
+    }
+
+    /// Rounds the background thread made for a rank that computed.
+    pub(crate) fn background_rounds(&self) -> u64 {
+        self.rt.background_rounds()
     }
 
     pub(crate) fn set_recv_handler(&self, tag: u8, h: Option<RecvHandler>) {
@@ -319,8 +313,9 @@ impl LlcShim {
         // unchanged until its completion runs, which is after the release is
         // reported (`llc_shim_send_lent` checked `ptr` is non-null unless
         // `len` is 0).
-        let lent = unsafe { msg_layer::lent::lend(body.0, body.1, self.ep.release_notice(token)) };
-        let res = self.ep.am_post_lent(peer, tag.into(), head, lent);
+        let lent =
+            unsafe { msg_layer::lent::lend(body.0, body.1, self.ep().release_notice(token)) };
+        let res = self.ep().am_post_lent(peer, tag.into(), head, lent);
         if res.is_err() {
             // Refused before anything was queued: the body was dropped
             // already and its release reported, which must not complete.
@@ -335,7 +330,7 @@ impl LlcShim {
     /// Track a get until its completion event.
     pub(crate) fn add_rma(&self, req: Request, op: RmaOp) {
         self.rma.lock().expect("rma").ops.insert(req, op);
-        self.ep.watch(req);
+        self.ep().watch(req);
     }
 
     /// Put `len` bytes at `local` into `peer`'s region `key` at `offset`,
@@ -363,8 +358,8 @@ impl LlcShim {
         // reported (`llc_shim_put` checked `ptr` is non-null unless `len`
         // is 0).
         let data =
-            unsafe { msg_layer::lent::lend(local.0, local.1, self.ep.release_notice(token)) };
-        let req = self.ep.put(peer, key, offset, data);
+            unsafe { msg_layer::lent::lend(local.0, local.1, self.ep().release_notice(token)) };
+        let req = self.ep().put(peer, key, offset, data);
         {
             let mut t = self.rma.lock().expect("rma");
             let released = matches!(t.tokens.remove(&token), Some(PutToken::ReleasedEarly));
@@ -381,7 +376,7 @@ impl LlcShim {
                 },
             );
         }
-        self.ep.watch(req);
+        self.ep().watch(req);
     }
 
     /// A release token was reported: a lent put's (true) or not.
@@ -431,7 +426,7 @@ impl LlcShim {
                 );
                 return;
             }
-            if let Err(e) = self.ep.progress() {
+            if let Err(e) = self.ep().progress() {
                 tracing::warn!(%e, "progress while waiting for lent ranges");
             }
         }
@@ -440,17 +435,15 @@ impl LlcShim {
     /// Make progress and deliver what is due, on this thread. Returns how
     /// many events there were.
     pub(crate) fn progress(&self) -> Result<usize, Error> {
-        let n = self.progress_calls.load(Ordering::Relaxed);
-        self.progress_calls
-            .store(n.wrapping_add(1), Ordering::Relaxed);
+        self.rt.note_call();
         // What waited since the last call was received outside it (by the
         // background thread, or by a send's progress).
         let (early, _) = self.deliver();
         self.counters.queued.fetch_add(early, Ordering::Relaxed);
-        let res = self.ep.progress();
+        let res = self.ep().progress();
         let (now, _) = self.deliver();
         // What the callbacks sent in a burst was held: it goes now.
-        self.ep.send_held();
+        self.ep().send_held();
         res.map(|moved| (early + now) as usize + usize::from(moved))
     }
 
@@ -461,9 +454,7 @@ impl LlcShim {
     /// them itself, and waking the thread for every burst took a core from
     /// a busy rank (docs/BENCHMARKS.md, "Held sends that wake no thread").
     pub(crate) fn note_held(&self) {
-        if self.thread.is_some() && self.ep.holding() {
-            self.held.store(true, Ordering::Release);
-        }
+        self.rt.note_held();
     }
 
     /// Hand the endpoint's events to the C callbacks, in order, unless this
@@ -472,40 +463,55 @@ impl LlcShim {
         if DELIVERING.with(Cell::get) {
             return (0, 0);
         }
-        let Some(first) = self.ep.poll_event() else {
-            return (0, 0);
-        };
-        DELIVERING.with(|d| d.set(true));
+        self.rt.pump();
         let (mut messages, mut events) = (0, 0);
-        let mut next = Some(first);
-        while let Some(ev) = next {
-            events += 1;
-            match ev {
-                Event::Message(m) => {
-                    messages += 1;
-                    // BTL tags are the handler ids (0..=255).
-                    self.call_recv(m.peer, m.handler as u8, m.data());
-                    self.ep.recycle(m);
+        let mut batch = VecDeque::new();
+        loop {
+            {
+                // The queues trade places: the pump fills one while this
+                // delivers the other, and the emptied one goes back with
+                // its room (nothing allocated per message once warm).
+                let mut pending = self.rt.lock();
+                if pending.0.is_empty() {
+                    if pending.0.capacity() < batch.capacity() {
+                        std::mem::swap(&mut batch, &mut pending.0);
+                    }
+                    return (messages, events);
                 }
-                Event::PeerEnded { peer, error } => self.peer_ended(peer, &error),
-                Event::Completed { request, result } => self.complete_rma(request, result),
-                Event::Released(token) => {
-                    if self.put_released(token) {
-                        next = self.ep.poll_event();
-                        continue;
-                    }
-                    let done = self.lent.lock().expect("lent").remove(&token);
-                    if let Some((cb, ctx)) = done {
-                        // SAFETY: the caller of llc_shim_send_lent promised
-                        // `cb` accepts `ctx`; no shim lock is held.
-                        unsafe { cb(ctx.0) }
-                    }
+                std::mem::swap(&mut batch, &mut pending.0);
+            }
+            DELIVERING.with(|d| d.set(true));
+            for ev in batch.drain(..) {
+                events += 1;
+                messages += u64::from(matches!(ev, Event::Message(_)));
+                self.deliver_one(ev);
+            }
+            DELIVERING.with(|d| d.set(false));
+        }
+    }
+
+    /// Hand one event to its C callback (no lock held).
+    fn deliver_one(&self, ev: Event) {
+        match ev {
+            Event::Message(m) => {
+                // BTL tags are the handler ids (0..=255).
+                self.call_recv(m.peer, m.handler as u8, m.data());
+                self.ep().recycle(m);
+            }
+            Event::PeerEnded { peer, error } => self.peer_ended(peer, &error),
+            Event::Completed { request, result } => self.complete_rma(request, result),
+            Event::Released(token) => {
+                if self.put_released(token) {
+                    return;
+                }
+                let done = self.lent.lock().expect("lent").remove(&token);
+                if let Some((cb, ctx)) = done {
+                    // SAFETY: the caller of llc_shim_send_lent promised
+                    // `cb` accepts `ctx`; no shim lock is held.
+                    unsafe { cb(ctx.0) }
                 }
             }
-            next = self.ep.poll_event();
         }
-        DELIVERING.with(|d| d.set(false));
-        (messages, events)
     }
 
     fn call_recv(&self, peer: PeerId, tag: u8, data: &[u8]) {
@@ -533,13 +539,7 @@ impl LlcShim {
 
     /// A peer's connection ended: in order (it finished), or failed.
     fn peer_ended(&self, peer: PeerId, error: &Error) {
-        let orderly = matches!(
-            error,
-            Error::PeerFailed {
-                end: PeerEnd::Closed,
-                ..
-            }
-        );
+        let orderly = app_runtime::peers::orderly(error);
         if !orderly {
             self.counters.peers_failed.fetch_add(1, Ordering::Relaxed);
         }
@@ -593,7 +593,7 @@ impl LlcShim {
     /// True when nothing is in flight: everything sent acknowledged, every
     /// put, get and lent send completed (its callback ran).
     pub(crate) fn idle(&self) -> bool {
-        self.ep.flush(Some(Duration::ZERO)).is_ok()
+        self.ep().flush(Some(Duration::ZERO)).is_ok()
             && self.rma.lock().expect("rma").ops.is_empty()
             && self.lent.lock().expect("lent").is_empty()
     }
@@ -601,9 +601,8 @@ impl LlcShim {
     /// Stop the background thread, forget the callbacks, deliver what is
     /// queued to no one and close every connection (at most `timeout`).
     pub(crate) fn close(mut self, timeout: Duration) {
-        self.stop.store(true, Ordering::Relaxed);
+        self.rt.stop_background();
         if let Some(t) = self.thread.take() {
-            self.wake.signal();
             let _ = t.join();
         }
         self.set_fail_handler(None);
@@ -612,132 +611,11 @@ impl LlcShim {
         }
         *self.rma.lock().expect("rma") = RmaTable::default();
         self.lent.lock().expect("lent").clear();
-        if let Err(e) = self.ep.close(timeout) {
+        if let Err(e) = self.ep().close(timeout) {
             tracing::debug!(%e, "closing: not everything was delivered");
         }
         for (k, _) in self.regions.lock().expect("regions").drain(..) {
-            self.ep.deregister(k);
-        }
-    }
-}
-
-/// An eventfd the background thread sleeps on beside the transport's
-/// descriptors: closing wakes it.
-pub(crate) struct Wake(std::os::fd::OwnedFd);
-
-impl Wake {
-    fn new() -> std::io::Result<Wake> {
-        // SAFETY: eventfd(2) with valid flags; it returns a new descriptor
-        // or -1.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: `fd` is a fresh descriptor nobody else owns.
-        Ok(Wake(unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) }))
-    }
-
-    fn fd(&self) -> std::os::fd::RawFd {
-        std::os::fd::AsRawFd::as_raw_fd(&self.0)
-    }
-
-    fn signal(&self) {
-        let one = 1u64.to_ne_bytes();
-        // SAFETY: writes 8 bytes from a live buffer to our eventfd; a full
-        // counter (EAGAIN) means it is signalled already.
-        let _ = unsafe { libc::write(self.fd(), one.as_ptr().cast(), one.len()) };
-    }
-
-    fn clear(&self) {
-        let mut buf = [0u8; 8];
-        // SAFETY: reads at most 8 bytes into a live buffer from our
-        // non-blocking eventfd (EAGAIN when not signalled).
-        let _ = unsafe { libc::read(self.fd(), buf.as_mut_ptr().cast(), buf.len()) };
-    }
-}
-
-/// The background thread, at [`BACKGROUND_NICE`]. While the application
-/// calls `llc_shim_progress` it only looks every `period` whether it still
-/// does.
-/// Once a whole period passed without a call (the rank computes, or waits
-/// outside MPI), it makes progress itself whenever the transport has work
-/// (it sleeps in poll(2) on the transport's descriptors, as the kernel's
-/// TCP receives in its softirq): data is received and acknowledged, so a
-/// peer's sends complete and nothing is retransmitted while this rank
-/// computes; what it receives waits in the endpoint's event queue for the
-/// next `llc_shim_progress` (it never calls C). Small messages a send left
-/// held (`coalesce_us`) and no progress call has sent since, it sends at
-/// its next look (every `period`).
-struct Background {
-    ep: Arc<Ep>,
-    counters: Arc<Counters>,
-    calls: Arc<AtomicU64>,
-    stop: Arc<AtomicBool>,
-    held: Arc<AtomicBool>,
-    wake: Arc<Wake>,
-    period: Duration,
-}
-
-/// The background thread's niceness. It helps a rank that computes and
-/// must not take the core from it: where every core runs a rank (as MPI
-/// jobs run), a helper at the rank's own priority preempts the rank at
-/// each of its wake-ups, and the radix sort lost about a tenth of its speed
-/// to it; at 19 it takes the time the scheduler can spare, and all of an
-/// idle core (docs/BENCHMARKS.md, "The radix sort and the background
-/// thread").
-const BACKGROUND_NICE: libc::c_int = 19;
-
-/// Give the calling thread [`BACKGROUND_NICE`]; where the system refuses,
-/// it keeps its priority (and says so in the log).
-fn lower_priority() {
-    // SAFETY: gettid has no arguments and cannot fail; setpriority with
-    // PRIO_PROCESS and a thread id changes only that thread's niceness.
-    let rc = unsafe {
-        libc::setpriority(
-            libc::PRIO_PROCESS,
-            libc::gettid() as libc::id_t,
-            BACKGROUND_NICE,
-        )
-    };
-    if rc != 0 {
-        let e = std::io::Error::last_os_error();
-        tracing::debug!(%e, "background thread keeps its priority");
-    }
-}
-
-impl Background {
-    fn run(self) {
-        let mut seen = self.calls.load(Ordering::Relaxed);
-        let mut computing = false;
-        let wake = [self.wake.fd()];
-        while !self.stop.load(Ordering::Relaxed) {
-            if computing {
-                self.ep.wait_ready_or(&wake, self.period);
-            } else {
-                msg_layer::sys::poll_readable(&wake, self.period);
-            }
-            self.wake.clear();
-            if self.stop.load(Ordering::Relaxed) {
-                break;
-            }
-            // Cleared before sending: a burst that starts after this is
-            // noted again.
-            if self.held.swap(false, Ordering::AcqRel) {
-                self.ep.send_held();
-            }
-            let now = self.calls.load(Ordering::Relaxed);
-            if now != seen {
-                seen = now;
-                computing = false;
-                continue; // the application makes progress itself
-            }
-            computing = true;
-            self.counters
-                .background_rounds
-                .fetch_add(1, Ordering::Relaxed);
-            if let Err(e) = self.ep.progress() {
-                tracing::warn!(%e, "background progress");
-            }
+            self.ep().deregister(k);
         }
     }
 }

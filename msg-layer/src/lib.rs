@@ -20,7 +20,6 @@ pub mod delivery;
 mod endpoint;
 mod engine;
 pub mod error;
-pub mod keepalive;
 #[allow(unsafe_code)]
 pub mod lent;
 pub mod matching;
