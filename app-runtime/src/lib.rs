@@ -19,9 +19,12 @@
 //! (`Endpoint::set_pull_delivery`), so an API may call its endpoint while it
 //! holds its state's lock.
 
+#![deny(unsafe_code)]
+
 pub mod cabi;
 pub mod peers;
 mod runtime;
+mod sys;
 
 pub use peers::{Ended, Ranks};
 pub use runtime::{Api, Cx, Ep, Options, Runtime};
