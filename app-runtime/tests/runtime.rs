@@ -59,7 +59,10 @@ fn a_message_reaches_the_state_and_an_end_the_table() {
     let rts = job();
     let (a, b) = (&rts[0], &rts[1]);
     let peer = a.ranks().peer(1).expect("rank 1");
-    a.ep(0).unwrap().am_post(peer, HANDLER, &b"hello"[..]).expect("post");
+    a.ep(0)
+        .unwrap()
+        .am_post(peer, HANDLER, &b"hello"[..])
+        .expect("post");
     // The sender must make progress too: its background thread does.
     let _bg = a.start_background("test-bg").expect("thread");
     let got = b
@@ -70,11 +73,19 @@ fn a_message_reaches_the_state_and_an_end_the_table() {
         .wait_for(Some(Duration::from_millis(20)), |st| st.got.pop())
         .expect("no transport error");
     assert_eq!(none, None, "nothing more came");
-    assert!(a.background_rounds() > 0, "the background thread made rounds");
+    assert!(
+        a.background_rounds() > 0,
+        "the background thread made rounds"
+    );
     a.stop_background();
-    a.ep(0).unwrap().close(Duration::from_secs(2)).expect("close");
+    a.ep(0)
+        .unwrap()
+        .close(Duration::from_secs(2))
+        .expect("close");
     let ended = b
-        .wait_for(Some(Duration::from_secs(20)), |st| (st.ends > 0).then_some(()))
+        .wait_for(Some(Duration::from_secs(20)), |st| {
+            (st.ends > 0).then_some(())
+        })
         .expect("no transport error");
     assert_eq!(ended, Some(()), "rank 0's end was routed");
     let cause = b.rank_ended(0).expect("rank 0 is in the table");

@@ -190,8 +190,9 @@ extern "C" {
 /**
  * Start BMI with the methods of `method_list` (`"bmi_llc"`, `"bmi_tcp"`,
  * or `"bmi_llc,bmi_tcp"`), listening at `listen_addr` (one address per
- * method, comma-separated: `llc://IFACE/PORT`, `tcp://HOST:PORT`; needed
- * with `BMI_INIT_SERVER`, optional for a client).
+ * method, comma-separated: a transport spec, `llc://IFACE?port=PORT`
+ * (`llc://IFACE/PORT` for short) or `tcp://HOST:PORT`; needed with
+ * `BMI_INIT_SERVER`, optional for a client).
  */
 int BMI_initialize(const char *method_list, const char *listen_addr, int flags);
 

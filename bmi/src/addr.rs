@@ -1,9 +1,10 @@
 //! BMI's address strings and which method each belongs to.
 //!
 //! - `bmi_llc`: a peer is `llc://MAC/PORT[?sap=0xNN]` (what the message
-//!   layer prints for an LLC endpoint); a listen address is
-//!   `llc://IFACE/PORT[?OPTION=VALUE&...]` with the message layer's LLC
-//!   transport options (`backend=xdp|packet|auto`, `attach=`, ...).
+//!   layer prints for an LLC endpoint); a listen address is the transport
+//!   spec every API takes, `llc://IFACE?port=PORT[&OPTION=VALUE...]` with
+//!   the message layer's LLC options (`backend=xdp|packet|auto`, `attach=`,
+//!   ...), or for short `llc://IFACE/PORT[?OPTION=VALUE&...]`.
 //! - `bmi_tcp`: `tcp://HOST:PORT` for both; a host name is resolved when
 //!   the address is first used (lookups are lazy), an IP literal at once.
 
@@ -162,7 +163,10 @@ fn split_host_port(s: &str) -> Result<(String, u16), BmiError> {
     Ok((host.to_string(), port))
 }
 
-/// A listen address into the transport to open.
+/// A listen address into the transport to open: a transport spec, as
+/// every API takes (`llc://eth0?port=7`, `tcp://10.0.0.1:3334`; a TCP host
+/// may be a name), or BMI's shorthand `llc://IFACE/PORT[?options]` for
+/// `llc://IFACE?port=PORT[&options]`.
 pub fn listen_spec(s: &str) -> Result<(MethodKind, TransportSpec), BmiError> {
     let kind = MethodKind::of_address(s)?;
     let spec = match kind {
@@ -172,6 +176,17 @@ pub fn listen_spec(s: &str) -> Result<(MethodKind, TransportSpec), BmiError> {
                 Some((m, q)) => (m, Some(q)),
                 None => (rest, None),
             };
+            if !main.contains('/') {
+                // Clients are told the port: a listen spec names it.
+                if !query.is_some_and(|q| q.split('&').any(|o| o.starts_with("port="))) {
+                    return Err(bad(
+                        s,
+                        "a listen spec names its port: llc://IFACE?port=PORT (or llc://IFACE/PORT)",
+                    ));
+                }
+                let spec = TransportSpec::from_str(s).map_err(|e| bad(s, e.to_string()))?;
+                return Ok((kind, spec));
+            }
             let (iface, port) = main
                 .rsplit_once('/')
                 .ok_or_else(|| bad(s, "expected llc://IFACE/PORT, e.g. llc://eth0/7"))?;
@@ -258,6 +273,11 @@ mod tests {
         assert_eq!(k, MethodKind::Tcp);
         assert_eq!(spec.to_string(), "tcp://127.0.0.1:0");
         assert!(listen_spec("llc://eth0").is_err());
+        // The transport spec every API takes reads the same as the shorthand.
+        let (k, spec) = listen_spec("llc://eth0?port=9&backend=packet").unwrap();
+        assert_eq!(k, MethodKind::Llc);
+        assert_eq!(spec.to_string(), "llc://eth0?backend=packet&port=9");
+        assert!(listen_spec("llc://eth0?backend=packet").is_err(), "no port");
         assert!(listen_spec("llc://eth0/7?colour=red").is_err());
         assert_eq!(
             MethodKind::from_name("bmi_gm").unwrap_err().code(),

@@ -200,8 +200,9 @@ fn code_of(d: &Done) -> (bmi_error_code_t, bmi_size_t) {
 
 /// Start BMI with the methods of `method_list` (`"bmi_llc"`, `"bmi_tcp"`,
 /// or `"bmi_llc,bmi_tcp"`), listening at `listen_addr` (one address per
-/// method, comma-separated: `llc://IFACE/PORT`, `tcp://HOST:PORT`; needed
-/// with `BMI_INIT_SERVER`, optional for a client).
+/// method, comma-separated: a transport spec, `llc://IFACE?port=PORT`
+/// (`llc://IFACE/PORT` for short) or `tcp://HOST:PORT`; needed with
+/// `BMI_INIT_SERVER`, optional for a client).
 #[no_mangle]
 pub unsafe extern "C" fn BMI_initialize(
     method_list: *const c_char,

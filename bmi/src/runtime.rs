@@ -114,7 +114,7 @@ fn client_spec(kind: MethodKind, first_peer: &msg_layer::Addr) -> Result<Transpo
             let iface = match std::env::var("BMI_LLC_IFACE") {
                 Ok(i) if !i.is_empty() => i,
                 _ => only_ethernet_interface().ok_or_else(|| {
-                    setup("no listen address and no BMI_LLC_IFACE: set BMI_LLC_IFACE=IFACE (the interface that reaches the servers) or give a listen address llc://IFACE/PORT".into())
+                    setup("no listen address and no BMI_LLC_IFACE: set BMI_LLC_IFACE=IFACE (the interface that reaches the servers) or give a listen address llc://IFACE?port=PORT".into())
                 })?,
             };
             let backend = std::env::var("BMI_LLC_BACKEND").unwrap_or_else(|_| "auto".into());
@@ -386,7 +386,7 @@ impl Inner {
         }
         if flags.server && specs.iter().all(Option::is_none) {
             return Err(BmiError::Invalid(
-                "BMI_INIT_SERVER needs a listen address (llc://IFACE/PORT or tcp://HOST:PORT)"
+                "BMI_INIT_SERVER needs a listen address (llc://IFACE?port=PORT or tcp://HOST:PORT)"
                     .into(),
             ));
         }
