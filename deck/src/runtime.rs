@@ -1174,12 +1174,19 @@ fn transport_spec(env: &JobEnv, boot: &Boot) -> Result<TransportSpec, DeckError>
             )))
         }
     };
-    let Some(iface) = &env.iface else {
-        return Err(DeckError::Init(
-            "DECK_IFACE is not set: LLC needs the Ethernet interface the hosts share (deckrun --iface IF), or run with --backend tcp".into(),
-        ));
+    // Nothing given: the interface btl/llc would open for this local rank.
+    let iface = match &env.iface {
+        Some(i) => i.clone(),
+        None => {
+            let names = msg_layer::transport::llc::select_interfaces(&[], &[]).map_err(|e| {
+                DeckError::Init(format!(
+                    "{e} (or name the interface the hosts share: deckrun --iface IF)"
+                ))
+            })?;
+            names[env.local_rank as usize % names.len()].clone()
+        }
     };
-    let mut spec = LlcSpec::new(iface.clone());
+    let mut spec = LlcSpec::new(iface);
     spec.backend = backend;
     spec.port = 0;
     Ok(TransportSpec::Llc(spec))

@@ -24,8 +24,8 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::{Parser, ValueEnum};
 use deck::boot::{
-    BootServer, KeyMaterial, ENV_BACKEND, ENV_BOOT, ENV_IFACE, ENV_JOB, ENV_NODE, ENV_NUMNODES,
-    MAX_NODES,
+    BootServer, KeyMaterial, ENV_BACKEND, ENV_BOOT, ENV_IFACE, ENV_JOB, ENV_LOCAL_RANK, ENV_NODE,
+    ENV_NUMNODES, MAX_NODES,
 };
 use msg_layer::transport::llc::AUTH_KEY_ENV;
 
@@ -63,11 +63,11 @@ impl Backend {
     version,
     about = "Start a DECK job: N processes of PROGRAM, nodes 0..N-1",
     after_help = "Examples:\n  \
-        deckrun -n 4 --iface eth0 ./ring\n  \
+        deckrun -n 4 ./ring\n  \
         deckrun -n 8 --host n1:4,n2:4 --iface eth0 -x OMP_NUM_THREADS=1 ./solver in.dat\n  \
         deckrun -n 2 --backend tcp ./ring\n\n\
-        Every node gets DECK_NODE, DECK_NUMNODES, DECK_BOOT, DECK_JOB, DECK_BACKEND and\n\
-        DECK_IFACE, and over LLC the job's key (through deckrun's connection, never\n\
+        Every node gets DECK_NODE, DECK_LOCAL_RANK, DECK_NUMNODES, DECK_BOOT, DECK_JOB,\n\
+        DECK_BACKEND and DECK_IFACE (if given), and over LLC the job's key (through deckrun's connection, never\n\
         on a command line): LLC_AUTH_KEY's when deckrun has it, else a random one.\n\
         deckrun exits 0 when every node exited 0, else with the status of\n\
         the first node that failed (128+N for signal N), after stopping the others.\n\
@@ -92,7 +92,8 @@ struct Args {
     #[arg(long, value_name = "AGENT", default_value = "ssh")]
     rsh: String,
     /// The Ethernet interface the hosts share, for LLC (DECK_IFACE).
-    /// Default: deckrun's own DECK_IFACE.
+    /// Default: deckrun's own DECK_IFACE; without one, each node picks as
+    /// btl/llc does (its host's up Ethernet interfaces, by local rank).
     #[arg(long, value_name = "IF")]
     iface: Option<String>,
     /// Transport between the nodes.
@@ -169,16 +170,12 @@ struct Plan {
 }
 
 fn plan(args: &Args) -> Result<Plan> {
+    // No interface named: each node picks as btl/llc does (every up
+    // Ethernet interface of its host, its local rank choosing).
     let iface = match (&args.iface, args.backend) {
         (Some(i), _) => Some(OsString::from(i)),
         (None, Backend::Tcp) => None,
-        (None, _) => match std::env::var_os(ENV_IFACE).filter(|v| !v.is_empty()) {
-            Some(i) => Some(i),
-            None => bail!(
-                "--iface is needed for LLC (the Ethernet interface the hosts share); \
-                 --backend tcp runs where LLC cannot"
-            ),
-        },
+        (None, _) => std::env::var_os(ENV_IFACE).filter(|v| !v.is_empty()),
     };
     let exports = args
         .export
@@ -290,8 +287,13 @@ fn launches(plan: &Plan, port: u16) -> Vec<NodeLaunch> {
                     .map(|ip| std::net::SocketAddr::new(*ip, port).to_string())
                     .collect(),
             };
+            let local_rank = plan.nodes[..node].iter().filter(|(h, _)| h == host).count();
             let mut env = vec![
                 (ENV_NODE.to_owned(), OsString::from(node.to_string())),
+                (
+                    ENV_LOCAL_RANK.to_owned(),
+                    OsString::from(local_rank.to_string()),
+                ),
                 (ENV_BOOT.to_owned(), OsString::from(boot.join(","))),
             ];
             env.extend(plan.common_env.iter().cloned());

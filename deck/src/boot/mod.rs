@@ -63,8 +63,12 @@ pub const ENV_BOOT: &str = "DECK_BOOT";
 pub const ENV_JOB: &str = "DECK_JOB";
 /// The transport backend: one of [`BACKENDS`].
 pub const ENV_BACKEND: &str = "DECK_BACKEND";
-/// The Ethernet interface the hosts share (LLC backends).
+/// The Ethernet interface the hosts share (LLC backends). Unset: each
+/// node picks as btl/llc does (every up Ethernet interface, the node's
+/// local rank choosing among them).
 pub const ENV_IFACE: &str = "DECK_IFACE";
+/// The node's index among the job's nodes on its host (0 when unset).
+pub const ENV_LOCAL_RANK: &str = "DECK_LOCAL_RANK";
 
 /// The values `DECK_BACKEND` may take.
 pub const BACKENDS: [&str; 4] = ["auto", "xdp", "packet", "tcp"];
@@ -366,8 +370,10 @@ pub struct JobEnv {
     pub job: u64,
     /// The transport backend, one of [`BACKENDS`].
     pub backend: String,
-    /// The Ethernet interface, for LLC.
+    /// The Ethernet interface, for LLC (`None`: the node picks).
     pub iface: Option<String>,
+    /// The node's index among the job's nodes on its host.
+    pub local_rank: u32,
 }
 
 impl JobEnv {
@@ -477,6 +483,12 @@ impl JobEnv {
             Some(b) => return Err(invalid(ENV_BACKEND, &b, &BACKENDS.join(", "))),
         };
         let iface = get(ENV_IFACE).filter(|i| !i.is_empty());
+        let local_rank = match get(ENV_LOCAL_RANK) {
+            None => 0,
+            Some(r) => r
+                .parse()
+                .map_err(|_| invalid(ENV_LOCAL_RANK, &r, "a number from 0"))?,
+        };
         Ok(Some(JobEnv {
             node,
             numnodes,
@@ -484,6 +496,7 @@ impl JobEnv {
             job,
             backend,
             iface,
+            local_rank,
         }))
     }
 }

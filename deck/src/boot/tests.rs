@@ -262,6 +262,7 @@ impl TestServer {
             job,
             backend: "tcp".into(),
             iface: None,
+            local_rank: 0,
         }
     }
 
@@ -414,6 +415,7 @@ fn lost_launcher_ends_the_watchdog_unless_finished() {
         job: 5,
         backend: "tcp".into(),
         iface: None,
+        local_rank: 0,
     };
     let (tx, rx) = mpsc::channel();
     let tx2 = tx.clone();
@@ -451,6 +453,7 @@ fn unreachable_launcher_names_the_addresses() {
         job: 1,
         backend: "tcp".into(),
         iface: None,
+        local_rank: 0,
     };
     let start = Instant::now();
     let e = Boot::connect(&env, Duration::from_millis(300)).unwrap_err();
