@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use testbed::cdylib::{compile_c, profile_dir};
 use testbed::Background;
-use vm_tests::{run_bounded, Cluster, JobOutput};
+use testbed::{run_bounded, Cluster, JobOutput};
 
 /// One job at a time: they would fight over the 2 cores.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -50,7 +50,7 @@ struct Place<'a> {
     cluster: Option<&'a Cluster>,
     env: Vec<(&'static str, String)>,
     /// Run as this ordinary user (no capabilities) instead of root.
-    user: Option<&'a vm_tests::TestUser>,
+    user: Option<&'a testbed::TestUser>,
 }
 
 impl Place<'_> {
@@ -190,7 +190,7 @@ fn mac(c: &Cluster, i: usize) -> String {
 
 #[test]
 fn every_call_and_error_over_bmi_llc_with_every_process_on_one_nic() {
-    vm_tests::require_root!();
+    testbed::require_root!();
     let _g = lock();
     let cluster = Cluster::new(1, 1500).expect("bed");
     let server = format!("llc://{}/3334", mac(&cluster, 0));
@@ -207,7 +207,7 @@ fn every_call_and_error_over_bmi_llc_with_every_process_on_one_nic() {
 
 #[test]
 fn every_call_and_error_across_three_hosts_over_bmi_llc_and_bmi_tcp() {
-    vm_tests::require_root!();
+    testbed::require_root!();
     let _g = lock();
     let cluster = Cluster::new(3, 9000).expect("bed");
     let place = Place {
@@ -239,9 +239,9 @@ fn every_call_and_error_across_three_hosts_over_bmi_llc_and_bmi_tcp() {
 /// endpoints. The server and clients on two hosts, one client vanishing.
 #[test]
 fn every_call_and_error_over_bmi_llc_as_an_ordinary_user() {
-    vm_tests::require_root!();
+    testbed::require_root!();
     let _g = lock();
-    let user = vm_tests::TestUser::ensure("llc-job-a").expect("test account");
+    let user = testbed::TestUser::ensure("llc-job-a").expect("test account");
     let mut cluster = Cluster::new(2, 1500).expect("bed");
     cluster.start_llcd("").expect("llcd on every host");
     let place = Place {
@@ -298,7 +298,7 @@ fn the_readme_example_serves_a_request() {
 /// `bmi_bench serverload --json` runs both methods and reports every client.
 #[test]
 fn the_serverload_benchmark_reports_every_client() {
-    vm_tests::require_root!();
+    testbed::require_root!();
     let exe = profile_dir().join("examples/bmi_bench");
     assert!(
         exe.exists(),

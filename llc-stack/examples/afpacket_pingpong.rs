@@ -26,7 +26,7 @@ use std::time::{Duration, Instant as StdInstant};
 use llc_stack::link::afpacket::{AfPacket, AfPacketConfig, AfPacketStats};
 use llc_stack::link::{Device, RxToken, TxToken};
 use llc_stack::Instant;
-use vm_tests::{Host, TwoHosts};
+use testbed::{Host, TwoHosts};
 
 const SAP: u8 = 0x7C;
 const PINGPONG_LEN: usize = 64;
@@ -303,7 +303,7 @@ fn stream(hosts: &TwoHosts, mtu: usize, secs: f64, copy: bool, ring_mib: usize) 
 
 fn main() {
     let args = parse_args();
-    if let Err(reason) = vm_tests::check_privileges() {
+    if let Err(reason) = testbed::check_privileges() {
         eprintln!("afpacket_pingpong needs root: {reason}");
         std::process::exit(2);
     }

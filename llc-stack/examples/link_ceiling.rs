@@ -38,7 +38,7 @@ use llc_stack::link::{RxToken, TxToken};
 use llc_stack::wire::transport::{self, TransportHeader};
 use llc_stack::wire::{self, ethernet, llc, Addresses, Body, MacAddr, Trailer};
 use llc_stack::{Device, Instant};
-use vm_tests::TwoHosts;
+use testbed::TwoHosts;
 
 const MSG: usize = 1 << 20;
 /// Payloads from this size on are sent from the message itself where the
@@ -259,7 +259,7 @@ fn run(backend: &str, mtu: u32, total: usize, work: Work) -> (String, f64, f64) 
 }
 
 fn main() {
-    if let Err(why) = vm_tests::check_privileges() {
+    if let Err(why) = testbed::check_privileges() {
         eprintln!("link_ceiling needs root (namespaces, raw sockets, XDP): {why}");
         std::process::exit(2);
     }

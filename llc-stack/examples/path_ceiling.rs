@@ -97,7 +97,7 @@ use llc_stack::wire::transport::{self, TransportHeader};
 use llc_stack::wire::{self, ethernet, llc, Addresses, Body, MacAddr, Trailer};
 use llc_stack::{Device, Instant};
 use testbed::cpu::CpuBusy;
-use vm_tests::Cluster;
+use testbed::Cluster;
 
 const MSG: usize = 1 << 20;
 /// Payloads from this size on are sent from the message itself, as the
@@ -406,7 +406,7 @@ fn open_raw_to(
     let peer = MacAddr(cluster.hosts()[peer].mac);
     let dev = cluster.hosts()[i]
         .ns
-        .run(|| veth_link::open(vm_tests::CLUSTER_IFNAME, backend));
+        .run(|| veth_link::open(testbed::CLUSTER_IFNAME, backend));
     RawEnd::new(dev, peer, payload, crc)
 }
 
@@ -1274,7 +1274,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn main() {
-    if let Err(why) = vm_tests::check_privileges() {
+    if let Err(why) = testbed::check_privileges() {
         eprintln!("path_ceiling needs root (namespaces, raw sockets): {why}");
         std::process::exit(2);
     }

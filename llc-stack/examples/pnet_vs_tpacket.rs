@@ -30,7 +30,7 @@ use llc_stack::link::afpacket::{AfPacket, AfPacketConfig};
 use llc_stack::link::{Device, RxToken, TxToken};
 use llc_stack::Instant;
 use pnet_datalink::{Channel, DataLinkReceiver, DataLinkSender};
-use vm_tests::{Host, TwoHosts};
+use testbed::{Host, TwoHosts};
 
 const SAP: u8 = 0x7C;
 const LEN: usize = 64;

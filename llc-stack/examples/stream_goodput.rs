@@ -25,7 +25,7 @@ use llc_stack::proto::Config;
 use llc_stack::rng::Rng;
 use llc_stack::wire::MacAddr;
 use llc_stack::{Device, Stack};
-use vm_tests::TwoHosts;
+use testbed::TwoHosts;
 
 use transport_stream::MSG;
 
@@ -72,7 +72,7 @@ fn run(backend: &str, mtu: u32, total: usize, auth: bool) -> (String, f64, u64) 
 }
 
 fn main() {
-    if let Err(why) = vm_tests::check_privileges() {
+    if let Err(why) = testbed::check_privileges() {
         eprintln!("stream_goodput needs root (namespaces, raw sockets, XDP): {why}");
         std::process::exit(2);
     }

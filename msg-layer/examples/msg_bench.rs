@@ -14,7 +14,7 @@ use msg_layer::transport::spec::Backend;
 use msg_layer::transport::tcp::{TcpConfig, TcpSocketTransport, TcpUringTransport};
 use msg_layer::transport::Transport;
 use msg_layer::{Config, Endpoint, PeerId, Source, Tag};
-use vm_tests::netns::{Host, TwoHosts};
+use testbed::netns::{Host, TwoHosts};
 
 const WAIT: Option<Duration> = Some(Duration::from_secs(30));
 

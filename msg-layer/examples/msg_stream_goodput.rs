@@ -38,7 +38,7 @@ use llc_stack::Stack;
 use msg_layer::transport::llc::{LlcConfig, LlcTransport};
 use msg_layer::transport::spec::{AttachMode, Backend};
 use msg_layer::{Config, Endpoint, Source, Tag};
-use vm_tests::TwoHosts;
+use testbed::TwoHosts;
 
 use transport_stream::{MSG, PORT};
 
@@ -135,7 +135,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn main() {
-    if let Err(why) = vm_tests::check_privileges() {
+    if let Err(why) = testbed::check_privileges() {
         eprintln!("msg_stream_goodput needs root (namespaces, raw sockets, XDP): {why}");
         std::process::exit(2);
     }

@@ -20,7 +20,7 @@ use msg_layer::transport::llc::{LlcConfig, LlcTransport};
 use msg_layer::transport::spec::Backend;
 use msg_layer::transport::tcp::{TcpConfig, TcpSocketTransport, TcpUringTransport};
 use msg_layer::transport::{ConnId, Transport, TransportError, TransportEvent};
-use vm_tests::{Host, TwoHosts};
+use testbed::{Host, TwoHosts};
 
 struct Opts {
     iters: usize,
@@ -191,7 +191,7 @@ fn pingpong<T: Transport>(
 
 fn main() {
     let o = parse();
-    if let Err(e) = vm_tests::check_privileges() {
+    if let Err(e) = testbed::check_privileges() {
         eprintln!("transport_pingpong needs root: {e}");
         std::process::exit(1);
     }
