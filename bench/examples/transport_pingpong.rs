@@ -3,7 +3,7 @@
 //! trip) of each, measured in one run so the numbers compare.
 //!
 //! ```sh
-//! cargo run --release -p msg-layer --example transport_pingpong -- \
+//! cargo run --release -p bench --example transport_pingpong -- \
 //!     [--iters 20000] [--warmup 2000] [--mtu 1500] [--wait] \
 //!     [--transports llc-packet,llc-xdp,tcp-uring,tcp-socket]
 //! ```

@@ -3,7 +3,7 @@
 //! root; creates and removes its own hosts).
 //!
 //! ```text
-//! cargo run --release -p msg-layer --example msg_stream_goodput -- [--mib N] [--mtu 1500,9000,65000] [--backend packet,xdp,xdp-generic] [--rounds R] [--layers transport,message]
+//! cargo run --release -p bench --example msg_stream_goodput -- [--mib N] [--mtu 1500,9000,65000] [--backend packet,xdp,xdp-generic] [--rounds R] [--layers transport,message]
 //! ```
 //!
 //! Both layers move `--mib` MiB (default 512) as 1 MiB messages from A to B,
@@ -21,11 +21,7 @@
 //!
 //! Printed: each run's Gbit/s, the medians, and message / transport.
 
-#[path = "../../llc-stack/examples/support/transport_stream.rs"]
-mod transport_stream;
-#[path = "../../llc-stack/examples/support/veth_link.rs"]
-mod veth_link;
-
+use bench::{transport_stream, veth_link};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant as StdInstant};
 

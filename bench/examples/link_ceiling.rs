@@ -4,7 +4,7 @@
 //! through the same device code (needs root; creates and removes its hosts).
 //!
 //! ```text
-//! cargo run --release -p llc-stack --example link_ceiling -- [--mib N] [--mtu 1500,9000,65000] [--backend packet,xdp-generic] [--work none,copy,crc]
+//! cargo run --release -p bench --example link_ceiling -- [--mib N] [--mtu 1500,9000,65000] [--backend packet,xdp-generic] [--work none,copy,crc]
 //! ```
 //!
 //! A streams `--mib` MiB of payload in frames as long as the transport's
@@ -26,9 +26,7 @@
 //!   kernel copies it into the skb), copied into the frame where it does
 //!   not (AF_XDP); B copies it into the reassembly area.
 
-#[path = "support/veth_link.rs"]
-mod veth_link;
-
+use bench::veth_link;
 use std::sync::mpsc;
 use std::time::Duration;
 

@@ -15,7 +15,7 @@
 //! - `server`, `client`, `stream-recv`, `stream-send`, `tcp-recv`,
 //!   `tcp-send`: the processes the two above start in the bed's hosts.
 //!
-//! `cargo build --release -p bmi --examples && target/release/examples/bmi_bench serverload`
+//! `cargo build --release -p bench --example bmi_bench && target/release/examples/bmi_bench serverload`
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};

@@ -10,7 +10,7 @@
 //!   (llc-xdp, llc-packet, tcp), alternating, then prints the table of
 //!   docs/BENCHMARKS.md.
 //!
-//! `cargo build --release -p deck --bins --examples && target/release/examples/deck_bench bed`
+//! `cargo build --release -p deck --bins && cargo build --release -p bench --example deck_bench && target/release/examples/deck_bench bed`
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -214,7 +214,7 @@ fn bed(mtu: u32, backends: &[String], repeat: usize, rounds: usize) -> Result<()
         .context("locating deckrun")?;
     anyhow::ensure!(
         deckrun.exists(),
-        "{} not found: cargo build --release -p deck --bins --examples",
+        "{} not found: cargo build --release -p deck --bins",
         deckrun.display()
     );
     let cluster = testbed::Cluster::new(2, mtu)?;

@@ -3,7 +3,7 @@
 //! default `eager_limit`, and computation/communication overlap with the
 //! progress thread on and off.
 //!
-//! `cargo run --release -p msg-layer --example msg_bench -- [packet|xdp|tcp-uring|tcp-uring-coop|tcp] [MTU]`
+//! `cargo run --release -p bench --example msg_bench -- [packet|xdp|tcp-uring|tcp-uring-coop|tcp] [MTU]`
 
 use std::time::{Duration, Instant};
 

@@ -5,7 +5,7 @@
 //! cluster bed (veth pairs to one bridge, as `mpirun` runs on) itself.
 //!
 //! ```text
-//! cargo run --release -p llc-stack --example path_ceiling -- [--mtu 9000,65000] [--rounds 3] [--backend packet] [--patterns stream,reqreply,put]
+//! cargo run --release -p bench --example path_ceiling -- [--mtu 9000,65000] [--rounds 3] [--backend packet] [--patterns stream,reqreply,put]
 //! ```
 //!
 //! The LLC side is raw frames with no protocol at all: the transport's
@@ -76,13 +76,7 @@
 //! path_ceiling --patterns incast --mtu 9000 --senders 3 --incast-mib 256 --window 64 --rounds 3
 //! ```
 
-#[path = "support/pin.rs"]
-mod pin;
-// Only `open` and `list` are used here.
-#[allow(dead_code)]
-#[path = "support/veth_link.rs"]
-mod veth_link;
-
+use bench::{pin, veth_link};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};

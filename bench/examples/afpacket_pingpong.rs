@@ -2,7 +2,7 @@
 //! two network namespaces (needs root; creates and removes its own hosts).
 //!
 //! ```text
-//! cargo run --release -p llc-stack --example afpacket_pingpong -- [MTU] [--rounds N] [--secs S] [--no-copy] [--ring-mib M]
+//! cargo run --release -p bench --example afpacket_pingpong -- [MTU] [--rounds N] [--secs S] [--no-copy] [--ring-mib M]
 //! ```
 //!
 //! 1. Ping-pong: 64-byte frames, both sides busy-polling; prints the one-way
@@ -17,9 +17,7 @@
 //!    reads only the headers, which measures the device and kernel alone.
 //!    B's RX ring takes about `--ring-mib` MiB (default 32).
 
-#[path = "support/pin.rs"]
-mod pin;
-
+use bench::pin;
 use std::thread;
 use std::time::{Duration, Instant as StdInstant};
 
