@@ -285,14 +285,7 @@ fn one_socket_per_rx_queue() {
     testbed::require_root!();
     // A 4-queue veth pair with both ends in one namespace.
     let ns = testbed::Netns::new("xq").unwrap();
-    let q4 = ["numtxqueues", "4", "numrxqueues", "4"];
-    let mut add = vec!["link", "add", "q0"];
-    add.extend(q4);
-    add.extend(["type", "veth", "peer", "name", "q1"]);
-    add.extend(q4);
-    ns.ip(&add).unwrap();
-    ns.ip(&["link", "set", "q0", "up"]).unwrap();
-    ns.ip(&["link", "set", "q1", "up"]).unwrap();
+    testbed::netns::add_veth_loop(&ns, "q0", "q1", 4).unwrap();
     const PER_QUEUE: usize = 200;
     ns.run(|| {
         // Native XDP: veth's per-queue delivery is what is tested (in

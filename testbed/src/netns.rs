@@ -569,6 +569,26 @@ pub fn add_veth(
     ns.ip(&args).map(drop)
 }
 
+/// A veth pair with both ends, `a` and `b`, in `ns` and up, each with `queues` (1..=64) RX
+/// and TX queues: one host that sends to itself over a link (per-queue delivery, steering,
+/// sharing an interface between processes).
+pub fn add_veth_loop(ns: &Netns, a: &str, b: &str, queues: u32) -> Result<(), HarnessError> {
+    if !(1..=64).contains(&queues) {
+        return Err(HarnessError::InvalidArgument(format!(
+            "{queues} queues: 1..=64 allowed"
+        )));
+    }
+    let q = queues.to_string();
+    #[rustfmt::skip]
+    let args = [
+        "link", "add", a, "numtxqueues", &q, "numrxqueues", &q, "type", "veth",
+        "peer", "name", b, "numtxqueues", &q, "numrxqueues", &q,
+    ];
+    ns.ip(&args)?;
+    ns.ip(&["link", "set", "dev", a, "up"])?;
+    ns.ip(&["link", "set", "dev", b, "up"]).map(drop)
+}
+
 /// Gives port `ifname` of `ns` the address `ipv4`/24 and brings it up.
 pub fn address_port(ns: &Netns, ifname: &str, ipv4: Ipv4Addr) -> Result<(), HarnessError> {
     ns.ip(&["addr", "add", &format!("{ipv4}/24"), "dev", ifname])?;

@@ -1581,12 +1581,7 @@ mod steering_tests {
     fn frames_go_to_the_socket_of_their_rx_queue() {
         testbed::require_root!();
         let ns = testbed::Netns::new("steerq").unwrap();
-        #[rustfmt::skip]
-        ns.ip(&[
-            "link", "add", "q0", "numtxqueues", "4", "numrxqueues", "4", "type", "veth",
-            "peer", "name", "q1", "numtxqueues", "4", "numrxqueues", "4",
-        ])
-        .unwrap();
+        testbed::netns::add_veth_loop(&ns, "q0", "q1", 4).unwrap();
         ns.run(|| {
             let ifindex = sys::if_nametoindex("q0").unwrap();
             let xsk = sys::xdp_socket().unwrap();
@@ -1631,10 +1626,7 @@ mod process_tests {
     /// deleted on drop (also when a test panics).
     fn veth_namespace(prefix: &str) -> Netns {
         let ns = Netns::new(prefix).unwrap();
-        ns.ip(&["link", "add", IFACE, "type", "veth", "peer", "name", "llc1"])
-            .unwrap();
-        ns.ip(&["link", "set", "dev", IFACE, "up"]).unwrap();
-        ns.ip(&["link", "set", "dev", "llc1", "up"]).unwrap();
+        testbed::netns::add_veth_loop(&ns, IFACE, "llc1", 1).unwrap();
         ns
     }
 
