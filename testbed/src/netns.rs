@@ -673,6 +673,9 @@ impl Bridged {
 
     /// Pins host `i`'s MAC to its bridge port (a static, sticky forwarding entry), so that
     /// frames another port sends with that source address cannot move it there.
+    ///
+    /// # Panics
+    /// If `i` is not a host index.
     pub fn pin_mac(&self, i: usize) -> Result<(), HarnessError> {
         let (mac, port) = (format_mac(&self.hosts[i].mac), format!("p{i}"));
         #[rustfmt::skip]
