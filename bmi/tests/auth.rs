@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use bmi::{AuthKey, Bmi, BmiError, InitFlags, MethodKind, Posted};
-use vm_tests::{require_root, Host, TwoHosts};
+use testbed::{require_root, Host, TwoHosts};
 
 const WAIT: Duration = Duration::from_secs(20);
 

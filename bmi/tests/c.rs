@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use testbed::cdylib::{compile_c, profile_dir};
 use testbed::Background;
-use vm_tests::{run_bounded, Cluster, JobOutput};
+use testbed::{run_bounded, Cluster, JobOutput};
 
 /// One job at a time: they would fight over the 2 cores.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -50,7 +50,7 @@ struct Place<'a> {
     cluster: Option<&'a Cluster>,
     env: Vec<(&'static str, String)>,
     /// Run as this ordinary user (no capabilities) instead of root.
-    user: Option<&'a vm_tests::TestUser>,
+    user: Option<&'a testbed::TestUser>,
 }
 
 impl Place<'_> {
@@ -190,7 +190,7 @@ fn mac(c: &Cluster, i: usize) -> String {
 
 #[test]
 fn every_call_and_error_over_bmi_llc_with_every_process_on_one_nic() {
-    vm_tests::require_root!();
+    testbed::require_root!();
     let _g = lock();
     let cluster = Cluster::new(1, 1500).expect("bed");
     let server = format!("llc://{}/3334", mac(&cluster, 0));
@@ -207,7 +207,7 @@ fn every_call_and_error_over_bmi_llc_with_every_process_on_one_nic() {
 
 #[test]
 fn every_call_and_error_across_three_hosts_over_bmi_llc_and_bmi_tcp() {
-    vm_tests::require_root!();
+    testbed::require_root!();
     let _g = lock();
     let cluster = Cluster::new(3, 9000).expect("bed");
     let place = Place {
@@ -239,9 +239,9 @@ fn every_call_and_error_across_three_hosts_over_bmi_llc_and_bmi_tcp() {
 /// endpoints. The server and clients on two hosts, one client vanishing.
 #[test]
 fn every_call_and_error_over_bmi_llc_as_an_ordinary_user() {
-    vm_tests::require_root!();
+    testbed::require_root!();
     let _g = lock();
-    let user = vm_tests::TestUser::ensure("llc-job-a").expect("test account");
+    let user = testbed::TestUser::ensure("llc-job-a").expect("test account");
     let mut cluster = Cluster::new(2, 1500).expect("bed");
     cluster.start_llcd("").expect("llcd on every host");
     let place = Place {
@@ -293,52 +293,4 @@ fn the_readme_example_serves_a_request() {
         "{}",
         server.output()
     );
-}
-
-/// `bmi_bench serverload --json` runs both methods and reports every client.
-#[test]
-fn the_serverload_benchmark_reports_every_client() {
-    vm_tests::require_root!();
-    let exe = profile_dir().join("examples/bmi_bench");
-    assert!(
-        exe.exists(),
-        "{} not built (cargo test builds examples)",
-        exe.display()
-    );
-    let _g = lock();
-    let out = run_bounded(
-        Command::new(&exe).args([
-            "serverload",
-            "--clients",
-            "2,5",
-            "--reply",
-            "10000",
-            "--rounds",
-            "30",
-            "--hosts",
-            "3",
-            "--json",
-        ]),
-        JOB_TIMEOUT,
-    )
-    .expect("bmi_bench");
-    assert!(out.success(), "{out}");
-    let v: serde_json::Value = serde_json::from_str(out.stdout.trim()).expect("one JSON object");
-    let runs = v["runs"].as_array().expect("runs");
-    assert_eq!(runs.len(), 4, "{v}");
-    for r in runs {
-        let n = r["clients"].as_u64().unwrap() as usize;
-        let per = r["per_client"].as_array().unwrap();
-        assert_eq!(per.len(), n, "{r}");
-        for c in per {
-            assert_eq!(c["rounds"], 30);
-            assert_eq!(c["bytes"], 300_000);
-            assert!(c["min_us"].as_f64().unwrap() > 0.0);
-            assert!(c["min_us"].as_f64() <= c["avg_us"].as_f64());
-            assert!(c["avg_us"].as_f64() <= c["max_us"].as_f64());
-        }
-        assert!(r["aggregate_mbytes_per_s"].as_f64().unwrap() > 0.0);
-    }
-    let methods: Vec<&str> = runs.iter().map(|r| r["method"].as_str().unwrap()).collect();
-    assert_eq!(methods, ["bmi_llc", "bmi_tcp", "bmi_llc", "bmi_tcp"]);
 }

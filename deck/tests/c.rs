@@ -11,7 +11,7 @@ use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use testbed::cdylib::{compile_c, profile_dir};
-use vm_tests::{run_bounded, Cluster, JobOutput};
+use testbed::{run_bounded, Cluster, JobOutput};
 
 /// One job at a time: they would fight over the 2 cores.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -166,7 +166,7 @@ fn every_primitive_and_error_over_tcp_on_this_host() {
 /// messages each.
 #[test]
 fn every_primitive_and_error_over_llc_with_five_nodes_on_one_nic() {
-    vm_tests::require_root!();
+    testbed::require_root!();
     let b = build();
     let _g = lock();
     let cluster = Cluster::new(1, 1500).expect("bed");
@@ -178,7 +178,7 @@ fn every_primitive_and_error_over_llc_with_five_nodes_on_one_nic() {
 
 #[test]
 fn every_primitive_and_error_over_llc_across_two_hosts() {
-    vm_tests::require_root!();
+    testbed::require_root!();
     let b = build();
     let _g = lock();
     let cluster = Cluster::new(2, 9000).expect("bed");
@@ -215,10 +215,10 @@ fn every_primitive_and_error_over_llc_across_two_hosts() {
 /// endpoint service (llcd) on every host opens the nodes' endpoints.
 #[test]
 fn the_ring_across_two_hosts_as_an_ordinary_user() {
-    vm_tests::require_root!();
+    testbed::require_root!();
     let b = build();
     let _g = lock();
-    let user = vm_tests::TestUser::ensure("llc-job-a").expect("test account");
+    let user = testbed::TestUser::ensure("llc-job-a").expect("test account");
     let mut cluster = Cluster::new(2, 1500).expect("bed");
     cluster.start_llcd("").expect("llcd on every host");
     cluster.login_as(&user).expect("logins as the user");

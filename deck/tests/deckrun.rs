@@ -1,6 +1,6 @@
 //! deckrun end to end: jobs of `examples/boot_probe` (a DECK-like process
 //! that uses only `deck::boot`) on this host and, as root, across the
-//! simulated hosts of a `vm_tests::Cluster` through its rsh agent.
+//! simulated hosts of a `testbed::Cluster` through its rsh agent.
 //!
 //! Every job runs bounded ([`run_bounded`], or [`Running`] whose waits
 //! all have deadlines); a job still running when a test fails is killed
@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
-use vm_tests::{run_bounded, Cluster, JobOutput};
+use testbed::{run_bounded, Cluster, JobOutput};
 
 const DECKRUN: &str = env!("CARGO_BIN_EXE_deckrun");
 /// Bound on one job: they take well under a second when all is well.
@@ -526,7 +526,7 @@ fn nodes_exit_when_deckrun_dies() {
 
 #[test]
 fn job_across_two_hosts() {
-    vm_tests::require_root!();
+    testbed::require_root!();
     let cluster = Cluster::new(2, 1500).unwrap();
     let h0_ip = cluster.hosts()[0].ipv4.to_string();
     let h1_ip = cluster.hosts()[1].ipv4.to_string();

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant as StdInstant};
 use llc_stack::link::afpacket::{AfPacket, AfPacketConfig, MIN_RX_RING_FRAMES};
 use llc_stack::link::{Device, LinkError, RxToken, TxToken};
 use llc_stack::Instant;
-use vm_tests::{require_root, run_checked, Host, TwoHosts};
+use testbed::{require_root, run_checked, Host, TwoHosts};
 
 const SAP: u8 = 0x7C;
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -399,7 +399,7 @@ fn permission_denied_without_cap_net_raw() {
     // Run `permission_probe` in a child that is root but has CAP_NET_RAW
     // removed from its bounding set (so from its effective set too), in a
     // network namespace of its own where no endpoint service (llcd) runs.
-    let ns = vm_tests::Netns::new("perm").expect("namespace");
+    let ns = testbed::Netns::new("perm").expect("namespace");
     ns.ip(&["link", "set", "lo", "up"]).expect("lo up");
     let exe = std::env::current_exe().expect("test binary path");
     let mut child = ns.command("/usr/bin/setpriv");

@@ -11,7 +11,7 @@ use llc_stack::link::afxdp::{AfXdp, AfXdpConfig, AttachMode, XdpMode};
 use llc_stack::link::{RxToken, TxToken};
 use llc_stack::wire::{self, Addresses, Command, MacAddr};
 use llc_stack::{Device, Instant, LinkError};
-use vm_tests::TwoHosts;
+use testbed::TwoHosts;
 
 const SAP: u8 = 0x7C;
 const OTHER_SAP: u8 = 0x42;
@@ -68,7 +68,7 @@ fn send_tests<D: Device>(
 /// gets native.
 #[test]
 fn auto_takes_generic_xdp_on_veth() {
-    vm_tests::require_root!();
+    testbed::require_root!();
     let hosts = TwoHosts::new(1500).unwrap();
     let ifname = hosts.a.ifname.clone();
     let (backend, notes) = hosts.a.ns.run(|| {
@@ -90,7 +90,7 @@ fn auto_takes_generic_xdp_on_veth() {
 
 #[test]
 fn ip_traffic_passes_and_only_our_frames_are_redirected() {
-    vm_tests::require_root!();
+    testbed::require_root!();
     let hosts = TwoHosts::new(9000).unwrap();
     let (bif, aif) = (hosts.b.ifname.clone(), hosts.a.ifname.clone());
     let (ready_tx, ready_rx) = mpsc::channel();
@@ -167,7 +167,7 @@ fn ip_traffic_passes_and_only_our_frames_are_redirected() {
 
 #[test]
 fn queue_already_bound_is_reported() {
-    vm_tests::require_root!();
+    testbed::require_root!();
     let hosts = TwoHosts::new(1500).unwrap();
     let ifname = hosts.a.ifname.clone();
     hosts.a.ns.run(|| {
@@ -198,7 +198,7 @@ fn queue_already_bound_is_reported() {
 
 #[test]
 fn foreign_xdp_program_makes_the_interface_busy() {
-    vm_tests::require_root!();
+    testbed::require_root!();
     let hosts = TwoHosts::new(1500).unwrap();
     // Attach a program through netlink, as `ip` does: our own object will do.
     let obj = std::env::temp_dir().join(format!("llc-foreign-{}.o", std::process::id()));
@@ -241,7 +241,7 @@ fn foreign_xdp_program_makes_the_interface_busy() {
 
 #[test]
 fn unsupported_modes_are_reported() {
-    vm_tests::require_root!();
+    testbed::require_root!();
     let hosts = TwoHosts::new(1500).unwrap();
     let ifname = hosts.a.ifname.clone();
     hosts.a.ns.ip(&["link", "set", "lo", "up"]).unwrap();
@@ -282,17 +282,10 @@ fn unsupported_modes_are_reported() {
 
 #[test]
 fn one_socket_per_rx_queue() {
-    vm_tests::require_root!();
+    testbed::require_root!();
     // A 4-queue veth pair with both ends in one namespace.
-    let ns = vm_tests::Netns::new("xq").unwrap();
-    let q4 = ["numtxqueues", "4", "numrxqueues", "4"];
-    let mut add = vec!["link", "add", "q0"];
-    add.extend(q4);
-    add.extend(["type", "veth", "peer", "name", "q1"]);
-    add.extend(q4);
-    ns.ip(&add).unwrap();
-    ns.ip(&["link", "set", "q0", "up"]).unwrap();
-    ns.ip(&["link", "set", "q1", "up"]).unwrap();
+    let ns = testbed::Netns::new("xq").unwrap();
+    testbed::netns::add_veth_loop(&ns, "q0", "q1", 4).unwrap();
     const PER_QUEUE: usize = 200;
     ns.run(|| {
         // Native XDP: veth's per-queue delivery is what is tested (in
@@ -364,7 +357,7 @@ fn one_socket_per_rx_queue() {
 #[test]
 fn auto_takes_af_packet_for_jumbo_frames_in_generic_mode() {
     use llc_stack::link::any::{self, Backend, AUTO_GENERIC_MAX_CHUNKS};
-    vm_tests::require_root!();
+    testbed::require_root!();
     assert!(llc_stack::link::afxdp::chunks_per_frame(9000) <= AUTO_GENERIC_MAX_CHUNKS);
     assert!(llc_stack::link::afxdp::chunks_per_frame(65000) > AUTO_GENERIC_MAX_CHUNKS);
     let open = |hosts: &TwoHosts, backend: Backend| {
@@ -404,7 +397,7 @@ fn auto_takes_af_packet_for_jumbo_frames_in_generic_mode() {
 #[test]
 fn auto_takes_af_packet_for_an_endpoint_alone_with_multi_chunk_frames() {
     use llc_stack::link::any::{self, Backend, Sharing};
-    vm_tests::require_root!();
+    testbed::require_root!();
     assert_eq!(llc_stack::link::afxdp::chunks_per_frame(1500), 1);
     assert!(llc_stack::link::afxdp::chunks_per_frame(9000) > 1);
     let open = |hosts: &TwoHosts, sharing: Sharing| {

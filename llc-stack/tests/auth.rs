@@ -16,7 +16,7 @@ use llc_stack::rng::Rng;
 use llc_stack::wire::{AuthKey, MacAddr};
 use llc_stack::{Device, Instant, Stack};
 use sha2::{Digest, Sha256};
-use vm_tests::TwoHosts;
+use testbed::TwoHosts;
 
 const TOTAL: usize = 16 << 20;
 const MSG: usize = 256 << 10;
@@ -134,7 +134,7 @@ fn transfer<D: Device + 'static>(opener: Opener<D>, mtu: u32) {
 
 #[test]
 fn af_packet_transfer_with_key() {
-    vm_tests::require_root!();
+    testbed::require_root!();
     transfer(af_packet, 1500);
 }
 
@@ -142,25 +142,25 @@ fn af_packet_transfer_with_key() {
 /// and the tag as a third I/O vector of `sendmmsg`.
 #[test]
 fn af_packet_transfer_with_key_mtu_9000() {
-    vm_tests::require_root!();
+    testbed::require_root!();
     transfer(af_packet, 9000);
 }
 
 #[test]
 fn af_packet_transfer_with_key_mtu_65000() {
-    vm_tests::require_root!();
+    testbed::require_root!();
     transfer(af_packet, 65000);
 }
 
 #[test]
 fn af_xdp_transfer_with_key() {
-    vm_tests::require_root!();
+    testbed::require_root!();
     transfer(af_xdp, 1500);
 }
 
 #[test]
 fn af_xdp_transfer_with_key_mtu_9000() {
-    vm_tests::require_root!();
+    testbed::require_root!();
     transfer(af_xdp, 9000);
 }
 
@@ -242,13 +242,13 @@ fn mismatch(ka: Option<&'static [u8]>, kb: Option<&'static [u8]>) {
 
 #[test]
 fn mismatched_keys_cannot_connect() {
-    vm_tests::require_root!();
+    testbed::require_root!();
     mismatch(Some(b"key one"), Some(b"key two"));
 }
 
 #[test]
 fn a_key_on_one_end_only_cannot_connect() {
-    vm_tests::require_root!();
+    testbed::require_root!();
     mismatch(Some(b"key one"), None);
     mismatch(None, Some(b"key one"));
 }

@@ -1,7 +1,7 @@
 //! Chaos suite: the reliable transport over real veth links between network
 //! namespaces (two hosts on a Linux bridge), with faults injected
 //! (a) by the stack's own `FaultInjector` on both hosts' receive paths and
-//! (b) independently of the stack by `vm_tests::LinkChaos`, a tc BPF program
+//! (b) independently of the stack by `testbed::LinkChaos`, a tc BPF program
 //! on the bridge ports' egress (the kernel here has no netem):
 //! loss 1%, 5% and 20%, duplication, reordering, corrupted bytes, a host's
 //! link taken down for 2 s, MTUs that differ between the ends, and the peer
@@ -34,7 +34,7 @@ use llc_stack::proto::{Config, ConnHandle, ConnStats, ConnectionError, EndpointS
 use llc_stack::rng::Rng;
 use llc_stack::wire::{self, Addresses, FrameType, MacAddr, TransportHeader};
 use llc_stack::{Device, Instant, Stack};
-use vm_tests::{Bridged, ChaosSettings, LinkChaos};
+use testbed::{Bridged, ChaosSettings, LinkChaos};
 
 const PORT: u16 = 9;
 /// Upper bound of any single transfer in this suite.
@@ -454,7 +454,7 @@ struct Outcome {
     rx: RxState,
     faults_a: FaultStats,
     faults_b: FaultStats,
-    tc: Option<vm_tests::ChaosCounters>,
+    tc: Option<testbed::ChaosCounters>,
 }
 
 impl Outcome {
@@ -759,10 +759,10 @@ fn goodput<D: Device + 'static>(opener: Opener<D>, backend: &str) {
 
 /// Run this test binary as a sender child in namespace `ns`.
 fn spawn_child(
-    ns: &vm_tests::Netns,
+    ns: &testbed::Netns,
     spec: &str,
     ready: &str,
-) -> Result<vm_tests::Background, String> {
+) -> Result<testbed::Background, String> {
     let exe = std::env::current_exe().expect("test binary path");
     let mut cmd = ns.command(exe);
     cmd.args([
@@ -774,7 +774,7 @@ fn spawn_child(
         "1",
     ])
     .env(CHILD_ENV, spec);
-    vm_tests::Background::spawn(&mut cmd, ready, Duration::from_secs(30))
+    testbed::Background::spawn(&mut cmd, ready, Duration::from_secs(30))
 }
 
 /// The child: `backend,ifname,peer-mac,total,msg,seed,linger-ms`. Sends the
@@ -844,7 +844,7 @@ fn peer_restart<D: Device + 'static>(opener: Opener<D>, backend: &str) {
             run_receiver(stack, total, msg, seed, state, stop)
         })
     };
-    let peer = vm_tests::format_mac(&b.mac);
+    let peer = testbed::format_mac(&b.mac);
     // First incarnation: far more data than it will get to send.
     let spec = format!(
         "{backend},{},{peer},{},{msg},{seed},0",
@@ -923,43 +923,43 @@ macro_rules! chaos {
 
             #[test]
             fn loss_1pct() {
-                vm_tests::require_root!();
+                testbed::require_root!();
                 stack_loss($opener, 0.01, "loss 1%");
             }
 
             #[test]
             fn loss_5pct() {
-                vm_tests::require_root!();
+                testbed::require_root!();
                 stack_loss($opener, 0.05, "loss 5%");
             }
 
             #[test]
             fn loss_20pct() {
-                vm_tests::require_root!();
+                testbed::require_root!();
                 stack_loss($opener, 0.20, "loss 20%");
             }
 
             #[test]
             fn duplication() {
-                vm_tests::require_root!();
+                testbed::require_root!();
                 stack_duplicate_reorder($opener, "duplicate");
             }
 
             #[test]
             fn reordering() {
-                vm_tests::require_root!();
+                testbed::require_root!();
                 stack_duplicate_reorder($opener, "reorder");
             }
 
             #[test]
             fn corruption() {
-                vm_tests::require_root!();
+                testbed::require_root!();
                 stack_duplicate_reorder($opener, "corrupt");
             }
 
             #[test]
             fn tc_loss_5pct() {
-                vm_tests::require_root!();
+                testbed::require_root!();
                 tc_faults(
                     $opener,
                     ChaosSettings {
@@ -973,7 +973,7 @@ macro_rules! chaos {
 
             #[test]
             fn tc_duplicate_and_corrupt() {
-                vm_tests::require_root!();
+                testbed::require_root!();
                 tc_faults(
                     $opener,
                     ChaosSettings {
@@ -988,31 +988,31 @@ macro_rules! chaos {
 
             #[test]
             fn link_down_2s_survived() {
-                vm_tests::require_root!();
+                testbed::require_root!();
                 link_down($opener, false);
             }
 
             #[test]
             fn link_down_2s_beyond_a_tight_retry_bound() {
-                vm_tests::require_root!();
+                testbed::require_root!();
                 link_down($opener, true);
             }
 
             #[test]
             fn mtu_9000_vs_1500() {
-                vm_tests::require_root!();
+                testbed::require_root!();
                 mtu_mismatch($opener);
             }
 
             #[test]
             fn peer_killed_and_restarted() {
-                vm_tests::require_root!();
+                testbed::require_root!();
                 peer_restart($opener, $name);
             }
 
             #[test]
             fn goodput_under_loss() {
-                vm_tests::require_root!();
+                testbed::require_root!();
                 goodput($opener, $name);
             }
         }

@@ -24,7 +24,7 @@ use llc_stack::proto::{Config, EndpointStats, Event};
 use llc_stack::rng::Rng;
 use llc_stack::wire::{self, Addresses, FrameType, MacAddr, TransportHeader};
 use llc_stack::{Device, Instant, Stack};
-use vm_tests::Bridged;
+use testbed::Bridged;
 
 const PORT: u16 = 9;
 const LIMIT: Duration = Duration::from_secs(60);
@@ -149,7 +149,7 @@ fn flood_frame(r: &mut Rng, victim: MacAddr, buf: &mut [u8]) -> usize {
 
 #[test]
 fn flood_of_syns_and_unknown_connections_is_bounded() {
-    vm_tests::require_root!();
+    testbed::require_root!();
     let net = Bridged::new(3, 1500).expect("three hosts on a bridge");
     let (victim, client, attacker) = (&net.hosts[0], &net.hosts[1], &net.hosts[2]);
     let cfg = Config::default();

@@ -23,7 +23,7 @@ use llc_stack::proto::{Config, Event};
 use llc_stack::rng::Rng;
 use llc_stack::wire::MacAddr;
 use llc_stack::{Instant, Stack};
-use vm_tests::{require_root, Background, Host, TwoHosts};
+use testbed::{require_root, Background, Host, TwoHosts};
 
 const SAP: u8 = 0x7C;
 const TIMEOUT: Duration = Duration::from_secs(10);

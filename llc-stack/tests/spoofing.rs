@@ -25,7 +25,7 @@ use llc_stack::proto::{Config, ConnStats, EndpointStats, Event};
 use llc_stack::rng::Rng;
 use llc_stack::wire::{self, Addresses, AuthKey, FrameType, MacAddr, Trailer, TransportHeader};
 use llc_stack::{Instant, Stack};
-use vm_tests::Bridged;
+use testbed::Bridged;
 
 const PORT: u16 = 9;
 const PHASE1: u64 = 150;
@@ -436,12 +436,6 @@ fn attack(
     out
 }
 
-/// Run a command in the bridge's namespace, bounded.
-fn hub_cmd(net: &Bridged, program: &str, args: &[&str]) {
-    vm_tests::run_checked(net.hub.command(program).args(args), Duration::from_secs(30))
-        .unwrap_or_else(|e| panic!("{e}"));
-}
-
 fn spoof(key: Option<&[u8]>) {
     let net = Bridged::new(3, 1500).unwrap();
     // The attacker's port is a mirror (SPAN) port: it gets a copy of every
@@ -449,19 +443,8 @@ fn spoof(key: Option<&[u8]>) {
     // (static, sticky), so spoofed source MACs cannot redirect traffic: that
     // would be a denial of service, which nothing here prevents.
     for i in 0..2 {
-        let port = format!("p{i}");
-        let mac = vm_tests::format_mac(&net.hosts[i].mac);
-        hub_cmd(
-            &net,
-            "bridge",
-            &[
-                "fdb", "replace", &mac, "dev", &port, "master", "static", "sticky",
-            ],
-        );
-        hub_cmd(&net, "tc", &["qdisc", "add", "dev", &port, "clsact"]);
-        #[rustfmt::skip]
-        hub_cmd(&net, "tc", &["filter", "add", "dev", &port, "ingress", "protocol", "all", "u32", "match", "u32", "0", "0",
-            "action", "mirred", "egress", "mirror", "dev", "p2"]);
+        net.pin_mac(i).unwrap_or_else(|e| panic!("{e}"));
+        net.mirror(i, 2).unwrap_or_else(|e| panic!("{e}"));
     }
     let cfg = Config {
         auth_key: key.map(AuthKey::derive),
@@ -656,12 +639,12 @@ fn spoof(key: Option<&[u8]>) {
 
 #[test]
 fn forged_and_replayed_frames_are_dropped_and_counted() {
-    vm_tests::require_root!();
+    testbed::require_root!();
     spoof(None);
 }
 
 #[test]
 fn with_a_key_forged_frames_fail_authentication() {
-    vm_tests::require_root!();
+    testbed::require_root!();
     spoof(Some(b"spoofing test job key"));
 }

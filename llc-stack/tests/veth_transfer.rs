@@ -14,7 +14,7 @@ use llc_stack::rng::Rng;
 use llc_stack::wire::MacAddr;
 use llc_stack::{Device, Instant, Stack};
 use sha2::{Digest, Sha256};
-use vm_tests::TwoHosts;
+use testbed::TwoHosts;
 
 const TOTAL: usize = 64 << 20;
 const MSG: usize = 1 << 20;
@@ -167,25 +167,25 @@ macro_rules! transfers {
 
             #[test]
             fn transfer_64mib_mtu_1500() {
-                vm_tests::require_root!();
+                testbed::require_root!();
                 transfer($opener, 1500, 0.0);
             }
 
             #[test]
             fn transfer_64mib_mtu_9000() {
-                vm_tests::require_root!();
+                testbed::require_root!();
                 transfer($opener, 9000, 0.0);
             }
 
             #[test]
             fn transfer_64mib_mtu_65000() {
-                vm_tests::require_root!();
+                testbed::require_root!();
                 transfer($opener, 65000, 0.0);
             }
 
             #[test]
             fn transfer_64mib_with_5pct_loss() {
-                vm_tests::require_root!();
+                testbed::require_root!();
                 transfer($opener, 1500, 0.05);
             }
         }

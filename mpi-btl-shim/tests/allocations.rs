@@ -18,9 +18,9 @@ use std::ffi::c_void;
 use std::time::{Duration, Instant};
 
 use mpi_btl_shim::*;
-use vm_tests::alloc_count::{allocations, Counting};
-use vm_tests::netns::TwoHosts;
-use vm_tests::require_root;
+use testbed::alloc_count::{allocations, Counting};
+use testbed::netns::TwoHosts;
+use testbed::require_root;
 
 mod common;
 use common::{introduce, open_with};

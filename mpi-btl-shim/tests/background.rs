@@ -4,8 +4,8 @@
 //! namespaces; skipped with a printed reason otherwise).
 
 use mpi_btl_shim::*;
-use vm_tests::netns::TwoHosts;
-use vm_tests::require_root;
+use testbed::netns::TwoHosts;
+use testbed::require_root;
 
 // This test uses `open` alone of the shared helpers.
 #[allow(dead_code)]

@@ -26,8 +26,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use vm_tests::netns::MultiPort;
-use vm_tests::{require_root, run_bounded, JobOutput};
+use testbed::netns::MultiPort;
+use testbed::{require_root, run_bounded, JobOutput};
 
 /// One test at a time: a component in Open MPI's directory would shadow
 /// the one in the scratch home, and mpirun jobs fight over 2 cores.

@@ -21,8 +21,8 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use msg_layer::transport::floor_work::FloorWork;
-use vm_tests::netns::MultiPort;
-use vm_tests::{forward_env, require_root, run_bounded, Cluster};
+use testbed::netns::MultiPort;
+use testbed::{forward_env, require_root, run_bounded, Cluster};
 
 /// Where Debian's Open MPI keeps its components.
 const SYSTEM_COMPONENTS: &str = "/usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3";
@@ -52,8 +52,8 @@ fn build() -> &'static Built {
                 "{tool} not found: run scripts/install-deps.sh (openmpi-bin, libopenmpi-dev)"
             );
         }
-        let profile = vm_tests::cdylib::profile_dir();
-        let shim_dir = vm_tests::cdylib::cdylib_dir("libmpi_btl_shim.so");
+        let profile = testbed::cdylib::profile_dir();
+        let shim_dir = testbed::cdylib::cdylib_dir("libmpi_btl_shim.so");
         let dir = profile.join("btl-llc");
         std::fs::create_dir_all(&dir).expect("output directory");
         let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -520,7 +520,7 @@ const JOB_USER: &str = "llc-job-a";
 fn cluster_as_an_ordinary_user() {
     require_root!();
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let user = vm_tests::TestUser::ensure(JOB_USER).expect("test account");
+    let user = testbed::TestUser::ensure(JOB_USER).expect("test account");
     let mut cluster = Cluster::new(2, 9000).expect("cluster bed");
     cluster.login_as(&user).expect("logins as the user");
     let program = build().dir.join("mpi_check");
@@ -766,10 +766,10 @@ fn cluster_peer_on_another_segment_is_unreachable_over_llc() {
     let cluster = Cluster::new(3, 1500).expect("cluster bed");
     // Every LLC frame of our SAP leaving the bridge towards host 2 is
     // dropped (probes to it, answers to its probes); IPv4 passes.
-    let _cut = vm_tests::LinkChaos::attach(
+    let _cut = testbed::LinkChaos::attach(
         cluster.hub(),
         &["p2"],
-        &vm_tests::ChaosSettings {
+        &testbed::ChaosSettings {
             drop: 1.0,
             sap: Some(0x7c),
             ..Default::default()
@@ -1070,7 +1070,7 @@ fn link_floor(bed: &MultiPort, backend: &str, rounds: usize) -> f64 {
 /// interface, MAC) of the pinging end and of the answering end; each end
 /// does `work` per message it sends (`FloorWork::None`: the bare floor).
 fn link_floor_between(
-    ends: [(&vm_tests::Netns, &String, [u8; 6]); 2],
+    ends: [(&testbed::Netns, &String, [u8; 6]); 2],
     backend: &str,
     rounds: usize,
     work: FloorWork,
@@ -1300,7 +1300,7 @@ fn netpipe_cluster_shared_vs_exclusive_vs_tcp() {
         .collect();
     let cluster = Cluster::new(2, mtu).expect("cluster bed");
     let hosts = cluster.hosts();
-    let ifname = vm_tests::CLUSTER_IFNAME.to_owned();
+    let ifname = testbed::CLUSTER_IFNAME.to_owned();
     let ends = [
         (&hosts[0].ns, &ifname, hosts[0].mac),
         (&hosts[1].ns, &ifname, hosts[1].mac),

@@ -11,8 +11,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use mpi_btl_shim::*;
-use vm_tests::netns::TwoHosts;
-use vm_tests::require_root;
+use testbed::netns::TwoHosts;
+use testbed::require_root;
 
 mod common;
 use common::{introduce, open};

@@ -18,7 +18,7 @@ use llc_stack::rng::Rng;
 use llc_stack::wire::MacAddr;
 use msg_layer::transport::llc::{LlcConfig, LlcTransport};
 use msg_layer::{Config, Endpoint, Event, PeerId, Source, Tag};
-use vm_tests::alloc_count::{allocations, Counting};
+use testbed::alloc_count::{allocations, Counting};
 
 #[global_allocator]
 static ALLOC: Counting = Counting;

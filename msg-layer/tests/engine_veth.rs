@@ -13,8 +13,8 @@ use msg_layer::transport::spec::Backend;
 use msg_layer::transport::tcp::{TcpConfig, TcpSocketTransport, TcpUringTransport};
 use msg_layer::transport::{Transport, TransportError};
 use msg_layer::{Config, Endpoint};
-use vm_tests::netns::{Bridged, Host, TwoHosts};
-use vm_tests::require_root;
+use testbed::netns::{Bridged, Host, TwoHosts};
+use testbed::require_root;
 
 /// How long a silent peer takes to be declared failed in the vanishing-peer
 /// test (the transports' defaults are much longer).

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::{connected_pair, pattern, Maker, Msg};
 use msg_layer::transport::{AnyTransport, Transport, TransportSpec};
-use vm_tests::{require_root, Host};
+use testbed::{require_root, Host};
 
 /// Opens `spec(host)` inside the host's namespace.
 fn opener(spec: fn(&Host) -> String) -> impl Maker<AnyTransport> {

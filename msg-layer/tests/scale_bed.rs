@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use msg_layer::transport::llc::{LlcConfig, LlcTransport};
 use msg_layer::transport::spec::Backend;
 use msg_layer::{Config, Endpoint, PeerId, Source, Tag};
-use vm_tests::netns::{Bridged, Host};
-use vm_tests::require_root;
+use testbed::netns::{Bridged, Host};
+use testbed::require_root;
 
 type Ep = Endpoint<LlcTransport<llc_stack::link::any::AnyLink>>;
 

@@ -35,7 +35,7 @@ use msg_layer::transport::llc::{LlcConfig, LlcTransport};
 use msg_layer::transport::spec::Backend;
 use msg_layer::transport::tcp::{TcpConfig, TcpSocketTransport, TcpUringTransport};
 use msg_layer::transport::{SendError, Transport, TransportEvent};
-use vm_tests::{require_root, Host};
+use testbed::{require_root, Host};
 
 /// Settings that differ per test.
 #[derive(Clone, Copy, Default)]
@@ -376,7 +376,7 @@ fn peer_dropped<T: Transport>(mk: impl Maker<T>) {
 }
 
 fn connect_to_nobody<T: Transport>(mk: impl Maker<T>) {
-    let hosts = vm_tests::TwoHosts::new(1500).expect("testbed");
+    let hosts = testbed::TwoHosts::new(1500).expect("testbed");
     let mut a = make_in(&hosts.a, &mk);
     // An endpoint that existed and is gone: nobody listens at its address.
     let gone = make_in(&hosts.b, &mk).local_addr();

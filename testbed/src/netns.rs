@@ -1,8 +1,9 @@
 //! Test hosts on one machine: network namespaces joined by veth pairs or a Linux bridge.
 //!
-//! The beds ([`TwoHosts`], [`Bridged`]) are built from pieces that are public so that other
-//! harnesses can build beds of their own shape the same way: [`Netns`], [`add_veth`],
-//! [`AddressPlan`] for per-run addresses and MACs, [`check_mtu`], [`bridge_without_netfilter`]
+//! This is the one builder of test hosts of the workspace: the beds ([`TwoHosts`],
+//! [`Bridged`], [`MultiPort`]), the simulated cluster ([`crate::cluster`]) and the QEMU VMs'
+//! tap bridge (`vm-tests`) are all made of [`Netns`], [`add_veth`] and [`Segment`] (a
+//! bridge in a hub namespace), addressed by an [`AddressPlan`] per run, with [`check_mtu`]
 //! and [`run_checked`] for bounded commands.
 //!
 //! Every namespace is named `llct-{prefix}-{pid}-{counter}` so that parallel tests and
@@ -355,8 +356,9 @@ impl Netns {
         Path::new(NETNS_DIR).join(&self.name)
     }
 
-    /// Opens the namespace handle (an owned fd, so a thread can outlive `self`).
-    fn open(&self) -> Result<OwnedFd, HarnessError> {
+    /// Opens the namespace handle (an owned fd, so a thread or a child process that holds
+    /// it can outlive `self`), as `setns` takes it.
+    pub fn handle(&self) -> Result<OwnedFd, HarnessError> {
         File::open(self.path())
             .map(OwnedFd::from)
             .map_err(|source| HarnessError::Io {
@@ -373,7 +375,7 @@ impl Netns {
         F: FnOnce() -> R + Send,
         R: Send,
     {
-        let fd = self.open();
+        let fd = self.handle();
         let name = self.name.as_str();
         thread::scope(|s| {
             let handle = thread::Builder::new()
@@ -397,7 +399,7 @@ impl Netns {
         F: FnOnce() -> R + Send + 'static,
         R: Send + 'static,
     {
-        let fd = self.open();
+        let fd = self.handle();
         let name = self.name.clone();
         thread::Builder::new()
             .name(format!("in-{name}"))
@@ -567,11 +569,35 @@ pub fn add_veth(
     ns.ip(&args).map(drop)
 }
 
+/// A veth pair with both ends, `a` and `b`, in `ns` and up, each with `queues` (1..=64) RX
+/// and TX queues: one host that sends to itself over a link (per-queue delivery, steering,
+/// sharing an interface between processes).
+pub fn add_veth_loop(ns: &Netns, a: &str, b: &str, queues: u32) -> Result<(), HarnessError> {
+    if !(1..=64).contains(&queues) {
+        return Err(HarnessError::InvalidArgument(format!(
+            "{queues} queues: 1..=64 allowed"
+        )));
+    }
+    let q = queues.to_string();
+    #[rustfmt::skip]
+    let args = [
+        "link", "add", a, "numtxqueues", &q, "numrxqueues", &q, "type", "veth",
+        "peer", "name", b, "numtxqueues", &q, "numrxqueues", &q,
+    ];
+    ns.ip(&args)?;
+    ns.ip(&["link", "set", "dev", a, "up"])?;
+    ns.ip(&["link", "set", "dev", b, "up"]).map(drop)
+}
+
+/// Gives port `ifname` of `ns` the address `ipv4`/24 and brings it up.
+pub fn address_port(ns: &Netns, ifname: &str, ipv4: Ipv4Addr) -> Result<(), HarnessError> {
+    ns.ip(&["addr", "add", &format!("{ipv4}/24"), "dev", ifname])?;
+    ns.ip(&["link", "set", "dev", ifname, "up"]).map(drop)
+}
+
 /// Gives the host port its address and brings it up.
 fn configure_host(ns: Netns, mac: [u8; 6], ipv4: Ipv4Addr, mtu: u32) -> Result<Host, HarnessError> {
-    let cidr = format!("{ipv4}/24");
-    ns.ip(&["addr", "add", &cidr, "dev", HOST_IFNAME])?;
-    ns.ip(&["link", "set", "dev", HOST_IFNAME, "up"])?;
+    address_port(&ns, HOST_IFNAME, ipv4)?;
     Ok(Host {
         ns,
         ifname: HOST_IFNAME.to_owned(),
@@ -629,45 +655,197 @@ impl Bridged {
             )));
         }
         let plan = AddressPlan::next();
-        let hub = Netns::new("hub")?;
-        let mtu_s = mtu.to_string();
-        hub.ip(&[
-            "link",
-            "add",
-            BRIDGE_NAME,
-            "mtu",
-            &mtu_s,
-            "type",
-            "bridge",
-            "stp_state",
-            "0",
-        ])?;
-        hub.ip(&["link", "set", "dev", BRIDGE_NAME, "up"])?;
+        let mut segment = Segment::new("hub", Some(mtu))?;
         let mut hosts = Vec::with_capacity(n);
         for i in 0..n {
             let index = (i + 1) as u8;
             let ns = Netns::new(&format!("r{i}"))?;
-            let port = format!("p{i}");
             let (mac, hub_mac) = (plan.host_mac(index), plan.hub_mac(index));
-            add_veth(&hub, &port, &hub_mac, &ns, HOST_IFNAME, &mac, mtu)?;
-            hub.ip(&["link", "set", "dev", &port, "master", BRIDGE_NAME, "up"])?;
+            segment.add_veth(&format!("p{i}"), &hub_mac, &ns, HOST_IFNAME, &mac)?;
             hosts.push(configure_host(ns, mac, plan.ipv4(index), mtu)?);
         }
-        // Enslaving ports may have adjusted the bridge MTU: pin it to what was asked.
-        hub.ip(&["link", "set", "dev", BRIDGE_NAME, "mtu", &mtu_s])?;
-        bridge_without_netfilter(&hub);
         Ok(Bridged {
-            hub,
+            hub: segment.finish()?,
             bridge: BRIDGE_NAME.to_owned(),
             hosts,
         })
     }
+
+    /// Pins host `i`'s MAC to its bridge port (a static, sticky forwarding entry), so that
+    /// frames another port sends with that source address cannot move it there.
+    ///
+    /// # Panics
+    /// If `i` is not a host index.
+    pub fn pin_mac(&self, i: usize) -> Result<(), HarnessError> {
+        let (mac, port) = (format_mac(&self.hosts[i].mac), format!("p{i}"));
+        #[rustfmt::skip]
+        let args = ["fdb", "replace", &mac, "dev", &port, "master", "static", "sticky"];
+        run_checked(self.hub.command("bridge").args(args), IP_TIMEOUT).map(drop)
+    }
+
+    /// Makes host `to`'s port a mirror (SPAN) port of host `from`'s: it also gets a copy of
+    /// every frame `from` sends (tc `mirred` on the ingress of `from`'s bridge port).
+    pub fn mirror(&self, from: usize, to: usize) -> Result<(), HarnessError> {
+        let (port, dest) = (format!("p{from}"), format!("p{to}"));
+        let tc = |args: &[&str]| run_checked(self.hub.command("tc").args(args), IP_TIMEOUT);
+        // The clsact qdisc is shared by every mirror of the port: add it once.
+        let qdiscs = tc(&["qdisc", "show", "dev", &port])?;
+        if !qdiscs.contains("clsact") {
+            tc(&["qdisc", "add", "dev", &port, "clsact"])?;
+        }
+        #[rustfmt::skip]
+        tc(&["filter", "add", "dev", &port, "ingress", "protocol", "all", "u32", "match", "u32",
+             "0", "0", "action", "mirred", "egress", "mirror", "dev", &dest])?;
+        Ok(())
+    }
+}
+
+/// One Ethernet segment: a Linux bridge ([`BRIDGE_NAME`], STP off) in a hub namespace of
+/// its own, with no IPv6 (so the bridge itself sends nothing onto the segment). Every bed
+/// that joins hosts on a switch builds it with this: add ports with [`Segment::add_veth`]
+/// (a host's veth) or [`Segment::enslave`] (an interface made in the hub, e.g. a tap),
+/// then [`Segment::finish`], which waits (bounded) until the veth ports forward.
+#[derive(Debug)]
+pub struct Segment {
+    hub: Netns,
+    mtu: Option<u32>,
+    /// The veth ports: (hub end, host namespace name, host end).
+    veths: Vec<(String, String, String)>,
+}
+
+/// How long [`Segment::finish`] waits for the links to come up and the bridge to forward.
+pub const LINK_UP_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl Segment {
+    /// Creates the hub namespace `llct-{prefix}-...` and its bridge, up, with `mtu` (veth
+    /// ports then get it too; without, the kernel's default of 1500).
+    pub fn new(prefix: &str, mtu: Option<u32>) -> Result<Segment, HarnessError> {
+        if let Some(mtu) = mtu {
+            check_mtu(mtu)?;
+        }
+        let hub = Netns::new(prefix)?;
+        // Best effort: a kernel without IPv6 has no such settings and sends nothing anyway.
+        let mut sysctl = hub.command("sysctl");
+        sysctl.args([
+            "-qw",
+            "net.ipv6.conf.all.disable_ipv6=1",
+            "net.ipv6.conf.default.disable_ipv6=1",
+        ]);
+        let _ = run_checked(&mut sysctl, IP_TIMEOUT);
+        // `mtu` is a link option: it goes before `type`, whose options follow.
+        let mut args = vec!["link", "add", BRIDGE_NAME];
+        let mtu_s = mtu.map(|m| m.to_string());
+        if let Some(m) = &mtu_s {
+            args.extend(["mtu", m.as_str()]);
+        }
+        args.extend(["type", "bridge", "stp_state", "0", "forward_delay", "0"]);
+        hub.ip(&args)?;
+        hub.ip(&["link", "set", "dev", BRIDGE_NAME, "up"])?;
+        Ok(Segment {
+            hub,
+            mtu,
+            veths: Vec::new(),
+        })
+    }
+
+    /// The hub namespace (it holds the bridge and the hub ends of the ports).
+    pub fn hub(&self) -> &Netns {
+        &self.hub
+    }
+
+    /// Adds a veth pair with the segment's MTU: hub end `port` (MAC `hub_mac`) on the bridge
+    /// and up, host end `ifname` (MAC `mac`) in `ns`, left down for the caller to configure
+    /// ([`address_port`]).
+    pub fn add_veth(
+        &mut self,
+        port: &str,
+        hub_mac: &[u8; 6],
+        ns: &Netns,
+        ifname: &str,
+        mac: &[u8; 6],
+    ) -> Result<(), HarnessError> {
+        let mtu = self.mtu.unwrap_or(1500);
+        add_veth(&self.hub, port, hub_mac, ns, ifname, mac, mtu)?;
+        self.enslave(port)?;
+        self.veths
+            .push((port.to_owned(), ns.name().to_owned(), ifname.to_owned()));
+        Ok(())
+    }
+
+    /// Puts the hub's interface `port` (made there by the caller, e.g. a tap) on the bridge,
+    /// with the segment's MTU when it has one, and brings it up.
+    pub fn enslave(&self, port: &str) -> Result<(), HarnessError> {
+        self.hub
+            .ip(&["link", "set", "dev", port, "master", BRIDGE_NAME])?;
+        if let Some(mtu) = self.mtu {
+            self.hub
+                .ip(&["link", "set", "dev", port, "mtu", &mtu.to_string()])?;
+        }
+        self.hub.ip(&["link", "set", "dev", port, "up"]).map(drop)
+    }
+
+    /// Pins the bridge's MTU to the segment's (enslaving ports may have changed it), turns
+    /// netfilter off for bridged frames, waits (at most [`LINK_UP_TIMEOUT`]) until every veth
+    /// port and its host end are up and forwarding, and returns the hub namespace.
+    pub fn finish(self) -> Result<Netns, HarnessError> {
+        if let Some(mtu) = self.mtu {
+            self.hub
+                .ip(&["link", "set", "dev", BRIDGE_NAME, "mtu", &mtu.to_string()])?;
+        }
+        bridge_without_netfilter(&self.hub);
+        self.wait_forwarding()?;
+        Ok(self.hub)
+    }
+
+    /// Waits (bounded) until every veth port forwards and every host end is up.
+    fn wait_forwarding(&self) -> Result<(), HarnessError> {
+        let deadline = Instant::now() + LINK_UP_TIMEOUT;
+        loop {
+            let mut waiting = Vec::new();
+            if !self.veths.is_empty() {
+                let ports = self
+                    .hub
+                    .ip(&["-d", "-o", "link", "show", "master", BRIDGE_NAME])?;
+                for (port, ns, ifname) in &self.veths {
+                    if !port_forwards(&ports, port) {
+                        waiting.push(format!("{} port {port}", self.hub.name()));
+                    }
+                    let link = run_checked(
+                        ip_command().args(["-n", ns, "-o", "link", "show", "dev", ifname]),
+                        IP_TIMEOUT,
+                    )?;
+                    if !link.contains("state UP") {
+                        waiting.push(format!("{ns} {ifname}"));
+                    }
+                }
+            }
+            if waiting.is_empty() {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(HarnessError::Timeout {
+                    cmd: format!("waiting for links to come up: {}", waiting.join(", ")),
+                    timeout: LINK_UP_TIMEOUT,
+                });
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+/// Is `port` up and forwarding in `ip -d -o link show master BRIDGE`'s output?
+fn port_forwards(listing: &str, port: &str) -> bool {
+    listing.lines().any(|l| {
+        l.split(':').nth(1).map(|n| n.trim().split('@').next()) == Some(Some(port))
+            && l.contains("state UP")
+            && l.contains("bridge_slave state forwarding")
+    })
 }
 
 /// Bridged IPv4 frames are not run through iptables in the hub (a switch does not
 /// filter; `br_netfilter`, when loaded, would add its cost to every frame of every
 /// transport). Best effort: without `br_netfilter` the settings do not exist.
-pub fn bridge_without_netfilter(hub: &Netns) {
+fn bridge_without_netfilter(hub: &Netns) {
     let mut cmd = hub.command("sysctl");
     cmd.args([
         "-qw",
@@ -676,6 +854,134 @@ pub fn bridge_without_netfilter(hub: &Netns) {
         "net.bridge.bridge-nf-call-arptables=0",
     ]);
     let _ = run_checked(&mut cmd, IP_TIMEOUT);
+}
+
+/// One namespace with `n` ports `llc0..llc{n-1}` on one Linux bridge (in a separate hub
+/// namespace): for programs that start all their processes in one namespace, as `mpirun`
+/// does, each process taking its own port. Port `i` has address `.i+1` of a per-run /24,
+/// so TCP between the ports works too; by default the kernel delivers local addresses via
+/// loopback, [`MultiPort::route_through_bridge`] makes it cross the bridge instead.
+#[derive(Debug)]
+pub struct MultiPort {
+    /// The namespace holding the bridge and the hub-side veth ends `p0..pN`.
+    pub hub: Netns,
+    /// The namespace holding the ports.
+    pub ns: Netns,
+    /// Port names, in order (`llc0`, `llc1`, ...).
+    pub ports: Vec<String>,
+    /// Their MACs.
+    pub macs: Vec<[u8; 6]>,
+    /// Their IPv4 addresses.
+    pub ipv4: Vec<Ipv4Addr>,
+    /// The MTU of every link.
+    pub mtu: u32,
+}
+
+impl MultiPort {
+    /// Builds the bridge and `n` (1..=254) ports; on error everything created is deleted.
+    pub fn new(n: usize, mtu: u32) -> Result<MultiPort, HarnessError> {
+        check_mtu(mtu)?;
+        if !(1..=254).contains(&n) {
+            return Err(HarnessError::InvalidArgument(format!(
+                "{n} ports: 1..=254 allowed"
+            )));
+        }
+        let plan = AddressPlan::next();
+        let mut segment = Segment::new("mhub", Some(mtu))?;
+        let ns = Netns::new("multi")?;
+        let (mut ports, mut macs, mut ipv4) = (Vec::new(), Vec::new(), Vec::new());
+        for i in 0..n {
+            let index = (i + 1) as u8;
+            let port = format!("llc{i}");
+            let (mac, hub_mac) = (plan.host_mac(index), plan.hub_mac(index));
+            segment.add_veth(&format!("p{i}"), &hub_mac, &ns, &port, &mac)?;
+            let addr = plan.ipv4(index);
+            address_port(&ns, &port, addr)?;
+            ports.push(port);
+            macs.push(mac);
+            ipv4.push(addr);
+        }
+        Ok(MultiPort {
+            hub: segment.finish()?,
+            ns,
+            ports,
+            macs,
+            ipv4,
+            mtu,
+        })
+    }
+}
+
+impl MultiPort {
+    /// Bytes the bridge has received from port `i` (what the namespace sent
+    /// out of it), from the hub-side veth end's counters.
+    pub fn bridge_rx_bytes(&self, i: usize) -> Result<u64, HarnessError> {
+        let dev = format!("p{i}");
+        let out = self.hub.ip(&["-s", "-o", "link", "show", "dev", &dev])?;
+        // "... RX: bytes packets ...\    <bytes> <packets> ..."
+        out.split("RX:")
+            .nth(1)
+            .and_then(|rx| rx.split('\\').nth(1))
+            .and_then(|f| f.split_whitespace().next())
+            .and_then(|b| b.parse().ok())
+            .ok_or_else(|| {
+                HarnessError::InvalidArgument(format!("no RX byte count for {dev} in {out:?}"))
+            })
+    }
+
+    /// Makes IPv4 traffic between two ports of this namespace leave by the sender's port,
+    /// cross the bridge and arrive on the receiver's port, as it would between two hosts,
+    /// instead of taking the loopback shortcut the kernel uses for local addresses: so that
+    /// TCP measured here crosses the same link as LLC. Policy routing: frames arriving on
+    /// a port are looked up in the local table first; a socket bound to port `i`'s address
+    /// (or, unbound, sending to port `j`) routes through its own table, which sends to the
+    /// other ports out of port `i` (for unbound sockets, out of the port before `j`); the local
+    /// table comes after these rules. Neighbours are static and local sources are accepted.
+    pub fn route_through_bridge(&self) -> Result<(), HarnessError> {
+        let n = self.ports.len();
+        if n < 2 {
+            return Ok(());
+        }
+        let mut sysctl = self.ns.command("sysctl");
+        sysctl.args([
+            "-qw",
+            "net.ipv4.conf.all.accept_local=1",
+            "net.ipv4.conf.all.rp_filter=0",
+        ]);
+        for port in &self.ports {
+            sysctl.arg(format!("net.ipv4.conf.{port}.accept_local=1"));
+            sysctl.arg(format!("net.ipv4.conf.{port}.rp_filter=0"));
+        }
+        run_checked(&mut sysctl, IP_TIMEOUT)?;
+        for (i, port) in self.ports.iter().enumerate() {
+            let (table, pref) = ((100 + i).to_string(), (100 + i).to_string());
+            let src = self.ipv4[i].to_string();
+            self.ns
+                .ip(&["rule", "add", "pref", "10", "iif", port, "lookup", "local"])?;
+            self.ns
+                .ip(&["rule", "add", "pref", &pref, "from", &src, "lookup", &table])?;
+            for (j, dst) in self.ipv4.iter().enumerate() {
+                if j != i {
+                    let (dst, mac) = (dst.to_string(), format_mac(&self.macs[j]));
+                    #[rustfmt::skip]
+                    self.ns.ip(&["route", "add", &dst, "dev", port, "src", &src, "table", &table])?;
+                    #[rustfmt::skip]
+                    self.ns.ip(&["neigh", "replace", &dst, "lladdr", &mac, "dev", port, "nud", "permanent"])?;
+                }
+            }
+        }
+        for (j, dst) in self.ipv4.iter().enumerate() {
+            let out = (j + n - 1) % n;
+            let (table, pref) = ((100 + out).to_string(), (400 + j).to_string());
+            #[rustfmt::skip]
+            self.ns.ip(&["rule", "add", "pref", &pref, "to", &dst.to_string(), "lookup", &table])?;
+        }
+        self.ns
+            .ip(&["rule", "add", "pref", "1000", "lookup", "local"])?;
+        self.ns
+            .ip(&["rule", "del", "pref", "0", "lookup", "local"])?;
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -9,6 +9,9 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
+use crate::netns::{HarnessError, Netns};
+use crate::sys;
+
 /// A running child process, killed and reaped on drop.
 #[derive(Debug)]
 pub struct Background {
@@ -121,4 +124,14 @@ impl Drop for Background {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Makes the child that `cmd` starts die (SIGKILL) when the thread that spawns it exits, so
+/// a test process that dies without unwinding (a second panic, SIGKILL) leaves no server or
+/// VM behind. With `netns`, the child also enters that network namespace before it executes
+/// its program (QEMU then opens its tap devices there).
+pub fn die_with_parent(cmd: &mut Command, netns: Option<&Netns>) -> Result<(), HarnessError> {
+    let fd = netns.map(Netns::handle).transpose()?;
+    sys::child_dies_with_parent(cmd, fd);
+    Ok(())
 }

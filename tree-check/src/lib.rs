@@ -10,10 +10,14 @@
 //! returns the strongly connected groups of more than one file. A module
 //! naming its own ancestors (a child using its parent's items) is not an
 //! edge: the parent declares the child, and that is the tree, not a circle.
+//!
+//! **The VM harness.** Only the `bench` crate may depend on `vm-tests`
+//! ([`harness::dependents`], from `cargo metadata`).
 
 #![deny(unsafe_code)]
 
 pub mod c_header;
+pub mod harness;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

@@ -289,7 +289,7 @@ fn hanging_guest_is_killed_at_the_timeout() {
 /// link-level and reliable llc-ping.
 #[test]
 fn llc_ping_over_a_multiqueue_tap_bridge() {
-    vm_tests::require_root!();
+    testbed::require_root!();
     let image = vm_or_skip!(image());
     let script = "\
         ls /sys/class/net/$IFACE/queues | grep -q rx-1\n\
@@ -367,7 +367,7 @@ fn llc_ping_over_af_xdp_native_on_virtio_net() {
     );
     // Native XDP on virtio-net wants a spare queue pair per vCPU for its transmit path:
     // multi-queue taps (2 pairs, 1 vCPU) when root.
-    let link = if vm_tests::check_privileges().is_ok() {
+    let link = if testbed::check_privileges().is_ok() {
         Link::Bridge { queues: 2 }
     } else {
         Link::Stream
@@ -635,7 +635,7 @@ fn mpi_job_over_btl_llc_across_two_vms() {
 #[test]
 fn mpi_job_over_btl_llc_auto_across_two_vms() {
     vm_or_skip!(bare_image());
-    let root = vm_tests::check_privileges().is_ok();
+    let root = testbed::check_privileges().is_ok();
     let link = if root {
         Link::Bridge { queues: 2 }
     } else {

@@ -533,7 +533,7 @@ mod tests {
     /// `no_socket` (1) rather than `passed` (2). Needs root.
     #[test]
     fn program_picks_exactly_our_frames() {
-        vm_tests::require_root!();
+        testbed::require_root!();
         let us = [2, 0, 0, 0, 0, 2];
         let cfg = XdpConfig {
             sap: 0x7C,

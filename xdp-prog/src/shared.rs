@@ -1460,7 +1460,7 @@ mod steering_tests {
 
     #[test]
     fn ui_frames_follow_their_port_and_the_rest_passes() {
-        vm_tests::require_root!();
+        testbed::require_root!();
         let xsk = sys::xdp_socket().unwrap();
         for frags in [false, true] {
             let s = Steer::load(frags);
@@ -1507,7 +1507,7 @@ mod steering_tests {
 
     #[test]
     fn test_and_xid_go_to_the_link_responder() {
-        vm_tests::require_root!();
+        testbed::require_root!();
         let xsk = sys::xdp_socket().unwrap();
         for frags in [false, true] {
             let s = Steer::load(frags);
@@ -1545,7 +1545,7 @@ mod steering_tests {
     /// the link responder; a probe command (no C/R bit) to the responder.
     #[test]
     fn probe_answers_go_to_the_probing_port() {
-        vm_tests::require_root!();
+        testbed::require_root!();
         let (xsk, responder) = (sys::xdp_socket().unwrap(), sys::xdp_socket().unwrap());
         for frags in [false, true] {
             let s = Steer::load(frags);
@@ -1579,14 +1579,9 @@ mod steering_tests {
     /// endpoint's socket of the queue it arrived on.
     #[test]
     fn frames_go_to_the_socket_of_their_rx_queue() {
-        vm_tests::require_root!();
-        let ns = vm_tests::Netns::new("steerq").unwrap();
-        #[rustfmt::skip]
-        ns.ip(&[
-            "link", "add", "q0", "numtxqueues", "4", "numrxqueues", "4", "type", "veth",
-            "peer", "name", "q1", "numtxqueues", "4", "numrxqueues", "4",
-        ])
-        .unwrap();
+        testbed::require_root!();
+        let ns = testbed::Netns::new("steerq").unwrap();
+        testbed::netns::add_veth_loop(&ns, "q0", "q1", 4).unwrap();
         ns.run(|| {
             let ifindex = sys::if_nametoindex("q0").unwrap();
             let xsk = sys::xdp_socket().unwrap();
@@ -1621,7 +1616,7 @@ mod process_tests {
     use super::*;
     use std::path::Path;
     use std::process::Command;
-    use vm_tests::{Background, Netns};
+    use testbed::{Background, Netns};
 
     const IFACE: &str = "llc0";
     const START: Duration = Duration::from_secs(30);
@@ -1631,10 +1626,7 @@ mod process_tests {
     /// deleted on drop (also when a test panics).
     fn veth_namespace(prefix: &str) -> Netns {
         let ns = Netns::new(prefix).unwrap();
-        ns.ip(&["link", "add", IFACE, "type", "veth", "peer", "name", "llc1"])
-            .unwrap();
-        ns.ip(&["link", "set", "dev", IFACE, "up"]).unwrap();
-        ns.ip(&["link", "set", "dev", "llc1", "up"]).unwrap();
+        testbed::netns::add_veth_loop(&ns, IFACE, "llc1", 1).unwrap();
         ns
     }
 
@@ -1792,7 +1784,7 @@ mod process_tests {
     /// is killed the program is gone, and the next process attaches afresh.
     #[test]
     fn program_lives_while_any_member_does() {
-        vm_tests::require_root!();
+        testbed::require_root!();
         let ns = veth_namespace("share");
         assert_eq!(attached_program(&ns), None);
 
@@ -1838,7 +1830,7 @@ mod process_tests {
     /// Four processes starting at once: one attaches, the others join it.
     #[test]
     fn simultaneous_starts_attach_once() {
-        vm_tests::require_root!();
+        testbed::require_root!();
         let ns = veth_namespace("race");
         let go = std::env::temp_dir().join(format!("xdp-prog-go-{}", std::process::id()));
         let _ = std::fs::remove_file(&go);
@@ -1886,7 +1878,7 @@ mod process_tests {
     /// clear error, and the members are unaffected.
     #[test]
     fn config_mismatch_is_refused() {
-        vm_tests::require_root!();
+        testbed::require_root!();
         let ns = veth_namespace("mismatch");
         let (a, ja) = start_member(&ns, 7000);
         let mode = ns.run(|| {
@@ -1941,7 +1933,7 @@ mod process_tests {
     /// skipped.
     #[test]
     fn claims_are_exclusive_and_released() {
-        vm_tests::require_root!();
+        testbed::require_root!();
         let ns = veth_namespace("claims");
         ns.run(|| {
             let ifindex = sys::if_nametoindex(IFACE).unwrap();
@@ -2016,7 +2008,7 @@ mod process_tests {
     /// as `ip` does) keeps the interface busy: a clear error after the wait.
     #[test]
     fn foreign_program_is_busy() {
-        vm_tests::require_root!();
+        testbed::require_root!();
         let ns = veth_namespace("foreign");
         let obj = std::env::temp_dir().join(format!("xdp-prog-foreign-{}.o", std::process::id()));
         std::fs::write(&obj, crate::OBJECT).unwrap();

@@ -186,7 +186,7 @@ pub(crate) fn rx_geometry(mtu: usize, frames: usize, page: usize) -> RingGeometr
 ///
 /// # Why `sendmmsg` rather than a TX ring
 /// Both were built and measured on a veth pair between namespaces
-/// (`examples/afpacket_pingpong.rs`, 2-core VM; the TX-ring version is in
+/// (`bench/examples/afpacket_pingpong.rs`, 2-core VM; the TX-ring version is in
 /// this file's git history). In quiet periods, with payload copies:
 ///
 /// | measure                        | `sendmmsg`     | TX ring        |

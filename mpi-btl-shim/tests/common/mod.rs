@@ -4,7 +4,7 @@
 use std::ffi::CString;
 
 use mpi_btl_shim::*;
-use vm_tests::netns::Host;
+use testbed::netns::Host;
 
 /// A shim on `h`'s interface (AF_PACKET, any port, background thread on),
 /// holding small sends when `coalesce_us` is non-zero.

@@ -21,7 +21,7 @@ use msg_layer::addr::Addr;
 use msg_layer::transport::{
     ConnId, FailureCause, SendError, Transport, TransportError, TransportEvent,
 };
-use vm_tests::{Host, TwoHosts};
+use testbed::{Host, TwoHosts};
 
 /// Longest single sleep of the driver: a bound against lost wake-ups that
 /// keeps a bug from hanging a test (the tests that check wake-ups do not

@@ -1,7 +1,7 @@
 //! `migrate-demo`: tasks that stream to each other while they migrate
 //! between the hosts of a multi-host bed, over LLC and over TCP.
 //!
-//! As root it builds the bed itself (vm_tests::Cluster: one network
+//! As root it builds the bed itself (testbed::Cluster: one network
 //! namespace per host on one bridge), starts one runtime process per host
 //! (`migrate-demo host ...`, this same program), and drives them through
 //! their stdin/stdout: start, stop sending, report, exit. Every task checks
@@ -468,7 +468,7 @@ fn launch(cli: &Cli) -> Result<()> {
     if cli.hosts < 2 || cli.tasks < 2 {
         bail!("--hosts and --tasks must be at least 2");
     }
-    let cluster = vm_tests::Cluster::new(cli.hosts as usize, 1500)?;
+    let cluster = testbed::Cluster::new(cli.hosts as usize, 1500)?;
     let transports = match cli.transport {
         TransportArg::Llc => vec!["llc"],
         TransportArg::Tcp => vec!["tcp"],
@@ -500,7 +500,7 @@ fn launch(cli: &Cli) -> Result<()> {
     Ok(())
 }
 
-fn run_job(cli: &Cli, cluster: &vm_tests::Cluster, transport: &str) -> Result<Value> {
+fn run_job(cli: &Cli, cluster: &testbed::Cluster, transport: &str) -> Result<Value> {
     let exe = std::env::current_exe()?;
     let hosts = cluster.hosts();
     let (specs, addrs): (Vec<String>, Vec<String>) = hosts

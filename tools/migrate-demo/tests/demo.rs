@@ -17,7 +17,7 @@ fn four_hosts_llc_and_tcp_nothing_lost_duplicated_or_reordered() {
     cmd.args(["--hosts", "4", "--tasks", "8", "--migrations", "24"])
         .args(["--duration-ms", "1500", "--transport", "both", "--json"]);
     let out =
-        vm_tests::run_bounded(&mut cmd, Duration::from_secs(240)).expect("running migrate-demo");
+        testbed::run_bounded(&mut cmd, Duration::from_secs(240)).expect("running migrate-demo");
     assert!(out.success(), "{out}");
     let v: Value = serde_json::from_str(out.stdout.trim()).expect("one JSON object");
     assert_eq!(v["ok"], Value::Bool(true), "{v:#}");

@@ -14,7 +14,7 @@ use std::time::{Duration, SystemTime};
 
 use super::cpio::{write_atomically, Archive};
 use super::{find_program, Kernel, VmError};
-use crate::run_checked;
+use testbed::run_checked;
 
 /// The guest's `/init`.
 const INIT: &str = include_str!("init.sh");
@@ -224,7 +224,7 @@ fn shared_libraries(bin: &Path) -> Result<Vec<PathBuf>, VmError> {
     let out = match run_checked(Command::new("ldd").arg(bin), Duration::from_secs(30)) {
         Ok(out) => out,
         // ldd exits 1 with "not a dynamic executable" for static binaries.
-        Err(crate::HarnessError::CommandFailed { .. }) => return Ok(Vec::new()),
+        Err(testbed::HarnessError::CommandFailed { .. }) => return Ok(Vec::new()),
         Err(e) => return Err(VmError::setup(format!("ldd {}", bin.display()), e)),
     };
     parse_ldd(&out).map_err(|lib| {

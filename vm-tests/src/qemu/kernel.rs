@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use super::VmError;
-use crate::run_checked;
+use testbed::run_checked;
 
 /// The fetch script, found relative to this crate's sources.
 const FETCH_SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/fetch-vm-kernel.sh");

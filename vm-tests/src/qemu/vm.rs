@@ -2,7 +2,6 @@
 
 use std::fmt;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::fd::OwnedFd;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
@@ -13,7 +12,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use super::{accelerator, qemu_binary, tail, Accel, GuestImage, VmError, INIT_FAILED};
-use crate::{format_mac, Netns};
+use testbed::netns::{format_mac, HarnessError, Netns, Segment};
 
 /// A guest script prints a line starting with this (then a reason) when the test cannot
 /// run in this guest; [`Report::skipped`] returns the reason.
@@ -625,11 +624,8 @@ impl Running {
             };
             let netdev = netdev_arg(c.link, i, &run.dir.0, mcast_port);
             let mut cmd = qemu_command(&qemu, c, i, accel, &files, &netdev);
-            let netns = match &run.bridge {
-                Some(ns) => Some(open_netns(ns)?),
-                None => None,
-            };
-            crate::sys::child_dies_with_parent(&mut cmd, netns);
+            testbed::process::die_with_parent(&mut cmd, run.bridge.as_ref())
+                .map_err(|e| VmError::setup("entering the taps' namespace", e))?;
             let mut child = cmd
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
@@ -1163,45 +1159,26 @@ fn qemu_command(
     cmd
 }
 
-/// A namespace holding bridge `br0` with taps `tap0..tap{n-1}` (multi-queue when asked).
+/// A namespace holding bridge `br0` with taps `tap0..tap{n-1}` (multi-queue when asked):
+/// a segment of testbed's builder, the taps made in its hub.
 fn make_bridge(n: usize, queues: u16, mtu: Option<u32>) -> Result<Netns, VmError> {
-    let ns = Netns::new("vmbr").map_err(|e| match e {
-        crate::HarnessError::Unprivileged(why) => {
+    let segment = Segment::new("vmbr", mtu).map_err(|e| match e {
+        HarnessError::Unprivileged(why) => {
             VmError::Unavailable(format!("a tap bridge needs root: {why}"))
         }
         e => VmError::setup("creating the bridge namespace", e),
     })?;
-    let ip = |args: &[&str]| {
-        ns.ip(args)
-            .map(drop)
-            .map_err(|e| VmError::setup("setting up the tap bridge", e))
-    };
-    ip(&["link", "add", "br0", "type", "bridge", "stp_state", "0"])?;
+    let setup = |e| VmError::setup("setting up the tap bridge", e);
     for i in 0..n {
         let tap = format!("tap{i}");
         let mut args = vec!["tuntap", "add", "dev", &tap, "mode", "tap"];
         if queues > 1 {
             args.push("multi_queue");
         }
-        ip(&args)?;
-        ip(&["link", "set", "dev", &tap, "master", "br0"])?;
-        if let Some(mtu) = mtu {
-            ip(&["link", "set", "dev", &tap, "mtu", &mtu.to_string()])?;
-        }
-        ip(&["link", "set", "dev", &tap, "up"])?;
+        segment.hub().ip(&args).map_err(setup)?;
+        segment.enslave(&tap).map_err(setup)?;
     }
-    if let Some(mtu) = mtu {
-        ip(&["link", "set", "dev", "br0", "mtu", &mtu.to_string()])?;
-    }
-    ip(&["link", "set", "dev", "br0", "up"])?;
-    Ok(ns)
-}
-
-fn open_netns(ns: &Netns) -> Result<OwnedFd, VmError> {
-    let path = Path::new("/var/run/netns").join(ns.name());
-    std::fs::File::open(&path)
-        .map(OwnedFd::from)
-        .map_err(|e| VmError::setup(format!("opening {}", path.display()), e))
+    segment.finish().map_err(setup)
 }
 
 impl fmt::Display for Link {

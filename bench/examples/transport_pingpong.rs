@@ -3,7 +3,7 @@
 //! trip) of each, measured in one run so the numbers compare.
 //!
 //! ```sh
-//! cargo run --release -p msg-layer --example transport_pingpong -- \
+//! cargo run --release -p bench --example transport_pingpong -- \
 //!     [--iters 20000] [--warmup 2000] [--mtu 1500] [--wait] \
 //!     [--transports llc-packet,llc-xdp,tcp-uring,tcp-socket]
 //! ```
@@ -20,7 +20,7 @@ use msg_layer::transport::llc::{LlcConfig, LlcTransport};
 use msg_layer::transport::spec::Backend;
 use msg_layer::transport::tcp::{TcpConfig, TcpSocketTransport, TcpUringTransport};
 use msg_layer::transport::{ConnId, Transport, TransportError, TransportEvent};
-use vm_tests::{Host, TwoHosts};
+use testbed::{Host, TwoHosts};
 
 struct Opts {
     iters: usize,
@@ -191,7 +191,7 @@ fn pingpong<T: Transport>(
 
 fn main() {
     let o = parse();
-    if let Err(e) = vm_tests::check_privileges() {
+    if let Err(e) = testbed::check_privileges() {
         eprintln!("transport_pingpong needs root: {e}");
         std::process::exit(1);
     }

@@ -24,7 +24,7 @@ fn main() {
     match Command::new(&clang).arg("--version").output() {
         Ok(o) if o.status.success() => {}
         _ => fail(&format!(
-            "vm-tests needs clang to compile its tc BPF program, and `{clang}` was not found or \
+            "testbed needs clang to compile its tc BPF program, and `{clang}` was not found or \
              does not run. Install it with `apt-get install clang llvm` (or set CLANG=/path/to/clang)."
         )),
     }
@@ -32,7 +32,9 @@ fn main() {
         .iter()
         .any(|d| Path::new(d).join("bpf/bpf_helpers.h").exists())
     {
-        fail("vm-tests needs the libbpf headers (<bpf/bpf_helpers.h>): `apt-get install libbpf-dev`.");
+        fail(
+            "testbed needs the libbpf headers (<bpf/bpf_helpers.h>): `apt-get install libbpf-dev`.",
+        );
     }
     let arch_include = format!(
         "/usr/include/{}-linux-gnu",

@@ -3,7 +3,7 @@
 //! root; creates and removes its own hosts).
 //!
 //! ```text
-//! cargo run --release -p msg-layer --example msg_stream_goodput -- [--mib N] [--mtu 1500,9000,65000] [--backend packet,xdp,xdp-generic] [--rounds R] [--layers transport,message]
+//! cargo run --release -p bench --example msg_stream_goodput -- [--mib N] [--mtu 1500,9000,65000] [--backend packet,xdp,xdp-generic] [--rounds R] [--layers transport,message]
 //! ```
 //!
 //! Both layers move `--mib` MiB (default 512) as 1 MiB messages from A to B,
@@ -21,11 +21,7 @@
 //!
 //! Printed: each run's Gbit/s, the medians, and message / transport.
 
-#[path = "../../llc-stack/examples/support/transport_stream.rs"]
-mod transport_stream;
-#[path = "../../llc-stack/examples/support/veth_link.rs"]
-mod veth_link;
-
+use bench::{transport_stream, veth_link};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant as StdInstant};
 
@@ -38,7 +34,7 @@ use llc_stack::Stack;
 use msg_layer::transport::llc::{LlcConfig, LlcTransport};
 use msg_layer::transport::spec::{AttachMode, Backend};
 use msg_layer::{Config, Endpoint, Source, Tag};
-use vm_tests::TwoHosts;
+use testbed::TwoHosts;
 
 use transport_stream::{MSG, PORT};
 
@@ -135,7 +131,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn main() {
-    if let Err(why) = vm_tests::check_privileges() {
+    if let Err(why) = testbed::check_privileges() {
         eprintln!("msg_stream_goodput needs root (namespaces, raw sockets, XDP): {why}");
         std::process::exit(2);
     }

@@ -4,7 +4,7 @@
 //! through the same device code (needs root; creates and removes its hosts).
 //!
 //! ```text
-//! cargo run --release -p llc-stack --example link_ceiling -- [--mib N] [--mtu 1500,9000,65000] [--backend packet,xdp-generic] [--work none,copy,crc]
+//! cargo run --release -p bench --example link_ceiling -- [--mib N] [--mtu 1500,9000,65000] [--backend packet,xdp-generic] [--work none,copy,crc]
 //! ```
 //!
 //! A streams `--mib` MiB of payload in frames as long as the transport's
@@ -26,9 +26,7 @@
 //!   kernel copies it into the skb), copied into the frame where it does
 //!   not (AF_XDP); B copies it into the reassembly area.
 
-#[path = "support/veth_link.rs"]
-mod veth_link;
-
+use bench::veth_link;
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -38,7 +36,7 @@ use llc_stack::link::{RxToken, TxToken};
 use llc_stack::wire::transport::{self, TransportHeader};
 use llc_stack::wire::{self, ethernet, llc, Addresses, Body, MacAddr, Trailer};
 use llc_stack::{Device, Instant};
-use vm_tests::TwoHosts;
+use testbed::TwoHosts;
 
 const MSG: usize = 1 << 20;
 /// Payloads from this size on are sent from the message itself where the
@@ -259,7 +257,7 @@ fn run(backend: &str, mtu: u32, total: usize, work: Work) -> (String, f64, f64) 
 }
 
 fn main() {
-    if let Err(why) = vm_tests::check_privileges() {
+    if let Err(why) = testbed::check_privileges() {
         eprintln!("link_ceiling needs root (namespaces, raw sockets, XDP): {why}");
         std::process::exit(2);
     }

@@ -5,7 +5,7 @@
 //! CPU (needs root; creates and removes its hosts).
 //!
 //! ```text
-//! cargo run --release -p llc-stack --example pnet_vs_tpacket -- [--rounds N] [--repeat R]
+//! cargo run --release -p bench --example pnet_vs_tpacket -- [--rounds N] [--repeat R]
 //! ```
 //!
 //! Each of `--repeat` passes (default 3) runs, one after the other:
@@ -20,9 +20,7 @@
 //!
 //! Prints the one-way latency (RTT/2) median and 99th percentile of each.
 
-#[path = "support/pin.rs"]
-mod pin;
-
+use bench::pin;
 use std::thread;
 use std::time::{Duration, Instant as StdInstant};
 
@@ -30,7 +28,7 @@ use llc_stack::link::afpacket::{AfPacket, AfPacketConfig};
 use llc_stack::link::{Device, RxToken, TxToken};
 use llc_stack::Instant;
 use pnet_datalink::{Channel, DataLinkReceiver, DataLinkSender};
-use vm_tests::{Host, TwoHosts};
+use testbed::{Host, TwoHosts};
 
 const SAP: u8 = 0x7C;
 const LEN: usize = 64;

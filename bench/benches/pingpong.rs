@@ -6,10 +6,7 @@
 
 use criterion::{criterion_group, criterion_main, Criterion};
 
-mod support {
-    pub mod round_trip;
-}
-use support::round_trip::{LinkLevel, Reliable};
+use bench::round_trip::{LinkLevel, Reliable};
 
 fn round_trips(c: &mut Criterion) {
     let mut l = LinkLevel::new();

@@ -3,14 +3,12 @@
 //! repeatable whatever else the machine does:
 //!
 //! ```sh
-//! cargo build --release -p llc-stack --example round_trip_cost
+//! cargo build --release -p bench --example round_trip_cost
 //! valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.out \
 //!     target/release/examples/round_trip_cost reliable 100000
 //! ```
 
-#[path = "../benches/support/round_trip.rs"]
-mod round_trip;
-
+use bench::round_trip;
 use std::time::Instant;
 
 fn main() {

@@ -15,7 +15,7 @@
 //! - `server`, `client`, `stream-recv`, `stream-send`, `tcp-recv`,
 //!   `tcp-send`: the processes the two above start in the bed's hosts.
 //!
-//! `cargo build --release -p bmi --examples && target/release/examples/bmi_bench serverload`
+//! `cargo build --release -p bench --example bmi_bench && target/release/examples/bmi_bench serverload`
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -447,7 +447,7 @@ fn tcp_send(server: &str, size: usize, count: usize) -> Result<()> {
 
 // ----- the bed -----
 
-fn mac(c: &vm_tests::Cluster, i: usize) -> String {
+fn mac(c: &testbed::Cluster, i: usize) -> String {
     c.hosts()[i]
         .mac
         .iter()
@@ -458,7 +458,7 @@ fn mac(c: &vm_tests::Cluster, i: usize) -> String {
 
 /// A process of this program in host `h`'s network namespace (not a PID
 /// namespace of its own: one host's processes share its NIC's XDP program).
-fn on_host(c: &vm_tests::Cluster, h: usize, exe: &Path, backend: &str) -> Command {
+fn on_host(c: &testbed::Cluster, h: usize, exe: &Path, backend: &str) -> Command {
     let mut cmd = c.hosts()[h].ns.command(exe);
     cmd.env("BMI_LLC_IFACE", "eth0")
         .env("BMI_LLC_BACKEND", backend);
@@ -466,7 +466,7 @@ fn on_host(c: &vm_tests::Cluster, h: usize, exe: &Path, backend: &str) -> Comman
 }
 
 /// Server and listen addresses of `method` on host 0.
-fn addresses(c: &vm_tests::Cluster, method: &str, backend: &str, port: u16) -> (String, String) {
+fn addresses(c: &testbed::Cluster, method: &str, backend: &str, port: u16) -> (String, String) {
     if method == "bmi_llc" {
         (
             format!("llc://{}/{port}", mac(c, 0)),
@@ -518,7 +518,7 @@ fn serverload(
         "need a server host and at least one client host"
     );
     let exe = std::env::current_exe()?;
-    let cluster = vm_tests::Cluster::new(hosts, mtu)?;
+    let cluster = testbed::Cluster::new(hosts, mtu)?;
     let mut runs: Vec<LoadRun> = Vec::new();
     let mut port = 4000u16;
     for _ in 0..repeat {
@@ -548,7 +548,7 @@ fn serverload(
                                 reply.to_string(),
                             ]);
                             std::thread::spawn(move || {
-                                vm_tests::run_bounded(&mut cmd, Duration::from_secs(600))
+                                testbed::run_bounded(&mut cmd, Duration::from_secs(600))
                             })
                         })
                         .collect();
@@ -669,7 +669,7 @@ fn stream(
 ) -> Result<()> {
     testbed::check_privileges().map_err(|w| anyhow::anyhow!("stream builds namespaces: {w}"))?;
     let exe = std::env::current_exe()?;
-    let cluster = vm_tests::Cluster::new(2, mtu)?;
+    let cluster = testbed::Cluster::new(2, mtu)?;
     let mut port = 5000u16;
     let kinds = ["bmi_llc", "bmi_tcp", "tcp"];
     let mut res: BTreeMap<(usize, &str), Vec<f64>> = BTreeMap::new();
@@ -710,7 +710,7 @@ fn stream(
                 let mut receiver =
                     testbed::Background::spawn(&mut r, "ready", Duration::from_secs(60))
                         .map_err(|e| anyhow::anyhow!("{e}"))?;
-                let out = vm_tests::run_bounded(&mut s, Duration::from_secs(300))?;
+                let out = testbed::run_bounded(&mut s, Duration::from_secs(300))?;
                 if !out.success() {
                     bail!("{kind} {size}: {out}\n--- receiver:\n{}", receiver.output());
                 }

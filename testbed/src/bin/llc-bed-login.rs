@@ -1,5 +1,5 @@
 //! `llc-bed-login`: logins of an ordinary user into the simulated hosts of a
-//! `vm_tests::Cluster`, standing in for sshd.
+//! `testbed::Cluster`, standing in for sshd.
 //!
 //! An ordinary user cannot enter another network namespace, so a user's
 //! rsh agent (the one Open MPI calls like ssh) cannot start a command on

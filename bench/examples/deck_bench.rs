@@ -6,11 +6,11 @@
 //! - `deck_bench node`: one node of a two-node job started by deckrun;
 //!   node 0 prints one JSON line per measurement.
 //! - `deck_bench bed` (root): builds a two-host cluster on one Ethernet
-//!   segment (vm_tests::Cluster) and runs the job over each backend
+//!   segment (testbed::Cluster) and runs the job over each backend
 //!   (llc-xdp, llc-packet, tcp), alternating, then prints the table of
 //!   docs/BENCHMARKS.md.
 //!
-//! `cargo build --release -p deck --bins --examples && target/release/examples/deck_bench bed`
+//! `cargo build --release -p deck --bins && cargo build --release -p bench --example deck_bench && target/release/examples/deck_bench bed`
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -214,10 +214,10 @@ fn bed(mtu: u32, backends: &[String], repeat: usize, rounds: usize) -> Result<()
         .context("locating deckrun")?;
     anyhow::ensure!(
         deckrun.exists(),
-        "{} not found: cargo build --release -p deck --bins --examples",
+        "{} not found: cargo build --release -p deck --bins",
         deckrun.display()
     );
-    let cluster = vm_tests::Cluster::new(2, mtu)?;
+    let cluster = testbed::Cluster::new(2, mtu)?;
     // (backend, layer, size) -> one-way times (ns) of every round and run.
     let mut results: BTreeMap<(String, String, usize), Vec<u64>> = BTreeMap::new();
     let mut names: BTreeMap<String, String> = BTreeMap::new();
@@ -229,7 +229,7 @@ fn bed(mtu: u32, backends: &[String], repeat: usize, rounds: usize) -> Result<()
                 .args(["--iface", "eth0", "--backend", b])
                 .arg(&exe)
                 .args(["node", "--rounds", &rounds.to_string()]);
-            let out = vm_tests::run_bounded(&mut cmd, Duration::from_secs(600))?;
+            let out = testbed::run_bounded(&mut cmd, Duration::from_secs(600))?;
             if !out.success() {
                 bail!("deck_bench over {b} failed:\n{out}");
             }

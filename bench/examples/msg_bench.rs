@@ -3,7 +3,7 @@
 //! default `eager_limit`, and computation/communication overlap with the
 //! progress thread on and off.
 //!
-//! `cargo run --release -p msg-layer --example msg_bench -- [packet|xdp|tcp-uring|tcp-uring-coop|tcp] [MTU]`
+//! `cargo run --release -p bench --example msg_bench -- [packet|xdp|tcp-uring|tcp-uring-coop|tcp] [MTU]`
 
 use std::time::{Duration, Instant};
 
@@ -14,7 +14,7 @@ use msg_layer::transport::spec::Backend;
 use msg_layer::transport::tcp::{TcpConfig, TcpSocketTransport, TcpUringTransport};
 use msg_layer::transport::Transport;
 use msg_layer::{Config, Endpoint, PeerId, Source, Tag};
-use vm_tests::netns::{Host, TwoHosts};
+use testbed::netns::{Host, TwoHosts};
 
 const WAIT: Option<Duration> = Some(Duration::from_secs(30));
 

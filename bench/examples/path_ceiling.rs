@@ -5,7 +5,7 @@
 //! cluster bed (veth pairs to one bridge, as `mpirun` runs on) itself.
 //!
 //! ```text
-//! cargo run --release -p llc-stack --example path_ceiling -- [--mtu 9000,65000] [--rounds 3] [--backend packet] [--patterns stream,reqreply,put]
+//! cargo run --release -p bench --example path_ceiling -- [--mtu 9000,65000] [--rounds 3] [--backend packet] [--patterns stream,reqreply,put]
 //! ```
 //!
 //! The LLC side is raw frames with no protocol at all: the transport's
@@ -76,13 +76,7 @@
 //! path_ceiling --patterns incast --mtu 9000 --senders 3 --incast-mib 256 --window 64 --rounds 3
 //! ```
 
-#[path = "support/pin.rs"]
-mod pin;
-// Only `open` and `list` are used here.
-#[allow(dead_code)]
-#[path = "support/veth_link.rs"]
-mod veth_link;
-
+use bench::{pin, veth_link};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -97,7 +91,7 @@ use llc_stack::wire::transport::{self, TransportHeader};
 use llc_stack::wire::{self, ethernet, llc, Addresses, Body, MacAddr, Trailer};
 use llc_stack::{Device, Instant};
 use testbed::cpu::CpuBusy;
-use vm_tests::Cluster;
+use testbed::Cluster;
 
 const MSG: usize = 1 << 20;
 /// Payloads from this size on are sent from the message itself, as the
@@ -406,7 +400,7 @@ fn open_raw_to(
     let peer = MacAddr(cluster.hosts()[peer].mac);
     let dev = cluster.hosts()[i]
         .ns
-        .run(|| veth_link::open(vm_tests::CLUSTER_IFNAME, backend));
+        .run(|| veth_link::open(testbed::CLUSTER_IFNAME, backend));
     RawEnd::new(dev, peer, payload, crc)
 }
 
@@ -1274,7 +1268,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn main() {
-    if let Err(why) = vm_tests::check_privileges() {
+    if let Err(why) = testbed::check_privileges() {
         eprintln!("path_ceiling needs root (namespaces, raw sockets): {why}");
         std::process::exit(2);
     }

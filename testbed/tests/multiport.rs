@@ -3,13 +3,13 @@
 
 use std::time::Duration;
 
-use vm_tests::MultiPort;
+use testbed::MultiPort;
 
 const WAIT: Duration = Duration::from_secs(10);
 
 #[test]
 fn multiport_tcp_crosses_the_bridge() {
-    vm_tests::require_root!();
+    testbed::require_root!();
     let net = MultiPort::new(2, 1500).expect("MultiPort::new");
     net.route_through_bridge().expect("policy routing");
     let (before0, before1) = (

@@ -1,4 +1,4 @@
-//! The simulated cluster (`vm_tests::cluster`): the bed itself, its rsh agent, and Open MPI
+//! The simulated cluster (`testbed::cluster`): the bed itself, its rsh agent, and Open MPI
 //! jobs across its hosts (root needed; skipped otherwise; the MPI tests need Open MPI, which
 //! scripts/install-deps.sh installs).
 
@@ -8,7 +8,7 @@ use std::process::Command;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use vm_tests::{
+use testbed::{
     format_mac, forward_env, run_bounded, run_checked, Cluster, JobOutput, CLUSTER_IFNAME,
 };
 
@@ -46,7 +46,7 @@ fn run_ok(cmd: &mut Command) -> JobOutput {
 
 #[test]
 fn two_hosts_with_one_interface_each() {
-    vm_tests::require_root!();
+    testbed::require_root!();
     let cluster = Cluster::new(2, 9000).expect("Cluster::new");
     let hosts = cluster.hosts();
     assert_eq!(hosts.len(), 2);
@@ -124,7 +124,7 @@ fn two_hosts_with_one_interface_each() {
 
 #[test]
 fn cluster_is_deleted_on_drop() {
-    vm_tests::require_root!();
+    testbed::require_root!();
     let cluster = Cluster::new(1, 1500).expect("Cluster::new");
     let names = [
         cluster.hub().name().to_owned(),
@@ -146,7 +146,7 @@ fn cluster_is_deleted_on_drop() {
 
 #[test]
 fn mpirun_sees_two_nodes() {
-    vm_tests::require_root!();
+    testbed::require_root!();
     require_tool("mpirun");
     let _one = MPI.lock().unwrap_or_else(|e| e.into_inner());
     let cluster = Cluster::new(2, 1500).expect("Cluster::new");
@@ -278,7 +278,7 @@ fn build_ring() -> (Scratch, PathBuf) {
 
 #[test]
 fn mpi_ring_over_vader_and_tcp() {
-    vm_tests::require_root!();
+    testbed::require_root!();
     require_tool("mpirun");
     let _one = MPI.lock().unwrap_or_else(|e| e.into_inner());
     let (_scratch, ring) = build_ring();
@@ -352,7 +352,7 @@ fn processes_with(marker: &str) -> Vec<String> {
 
 #[test]
 fn timed_out_job_leaves_no_process_on_three_hosts() {
-    vm_tests::require_root!();
+    testbed::require_root!();
     require_tool("mpirun");
     let _one = MPI.lock().unwrap_or_else(|e| e.into_inner());
     let cluster = Cluster::new(3, 1500).expect("Cluster::new");
@@ -377,11 +377,11 @@ fn timed_out_job_leaves_no_process_on_three_hosts() {
 
 /// Many btl/tcp jobs in a row (`LLCT_TCP_RUNS`, default 20), counting those where Open MPI
 /// reports a failed TCP connect: the measurement behind the retry above. Not run by default
-/// (tens of seconds): `cargo test -p vm-tests --test cluster -- --ignored --nocapture`.
+/// (tens of seconds): `cargo test -p testbed --test cluster -- --ignored --nocapture`.
 #[test]
 #[ignore]
 fn btl_tcp_connect_stress() {
-    vm_tests::require_root!();
+    testbed::require_root!();
     require_tool("mpirun");
     let _one = MPI.lock().unwrap_or_else(|e| e.into_inner());
     let runs: usize = std::env::var("LLCT_TCP_RUNS")

@@ -29,7 +29,6 @@ pub fn pin_to_cpu(cpu: usize) {
 /// Let the calling thread run on every online CPU again: threads inherit
 /// their creator's affinity, so a thread meant to be scheduled freely,
 /// started by a pinned one, would otherwise share its creator's CPU.
-#[allow(dead_code)]
 pub fn any_cpu() {
     // SAFETY: sysconf has no memory-safety preconditions.
     let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;

@@ -5,7 +5,7 @@
 //! path can be judged on a loaded machine:
 //!
 //! ```sh
-//! cargo build --release -p msg-layer --example msg_round_trip_cost
+//! cargo build --release -p bench --example msg_round_trip_cost
 //! valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.out --toggle-collect='*round_trips*' \
 //!     target/release/examples/msg_round_trip_cost [am] 100000 [IDLE_PEERS [CONNECTED_PEERS]]
 //! ```

@@ -4,7 +4,7 @@
 //! would do on a NIC").
 //!
 //! ```text
-//! cargo run --release -p llc-stack --example nic_model -- [--mib N] [--mtu 1500,9000] [--nic-gbit 10,25,100] [--driver-ns 0,100,200]
+//! cargo run --release -p bench --example nic_model -- [--mib N] [--mtu 1500,9000] [--nic-gbit 10,25,100] [--driver-ns 0,100,200]
 //! ```
 //!
 //! On a NIC with zero-copy AF_XDP the kernel no longer copies frames: the

@@ -3,7 +3,7 @@
 //! removes its own hosts).
 //!
 //! ```text
-//! cargo run --release -p llc-stack --example stream_goodput -- [--mib N] [--mtu 1500,9000,65000] [--backend packet,xdp,xdp-generic] [--auth off,on]
+//! cargo run --release -p bench --example stream_goodput -- [--mib N] [--mtu 1500,9000,65000] [--backend packet,xdp,xdp-generic] [--auth off,on]
 //! ```
 //!
 //! `--auth on` gives both ends the same frame authentication key (every
@@ -16,16 +16,12 @@
 //! the payload bytes divided by the time from `connect` to the last
 //! message's acknowledgement. Both hosts busy-poll (one core each).
 
-#[path = "support/transport_stream.rs"]
-mod transport_stream;
-#[path = "support/veth_link.rs"]
-mod veth_link;
-
+use bench::{transport_stream, veth_link};
 use llc_stack::proto::Config;
 use llc_stack::rng::Rng;
 use llc_stack::wire::MacAddr;
 use llc_stack::{Device, Stack};
-use vm_tests::TwoHosts;
+use testbed::TwoHosts;
 
 use transport_stream::MSG;
 
@@ -72,7 +68,7 @@ fn run(backend: &str, mtu: u32, total: usize, auth: bool) -> (String, f64, u64) 
 }
 
 fn main() {
-    if let Err(why) = vm_tests::check_privileges() {
+    if let Err(why) = testbed::check_privileges() {
         eprintln!("stream_goodput needs root (namespaces, raw sockets, XDP): {why}");
         std::process::exit(2);
     }

@@ -2,7 +2,7 @@
 //! two network namespaces (needs root; creates and removes its own hosts).
 //!
 //! ```text
-//! cargo run --release -p llc-stack --example afpacket_pingpong -- [MTU] [--rounds N] [--secs S] [--no-copy] [--ring-mib M]
+//! cargo run --release -p bench --example afpacket_pingpong -- [MTU] [--rounds N] [--secs S] [--no-copy] [--ring-mib M]
 //! ```
 //!
 //! 1. Ping-pong: 64-byte frames, both sides busy-polling; prints the one-way
@@ -17,16 +17,14 @@
 //!    reads only the headers, which measures the device and kernel alone.
 //!    B's RX ring takes about `--ring-mib` MiB (default 32).
 
-#[path = "support/pin.rs"]
-mod pin;
-
+use bench::pin;
 use std::thread;
 use std::time::{Duration, Instant as StdInstant};
 
 use llc_stack::link::afpacket::{AfPacket, AfPacketConfig, AfPacketStats};
 use llc_stack::link::{Device, RxToken, TxToken};
 use llc_stack::Instant;
-use vm_tests::{Host, TwoHosts};
+use testbed::{Host, TwoHosts};
 
 const SAP: u8 = 0x7C;
 const PINGPONG_LEN: usize = 64;
@@ -303,7 +301,7 @@ fn stream(hosts: &TwoHosts, mtu: usize, secs: f64, copy: bool, ring_mib: usize) 
 
 fn main() {
     let args = parse_args();
-    if let Err(reason) = vm_tests::check_privileges() {
+    if let Err(reason) = testbed::check_privileges() {
         eprintln!("afpacket_pingpong needs root: {reason}");
         std::process::exit(2);
     }

@@ -115,7 +115,6 @@ impl Reliable {
     /// here, so after the first publication each pass pays only the check
     /// whether the next one is due: the per-pass cost of publishing; the
     /// publication itself is measured apart (`Publisher::publish`).
-    #[allow(dead_code)] // not every user of this module publishes
     pub fn publishing() -> Self {
         let mut r = Self::new();
         for s in [&mut r.a, &mut r.b] {
@@ -126,7 +125,6 @@ impl Reliable {
     }
 
     /// The sending end's endpoint (one established connection).
-    #[allow(dead_code)]
     pub fn endpoint(&self) -> &llc_stack::proto::Endpoint {
         self.a.endpoint()
     }
@@ -160,5 +158,17 @@ impl Reliable {
             }
         }
         assert!(got);
+    }
+}
+
+impl Default for LinkLevel {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Default for Reliable {
+    fn default() -> Self {
+        Self::new()
     }
 }

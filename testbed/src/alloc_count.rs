@@ -4,9 +4,9 @@
 //!
 //! ```ignore
 //! #[global_allocator]
-//! static ALLOC: vm_tests::alloc_count::Counting = vm_tests::alloc_count::Counting;
+//! static ALLOC: testbed::alloc_count::Counting = testbed::alloc_count::Counting;
 //!
-//! let n = vm_tests::alloc_count::allocations(|| round_trips(10_000));
+//! let n = testbed::alloc_count::allocations(|| round_trips(10_000));
 //! ```
 #![allow(unsafe_code)] // a global allocator is an unsafe trait
 
