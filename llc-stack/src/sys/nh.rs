@@ -115,9 +115,65 @@ impl Nh {
             Path::Wide => unsafe { simd::wide(key, bytes, out) },
             // SAFETY: likewise with `simd::narrow_usable()`.
             Path::Narrow => unsafe { simd::narrow(key, bytes, out) },
-            Path::Portable => portable(key, bytes, out),
+            Path::Portable => {
+                for (c, o) in bytes.chunks(CHUNK).zip(out) {
+                    *o = portable(key, c).to_le_bytes();
+                }
+            }
         }
         n
+    }
+
+    /// [`Nh::hash`] of `a || b` where each lies, without putting them
+    /// together (a gathered frame: the payload's start in the frame's
+    /// head, the rest in the message): the chunk that straddles the two is
+    /// summed from its part in `a`, the one 16-byte unit that straddles
+    /// (assembled), and its part in `b` (NH is a sum over units).
+    pub(crate) fn hash_joined(&self, a: &[u8], b: &[u8], out: &mut [Block]) -> usize {
+        let whole = a.len() / CHUNK * CHUNK;
+        let mut n = self.hash(&a[..whole], out);
+        let a = &a[whole..];
+        if a.is_empty() || b.is_empty() {
+            return n + self.hash(if a.is_empty() { b } else { a }, &mut out[n..]);
+        }
+        let take = b.len().min(CHUNK - a.len());
+        let (mut b_in, b_rest) = b.split_at(take);
+        let in_a = a.len() / UNIT * UNIT;
+        let mut sum = self.part(0, &a[..in_a]);
+        let mut at = in_a;
+        if in_a < a.len() {
+            let mut u = [0u8; UNIT];
+            let from_a = a.len() - in_a;
+            let from_b = b_in.len().min(UNIT - from_a);
+            u[..from_a].copy_from_slice(&a[in_a..]);
+            u[from_a..from_a + from_b].copy_from_slice(&b_in[..from_b]);
+            sum ^= self.part(at, &u[..from_a + from_b]);
+            at += UNIT;
+            b_in = &b_in[from_b..];
+        }
+        sum ^= self.part(at, b_in);
+        out[n] = sum.to_le_bytes();
+        n += 1;
+        n + self.hash(b_rest, &mut out[n..])
+    }
+
+    /// The sum over the 16-byte units of `bytes` (the last one zero-padded)
+    /// under the key from byte `at` of a chunk (`at` a multiple of 16, `at
+    /// + bytes.len() <= CHUNK`).
+    fn part(&self, at: usize, bytes: &[u8]) -> u128 {
+        assert!(
+            at.is_multiple_of(UNIT) && at + bytes.len() <= CHUNK,
+            "NH part out of its chunk"
+        );
+        let key = &self.key.0[at..];
+        match self.path {
+            // SAFETY: as in `hash`; `key` holds `bytes.len()` rounded up to
+            // 16 (checked above: `CHUNK` is a multiple of 16).
+            Path::Wide => unsafe { simd::wide_part(key, bytes) },
+            // SAFETY: likewise.
+            Path::Narrow => unsafe { simd::narrow_part(key, bytes) },
+            Path::Portable => portable(key, bytes),
+        }
     }
 }
 
@@ -136,16 +192,15 @@ fn unit(c: &[u8], at: usize) -> [u8; UNIT] {
     u
 }
 
-/// The portable path.
-fn portable(key: &[u8; KEY_LEN], bytes: &[u8], out: &mut [Block]) {
-    for (c, o) in bytes.chunks(CHUNK).zip(out) {
-        let mut acc = 0u128;
-        for at in (0..c.len()).step_by(UNIT) {
-            let u = unit(c, at);
-            acc ^= clmul(word(&u, 0) ^ word(key, at), word(&u, 8) ^ word(key, at + 8));
-        }
-        *o = acc.to_le_bytes();
+/// The portable path: the sum over the units of `bytes` (the last one
+/// zero-padded) under `key` (which holds them).
+fn portable(key: &[u8], bytes: &[u8]) -> u128 {
+    let mut acc = 0u128;
+    for at in (0..bytes.len()).step_by(UNIT) {
+        let u = unit(bytes, at);
+        acc ^= clmul(word(&u, 0) ^ word(key, at), word(&u, 8) ^ word(key, at + 8));
     }
+    acc
 }
 
 /// Bits `i, i + 5, i + 10, ..` of a 64-bit word, for `i` in 0..5.
@@ -248,65 +303,97 @@ mod simd {
     /// The CPU must have the features [`wide_usable`] checks.
     #[target_feature(enable = "pclmulqdq,avx2,avx512f,avx512bw,avx512vl,vpclmulqdq")]
     pub(super) unsafe fn wide(key: &[u8; KEY_LEN], bytes: &[u8], out: &mut [Block]) {
-        for (c, o) in bytes.chunks(CHUNK).zip(out) {
-            // Opaque to the optimiser: otherwise it hoists the key's loads
-            // out of this loop, and as 1 KiB does not fit the registers it
-            // copies the key to the stack (unaligned) on every call.
-            let key = std::hint::black_box(key);
-            let (c_at, k_at) = (c.as_ptr(), key.as_ptr());
-            let mut s = _mm512_setzero_si512();
-            let mut at = 0;
-            while at + 128 <= c.len() {
-                // SAFETY: `at + 128 <= c.len() <= CHUNK`: 128 readable bytes
-                // at `c[at..]` and at `key[at..]`; unaligned loads.
-                let (m, n, k, l) = unsafe {
+        let (whole, tail) = bytes.as_chunks::<CHUNK>();
+        let (out_whole, out_tail) = out.split_at_mut(whole.len());
+        if !whole.is_empty() {
+            // The 1 KiB key in 16 of the 32 registers for all whole chunks:
+            // per 64 bytes one load (the data's) instead of two.
+            let k: [__m512i; CHUNK / 64] = std::array::from_fn(|i| {
+                // SAFETY: `64 * i + 64 <= KEY_LEN`; unaligned load.
+                unsafe { _mm512_loadu_si512(key.as_ptr().add(64 * i).cast()) }
+            });
+            for (c, o) in whole.iter().zip(out_whole) {
+                let c_at = c.as_ptr();
+                let mut s = _mm512_setzero_si512();
+                for i in (0..CHUNK / 64).step_by(2) {
+                    // SAFETY: `64 * i + 128 <= CHUNK`: 128 readable bytes at
+                    // `c[64 * i..]`; unaligned loads.
+                    let (m, n) = unsafe {
+                        (
+                            _mm512_loadu_si512(c_at.add(64 * i).cast()),
+                            _mm512_loadu_si512(c_at.add(64 * i + 64).cast()),
+                        )
+                    };
+                    // 0x96: a ^ b ^ c.
+                    s = _mm512_ternarylogic_epi64::<0x96>(
+                        s,
+                        products(m, k[i]),
+                        products(n, k[i + 1]),
+                    );
+                }
+                // SAFETY: `o` is 16 writable bytes; unaligned store.
+                unsafe { _mm_storeu_si128(o.as_mut_ptr().cast(), lanes_xor(s)) };
+            }
+        }
+        if !tail.is_empty() {
+            // SAFETY: the caller's features; the key holds a chunk.
+            let sum = unsafe { wide_part(key, tail) };
+            out_tail[0] = sum.to_le_bytes();
+        }
+    }
+
+    /// The sum over the units of `bytes` under `key` (one chunk's part, the
+    /// key from the part's start): four lanes per multiply, the last 64
+    /// bytes or less loaded masked (zeros past the end, and past the end of
+    /// the last 16-byte unit in the key too, so that those lanes multiply
+    /// zero by zero).
+    ///
+    /// # Safety
+    /// The CPU must have the features [`wide_usable`] checks, and `key` must
+    /// hold `bytes.len()` rounded up to 16 bytes.
+    #[target_feature(enable = "pclmulqdq,avx2,avx512f,avx512bw,avx512vl,vpclmulqdq")]
+    pub(super) unsafe fn wide_part(key: &[u8], bytes: &[u8]) -> u128 {
+        debug_assert!(key.len() >= bytes.len().div_ceil(UNIT) * UNIT);
+        let (c_at, k_at) = (bytes.as_ptr(), key.as_ptr());
+        let mut s = _mm512_setzero_si512();
+        let mut at = 0;
+        while at < bytes.len() {
+            let left = bytes.len() - at;
+            let (m, k) = if left >= 64 {
+                // SAFETY: 64 readable bytes at `bytes[at..]` and `key[at..]`
+                // (`at + 64 <= bytes.len() <= key.len()`); unaligned loads.
+                unsafe {
                     (
                         _mm512_loadu_si512(c_at.add(at).cast()),
-                        _mm512_loadu_si512(c_at.add(at + 64).cast()),
                         _mm512_loadu_si512(k_at.add(at).cast()),
-                        _mm512_loadu_si512(k_at.add(at + 64).cast()),
                     )
-                };
-                // 0x96: a ^ b ^ c.
-                s = _mm512_ternarylogic_epi64::<0x96>(s, products(m, k), products(n, l));
-                at += 128;
-            }
-            while at < c.len() {
-                let left = c.len() - at;
-                let (m, k) = if left >= 64 {
-                    // SAFETY: 64 readable bytes at `c[at..]` and `key[at..]`
-                    // (`at + 64 <= c.len() <= CHUNK`); unaligned loads.
-                    unsafe {
-                        (
-                            _mm512_loadu_si512(c_at.add(at).cast()),
-                            _mm512_loadu_si512(k_at.add(at).cast()),
-                        )
-                    }
+                }
+            } else {
+                let data = (1u64 << left) - 1;
+                let units = left.div_ceil(UNIT) * UNIT;
+                let keyed = if units == 64 {
+                    u64::MAX
                 } else {
-                    let data = (1u64 << left) - 1;
-                    let units = left.div_ceil(UNIT) * UNIT;
-                    let keyed = if units == 64 {
-                        u64::MAX
-                    } else {
-                        (1u64 << units) - 1
-                    };
-                    // SAFETY: masked loads read only the bytes their mask
-                    // selects: `left` bytes of `c` from `at`, and `units <=
-                    // CHUNK - at` bytes of the key (`at` is a multiple of 64,
-                    // so it ends in the key's last line at the latest).
-                    unsafe {
-                        (
-                            _mm512_maskz_loadu_epi8(data, c_at.add(at).cast()),
-                            _mm512_maskz_loadu_epi8(keyed, k_at.add(at).cast()),
-                        )
-                    }
+                    (1u64 << units) - 1
                 };
-                s = _mm512_xor_si512(s, products(m, k));
-                at += 64;
-            }
-            // SAFETY: `o` is 16 writable bytes; unaligned store.
-            unsafe { _mm_storeu_si128(o.as_mut_ptr().cast(), lanes_xor(s)) };
+                // SAFETY: masked loads read only the bytes their mask
+                // selects: `left` bytes of `bytes` from `at`, and `units`
+                // bytes of the key, which holds `bytes.len()` rounded up to
+                // 16 (the caller's promise).
+                unsafe {
+                    (
+                        _mm512_maskz_loadu_epi8(data, c_at.add(at).cast()),
+                        _mm512_maskz_loadu_epi8(keyed, k_at.add(at).cast()),
+                    )
+                }
+            };
+            s = _mm512_xor_si512(s, products(m, k));
+            at += 64;
         }
+        let mut o = [0u8; 16];
+        // SAFETY: `o` is 16 writable bytes; unaligned store.
+        unsafe { _mm_storeu_si128(o.as_mut_ptr().cast(), lanes_xor(s)) };
+        u128::from_le_bytes(o)
     }
 
     /// NH with one lane per multiply (x86-64 CPUs without AVX-512).
@@ -316,31 +403,44 @@ mod simd {
     #[target_feature(enable = "pclmulqdq,sse2")]
     pub(super) unsafe fn narrow(key: &[u8; KEY_LEN], bytes: &[u8], out: &mut [Block]) {
         for (c, o) in bytes.chunks(CHUNK).zip(out) {
-            let mut s = [_mm_setzero_si128(); 4];
-            let whole = c.len() / UNIT * UNIT;
-            for at in (0..c.len()).step_by(UNIT) {
-                let padded;
-                let m = if at < whole {
-                    &c[at..at + UNIT]
-                } else {
-                    padded = unit(c, at);
-                    &padded[..]
-                };
-                // SAFETY: `m` holds 16 readable bytes and `at + 16 <= CHUNK`
-                // (a chunk's padded length) at `key[at..]`; unaligned loads.
-                let x = unsafe {
-                    _mm_xor_si128(
-                        _mm_loadu_si128(m.as_ptr().cast()),
-                        _mm_loadu_si128(key.as_ptr().add(at).cast()),
-                    )
-                };
-                let lane = &mut s[at / UNIT % 4];
-                *lane = _mm_xor_si128(*lane, _mm_clmulepi64_si128::<0x01>(x, x));
-            }
-            let s = _mm_xor_si128(_mm_xor_si128(s[0], s[1]), _mm_xor_si128(s[2], s[3]));
-            // SAFETY: `o` is 16 writable bytes; unaligned store.
-            unsafe { _mm_storeu_si128(o.as_mut_ptr().cast(), s) };
+            // SAFETY: the caller's features; the key holds a chunk.
+            *o = unsafe { narrow_part(key, c) }.to_le_bytes();
         }
+    }
+
+    /// [`wide_part`] with one lane per multiply.
+    ///
+    /// # Safety
+    /// The CPU must have PCLMULQDQ ([`narrow_usable`]), and `key` must hold
+    /// `bytes.len()` rounded up to 16 bytes.
+    #[target_feature(enable = "pclmulqdq,sse2")]
+    pub(super) unsafe fn narrow_part(key: &[u8], bytes: &[u8]) -> u128 {
+        let mut s = [_mm_setzero_si128(); 4];
+        let whole = bytes.len() / UNIT * UNIT;
+        for at in (0..bytes.len()).step_by(UNIT) {
+            let padded;
+            let m = if at < whole {
+                &bytes[at..at + UNIT]
+            } else {
+                padded = unit(bytes, at);
+                &padded[..]
+            };
+            let k = &key[at..at + UNIT];
+            // SAFETY: `m` and `k` hold 16 readable bytes; unaligned loads.
+            let x = unsafe {
+                _mm_xor_si128(
+                    _mm_loadu_si128(m.as_ptr().cast()),
+                    _mm_loadu_si128(k.as_ptr().cast()),
+                )
+            };
+            let lane = &mut s[at / UNIT % 4];
+            *lane = _mm_xor_si128(*lane, _mm_clmulepi64_si128::<0x01>(x, x));
+        }
+        let s = _mm_xor_si128(_mm_xor_si128(s[0], s[1]), _mm_xor_si128(s[2], s[3]));
+        let mut o = [0u8; 16];
+        // SAFETY: `o` is 16 writable bytes; unaligned store.
+        unsafe { _mm_storeu_si128(o.as_mut_ptr().cast(), s) };
+        u128::from_le_bytes(o)
     }
 }
 
@@ -361,6 +461,14 @@ mod simd {
     }
 
     pub(super) unsafe fn narrow(_: &[u8; KEY_LEN], _: &[u8], _: &mut [Block]) {
+        unreachable!("x86-64 only")
+    }
+
+    pub(super) unsafe fn wide_part(_: &[u8], _: &[u8]) -> u128 {
+        unreachable!("x86-64 only")
+    }
+
+    pub(super) unsafe fn narrow_part(_: &[u8], _: &[u8]) -> u128 {
         unreachable!("x86-64 only")
     }
 }
@@ -436,6 +544,31 @@ mod tests {
                     let mut got = vec![[0u8; 16]; 9];
                     key.on(p).hash(&data[..len], &mut got);
                     assert_eq!(got, want, "{p:?}, seed {seed}, length {len}");
+                }
+            }
+        }
+    }
+
+    /// Two pieces hash as their concatenation, wherever the cut falls
+    /// (inside a unit, on a unit or chunk boundary, at either end), on
+    /// every path.
+    #[test]
+    fn pieces_hash_as_one() {
+        let data = bytes(3 * CHUNK + 100, 5);
+        let key = Nh::new(bytes(KEY_LEN, 6).try_into().unwrap());
+        let paths = [Path::Wide, Path::Narrow, Path::Portable];
+        for nh in paths.into_iter().filter(|p| p.usable()).map(|p| key.on(p)) {
+            for len in [0, 1, 40, CHUNK, CHUNK + 9, 3 * CHUNK + 100] {
+                let mut want = vec![[0u8; 16]; 5];
+                let n = nh.hash(&data[..len], &mut want);
+                for cut in [0, 1, 7, 16, 17, 100, CHUNK - 1, CHUNK, CHUNK + 5, len]
+                    .into_iter()
+                    .filter(|&c| c <= len)
+                {
+                    let (a, b) = data[..len].split_at(cut);
+                    let mut got = vec![[0u8; 16]; 5];
+                    assert_eq!(nh.hash_joined(a, b, &mut got), n, "{len}/{cut}");
+                    assert_eq!(got, want, "{:?} {len}/{cut}", nh.path);
                 }
             }
         }

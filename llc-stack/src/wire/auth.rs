@@ -228,10 +228,9 @@ impl AuthKey {
         }
     }
 
-    /// [`AuthKey::long_hash`] with room for `N` blocks. A body that lies
-    /// in two pieces (a gathered frame: the payload's start in `rest`, the
-    /// message's bytes in `body`) has the chunk that straddles them put
-    /// together in a buffer; the other chunks are hashed in place.
+    /// [`AuthKey::long_hash`] with room for `N` blocks. A body may lie in
+    /// two pieces (a gathered frame: the payload's start in `rest`, the
+    /// message's bytes in `body`): NH hashes both where they lie.
     #[inline(always)]
     fn nh_polyval<const N: usize>(
         &self,
@@ -249,25 +248,7 @@ impl AuthKey {
         header[..from_rest].copy_from_slice(&rest[..from_rest]);
         header[from_rest..].copy_from_slice(from_body);
         let a = &rest[from_rest..];
-        let mut done = HEAD_BLOCKS;
-        let nh = &self.0.nh;
-        if body.is_empty() {
-            done += nh.hash(a, &mut out[done..]);
-        } else {
-            let whole = a.len() / nh::CHUNK * nh::CHUNK;
-            done += nh.hash(&a[..whole], &mut out[done..]);
-            let a = &a[whole..];
-            let mut b = body;
-            if !a.is_empty() {
-                let mut joint = [0u8; nh::CHUNK];
-                let take = b.len().min(nh::CHUNK - a.len());
-                joint[..a.len()].copy_from_slice(a);
-                joint[a.len()..a.len() + take].copy_from_slice(&b[..take]);
-                done += nh.hash(&joint[..a.len() + take], &mut out[done..]);
-                b = &b[take..];
-            }
-            done += nh.hash(b, &mut out[done..]);
-        }
+        let done = HEAD_BLOCKS + self.0.nh.hash_joined(a, body, &mut out[HEAD_BLOCKS..]);
         self.0.hash.hash(first, &out[..done], &[], last)
     }
 
