@@ -72,12 +72,12 @@ pub(crate) fn prediction_on() -> bool {
     true
 }
 
+use congestion::Congestion;
 use recv::{Assembly, RecvMeta};
 #[cfg(test)]
 pub(crate) use send::RETIRE_LIMIT;
 use send::{InFlight, OutQueue};
 pub use stats::ConnStats;
-use timers::RtoUndo;
 use timers::{Timer, Timers};
 
 /// Where a connection is in its life.
@@ -170,16 +170,8 @@ pub struct Connection {
     lost_queue: VecDeque<Seq>,
     n_sacked: usize,
     n_lost: usize,
-    cwnd: u32,
-    ssthresh: u32,
-    /// What a retransmission timeout took away, kept until the first
-    /// acknowledgement after it tells whether the timeout was spurious.
-    rto_undo: Option<RtoUndo>,
-    cwnd_acc: u32,
-    recovery_end: Option<Seq>,
-    /// When the window was last shrunk for queueing delay (at most once per
-    /// round trip).
-    last_delay_cut: Instant,
+    /// The congestion window, its growth and cuts.
+    cc: Congestion,
     /// RACK (RFC 8985): send time and sequence number of the most recently
     /// sent frame that was delivered, and its round trip.
     rack_time: Instant,
@@ -342,12 +334,7 @@ impl Connection {
             lost_queue: VecDeque::new(),
             n_sacked: 0,
             n_lost: 0,
-            cwnd: cfg.initial_cwnd.min(cfg.max_window_frames),
-            ssthresh: cfg.max_window_frames,
-            rto_undo: None,
-            cwnd_acc: 0,
-            recovery_end: None,
-            last_delay_cut: Instant::ZERO,
+            cc: Congestion::new(&cfg),
             rack_time: Instant::ZERO,
             rack_seq: isn,
             rack_rtt_ns: 0,
@@ -487,7 +474,7 @@ impl Connection {
 
     /// Congestion window in frames.
     pub fn cwnd(&self) -> u32 {
-        self.cwnd
+        self.cc.window()
     }
 
     /// Payload bytes per DATA frame.
@@ -497,7 +484,7 @@ impl Connection {
 
     /// Congestion window in frames.
     pub fn congestion_window(&self) -> u32 {
-        self.cwnd
+        self.cc.window()
     }
 
     /// Bytes of our messages queued or not yet acknowledged.

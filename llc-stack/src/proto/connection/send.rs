@@ -394,7 +394,7 @@ impl Connection {
     }
 
     fn can_send(&self) -> bool {
-        self.flight() < self.cwnd
+        self.cc.allows(self.flight())
     }
 
     /// Out of line: called only with frames marked lost.
@@ -504,7 +504,7 @@ impl Connection {
             } else {
                 0
             }
-        } else if self.snd_nxt.lt(self.peer_window_end) && self.flight() < self.cwnd {
+        } else if self.snd_nxt.lt(self.peer_window_end) && self.cc.allows(self.flight()) {
             0
         } else {
             flags::ACK_NOW
@@ -751,7 +751,7 @@ impl Connection {
             // frames beyond a hole echoes the last in-order frame, sent
             // before the hole: that sample would count the whole time the
             // hole stayed open and inflate the RTO under loss.
-            if self.rto_undo.is_some() && cumulative > 0 {
+            if self.cc.judges_timeout() && cumulative > 0 {
                 self.check_rto(ecr);
             }
             if ecr != 0 && cumulative > 0 {
@@ -759,15 +759,11 @@ impl Connection {
             }
             self.restart_ack_timers(now);
         }
-        if let Some(end) = self.recovery_end {
-            if !self.snd_una.lt(end) {
-                self.recovery_end = None;
-            }
-        }
+        self.cc.on_cumulative_ack(self.snd_una);
         if self.n_sacked > 0 {
             self.detect_losses(now);
         }
-        if newly_acked > 0 && self.recovery_end.is_none() {
+        if newly_acked > 0 && !self.cc.in_recovery() {
             self.grow_or_cut(now, newly_acked);
         }
         if self.window_blocked() {
@@ -788,8 +784,7 @@ impl Connection {
         super::prediction_on()
             && ack == self.snd_una.add(1)
             && (self.n_sacked | self.n_lost) == 0
-            && self.rto_undo.is_none()
-            && self.recovery_end.is_none()
+            && self.cc.is_steady()
     }
 
     /// [`Self::process_ack`]'s work, after the window update, for an ACK
@@ -932,17 +927,6 @@ impl Connection {
         };
         self.timers.set(Timer::Rto, rto);
         self.timers.set(Timer::Tail, tail);
-    }
-
-    /// The congestion window's answer to `acked` newly acknowledged frames
-    /// outside recovery.
-    #[inline(always)]
-    fn grow_or_cut(&mut self, now: Instant, acked: u32) {
-        if self.cfg.delay_control && self.queue_building() {
-            self.cut_for_delay(now);
-        } else {
-            self.grow_cwnd(acked);
-        }
     }
 
     /// Mark the frames `sacks` report as held by the peer; returns how many

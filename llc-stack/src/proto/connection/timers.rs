@@ -9,15 +9,6 @@ use super::{wire_ts, Connection, State};
 use crate::proto::error::ConnectionError;
 use crate::time::Instant;
 
-/// The congestion state before a run of retransmission timeouts, and when
-/// the first of them fired (wire timestamp).
-#[derive(Copy, Clone, Debug)]
-pub(super) struct RtoUndo {
-    pub(super) at_ts: u32,
-    pub(super) cwnd: u32,
-    pub(super) ssthresh: u32,
-}
-
 /// Timers, indexed into a table.
 #[derive(Copy, Clone, Debug)]
 pub(super) enum Timer {
@@ -116,17 +107,8 @@ impl Connection {
                     return;
                 }
                 self.stats.timeouts += 1;
-                if self.rto_undo.is_none() {
-                    self.rto_undo = Some(RtoUndo {
-                        at_ts: wire_ts(now),
-                        cwnd: self.cwnd,
-                        ssthresh: self.ssthresh,
-                    });
-                }
-                self.ssthresh = (self.flight() / 2).max(self.cfg.min_cwnd);
-                self.cwnd = self.cfg.min_cwnd;
-                self.cwnd_acc = 0;
-                self.recovery_end = Some(self.snd_nxt);
+                self.cc
+                    .on_timeout(wire_ts(now), self.snd_nxt, self.flight());
                 self.lost_queue.clear();
                 self.n_lost = 0;
                 for (i, f) in self.inflight.iter_mut().enumerate() {
