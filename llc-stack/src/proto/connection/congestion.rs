@@ -281,11 +281,7 @@ impl Connection {
             return;
         }
         self.stats.spurious_timeouts += 1;
-        for f in self.inflight.iter_mut() {
-            f.lost = false;
-        }
-        self.n_lost = 0;
-        self.lost_queue.clear();
+        self.snd.forget_losses();
     }
 
     /// The congestion window's answer to `acked` newly acknowledged frames
@@ -308,29 +304,8 @@ impl Connection {
     /// is found without a later acknowledgement.
     #[inline(never)]
     pub(super) fn detect_losses(&mut self, now: Instant) {
-        let wait = Duration::from_nanos(self.rack_rtt_ns) + self.reorder_window();
-        let (rack_time, rack_seq) = (self.rack_time, self.rack_seq);
-        let mut found = false;
-        let mut next: Option<Instant> = None;
-        for (i, f) in self.inflight.iter_mut().enumerate() {
-            if f.sacked || f.lost {
-                continue;
-            }
-            let seq = self.snd_una.add(i as u32);
-            let sent_before = f.sent_at < rack_time || (f.sent_at == rack_time && seq.lt(rack_seq));
-            if !sent_before {
-                continue;
-            }
-            let due = f.sent_at + wait;
-            if due <= now {
-                f.lost = true;
-                self.n_lost += 1;
-                self.lost_queue.push_back(seq);
-                found = true;
-            } else {
-                next = Some(next.map_or(due, |n| n.min(due)));
-            }
-        }
+        let wait = self.snd.rack_rtt() + self.reorder_window();
+        let (found, next) = self.snd.detect_losses(now, wait);
         self.timers.set(Timer::Reorder, next);
         if found && !self.cc.in_recovery() {
             self.enter_recovery();
@@ -356,7 +331,7 @@ impl Connection {
     fn enter_recovery(&mut self) {
         self.stats.loss_episodes += 1;
         let queue = self.queue_building();
-        self.cc.on_loss(self.snd_nxt, self.flight(), queue);
+        self.cc.on_loss(self.snd.nxt(), self.snd.flight(), queue);
     }
 
     /// True when the latest RTT sample shows frames queueing on the path
@@ -367,11 +342,6 @@ impl Connection {
             min_rtt_ns: self.stats.min_rtt_ns,
         };
         rtt.queue_building()
-    }
-
-    /// Frames in flight that are neither acknowledged nor known lost.
-    pub(super) fn flight(&self) -> u32 {
-        (self.inflight.len() - self.n_sacked - self.n_lost) as u32
     }
 }
 
@@ -415,7 +385,7 @@ mod tests {
         assert_eq!(p.a.cwnd(), Config::default().min_cwnd);
         // Half of what was in flight when the timeout fired.
         assert_eq!(p.a.cc.ssthresh(), 10);
-        assert_eq!(p.a.n_lost, 20);
+        assert_eq!(p.a.snd.lost_count(), 20);
     }
 
     /// A burst of ten frames after a round trip of 20 µs; the fourth is
@@ -442,7 +412,7 @@ mod tests {
         for f in &acks {
             deliver(&mut p.a, p.now, f);
         }
-        assert_eq!(p.a.n_sacked, 6);
+        assert_eq!(p.a.snd.sacked_count(), 6);
         let before = p.a.cwnd();
         // RACK: lost once out for the delivered frames' round trip plus the
         // reordering allowance (a quarter of the smallest RTT, at least 50 µs).
@@ -451,9 +421,9 @@ mod tests {
                 .get(Timer::Reorder)
                 .expect("the reordering timer");
         assert_eq!(due, t + rtt + Duration::from_micros(50));
-        assert_eq!(p.a.n_lost, 0);
+        assert_eq!(p.a.snd.lost_count(), 0);
         p.advance_to(due);
-        assert_eq!(p.a.n_lost, 1);
+        assert_eq!(p.a.snd.lost_count(), 1);
         assert_eq!(p.a.stats().loss_episodes, 1);
         let after = p.a.cwnd();
         let resent = transmit_all(&mut p.a, p.now);

@@ -74,9 +74,9 @@ pub(crate) fn prediction_on() -> bool {
 
 use congestion::Congestion;
 use recv::{Assembly, RecvMeta};
+use send::SendQueue;
 #[cfg(test)]
 pub(crate) use send::RETIRE_LIMIT;
-use send::{InFlight, OutQueue};
 pub use stats::ConnStats;
 use timers::{Timer, Timers};
 
@@ -151,34 +151,10 @@ pub struct Connection {
     frag_len: usize,
 
     // Send side.
-    isn: Seq,
-    snd_una: Seq,
-    snd_nxt: Seq,
-    peer_window_end: Seq,
-    next_msg_id: u32,
-    /// Messages not yet fully acknowledged, in id order.
-    send_msgs: OutQueue,
-    /// Buffers of small acknowledged messages, freed by `release_acked`:
-    /// freeing them in the ACK's path would delay the reply to it. Only the
-    /// bodies: a head is inline (a long one, rare, is freed at once).
-    retired: Vec<Bytes>,
-    /// Index in `send_msgs` of the first message with fragments still unsent.
-    next_unsent: usize,
-    /// Bytes of messages queued or unacknowledged.
-    send_bytes: usize,
-    inflight: VecDeque<InFlight>,
-    lost_queue: VecDeque<Seq>,
-    n_sacked: usize,
-    n_lost: usize,
+    /// Our sequence space: queued messages, frames in flight, repairs.
+    snd: SendQueue,
     /// The congestion window, its growth and cuts.
     cc: Congestion,
-    /// RACK (RFC 8985): send time and sequence number of the most recently
-    /// sent frame that was delivered, and its round trip.
-    rack_time: Instant,
-    rack_seq: Seq,
-    /// In nanoseconds: set on every acknowledgement, read only when
-    /// looking for losses (a `Duration` costs a division to make).
-    rack_rtt_ns: u64,
     /// A tail-loss probe may send one retransmission beyond the congestion
     /// window (the frames that fill it may be lost too, and nothing would
     /// drain it before the RTO).
@@ -198,7 +174,6 @@ pub struct Connection {
     backoff: u32,
     syn_attempts: u32,
     close_requested: bool,
-    close_queued: bool,
     probe_due: bool,
     syn_ack_due: bool,
 
@@ -321,23 +296,8 @@ impl Connection {
             peer_cookie: 0,
             local_mtu,
             frag_len,
-            isn,
-            snd_una: isn,
-            snd_nxt: isn,
-            peer_window_end: isn,
-            next_msg_id: 0,
-            send_msgs: OutQueue::default(),
-            retired: Vec::new(),
-            next_unsent: 0,
-            send_bytes: 0,
-            inflight: VecDeque::new(),
-            lost_queue: VecDeque::new(),
-            n_sacked: 0,
-            n_lost: 0,
+            snd: SendQueue::new(isn),
             cc: Congestion::new(&cfg),
-            rack_time: Instant::ZERO,
-            rack_seq: isn,
-            rack_rtt_ns: 0,
             probe_credit: false,
             probes_in_a_row: 0,
             rtt,
@@ -346,7 +306,6 @@ impl Connection {
             backoff: 0,
             syn_attempts: 0,
             close_requested: false,
-            close_queued: false,
             probe_due: false,
             syn_ack_due: false,
             rcv_nxt: Seq(0),
@@ -464,12 +423,12 @@ impl Connection {
     /// Frames the peer's credit still lets us send (its window end minus
     /// our next sequence number).
     pub fn send_credit(&self) -> u32 {
-        self.peer_window_end.diff(self.snd_nxt).max(0) as u32
+        self.snd.credit()
     }
 
     /// Frames sent and not yet acknowledged cumulatively.
     pub fn in_flight(&self) -> usize {
-        self.inflight.len()
+        self.snd.in_flight()
     }
 
     /// Congestion window in frames.
@@ -489,12 +448,12 @@ impl Connection {
 
     /// Bytes of our messages queued or not yet acknowledged.
     pub fn send_buffered(&self) -> usize {
-        self.send_bytes
+        self.snd.buffered()
     }
 
     /// True when every message we sent was acknowledged.
     pub fn is_send_idle(&self) -> bool {
-        self.send_msgs.is_empty()
+        self.snd.is_idle()
     }
 
     /// Free the buffers of acknowledged messages held back from the
@@ -502,13 +461,13 @@ impl Connection {
     /// does on a receive pass that found no frame); without it at most
     /// `RETIRE_LIMIT` small buffers wait.
     pub fn release_acked(&mut self) {
-        self.retired.clear();
+        self.snd.release_acked();
     }
 
     /// Acknowledged messages whose buffers wait for
     /// [`Connection::release_acked`].
     pub fn acked_held(&self) -> usize {
-        self.retired.len()
+        self.snd.acked_held()
     }
 
     /// True when we owe the peer an acknowledgement (due now or delayed).
@@ -558,17 +517,11 @@ impl Connection {
         if len > self.cfg.max_message_len || len > u32::MAX as usize {
             return Err(SendError::TooLong(len));
         }
-        if self.send_bytes > 0 && self.send_bytes + len > self.cfg.send_buffer_bytes {
-            return Err(SendError::BufferFull {
-                queued: self.send_bytes,
-            });
-        }
-        let msg_id = self.next_msg_id;
-        self.next_msg_id = self.next_msg_id.wrapping_add(1);
-        self.send_bytes += len;
+        let msg_id = self
+            .snd
+            .push(self.cfg.send_buffer_bytes, head, body, awaited)?;
         self.stats.messages_sent += 1;
         self.stats.payload_bytes_sent += len as u64;
-        self.send_msgs.push(msg_id, head, body, awaited);
         Ok(msg_id)
     }
 
@@ -779,7 +732,7 @@ impl Connection {
     fn handle_reset(&mut self) {
         // A reset after our CLOSE was sent means the peer already
         // took the close and forgot us: that is a clean end.
-        if self.close_queued {
+        if self.snd.close_queued() {
             self.finish();
         } else {
             self.fail(ConnectionError::Reset);
@@ -802,7 +755,7 @@ impl Connection {
                 self.set_peer_max_ack_delay(h.frag_off.get());
                 self.rcv_nxt = Seq(h.seq.get());
                 self.window_end = self.rcv_nxt.add(self.window_frames);
-                self.peer_window_end = Seq(h.window_end.get());
+                self.snd.set_peer_window_end(Seq(h.window_end.get()));
                 self.establish(now);
                 self.ack_now = true;
                 self.last_rx = now;

@@ -299,12 +299,11 @@ impl Connection {
         }
         if self.peer_closed {
             // Everything before the CLOSE is delivered; acknowledge it, then end.
-            let unacked = self.send_msgs.len() + self.inflight.len();
             self.ack_now = true;
-            if unacked == 0 {
+            if self.snd.is_drained() {
                 self.finish();
             } else {
-                self.fail(ConnectionError::PeerClosed(self.unacked_messages()));
+                self.fail(ConnectionError::PeerClosed(self.snd.unacked_messages()));
             }
         }
     }

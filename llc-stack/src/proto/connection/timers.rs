@@ -98,7 +98,7 @@ impl Connection {
                     }
                     return;
                 }
-                if self.inflight.is_empty() {
+                if self.snd.in_flight() == 0 {
                     return;
                 }
                 self.backoff += 1;
@@ -108,16 +108,8 @@ impl Connection {
                 }
                 self.stats.timeouts += 1;
                 self.cc
-                    .on_timeout(wire_ts(now), self.snd_nxt, self.flight());
-                self.lost_queue.clear();
-                self.n_lost = 0;
-                for (i, f) in self.inflight.iter_mut().enumerate() {
-                    f.lost = !f.sacked;
-                    if f.lost {
-                        self.n_lost += 1;
-                        self.lost_queue.push_back(self.snd_una.add(i as u32));
-                    }
-                }
+                    .on_timeout(wire_ts(now), self.snd.nxt(), self.snd.flight());
+                self.snd.mark_all_lost();
                 self.timers.set(
                     Timer::Rto,
                     Some(now + self.rtt.rto_backed_off(self.backoff)),
@@ -166,7 +158,7 @@ impl Connection {
     }
 
     pub(super) fn probe_interval(&self) -> Duration {
-        if self.window_blocked() {
+        if self.snd.blocked_by_credit() {
             self.rtt.rto_backed_off(self.backoff)
         } else {
             self.cfg.keepalive_interval
@@ -213,21 +205,12 @@ impl Connection {
         if !matches!(self.state, State::Established | State::Closing) {
             return;
         }
-        if self.n_lost == 0 {
-            let Some(i) = self.inflight.iter().rposition(|f| !f.sacked && !f.lost) else {
-                return;
-            };
-            self.inflight[i].lost = true;
-            self.n_lost += 1;
-            self.lost_queue.push_back(self.snd_una.add(i as u32));
+        if !self.snd.mark_probe_frame() {
+            return;
         }
         self.probe_credit = true;
         self.probes_in_a_row += 1;
         self.stats.tail_probes += 1;
-    }
-
-    pub(super) fn window_blocked(&self) -> bool {
-        self.has_unsent() && !self.snd_nxt.lt(self.peer_window_end) && self.inflight.is_empty()
     }
 }
 
