@@ -29,7 +29,7 @@
 //! table, `congestion.rs` sizes the congestion window and finds losses, and
 //! `stats.rs` holds the counters.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -73,7 +73,7 @@ pub(crate) fn prediction_on() -> bool {
 }
 
 use congestion::Congestion;
-use recv::{Assembly, RecvMeta};
+use recv::{PendingAck, Reassembly};
 use send::SendQueue;
 #[cfg(test)]
 pub(crate) use send::RETIRE_LIMIT;
@@ -178,28 +178,11 @@ pub struct Connection {
     syn_ack_due: bool,
 
     // Receive side.
-    rcv_nxt: Seq,
-    window_end: Seq,
-    window_frames: u32,
-    /// The window this connection's configuration gives, before the
-    /// endpoint's sharing of the receive budget.
-    full_window_frames: u32,
-    recv_meta: VecDeque<Option<RecvMeta>>,
-    n_out_of_order: usize,
-    /// The out-of-order frame that arrived last: its SACK block goes first
-    /// (RFC 2018), so a sender that lost an ACK still hears of it.
-    last_out_of_order: Seq,
-    assemblies: HashMap<u32, Assembly>,
-    undelivered_bytes: usize,
-    ack_pending: u32,
-    ack_now: bool,
-    window_was_closed: bool,
-    ts_recent: u32,
-    /// Our wire clock when the frame whose timestamp is `ts_recent` arrived
-    /// (the start of the ACK delay we report).
-    ts_recent_rx: u32,
+    /// Credit, frames held out of order, messages being put together.
+    rcv: Reassembly,
+    /// The acknowledgement we owe the peer.
+    ack: PendingAck,
     last_rx: Instant,
-    peer_closed: bool,
 
     timers: Timers,
     events: VecDeque<Event>,
@@ -308,22 +291,9 @@ impl Connection {
             close_requested: false,
             probe_due: false,
             syn_ack_due: false,
-            rcv_nxt: Seq(0),
-            window_end: Seq(0),
-            window_frames,
-            full_window_frames: window_frames,
-            recv_meta: VecDeque::new(),
-            n_out_of_order: 0,
-            last_out_of_order: isn,
-            assemblies: HashMap::new(),
-            undelivered_bytes: 0,
-            ack_pending: 0,
-            ack_now: false,
-            window_was_closed: false,
-            ts_recent: 0,
-            ts_recent_rx: 0,
+            rcv: Reassembly::new(window_frames, isn),
+            ack: PendingAck::default(),
             last_rx: now,
-            peer_closed: false,
             timers: Timers::NONE,
             events: VecDeque::new(),
             handle: ConnHandle(0),
@@ -472,7 +442,7 @@ impl Connection {
 
     /// True when we owe the peer an acknowledgement (due now or delayed).
     pub fn ack_pending(&self) -> bool {
-        self.ack_now || self.timers.get(Timer::Ack).is_some()
+        self.ack.is_due_now() || self.timers.get(Timer::Ack).is_some()
     }
 
     /// Queue a message. Returns its id, which a later `Acked` event names.
@@ -561,8 +531,7 @@ impl Connection {
         self.set_peer_cookie(syn.src_cookie.get());
         self.set_peer_mtu(syn.msg_len.get() as usize);
         self.set_peer_max_ack_delay(syn.frag_off.get());
-        self.rcv_nxt = Seq(syn.seq.get());
-        self.window_end = self.rcv_nxt.add(self.window_frames);
+        self.rcv.start(Seq(syn.seq.get()));
         self.syn_ack_due = true;
         self.timers
             .set(Timer::Idle, Some(now + self.cfg.handshake_timeout));
@@ -579,26 +548,20 @@ impl Connection {
     /// as the peer's frames arrive (what was advertised is never taken
     /// back), unless nothing was advertised yet.
     pub(crate) fn set_window_share(&mut self, share: Option<u32>) {
-        self.window_frames = share.map_or(self.full_window_frames, |s| {
-            self.full_window_frames.min(s.max(1))
-        });
-        if self.state == State::SynReceived && self.stats.frames_sent == 0 {
-            self.window_end = self.rcv_nxt.add(self.window_frames);
-        }
+        let advertised = self.state != State::SynReceived || self.stats.frames_sent > 0;
+        self.rcv.set_share(share, !advertised);
     }
 
     /// The current credit window in frames.
     pub fn window_frames(&self) -> u32 {
-        self.window_frames
+        self.rcv.window_frames()
     }
 
     /// The application took a delivered message of `len` bytes: give the
     /// credit back, and announce it if the window had stopped.
     pub(crate) fn message_consumed(&mut self, len: usize) {
-        self.undelivered_bytes = self.undelivered_bytes.saturating_sub(len);
-        if self.window_was_closed && self.undelivered_bytes < self.cfg.undelivered_limit_bytes {
-            self.window_was_closed = false;
-            self.ack_now = true;
+        if self.rcv.consumed(len, self.cfg.undelivered_limit_bytes) {
+            self.ack.request_now();
         }
     }
 
@@ -645,7 +608,7 @@ impl Connection {
 
     /// True once the connection ended and its final event was taken.
     pub fn is_drained(&self) -> bool {
-        self.state == State::Closed && self.events.is_empty() && !self.ack_now
+        self.state == State::Closed && self.events.is_empty() && !self.ack.is_due_now()
     }
 
     /// Process a frame addressed to this connection (ports and cookies already
@@ -712,7 +675,7 @@ impl Connection {
                 FrameType::Data | FrameType::Close => {
                     self.receive_sequenced(now, frame, placement, pool, events)
                 }
-                FrameType::Ping => self.ack_now = true,
+                FrameType::Ping => self.ack.request_now(),
                 FrameType::Reset => {
                     self.handle_reset();
                     return;
@@ -753,11 +716,10 @@ impl Connection {
                 self.set_peer_cookie(h.src_cookie.get());
                 self.set_peer_mtu(h.msg_len.get() as usize);
                 self.set_peer_max_ack_delay(h.frag_off.get());
-                self.rcv_nxt = Seq(h.seq.get());
-                self.window_end = self.rcv_nxt.add(self.window_frames);
+                self.rcv.start(Seq(h.seq.get()));
                 self.snd.set_peer_window_end(Seq(h.window_end.get()));
                 self.establish(now);
-                self.ack_now = true;
+                self.ack.request_now();
                 self.last_rx = now;
                 self.stats.frames_received += 1;
                 true
@@ -769,7 +731,7 @@ impl Connection {
             (State::SynSent, _) => true,
             (_, FrameType::SynAck) => {
                 // Our handshake ACK was lost: repeat it.
-                self.ack_now = true;
+                self.ack.request_now();
                 true
             }
             (_, FrameType::Syn) => true, // handled by the endpoint

@@ -630,7 +630,7 @@ impl Connection {
         match self.state {
             State::Closed => {
                 // A final acknowledgement (of the peer's CLOSE) may remain.
-                return if self.ack_now {
+                return if self.ack.is_due_now() {
                     self.emit_control(now, buf, FrameType::Ack, 0)
                 } else {
                     None
@@ -670,7 +670,7 @@ impl Connection {
             self.probe_due = false;
             return self.emit_control(now, buf, FrameType::Ping, flags::ACK_NOW);
         }
-        if self.ack_now {
+        if self.ack.is_due_now() {
             self.stats.acks_sent += 1;
             return self.emit_control(now, buf, FrameType::Ack, 0);
         }
@@ -681,10 +681,10 @@ impl Connection {
     /// it to skip asking the device for a transmit buffer).
     pub fn wants_transmit(&self) -> bool {
         match self.state {
-            State::Closed => self.ack_now,
+            State::Closed => self.ack.is_due_now(),
             State::SynSent | State::SynReceived => self.syn_ack_due,
             State::Established | State::Closing => {
-                self.ack_now
+                self.ack.is_due_now()
                     || self.probe_due
                     || (!self.snd.lost_queue.is_empty() && (self.can_send() || self.probe_credit))
                     || ((self.snd.has_unsent() || (self.close_requested && !self.snd.close_queued))
@@ -851,7 +851,7 @@ impl Connection {
         }
         let blocks;
         let sacks: &[SackBlock] = match kind {
-            FrameType::Ack | FrameType::Ping => match self.sack_blocks(MAX_SACK_BLOCKS) {
+            FrameType::Ack | FrameType::Ping => match self.rcv.sack_blocks(MAX_SACK_BLOCKS) {
                 (_, 0) => &[],
                 (b, n) => {
                     blocks = b;
@@ -933,11 +933,11 @@ impl Connection {
         // held out of order) is an empty slice, not an array of zeroed
         // blocks copied on the way, and the room for them is not worked out.
         let blocks;
-        let sacks: &[SackBlock] = if !self.holds_out_of_order() {
+        let sacks: &[SackBlock] = if !self.rcv.holds_out_of_order() {
             &[]
         } else {
             let room = self.frag_len.saturating_sub(len) / crate::wire::transport::SACK_BLOCK_LEN;
-            match self.sack_blocks(room) {
+            match self.rcv.sack_blocks(room) {
                 (_, 0) => &[],
                 (b, n) => {
                     blocks = b;

@@ -116,9 +116,7 @@ impl Connection {
                 );
             }
             Timer::Ack => {
-                if self.ack_pending > 0 {
-                    self.ack_now = true;
-                }
+                self.ack.on_timer();
             }
             Timer::Probe => {
                 if matches!(self.state, State::Established | State::Closing) {
@@ -446,7 +444,7 @@ mod tests {
         // B's process did not run for 2 ms: only the announced 250 µs of
         // it is B's choice, the rest is a late peer the timeouts must know.
         p.now += Duration::from_millis(2);
-        p.b.ack_now = true;
+        p.b.ack.request_now();
         let ack = transmit_all(&mut p.b, p.now);
         assert_eq!(header(&ack[0]).ack_delay.get(), 2000);
         deliver(&mut p.a, p.now, &ack[0]);
