@@ -289,7 +289,7 @@ impl Connection {
     #[inline(always)]
     pub(super) fn grow_or_cut(&mut self, now: Instant, acked: u32) {
         let rtt = RttView {
-            rtt: &self.rtt,
+            rtt: self.timing.rtt(),
             min_rtt_ns: self.stats.min_rtt_ns,
         };
         if self.cc.on_ack(now, acked, rtt) {
@@ -318,7 +318,7 @@ impl Connection {
     /// repair waited that long); at least 50 µs of scheduling noise.
     fn reorder_window(&self) -> Duration {
         let base = if self.stats.min_rtt_ns == 0 {
-            self.rtt.srtt()
+            self.timing.rtt().srtt()
         } else {
             Duration::from_nanos(self.stats.min_rtt_ns)
         };
@@ -338,7 +338,7 @@ impl Connection {
     /// ([`RttView::queue_building`]).
     pub(super) fn queue_building(&self) -> bool {
         let rtt = RttView {
-            rtt: &self.rtt,
+            rtt: self.timing.rtt(),
             min_rtt_ns: self.stats.min_rtt_ns,
         };
         rtt.queue_building()

@@ -39,7 +39,6 @@ use super::config::Config;
 use super::conn_table::ConnHandle;
 use super::error::ConnectionError;
 use super::placement::Placement;
-use super::rtt::RttEstimator;
 use super::seq::Seq;
 use crate::time::Instant;
 use crate::wire::transport::max_payload;
@@ -78,7 +77,7 @@ use send::SendQueue;
 #[cfg(test)]
 pub(crate) use send::RETIRE_LIMIT;
 pub use stats::ConnStats;
-use timers::{Timer, Timers};
+use timers::{PathTiming, Timer, Timers};
 
 /// Where a connection is in its life.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -155,23 +154,8 @@ pub struct Connection {
     snd: SendQueue,
     /// The congestion window, its growth and cuts.
     cc: Congestion,
-    /// A tail-loss probe may send one retransmission beyond the congestion
-    /// window (the frames that fill it may be lost too, and nothing would
-    /// drain it before the RTO).
-    probe_credit: bool,
-    /// Tail-loss probes sent since the last delivery; each waits twice as
-    /// long as the one before.
-    probes_in_a_row: u32,
-    rtt: RttEstimator,
-    /// Longest the peer holds an acknowledgement of a frame that did not ask
-    /// for one soon, as it announced in the handshake (zero: a peer that
-    /// announced none, and is asked for every acknowledgement soon). In
-    /// nanoseconds: the frames' path adds it to deadlines.
-    peer_max_ack_delay_ns: u64,
-    /// The same in whole microseconds, as the RTT samples take it (kept
-    /// apart: a division on every acknowledgement otherwise).
-    peer_max_ack_delay_us: u64,
-    backoff: u32,
+    /// The round trip, back-off and probes the timeouts come from.
+    timing: PathTiming,
     syn_attempts: u32,
     close_requested: bool,
     probe_due: bool,
@@ -267,7 +251,6 @@ impl Connection {
             .saturating_sub(cfg.trailer_len())
             .max(1);
         let window_frames = cfg.window_frames(frag_len);
-        let rtt = RttEstimator::new(cfg.initial_rto, cfg.min_rto, cfg.max_rto);
         let isn = Seq(isn);
         let mut c = Connection {
             state: State::SynSent,
@@ -281,12 +264,7 @@ impl Connection {
             frag_len,
             snd: SendQueue::new(isn),
             cc: Congestion::new(&cfg),
-            probe_credit: false,
-            probes_in_a_row: 0,
-            rtt,
-            peer_max_ack_delay_ns: 0,
-            peer_max_ack_delay_us: 0,
-            backoff: 0,
+            timing: PathTiming::new(&cfg),
             syn_attempts: 0,
             close_requested: false,
             probe_due: false,
@@ -334,15 +312,12 @@ impl Connection {
     /// SYN-ACK's `frag_off`; 0: none announced), bounded by our largest
     /// timeout so that a hostile value cannot stall the tail-loss probe.
     fn set_peer_max_ack_delay(&mut self, micros: u32) {
-        // At most 2^32 microseconds: the nanoseconds fit a u64.
-        let d = Duration::from_micros(u64::from(micros)).min(self.cfg.max_rto);
-        self.peer_max_ack_delay_ns = d.as_nanos() as u64;
-        self.peer_max_ack_delay_us = d.as_micros() as u64;
+        self.timing.set_peer_max_ack_delay(micros, self.cfg.max_rto);
     }
 
     /// The peer's announced longest acknowledgement delay (zero: none).
     pub fn peer_max_ack_delay(&self) -> Duration {
-        Duration::from_nanos(self.peer_max_ack_delay_ns)
+        self.timing.peer_max_ack_delay()
     }
 
     /// Current state.
@@ -382,12 +357,12 @@ impl Connection {
 
     /// Smoothed round-trip time.
     pub fn srtt(&self) -> Duration {
-        self.rtt.srtt()
+        self.timing.rtt().srtt()
     }
 
     /// Mean deviation of the RTT samples (RFC 6298's RTTVAR).
     pub fn rtt_var(&self) -> Duration {
-        self.rtt.rttvar()
+        self.timing.rtt().rttvar()
     }
 
     /// Frames the peer's credit still lets us send (its window end minus
@@ -519,7 +494,7 @@ impl Connection {
     /// which the peer drops, is forgotten.
     pub(crate) fn adopt_syn(&mut self, now: Instant, syn: &TransportHeader) {
         debug_assert_eq!(self.state, State::SynSent);
-        self.backoff = 0;
+        self.timing.reset_backoff();
         self.timers = Timers::NONE;
         self.answer_syn(now, syn);
     }
@@ -750,7 +725,7 @@ impl Connection {
         } else {
             State::Established
         };
-        self.backoff = 0;
+        self.timing.reset_backoff();
         self.timers.set(Timer::Rto, None);
         self.events.push_back(Event::Connected);
         self.rearm_idle(now);

@@ -642,10 +642,8 @@ impl Connection {
                 }
                 self.syn_ack_due = false;
                 self.syn_attempts += 1;
-                self.timers.set(
-                    Timer::Rto,
-                    Some(now + self.rtt.rto_backed_off(self.backoff)),
-                );
+                self.timers
+                    .set(Timer::Rto, Some(now + self.timing.rto_backed_off()));
                 return self.emit_control(now, buf, FrameType::Syn, 0);
             }
             State::SynReceived => {
@@ -686,7 +684,8 @@ impl Connection {
             State::Established | State::Closing => {
                 self.ack.is_due_now()
                     || self.probe_due
-                    || (!self.snd.lost_queue.is_empty() && (self.can_send() || self.probe_credit))
+                    || (!self.snd.lost_queue.is_empty()
+                        && (self.can_send() || self.timing.has_probe_credit()))
                     || ((self.snd.has_unsent() || (self.close_requested && !self.snd.close_queued))
                         && self.snd.nxt.lt(self.snd.peer_window_end)
                         && self.can_send())
@@ -715,12 +714,12 @@ impl Connection {
                 self.snd.lost_queue.pop_front();
                 continue;
             }
-            if !self.can_send() && !self.probe_credit {
+            if !self.can_send() && !self.timing.has_probe_credit() {
                 return None;
             }
-            self.probe_credit = false;
+            self.timing.use_probe_credit();
             self.snd.lost_queue.pop_front();
-            self.timers.set(Timer::Tail, self.next_probe(now));
+            self.timers.set(Timer::Tail, self.timing.next_probe(now));
             let f = &mut self.snd.inflight[idx as usize];
             f.lost = false;
             f.retransmitted = true;
@@ -746,7 +745,7 @@ impl Connection {
         if !self.snd.nxt.lt(self.snd.peer_window_end) || !self.can_send() {
             return None;
         }
-        let mut awaited = self.cfg.acked_events || self.peer_max_ack_delay_ns == 0;
+        let mut awaited = self.cfg.acked_events || !self.timing.peer_delays_acks();
         let mut slot = 0;
         let cargo = if let Some(at) = self.snd.msgs.slot_of(self.snd.next_unsent) {
             slot = at;
@@ -782,12 +781,14 @@ impl Connection {
             retransmitted: false,
         });
         self.stats.data_frames_sent += 1;
-        self.timers
-            .set(Timer::Tail, Some(now.add_nanos(self.probe_timeout_nanos())));
+        self.timers.set(
+            Timer::Tail,
+            Some(now.add_nanos(self.timing.probe_timeout_nanos())),
+        );
         if self.timers.get(Timer::Rto).is_none() {
             self.timers.set(
                 Timer::Rto,
-                Some(now.add_nanos(self.rtt.rto_backed_off_nanos(self.backoff))),
+                Some(now.add_nanos(self.timing.rto_backed_off_nanos())),
             );
         }
         // Ask for an immediate ACK when this is the last frame we may send
@@ -1046,7 +1047,7 @@ impl Connection {
             self.snd.note_rack(now, t, seq);
         }
         if newly_acked > 0 {
-            self.probes_in_a_row = 0;
+            self.timing.on_delivery();
             // Only an ACK that moves the cumulative point echoes the
             // timestamp of the frame that moved it. One that only SACKs
             // frames beyond a hole echoes the last in-order frame, sent
@@ -1056,7 +1057,8 @@ impl Connection {
                 self.check_rto(ecr);
             }
             if ecr != 0 && cumulative > 0 {
-                self.rtt_sample(wts, ecr, h);
+                self.timing
+                    .sample(wts, ecr, h.ack_delay.get(), &mut self.stats);
             }
             self.restart_ack_timers(now);
         }
@@ -1113,9 +1115,10 @@ impl Connection {
         if !f.retransmitted || (ecr != 0 && ecr.wrapping_sub(wire_ts(f.sent_at)) as i32 >= 0) {
             self.snd.note_rack(now, f.sent_at, seq);
         }
-        self.probes_in_a_row = 0;
+        self.timing.on_delivery();
         if ecr != 0 {
-            self.rtt_sample(wts, ecr, h);
+            self.timing
+                .sample(wts, ecr, h.ack_delay.get(), &mut self.stats);
         }
         self.restart_ack_timers(now);
         self.grow_or_cut(now, 1);
@@ -1170,50 +1173,17 @@ impl Connection {
         }
     }
 
-    /// An RTT sample from an ACK that moved the cumulative point and
-    /// echoes our timestamp `ecr` (not zero); `wts` is our wire clock now.
-    #[inline(always)]
-    fn rtt_sample(&mut self, wts: u32, ecr: u32, h: &TransportHeader) {
-        let rtt_us = wts.wrapping_sub(ecr);
-        if rtt_us < 60_000_000 {
-            let s = &mut self.stats;
-            // In nanoseconds, whole microseconds (as every sample).
-            let min_before = s.min_rtt_ns;
-            let ns = rtt_us as u64 * 1000;
-            s.rtt_samples += 1;
-            s.latest_rtt_ns = ns;
-            s.min_rtt_ns = if s.min_rtt_ns == 0 {
-                ns
-            } else {
-                s.min_rtt_ns.min(ns)
-            };
-            // The time the peer held the acknowledgement is not the
-            // path's: take it out (at most the delay the peer
-            // announced, as QUIC does, and not below the smallest
-            // round trip seen before), so that a late acknowledgement
-            // does not inflate the timeouts of every later frame.
-            let held = u64::from(h.ack_delay.get()).min(self.peer_max_ack_delay_us) * 1000;
-            let adjusted = if min_before == 0 || ns >= min_before + held {
-                ns.saturating_sub(held)
-            } else {
-                ns
-            };
-            self.rtt.sample_nanos(adjusted);
-            s.srtt_ns = self.rtt.srtt_nanos();
-        }
-    }
-
     /// New data was acknowledged: the back-off ends, and the timeout and
     /// the tail-loss probe restart from now (or stop, nothing in flight).
     #[inline(always)]
     fn restart_ack_timers(&mut self, now: Instant) {
-        self.backoff = 0;
+        self.timing.reset_backoff();
         let (rto, tail) = if self.snd.inflight.is_empty() {
             (None, None)
         } else {
             (
-                Some(now.add_nanos(self.rtt.rto_nanos())),
-                Some(now.add_nanos(self.probe_timeout_nanos())),
+                Some(now.add_nanos(self.timing.rto_nanos())),
+                Some(now.add_nanos(self.timing.probe_timeout_nanos())),
             )
         };
         self.timers.set(Timer::Rto, rto);

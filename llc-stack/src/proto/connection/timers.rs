@@ -5,8 +5,11 @@
 
 use std::time::Duration;
 
+use super::stats::ConnStats;
 use super::{wire_ts, Connection, State};
+use crate::proto::config::Config;
 use crate::proto::error::ConnectionError;
+use crate::proto::rtt::RttEstimator;
 use crate::time::Instant;
 
 /// Timers, indexed into a table.
@@ -63,6 +66,195 @@ impl Timers {
     }
 }
 
+/// The path's round trip and the timeouts derived from it: the RTT
+/// estimator, the retransmission timeout's back-off, the tail-loss probes
+/// sent without a delivery, and the delay the peer announced it may hold
+/// an acknowledgement. The timer table holds the deadlines; this decides
+/// how far away they are.
+#[derive(Debug)]
+pub(super) struct PathTiming {
+    rtt: RttEstimator,
+    /// Retransmission timeouts in a row (each doubles the next).
+    backoff: u32,
+    /// Tail-loss probes sent since the last delivery; each waits twice as
+    /// long as the one before.
+    probes_in_a_row: u32,
+    /// A tail-loss probe may send one retransmission beyond the congestion
+    /// window (the frames that fill it may be lost too, and nothing would
+    /// drain it before the RTO).
+    probe_credit: bool,
+    /// Longest the peer holds an acknowledgement of a frame that did not ask
+    /// for one soon, as it announced in the handshake (zero: a peer that
+    /// announced none, and is asked for every acknowledgement soon). In
+    /// nanoseconds: the frames' path adds it to deadlines.
+    peer_max_ack_delay_ns: u64,
+    /// The same in whole microseconds, as the RTT samples take it (kept
+    /// apart: a division on every acknowledgement otherwise).
+    peer_max_ack_delay_us: u64,
+}
+
+impl PathTiming {
+    /// No sample yet: the configured initial timeout.
+    pub(super) fn new(cfg: &Config) -> Self {
+        PathTiming {
+            rtt: RttEstimator::new(cfg.initial_rto, cfg.min_rto, cfg.max_rto),
+            backoff: 0,
+            probes_in_a_row: 0,
+            probe_credit: false,
+            peer_max_ack_delay_ns: 0,
+            peer_max_ack_delay_us: 0,
+        }
+    }
+
+    /// The RTT estimator (smoothed and latest samples).
+    #[inline(always)]
+    pub(super) fn rtt(&self) -> &RttEstimator {
+        &self.rtt
+    }
+
+    /// The retransmission timeout before back-off, in nanoseconds.
+    #[inline(always)]
+    pub(super) fn rto_nanos(&self) -> u64 {
+        self.rtt.rto_nanos()
+    }
+
+    /// The retransmission timeout with the current back-off, in nanoseconds.
+    #[inline(always)]
+    pub(super) fn rto_backed_off_nanos(&self) -> u64 {
+        self.rtt.rto_backed_off_nanos(self.backoff)
+    }
+
+    /// [`PathTiming::rto_backed_off_nanos`] as a `Duration`.
+    pub(super) fn rto_backed_off(&self) -> Duration {
+        self.rtt.rto_backed_off(self.backoff)
+    }
+
+    /// One more timeout in a row; returns how many now.
+    pub(super) fn back_off(&mut self) -> u32 {
+        self.backoff += 1;
+        self.backoff
+    }
+
+    /// New data was acknowledged, or the handshake completed: the
+    /// back-off ends.
+    #[inline(always)]
+    pub(super) fn reset_backoff(&mut self) {
+        self.backoff = 0;
+    }
+
+    /// Probe timeout after the last transmission: twice the smoothed RTT
+    /// (the receiver acknowledges a burst's last frame at once, ACK_NOW) plus
+    /// scheduling slack, far below the RTO floor; and no earlier than the
+    /// RTT's own spread says an acknowledgement may still come (srtt + 4
+    /// rttvar). A peer whose process shares its cores with many others
+    /// answers late and irregularly; probing inside that spread only
+    /// resends what arrived (spurious probes cost both ends a frame). Plus
+    /// the delay the peer may hold an acknowledgement it was not asked for
+    /// soon (its announced `max_ack_delay`, as QUIC's PTO adds it).
+    pub(super) fn probe_timeout(&self) -> Duration {
+        Duration::from_nanos(self.probe_timeout_nanos())
+    }
+
+    /// [`PathTiming::probe_timeout`] in nanoseconds (the per-frame path's).
+    #[inline]
+    pub(super) fn probe_timeout_nanos(&self) -> u64 {
+        self.rtt.probe_base_nanos() + 50_000 + self.peer_max_ack_delay_ns
+    }
+
+    /// When the next tail-loss probe is due after a retransmission: the
+    /// probe timeout, doubled for every probe already sent without a
+    /// delivery since, and none once that reaches the RTO, which takes over
+    /// (its back-off and retry bound decide a dead peer's fate). The RTO
+    /// floor is fifty round trips on a LAN, so a lost probe (or its lost
+    /// answer) gets a second chance well before it.
+    pub(super) fn next_probe(&self, now: Instant) -> Option<Instant> {
+        let wait = self.probe_timeout() * (1u32 << self.probes_in_a_row.min(16));
+        (wait < self.rtt.rto()).then_some(now + wait)
+    }
+
+    /// A tail-loss probe is due: one repair may go beyond the window, and
+    /// the next probe waits twice as long.
+    pub(super) fn on_tail_probe(&mut self) {
+        self.probe_credit = true;
+        self.probes_in_a_row += 1;
+    }
+
+    /// A repair may go beyond the congestion window (a tail-loss probe).
+    #[inline(always)]
+    pub(super) fn has_probe_credit(&self) -> bool {
+        self.probe_credit
+    }
+
+    /// A repair went out: the probe's allowance, if any, is used.
+    #[inline(always)]
+    pub(super) fn use_probe_credit(&mut self) {
+        self.probe_credit = false;
+    }
+
+    /// A frame was delivered: the probes start again from one timeout.
+    #[inline(always)]
+    pub(super) fn on_delivery(&mut self) {
+        self.probes_in_a_row = 0;
+    }
+
+    /// The peer announced `micros` as its `max_ack_delay` (0: none),
+    /// bounded by `max` (our largest timeout) so that a hostile value
+    /// cannot stall the tail-loss probe.
+    pub(super) fn set_peer_max_ack_delay(&mut self, micros: u32, max: Duration) {
+        // At most 2^32 microseconds: the nanoseconds fit a u64.
+        let d = Duration::from_micros(u64::from(micros)).min(max);
+        self.peer_max_ack_delay_ns = d.as_nanos() as u64;
+        self.peer_max_ack_delay_us = d.as_micros() as u64;
+    }
+
+    /// The peer's announced longest acknowledgement delay (zero: none).
+    pub(super) fn peer_max_ack_delay(&self) -> Duration {
+        Duration::from_nanos(self.peer_max_ack_delay_ns)
+    }
+
+    /// The peer announced a delay: an acknowledgement nobody waits for
+    /// may come that late.
+    #[inline(always)]
+    pub(super) fn peer_delays_acks(&self) -> bool {
+        self.peer_max_ack_delay_ns != 0
+    }
+
+    /// An RTT sample from an ACK that moved the cumulative point and
+    /// echoes our timestamp `ecr` (not zero); `wts` is our wire clock now,
+    /// `ack_delay_us` how long the peer says it held the ACK. The counters
+    /// in `stats` follow it (the smallest sample is also the congestion
+    /// controller's queue reference).
+    #[inline(always)]
+    pub(super) fn sample(&mut self, wts: u32, ecr: u32, ack_delay_us: u16, s: &mut ConnStats) {
+        let rtt_us = wts.wrapping_sub(ecr);
+        if rtt_us < 60_000_000 {
+            // In nanoseconds, whole microseconds (as every sample).
+            let min_before = s.min_rtt_ns;
+            let ns = rtt_us as u64 * 1000;
+            s.rtt_samples += 1;
+            s.latest_rtt_ns = ns;
+            s.min_rtt_ns = if s.min_rtt_ns == 0 {
+                ns
+            } else {
+                s.min_rtt_ns.min(ns)
+            };
+            // The time the peer held the acknowledgement is not the
+            // path's: take it out (at most the delay the peer
+            // announced, as QUIC does, and not below the smallest
+            // round trip seen before), so that a late acknowledgement
+            // does not inflate the timeouts of every later frame.
+            let held = u64::from(ack_delay_us).min(self.peer_max_ack_delay_us) * 1000;
+            let adjusted = if min_before == 0 || ns >= min_before + held {
+                ns.saturating_sub(held)
+            } else {
+                ns
+            };
+            self.rtt.sample_nanos(adjusted);
+            s.srtt_ns = self.rtt.srtt_nanos();
+        }
+    }
+}
+
 impl Connection {
     pub(super) fn on_timer(&mut self, now: Instant, t: Timer) {
         match t {
@@ -93,7 +285,7 @@ impl Connection {
                             ConnectionError::ConnectTimeout(self.syn_attempts)
                         });
                     } else {
-                        self.backoff += 1;
+                        self.timing.back_off();
                         self.syn_ack_due = true;
                     }
                     return;
@@ -101,19 +293,17 @@ impl Connection {
                 if self.snd.in_flight() == 0 {
                     return;
                 }
-                self.backoff += 1;
-                if self.backoff > self.cfg.max_retransmits {
-                    self.fail(ConnectionError::RetransmitLimit(self.backoff - 1));
+                let backoff = self.timing.back_off();
+                if backoff > self.cfg.max_retransmits {
+                    self.fail(ConnectionError::RetransmitLimit(backoff - 1));
                     return;
                 }
                 self.stats.timeouts += 1;
                 self.cc
                     .on_timeout(wire_ts(now), self.snd.nxt(), self.snd.flight());
                 self.snd.mark_all_lost();
-                self.timers.set(
-                    Timer::Rto,
-                    Some(now + self.rtt.rto_backed_off(self.backoff)),
-                );
+                self.timers
+                    .set(Timer::Rto, Some(now + self.timing.rto_backed_off()));
             }
             Timer::Ack => {
                 self.ack.on_timer();
@@ -157,40 +347,10 @@ impl Connection {
 
     pub(super) fn probe_interval(&self) -> Duration {
         if self.snd.blocked_by_credit() {
-            self.rtt.rto_backed_off(self.backoff)
+            self.timing.rto_backed_off()
         } else {
             self.cfg.keepalive_interval
         }
-    }
-
-    /// Probe timeout after the last transmission: twice the smoothed RTT
-    /// (the receiver acknowledges a burst's last frame at once, ACK_NOW) plus
-    /// scheduling slack, far below the RTO floor; and no earlier than the
-    /// RTT's own spread says an acknowledgement may still come (srtt + 4
-    /// rttvar). A peer whose process shares its cores with many others
-    /// answers late and irregularly; probing inside that spread only
-    /// resends what arrived (spurious probes cost both ends a frame). Plus
-    /// the delay the peer may hold an acknowledgement it was not asked for
-    /// soon (its announced `max_ack_delay`, as QUIC's PTO adds it).
-    pub(super) fn probe_timeout(&self) -> Duration {
-        Duration::from_nanos(self.probe_timeout_nanos())
-    }
-
-    /// [`Connection::probe_timeout`] in nanoseconds (the per-frame path's).
-    #[inline]
-    pub(super) fn probe_timeout_nanos(&self) -> u64 {
-        self.rtt.probe_base_nanos() + 50_000 + self.peer_max_ack_delay_ns
-    }
-
-    /// When the next tail-loss probe is due after a retransmission: the
-    /// probe timeout, doubled for every probe already sent without a
-    /// delivery since, and none once that reaches the RTO, which takes over
-    /// (its back-off and retry bound decide a dead peer's fate). The RTO
-    /// floor is fifty round trips on a LAN, so a lost probe (or its lost
-    /// answer) gets a second chance well before it.
-    pub(super) fn next_probe(&self, now: Instant) -> Option<Instant> {
-        let wait = self.probe_timeout() * (1u32 << self.probes_in_a_row.min(16));
-        (wait < self.rtt.rto()).then_some(now + wait)
     }
 
     /// Nothing was delivered for a probe timeout: send one frame beyond the
@@ -206,8 +366,7 @@ impl Connection {
         if !self.snd.mark_probe_frame() {
             return;
         }
-        self.probe_credit = true;
-        self.probes_in_a_row += 1;
+        self.timing.on_tail_probe();
         self.stats.tail_probes += 1;
     }
 }
@@ -244,7 +403,7 @@ mod tests {
         for n in 1..=3u32 {
             p.advance_to(deadline);
             assert_eq!(p.a.stats().timeouts, n as u64);
-            assert_eq!(p.a.backoff, n);
+            assert_eq!(p.a.timing.backoff, n);
             let again = transmit_all(&mut p.a, p.now);
             assert!(
                 again.iter().any(|f| header(f).seq.get() == seq),
