@@ -77,7 +77,7 @@ use send::SendQueue;
 #[cfg(test)]
 pub(crate) use send::RETIRE_LIMIT;
 pub use stats::ConnStats;
-use timers::{PathTiming, Timer, Timers};
+use timers::{Keepalive, PathTiming, Timer, Timers};
 
 /// Where a connection is in its life.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -133,6 +133,41 @@ pub enum SendError {
     Closed,
 }
 
+/// The handshake's progress: how many SYNs we sent, and whether a SYN or
+/// SYN-ACK is to go (a first one, or again after a loss).
+#[derive(Debug, Default)]
+struct Handshake {
+    attempts: u32,
+    due: bool,
+}
+
+impl Handshake {
+    /// Send our SYN or SYN-ACK (again) at the next chance.
+    fn request(&mut self) {
+        self.due = true;
+    }
+
+    /// A SYN or SYN-ACK is to go.
+    fn is_due(&self) -> bool {
+        self.due
+    }
+
+    /// True once when one is due (it is being sent).
+    fn take(&mut self) -> bool {
+        std::mem::take(&mut self.due)
+    }
+
+    /// One more SYN went out.
+    fn count_attempt(&mut self) {
+        self.attempts += 1;
+    }
+
+    /// SYNs sent so far (0: the peer opened the connection).
+    fn attempts(&self) -> u32 {
+        self.attempts
+    }
+}
+
 /// A reliable connection to one peer port.
 #[derive(Debug)]
 pub struct Connection {
@@ -156,17 +191,16 @@ pub struct Connection {
     cc: Congestion,
     /// The round trip, back-off and probes the timeouts come from.
     timing: PathTiming,
-    syn_attempts: u32,
+    handshake: Handshake,
     close_requested: bool,
-    probe_due: bool,
-    syn_ack_due: bool,
 
     // Receive side.
     /// Credit, frames held out of order, messages being put together.
     rcv: Reassembly,
     /// The acknowledgement we owe the peer.
     ack: PendingAck,
-    last_rx: Instant,
+    /// When we last heard from the peer; a keepalive due.
+    alive: Keepalive,
 
     timers: Timers,
     events: VecDeque<Event>,
@@ -205,7 +239,7 @@ impl Connection {
             local_mtu,
         );
         c.state = State::SynSent;
-        c.syn_ack_due = true; // our SYN
+        c.handshake.request(); // our SYN
         c
     }
 
@@ -265,13 +299,11 @@ impl Connection {
             snd: SendQueue::new(isn),
             cc: Congestion::new(&cfg),
             timing: PathTiming::new(&cfg),
-            syn_attempts: 0,
+            handshake: Handshake::default(),
             close_requested: false,
-            probe_due: false,
-            syn_ack_due: false,
             rcv: Reassembly::new(window_frames, isn),
             ack: PendingAck::default(),
-            last_rx: now,
+            alive: Keepalive::new(now),
             timers: Timers::NONE,
             events: VecDeque::new(),
             handle: ConnHandle(0),
@@ -507,14 +539,14 @@ impl Connection {
         self.set_peer_mtu(syn.msg_len.get() as usize);
         self.set_peer_max_ack_delay(syn.frag_off.get());
         self.rcv.start(Seq(syn.seq.get()));
-        self.syn_ack_due = true;
+        self.handshake.request();
         self.timers
             .set(Timer::Idle, Some(now + self.cfg.handshake_timeout));
     }
 
     pub(crate) fn resend_syn_ack(&mut self) {
         if self.state == State::SynReceived {
-            self.syn_ack_due = true;
+            self.handshake.request();
         }
     }
 
@@ -623,7 +655,7 @@ impl Connection {
         if self.predicted(frame) {
             // Header prediction: what the dispatch below does for this
             // frame, without the checks it already passed.
-            self.last_rx = now;
+            self.alive.heard(now);
             self.stats.frames_received += 1;
             self.deliver_in_order_single(now, wts, h, frame.payload, pool, events);
         } else {
@@ -638,7 +670,7 @@ impl Connection {
             if !settled && self.handle_handshake_frame(now, h) {
                 return;
             }
-            self.last_rx = now;
+            self.alive.heard(now);
             self.stats.frames_received += 1;
             if !settled {
                 self.rearm_idle(now);
@@ -695,7 +727,7 @@ impl Connection {
                 self.snd.set_peer_window_end(Seq(h.window_end.get()));
                 self.establish(now);
                 self.ack.request_now();
-                self.last_rx = now;
+                self.alive.heard(now);
                 self.stats.frames_received += 1;
                 true
             }

@@ -637,18 +637,16 @@ impl Connection {
                 };
             }
             State::SynSent => {
-                if !self.syn_ack_due {
+                if !self.handshake.take() {
                     return None;
                 }
-                self.syn_ack_due = false;
-                self.syn_attempts += 1;
+                self.handshake.count_attempt();
                 self.timers
                     .set(Timer::Rto, Some(now + self.timing.rto_backed_off()));
                 return self.emit_control(now, buf, FrameType::Syn, 0);
             }
             State::SynReceived => {
-                if self.syn_ack_due {
-                    self.syn_ack_due = false;
+                if self.handshake.take() {
                     return self.emit_control(now, buf, FrameType::SynAck, 0);
                 }
                 return None;
@@ -664,8 +662,7 @@ impl Connection {
         if let Some(n) = self.poll_new_frame(now, buf, tail) {
             return Some(n);
         }
-        if self.probe_due {
-            self.probe_due = false;
+        if self.alive.take_ping() {
             return self.emit_control(now, buf, FrameType::Ping, flags::ACK_NOW);
         }
         if self.ack.is_due_now() {
@@ -680,10 +677,10 @@ impl Connection {
     pub fn wants_transmit(&self) -> bool {
         match self.state {
             State::Closed => self.ack.is_due_now(),
-            State::SynSent | State::SynReceived => self.syn_ack_due,
+            State::SynSent | State::SynReceived => self.handshake.is_due(),
             State::Established | State::Closing => {
                 self.ack.is_due_now()
-                    || self.probe_due
+                    || self.alive.ping_due()
                     || (!self.snd.lost_queue.is_empty()
                         && (self.can_send() || self.timing.has_probe_credit()))
                     || ((self.snd.has_unsent() || (self.close_requested && !self.snd.close_queued))

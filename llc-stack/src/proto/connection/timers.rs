@@ -255,6 +255,53 @@ impl PathTiming {
     }
 }
 
+/// What the idle limit and the keepalive go by: when we last heard from
+/// the peer, and whether a PING (keepalive or window probe) is to go.
+#[derive(Debug)]
+pub(super) struct Keepalive {
+    last_rx: Instant,
+    ping_due: bool,
+}
+
+impl Keepalive {
+    /// Heard from the peer at `now` (a new connection counts as heard).
+    pub(super) fn new(now: Instant) -> Self {
+        Keepalive {
+            last_rx: now,
+            ping_due: false,
+        }
+    }
+
+    /// A frame from the peer arrived at `now`. The idle and keepalive
+    /// deadlines follow it lazily (see `on_timer`).
+    #[inline(always)]
+    pub(super) fn heard(&mut self, now: Instant) {
+        self.last_rx = now;
+    }
+
+    /// When we last heard from the peer.
+    pub(super) fn last_heard(&self) -> Instant {
+        self.last_rx
+    }
+
+    /// A PING is to go at the next chance.
+    #[inline(always)]
+    pub(super) fn ping_due(&self) -> bool {
+        self.ping_due
+    }
+
+    /// Send a PING at the next chance.
+    pub(super) fn request_ping(&mut self) {
+        self.ping_due = true;
+    }
+
+    /// True once when a PING is due (it is being sent).
+    #[inline(always)]
+    pub(super) fn take_ping(&mut self) -> bool {
+        std::mem::take(&mut self.ping_due)
+    }
+}
+
 impl Connection {
     pub(super) fn on_timer(&mut self, now: Instant, t: Timer) {
         match t {
@@ -263,8 +310,8 @@ impl Connection {
                 // A connection we opened whose SYN crossed the peer's
                 // (`adopt_syn`): its user waits for it, so it fails as a
                 // connection attempt does.
-                State::SynReceived if self.syn_attempts > 0 => {
-                    self.fail(ConnectionError::ConnectTimeout(self.syn_attempts))
+                State::SynReceived if self.handshake.attempts() > 0 => {
+                    self.fail(ConnectionError::ConnectTimeout(self.handshake.attempts()))
                 }
                 State::SynReceived => {
                     self.state = State::Closed;
@@ -278,15 +325,16 @@ impl Connection {
             },
             Timer::Rto => {
                 if self.state == State::SynSent {
-                    if self.syn_attempts > self.cfg.max_syn_retries {
+                    let attempts = self.handshake.attempts();
+                    if attempts > self.cfg.max_syn_retries {
                         self.fail(if self.cfg.auth_key.is_some() {
-                            ConnectionError::AuthConnectTimeout(self.syn_attempts)
+                            ConnectionError::AuthConnectTimeout(attempts)
                         } else {
-                            ConnectionError::ConnectTimeout(self.syn_attempts)
+                            ConnectionError::ConnectTimeout(attempts)
                         });
                     } else {
                         self.timing.back_off();
-                        self.syn_ack_due = true;
+                        self.handshake.request();
                     }
                     return;
                 }
@@ -310,13 +358,13 @@ impl Connection {
             }
             Timer::Probe => {
                 if matches!(self.state, State::Established | State::Closing) {
-                    let due = self.last_rx + self.probe_interval();
+                    let due = self.alive.last_heard() + self.probe_interval();
                     if now < due {
                         // Heard from the peer since the deadline was set.
                         self.timers.set(Timer::Probe, Some(due));
                         return;
                     }
-                    self.probe_due = true;
+                    self.alive.request_ping();
                     self.timers
                         .set(Timer::Probe, Some(now + self.probe_interval()));
                 }
@@ -342,7 +390,7 @@ impl Connection {
     /// When the connection fails for silence: an idle timeout after the
     /// last frame heard.
     fn idle_deadline(&self) -> Instant {
-        self.last_rx + self.cfg.idle_timeout
+        self.alive.last_heard() + self.cfg.idle_timeout
     }
 
     pub(super) fn probe_interval(&self) -> Duration {
