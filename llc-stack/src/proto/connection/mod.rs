@@ -41,10 +41,10 @@ use super::error::ConnectionError;
 use super::placement::Placement;
 use super::seq::Seq;
 use crate::time::Instant;
-use crate::wire::transport::max_payload;
-use crate::wire::{Addresses, FramePrefix, FrameType, Tail, TransportFrame, TransportHeader};
+use crate::wire::{Addresses, FrameType, Tail, TransportFrame, TransportHeader};
 
 mod congestion;
+mod ends;
 mod recv;
 mod send;
 mod stats;
@@ -72,6 +72,7 @@ pub(crate) fn prediction_on() -> bool {
 }
 
 use congestion::Congestion;
+use ends::Ends;
 use recv::{PendingAck, Reassembly};
 use send::SendQueue;
 #[cfg(test)]
@@ -173,16 +174,8 @@ impl Handshake {
 pub struct Connection {
     cfg: Config,
     state: State,
-    addr: Addresses,
-    /// The start of every DATA and CLOSE frame: addresses, ports and
-    /// cookies, encoded again when the peer's cookie is learnt.
-    prefix: FramePrefix,
-    local_port: u16,
-    peer_port: u16,
-    local_cookie: u32,
-    peer_cookie: u32,
-    local_mtu: usize,
-    frag_len: usize,
+    /// Addresses, ports, cookies and the fragment size.
+    ends: Ends,
 
     // Send side.
     /// Our sequence space: queued messages, frames in flight, repairs.
@@ -281,21 +274,19 @@ impl Connection {
         isn: u32,
         local_mtu: usize,
     ) -> Self {
-        let frag_len = max_payload(local_mtu, 0)
-            .saturating_sub(cfg.trailer_len())
-            .max(1);
-        let window_frames = cfg.window_frames(frag_len);
-        let isn = Seq(isn);
-        let mut c = Connection {
-            state: State::SynSent,
-            prefix: FramePrefix::new(&addr, &TransportHeader::default()),
+        let ends = Ends::new(
             addr,
             local_port,
             peer_port,
             local_cookie,
-            peer_cookie: 0,
             local_mtu,
-            frag_len,
+            cfg.trailer_len(),
+        );
+        let window_frames = cfg.window_frames(ends.frag_len());
+        let isn = Seq(isn);
+        Connection {
+            state: State::SynSent,
+            ends,
             snd: SendQueue::new(isn),
             cc: Congestion::new(&cfg),
             timing: PathTiming::new(&cfg),
@@ -309,35 +300,7 @@ impl Connection {
             handle: ConnHandle(0),
             stats: ConnStats::default(),
             cfg,
-        };
-        c.set_peer_cookie(0);
-        c
-    }
-
-    /// The peer's cookie is known: it goes into every frame's prefix.
-    fn set_peer_cookie(&mut self, cookie: u32) {
-        self.peer_cookie = cookie;
-        let h = TransportHeader {
-            src_port: self.local_port.into(),
-            dst_port: self.peer_port.into(),
-            src_cookie: self.local_cookie.into(),
-            dst_cookie: cookie.into(),
-            ..Default::default()
-        };
-        self.prefix = FramePrefix::new(&self.addr, &h);
-    }
-
-    fn set_peer_mtu(&mut self, peer_mtu: usize) {
-        // The smaller MTU of the two ends decides the fragment size; a peer
-        // that states none (0) is taken to have ours.
-        let mtu = if peer_mtu == 0 {
-            self.local_mtu
-        } else {
-            peer_mtu.min(self.local_mtu)
-        };
-        self.frag_len = max_payload(mtu, 0)
-            .saturating_sub(self.cfg.trailer_len())
-            .max(1);
+        }
     }
 
     /// The peer's announced `max_ack_delay` in microseconds (a SYN's or
@@ -359,27 +322,27 @@ impl Connection {
 
     /// Our cookie for this connection.
     pub fn local_cookie(&self) -> u32 {
-        self.local_cookie
+        self.ends.local_cookie()
     }
 
     /// The peer's cookie (0 until the handshake told us).
     pub fn peer_cookie(&self) -> u32 {
-        self.peer_cookie
+        self.ends.peer_cookie()
     }
 
     /// Our port.
     pub fn local_port(&self) -> u16 {
-        self.local_port
+        self.ends.local_port()
     }
 
     /// The peer's port.
     pub fn peer_port(&self) -> u16 {
-        self.peer_port
+        self.ends.peer_port()
     }
 
     /// Addresses used on frames we send.
     pub fn addresses(&self) -> &Addresses {
-        &self.addr
+        self.ends.addr()
     }
 
     /// Counters.
@@ -415,7 +378,7 @@ impl Connection {
 
     /// Payload bytes per DATA frame.
     pub fn fragment_len(&self) -> usize {
-        self.frag_len
+        self.ends.frag_len()
     }
 
     /// Congestion window in frames.
@@ -535,8 +498,9 @@ impl Connection {
     /// number, and a SYN-ACK to send, within the handshake timeout.
     fn answer_syn(&mut self, now: Instant, syn: &TransportHeader) {
         self.state = State::SynReceived;
-        self.set_peer_cookie(syn.src_cookie.get());
-        self.set_peer_mtu(syn.msg_len.get() as usize);
+        self.ends.set_peer_cookie(syn.src_cookie.get());
+        self.ends
+            .set_peer_mtu(syn.msg_len.get() as usize, self.cfg.trailer_len());
         self.set_peer_max_ack_delay(syn.frag_off.get());
         self.rcv.start(Seq(syn.seq.get()));
         self.handshake.request();
@@ -574,7 +538,7 @@ impl Connection {
 
     fn fail(&mut self, reason: ConnectionError) {
         if self.state != State::Closed {
-            tracing::debug!(port = self.local_port, ?reason, "connection failed");
+            tracing::debug!(port = self.ends.local_port(), ?reason, "connection failed");
             self.state = State::Closed;
             self.events.push_back(Event::Closed(Some(reason)));
             self.timers = Timers::NONE;
@@ -717,11 +681,12 @@ impl Connection {
     fn handle_handshake_frame(&mut self, now: Instant, h: &TransportHeader) -> bool {
         match (self.state, h.frame_type()) {
             (State::SynSent, FrameType::SynAck) => {
-                if h.dst_cookie.get() != self.local_cookie {
+                if h.dst_cookie.get() != self.ends.local_cookie() {
                     return true;
                 }
-                self.set_peer_cookie(h.src_cookie.get());
-                self.set_peer_mtu(h.msg_len.get() as usize);
+                self.ends.set_peer_cookie(h.src_cookie.get());
+                self.ends
+                    .set_peer_mtu(h.msg_len.get() as usize, self.cfg.trailer_len());
                 self.set_peer_max_ack_delay(h.frag_off.get());
                 self.rcv.start(Seq(h.seq.get()));
                 self.snd.set_peer_window_end(Seq(h.window_end.get()));
@@ -732,7 +697,7 @@ impl Connection {
                 true
             }
             (State::SynSent, FrameType::Reset) => {
-                self.fail(ConnectionError::Refused(self.peer_port));
+                self.fail(ConnectionError::Refused(self.ends.peer_port()));
                 true
             }
             (State::SynSent, _) => true,

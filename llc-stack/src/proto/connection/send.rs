@@ -749,7 +749,7 @@ impl Connection {
             let m = self.snd.msgs.at_mut(at);
             awaited |= m.awaited;
             let off = m.next_off as usize;
-            let len = (m.len() - off).min(self.frag_len);
+            let len = (m.len() - off).min(self.ends.frag_len());
             m.next_off += len as u32;
             let last = m.next_off as usize == m.len();
             let cargo = Cargo::Data {
@@ -815,10 +815,10 @@ impl Connection {
         TransportHeader {
             kind: kind.into(),
             flags: flag_bits,
-            src_port: self.local_port.into(),
-            dst_port: self.peer_port.into(),
-            src_cookie: self.local_cookie.into(),
-            dst_cookie: self.peer_cookie.into(),
+            src_port: self.ends.local_port().into(),
+            dst_port: self.ends.peer_port().into(),
+            src_cookie: self.ends.local_cookie().into(),
+            dst_cookie: self.ends.peer_cookie().into(),
             seq: self.snd.nxt.0.into(),
             ts_val: wire_ts(now).into(),
             ..Default::default()
@@ -836,12 +836,12 @@ impl Connection {
         match kind {
             FrameType::Syn => {
                 h.seq = self.snd.isn.0.into();
-                h.msg_len = (self.local_mtu as u32).into();
+                h.msg_len = (self.ends.local_mtu() as u32).into();
                 h.frag_off = self.max_ack_delay_micros().into();
             }
             FrameType::SynAck => {
                 h.seq = self.snd.isn.0.into();
-                h.msg_len = (self.local_mtu as u32).into();
+                h.msg_len = (self.ends.local_mtu() as u32).into();
                 h.frag_off = self.max_ack_delay_micros().into();
                 self.ack_fields(&mut h);
             }
@@ -858,7 +858,7 @@ impl Connection {
             },
             _ => &[],
         };
-        wire::emit_transport_with(buf, &self.addr, &h, sacks, &[], self.cfg.trailer()).ok()
+        wire::emit_transport_with(buf, self.ends.addr(), &h, sacks, &[], self.cfg.trailer()).ok()
     }
 
     /// [`Connection::emit_sequenced`] out of line: retransmissions are rare,
@@ -934,7 +934,8 @@ impl Connection {
         let sacks: &[SackBlock] = if !self.rcv.holds_out_of_order() {
             &[]
         } else {
-            let room = self.frag_len.saturating_sub(len) / crate::wire::transport::SACK_BLOCK_LEN;
+            let room =
+                self.ends.frag_len().saturating_sub(len) / crate::wire::transport::SACK_BLOCK_LEN;
             match self.rcv.sack_blocks(room) {
                 (_, 0) => &[],
                 (b, n) => {
@@ -957,7 +958,7 @@ impl Connection {
                 let (inline, body) = m.range_shared(off, len);
                 let n = wire::emit_transport_head_prefixed(
                     buf,
-                    &self.prefix,
+                    self.ends.prefix(),
                     &h,
                     sacks,
                     [inline, &body],
@@ -975,7 +976,7 @@ impl Connection {
             Some(m) => m.range(off, len),
             None => [&[][..], &[][..]],
         };
-        wire::emit_transport_prefixed(buf, &self.prefix, &h, sacks, payload, trailer).ok()
+        wire::emit_transport_prefixed(buf, self.ends.prefix(), &h, sacks, payload, trailer).ok()
     }
 
     /// `wts` is our wire clock now, `wire_ts(now)`.
