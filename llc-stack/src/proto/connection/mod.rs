@@ -21,13 +21,22 @@
 //! message's buffer, even when it arrives out of order; messages are delivered
 //! whole and in order.
 //!
-//! The code is split by concern, one `impl Connection` block per file:
-//! this file holds the state, the public verbs and the dispatch of frames
-//! and timers; `send.rs` cuts and transmits frames and takes
-//! acknowledgements, `recv.rs` places received frames, delivers messages
-//! and writes acknowledgements and SACK blocks, `timers.rs` runs the timer
-//! table, `congestion.rs` sizes the congestion window and finds losses, and
-//! `stats.rs` holds the counters.
+//! The code is split by concern, one `impl Connection` block per file, and
+//! each concern's state is a struct of its own whose fields only its file
+//! touches (as quinn-proto's paths own their congestion controller and RTT
+//! estimator): this file holds the connection's life (state, handshake),
+//! the public verbs and the dispatch of frames and timers; `ends.rs` the
+//! two ends' addresses and fragment size (`Ends`); `send.rs` our
+//! sequence space (`SendQueue`: queued messages, frames in flight,
+//! repairs, the peer's credit), cutting and transmitting frames and taking
+//! acknowledgements; `recv.rs` the receive side (`Reassembly`: credit,
+//! frames held out of order, messages being put together; `PendingAck`:
+//! the acknowledgement we owe), placing frames, delivering messages and
+//! writing acknowledgements and SACK blocks; `timers.rs` the timer table
+//! (`Timers`), the path's round trip and the timeouts derived from it
+//! (`PathTiming`) and the keepalive (`Keepalive`); `congestion.rs` the
+//! congestion window (`Congestion`, the only code that moves it) and
+//! loss detection; `stats.rs` the counters.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -174,18 +183,21 @@ impl Handshake {
 pub struct Connection {
     cfg: Config,
     state: State,
-    /// Addresses, ports, cookies and the fragment size.
+    /// The application asked to close (the CLOSE follows the queued data).
+    close_requested: bool,
+    /// Addresses, ports, cookies, frame prefix and fragment size.
     ends: Ends,
+    /// SYNs sent, and whether a SYN or SYN-ACK is to go.
+    handshake: Handshake,
 
     // Send side.
-    /// Our sequence space: queued messages, frames in flight, repairs.
+    /// Our sequence space: queued messages, frames in flight, repairs,
+    /// RACK's latest delivery, the peer's credit.
     snd: SendQueue,
     /// The congestion window, its growth and cuts.
     cc: Congestion,
     /// The round trip, back-off and probes the timeouts come from.
     timing: PathTiming,
-    handshake: Handshake,
-    close_requested: bool,
 
     // Receive side.
     /// Credit, frames held out of order, messages being put together.
@@ -195,6 +207,7 @@ pub struct Connection {
     /// When we last heard from the peer; a keepalive due.
     alive: Keepalive,
 
+    /// The deadlines of every timer.
     timers: Timers,
     events: VecDeque<Event>,
     /// The endpoint's name for this connection, for the events it queues
