@@ -144,21 +144,18 @@ impl Congestion {
         }
     }
 
-    /// The window's answer to `acked` newly acknowledged frames outside
-    /// recovery: slow start or additive increase, unless the round trip
-    /// shows a queue. True when it shrank for queueing delay.
+    /// The window answers acknowledgements with [`Self::cut_for_delay`]
+    /// rather than growth when the round trip shows a queue
+    /// ([`Config::delay_control`]).
     #[inline(always)]
-    pub(super) fn on_ack(&mut self, now: Instant, acked: u32, rtt: RttView<'_>) -> bool {
-        if self.delay_control && rtt.queue_building() {
-            self.cut_for_delay(now, rtt)
-        } else {
-            self.grow(acked);
-            false
-        }
+    pub(super) fn watches_delay(&self) -> bool {
+        self.delay_control
     }
 
+    /// `acked` frames newly acknowledged outside recovery: one frame more
+    /// per frame in slow start, per window in congestion avoidance.
     #[inline(always)]
-    fn grow(&mut self, acked: u32) {
+    pub(super) fn grow(&mut self, acked: u32) {
         if self.cwnd < self.ssthresh {
             self.cwnd = (self.cwnd + acked).min(self.ssthresh);
         } else {
@@ -178,7 +175,7 @@ impl Congestion {
     /// receiver busy; a long one only adds latency, and a lost frame's
     /// repair would wait behind it. True when the window shrank.
     #[inline(never)]
-    fn cut_for_delay(&mut self, now: Instant, rtt: RttView<'_>) -> bool {
+    pub(super) fn cut_for_delay(&mut self, now: Instant, rtt: RttView<'_>) -> bool {
         let srtt = rtt.rtt.srtt();
         if now < self.last_delay_cut + srtt {
             return false;
@@ -285,15 +282,21 @@ impl Connection {
     }
 
     /// The congestion window's answer to `acked` newly acknowledged frames
-    /// outside recovery.
+    /// outside recovery: growth, unless it watches the delay and the round
+    /// trip shows a queue. (The check of the cut's result stays off the
+    /// common path: a branch on every acknowledgement otherwise.)
     #[inline(always)]
     pub(super) fn grow_or_cut(&mut self, now: Instant, acked: u32) {
         let rtt = RttView {
             rtt: self.timing.rtt(),
             min_rtt_ns: self.stats.min_rtt_ns,
         };
-        if self.cc.on_ack(now, acked, rtt) {
-            self.stats.delay_cuts += 1;
+        if self.cc.watches_delay() && rtt.queue_building() {
+            if self.cc.cut_for_delay(now, rtt) {
+                self.stats.delay_cuts += 1;
+            }
+        } else {
+            self.cc.grow(acked);
         }
     }
 

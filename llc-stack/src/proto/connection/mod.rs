@@ -470,9 +470,12 @@ impl Connection {
         if len > self.cfg.max_message_len || len > u32::MAX as usize {
             return Err(SendError::TooLong(len));
         }
-        let msg_id = self
-            .snd
-            .push(self.cfg.send_buffer_bytes, head, body, awaited)?;
+        if self.snd.is_full_for(len, self.cfg.send_buffer_bytes) {
+            return Err(SendError::BufferFull {
+                queued: self.snd.buffered(),
+            });
+        }
+        let msg_id = self.snd.push(len, head, body, awaited);
         self.stats.messages_sent += 1;
         self.stats.payload_bytes_sent += len as u64;
         Ok(msg_id)
@@ -544,9 +547,8 @@ impl Connection {
     /// The application took a delivered message of `len` bytes: give the
     /// credit back, and announce it if the window had stopped.
     pub(crate) fn message_consumed(&mut self, len: usize) {
-        if self.rcv.consumed(len, self.cfg.undelivered_limit_bytes) {
-            self.ack.request_now();
-        }
+        self.rcv
+            .consumed(len, self.cfg.undelivered_limit_bytes, &mut self.ack);
     }
 
     fn fail(&mut self, reason: ConnectionError) {

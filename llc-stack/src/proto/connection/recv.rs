@@ -149,15 +149,16 @@ impl Reassembly {
         self.window_frames
     }
 
-    /// The application took `len` delivered bytes. True when that reopens
-    /// a window that had stopped below `limit` bytes: the peer must hear.
-    pub(super) fn consumed(&mut self, len: usize, limit: usize) -> bool {
+    /// The application took `len` delivered bytes. When that reopens a
+    /// window that had stopped below `limit` bytes, the peer must hear:
+    /// `ack` goes now.
+    #[inline]
+    pub(super) fn consumed(&mut self, len: usize, limit: usize, ack: &mut PendingAck) {
         self.undelivered_bytes = self.undelivered_bytes.saturating_sub(len);
         if self.window_was_closed && self.undelivered_bytes < limit {
             self.window_was_closed = false;
-            return true;
+            ack.request_now();
         }
-        false
     }
 
     /// The messages being put together (tests that print them in key

@@ -8,7 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::timers::Timer;
-use super::{wire_ts, Connection, Event, SendError, State};
+use super::{wire_ts, Connection, Event, State};
 use crate::proto::seq::Seq;
 use crate::time::Instant;
 use crate::wire::transport::{flags, MAX_SACK_BLOCKS};
@@ -384,26 +384,24 @@ impl SendQueue {
         }
     }
 
-    /// Queue the message `head ++ body` of `len` bytes if the buffer of
-    /// `limit` bytes takes it (a message larger than the buffer goes alone
-    /// into an empty one). Inlined into every send.
+    /// True when a message of `len` bytes does not fit a buffer of
+    /// `limit` bytes (a message larger than the buffer goes alone into an
+    /// empty one).
     #[inline(always)]
-    pub(super) fn push(
-        &mut self,
-        limit: usize,
-        head: &[u8],
-        body: Bytes,
-        awaited: bool,
-    ) -> Result<u32, SendError> {
-        let len = head.len() + body.len();
-        if self.bytes > 0 && self.bytes + len > limit {
-            return Err(SendError::BufferFull { queued: self.bytes });
-        }
+    pub(super) fn is_full_for(&self, len: usize, limit: usize) -> bool {
+        self.bytes > 0 && self.bytes + len > limit
+    }
+
+    /// Queue the message `head ++ body` of `len` bytes and return its id.
+    /// Inlined into every send (a result returned through memory cost
+    /// more than the queueing).
+    #[inline(always)]
+    pub(super) fn push(&mut self, len: usize, head: &[u8], body: Bytes, awaited: bool) -> u32 {
         let msg_id = self.next_msg_id;
         self.next_msg_id = self.next_msg_id.wrapping_add(1);
         self.bytes += len;
         self.msgs.push(msg_id, head, body, awaited);
-        Ok(msg_id)
+        msg_id
     }
 
     /// The next sequence number to send.
@@ -1055,8 +1053,7 @@ impl Connection {
                 self.check_rto(ecr);
             }
             if ecr != 0 && cumulative > 0 {
-                self.timing
-                    .sample(wts, ecr, h.ack_delay.get(), &mut self.stats);
+                self.timing.sample(wts, ecr, h, &mut self.stats);
             }
             self.restart_ack_timers(now);
         }
@@ -1115,8 +1112,7 @@ impl Connection {
         }
         self.timing.on_delivery();
         if ecr != 0 {
-            self.timing
-                .sample(wts, ecr, h.ack_delay.get(), &mut self.stats);
+            self.timing.sample(wts, ecr, h, &mut self.stats);
         }
         self.restart_ack_timers(now);
         self.grow_or_cut(now, 1);

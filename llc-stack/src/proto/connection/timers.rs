@@ -11,6 +11,7 @@ use crate::proto::config::Config;
 use crate::proto::error::ConnectionError;
 use crate::proto::rtt::RttEstimator;
 use crate::time::Instant;
+use crate::wire::TransportHeader;
 
 /// Timers, indexed into a table.
 #[derive(Copy, Clone, Debug)]
@@ -219,13 +220,13 @@ impl PathTiming {
         self.peer_max_ack_delay_ns != 0
     }
 
-    /// An RTT sample from an ACK that moved the cumulative point and
-    /// echoes our timestamp `ecr` (not zero); `wts` is our wire clock now,
-    /// `ack_delay_us` how long the peer says it held the ACK. The counters
+    /// An RTT sample from an ACK `h` that moved the cumulative point and
+    /// echoes our timestamp `ecr` (not zero); `wts` is our wire clock now.
+    /// The peer says in `h` how long it held the ACK. The counters
     /// in `stats` follow it (the smallest sample is also the congestion
     /// controller's queue reference).
     #[inline(always)]
-    pub(super) fn sample(&mut self, wts: u32, ecr: u32, ack_delay_us: u16, s: &mut ConnStats) {
+    pub(super) fn sample(&mut self, wts: u32, ecr: u32, h: &TransportHeader, s: &mut ConnStats) {
         let rtt_us = wts.wrapping_sub(ecr);
         if rtt_us < 60_000_000 {
             // In nanoseconds, whole microseconds (as every sample).
@@ -243,7 +244,7 @@ impl PathTiming {
             // announced, as QUIC does, and not below the smallest
             // round trip seen before), so that a late acknowledgement
             // does not inflate the timeouts of every later frame.
-            let held = u64::from(ack_delay_us).min(self.peer_max_ack_delay_us) * 1000;
+            let held = u64::from(h.ack_delay.get()).min(self.peer_max_ack_delay_us) * 1000;
             let adjusted = if min_before == 0 || ns >= min_before + held {
                 ns.saturating_sub(held)
             } else {
