@@ -86,21 +86,25 @@ impl Ends {
         &self.prefix
     }
 
+    /// Our port.
     #[inline(always)]
     pub(super) fn local_port(&self) -> u16 {
         self.local_port
     }
 
+    /// The peer's port.
     #[inline(always)]
     pub(super) fn peer_port(&self) -> u16 {
         self.peer_port
     }
 
+    /// Our cookie for this connection.
     #[inline(always)]
     pub(super) fn local_cookie(&self) -> u32 {
         self.local_cookie
     }
 
+    /// The peer's cookie (0 until the handshake told us).
     #[inline(always)]
     pub(super) fn peer_cookie(&self) -> u32 {
         self.peer_cookie

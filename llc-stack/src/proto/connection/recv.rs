@@ -1,6 +1,9 @@
 //! The receive side: which sequenced frames are plausible, where a
 //! fragment's bytes go, in-order delivery of whole messages, and what we
 //! tell the peer back (cumulative ACK, credit, SACK blocks).
+//!
+//! [`Reassembly`] owns the receive side's state and [`PendingAck`] the
+//! acknowledgement we owe; other files reach them through their methods.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;

@@ -1,6 +1,9 @@
 //! The send side: messages cut into fragments, frames written in place
 //! (first transmissions, repairs, control frames), and the acknowledgements
 //! and SACK blocks that come back for them.
+//!
+//! [`SendQueue`] owns our sequence space; the code here works on its
+//! fields, every other file through its methods.
 
 use std::collections::VecDeque;
 use std::time::Duration;

@@ -2,6 +2,10 @@
 //! keepalive and window probe, idle limit, tail-loss probe and RACK's
 //! reordering timer. Deadlines are only stored here; the driver asks
 //! [`Connection::poll_timeout`] and calls [`Connection::handle_timeout`].
+//!
+//! How far away the deadlines are is [`PathTiming`]'s: the RTT estimate,
+//! the RTO's back-off and the tail-loss probes; [`Keepalive`] holds when
+//! the peer was last heard.
 
 use std::time::Duration;
 
