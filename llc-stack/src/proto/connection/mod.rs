@@ -305,7 +305,7 @@ impl Connection {
             timing: PathTiming::new(&cfg),
             handshake: Handshake::default(),
             close_requested: false,
-            rcv: Reassembly::new(window_frames, isn),
+            rcv: Reassembly::new(window_frames, isn, cfg.undelivered_limit_bytes),
             ack: PendingAck::default(),
             alive: Keepalive::new(now),
             timers: Timers::NONE,
@@ -475,10 +475,9 @@ impl Connection {
                 queued: self.snd.buffered(),
             });
         }
-        let msg_id = self.snd.push(len, head, body, awaited);
         self.stats.messages_sent += 1;
         self.stats.payload_bytes_sent += len as u64;
-        Ok(msg_id)
+        Ok(self.snd.push(len, head, body, awaited))
     }
 
     /// Close after every queued message is delivered: a CLOSE frame follows
@@ -547,8 +546,7 @@ impl Connection {
     /// The application took a delivered message of `len` bytes: give the
     /// credit back, and announce it if the window had stopped.
     pub(crate) fn message_consumed(&mut self, len: usize) {
-        self.rcv
-            .consumed(len, self.cfg.undelivered_limit_bytes, &mut self.ack);
+        self.rcv.consumed(len, &mut self.ack);
     }
 
     fn fail(&mut self, reason: ConnectionError) {
