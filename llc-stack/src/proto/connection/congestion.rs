@@ -174,7 +174,6 @@ impl Congestion {
     /// delay-based datacenter transports do). A short queue keeps the
     /// receiver busy; a long one only adds latency, and a lost frame's
     /// repair would wait behind it. True when the window shrank.
-    #[inline(never)]
     pub(super) fn cut_for_delay(&mut self, now: Instant, rtt: RttView<'_>) -> bool {
         let srtt = rtt.rtt.srtt();
         if now < self.last_delay_cut + srtt {
@@ -283,20 +282,26 @@ impl Connection {
 
     /// The congestion window's answer to `acked` newly acknowledged frames
     /// outside recovery: growth, unless it watches the delay and the round
-    /// trip shows a queue. (The check of the cut's result stays off the
-    /// common path: a branch on every acknowledgement otherwise.)
+    /// trip shows a queue. (The round trip is read, and the cut's result
+    /// checked, only off the common path.)
     #[inline(always)]
     pub(super) fn grow_or_cut(&mut self, now: Instant, acked: u32) {
+        if self.cc.watches_delay() && self.queue_building() {
+            self.cut_for_delay(now);
+        } else {
+            self.cc.grow(acked);
+        }
+    }
+
+    /// [`Congestion::cut_for_delay`], counted when the window shrank.
+    #[inline(never)]
+    fn cut_for_delay(&mut self, now: Instant) {
         let rtt = RttView {
             rtt: self.timing.rtt(),
             min_rtt_ns: self.stats.min_rtt_ns,
         };
-        if self.cc.watches_delay() && rtt.queue_building() {
-            if self.cc.cut_for_delay(now, rtt) {
-                self.stats.delay_cuts += 1;
-            }
-        } else {
-            self.cc.grow(acked);
+        if self.cc.cut_for_delay(now, rtt) {
+            self.stats.delay_cuts += 1;
         }
     }
 
