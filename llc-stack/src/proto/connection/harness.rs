@@ -109,7 +109,7 @@ impl Pair {
         for f in &frames {
             deliver(&mut self.b, self.now, f);
         }
-        self.b.ack_now = true;
+        self.b.ack.request_now();
         let acks = transmit_all(&mut self.b, self.now);
         self.now += rtt;
         for f in &acks {

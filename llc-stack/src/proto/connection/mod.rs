@@ -21,15 +21,24 @@
 //! message's buffer, even when it arrives out of order; messages are delivered
 //! whole and in order.
 //!
-//! The code is split by concern, one `impl Connection` block per file:
-//! this file holds the state, the public verbs and the dispatch of frames
-//! and timers; `send.rs` cuts and transmits frames and takes
-//! acknowledgements, `recv.rs` places received frames, delivers messages
-//! and writes acknowledgements and SACK blocks, `timers.rs` runs the timer
-//! table, `congestion.rs` sizes the congestion window and finds losses, and
-//! `stats.rs` holds the counters.
+//! The code is split by concern, one `impl Connection` block per file, and
+//! each concern's state is a struct of its own whose fields only its file
+//! touches (as quinn-proto's paths own their congestion controller and RTT
+//! estimator): this file holds the connection's life (state, handshake),
+//! the public verbs and the dispatch of frames and timers; `ends.rs` the
+//! two ends' addresses and fragment size (`Ends`); `send.rs` our
+//! sequence space (`SendQueue`: queued messages, frames in flight,
+//! repairs, the peer's credit), cutting and transmitting frames and taking
+//! acknowledgements; `recv.rs` the receive side (`Reassembly`: credit,
+//! frames held out of order, messages being put together; `PendingAck`:
+//! the acknowledgement we owe), placing frames, delivering messages and
+//! writing acknowledgements and SACK blocks; `timers.rs` the timer table
+//! (`Timers`), the path's round trip and the timeouts derived from it
+//! (`PathTiming`) and the keepalive (`Keepalive`); `congestion.rs` the
+//! congestion window (`Congestion`, the only code that moves it) and
+//! loss detection; `stats.rs` the counters.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -39,13 +48,12 @@ use super::config::Config;
 use super::conn_table::ConnHandle;
 use super::error::ConnectionError;
 use super::placement::Placement;
-use super::rtt::RttEstimator;
 use super::seq::Seq;
 use crate::time::Instant;
-use crate::wire::transport::max_payload;
-use crate::wire::{Addresses, FramePrefix, FrameType, Tail, TransportFrame, TransportHeader};
+use crate::wire::{Addresses, FrameType, Tail, TransportFrame, TransportHeader};
 
 mod congestion;
+mod ends;
 mod recv;
 mod send;
 mod stats;
@@ -72,13 +80,14 @@ pub(crate) fn prediction_on() -> bool {
     true
 }
 
-use recv::{Assembly, RecvMeta};
+use congestion::Congestion;
+use ends::Ends;
+use recv::{PendingAck, Reassembly};
+use send::SendQueue;
 #[cfg(test)]
 pub(crate) use send::RETIRE_LIMIT;
-use send::{InFlight, OutQueue};
 pub use stats::ConnStats;
-use timers::RtoUndo;
-use timers::{Timer, Timers};
+use timers::{Keepalive, PathTiming, Timer, Timers};
 
 /// Where a connection is in its life.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -134,106 +143,71 @@ pub enum SendError {
     Closed,
 }
 
+/// The handshake's progress: how many SYNs we sent, and whether a SYN or
+/// SYN-ACK is to go (a first one, or again after a loss).
+#[derive(Debug, Default)]
+struct Handshake {
+    attempts: u32,
+    due: bool,
+}
+
+impl Handshake {
+    /// Send our SYN or SYN-ACK (again) at the next chance.
+    fn request(&mut self) {
+        self.due = true;
+    }
+
+    /// A SYN or SYN-ACK is to go.
+    fn is_due(&self) -> bool {
+        self.due
+    }
+
+    /// True once when one is due (it is being sent).
+    fn take(&mut self) -> bool {
+        std::mem::take(&mut self.due)
+    }
+
+    /// One more SYN went out.
+    fn count_attempt(&mut self) {
+        self.attempts += 1;
+    }
+
+    /// SYNs sent so far (0: the peer opened the connection).
+    fn attempts(&self) -> u32 {
+        self.attempts
+    }
+}
+
 /// A reliable connection to one peer port.
 #[derive(Debug)]
 pub struct Connection {
     cfg: Config,
     state: State,
-    addr: Addresses,
-    /// The start of every DATA and CLOSE frame: addresses, ports and
-    /// cookies, encoded again when the peer's cookie is learnt.
-    prefix: FramePrefix,
-    local_port: u16,
-    peer_port: u16,
-    local_cookie: u32,
-    peer_cookie: u32,
-    local_mtu: usize,
-    frag_len: usize,
+    /// The application asked to close (the CLOSE follows the queued data).
+    close_requested: bool,
+    /// Addresses, ports, cookies, frame prefix and fragment size.
+    ends: Ends,
+    /// SYNs sent, and whether a SYN or SYN-ACK is to go.
+    handshake: Handshake,
 
     // Send side.
-    isn: Seq,
-    snd_una: Seq,
-    snd_nxt: Seq,
-    peer_window_end: Seq,
-    next_msg_id: u32,
-    /// Messages not yet fully acknowledged, in id order.
-    send_msgs: OutQueue,
-    /// Buffers of small acknowledged messages, freed by `release_acked`:
-    /// freeing them in the ACK's path would delay the reply to it. Only the
-    /// bodies: a head is inline (a long one, rare, is freed at once).
-    retired: Vec<Bytes>,
-    /// Index in `send_msgs` of the first message with fragments still unsent.
-    next_unsent: usize,
-    /// Bytes of messages queued or unacknowledged.
-    send_bytes: usize,
-    inflight: VecDeque<InFlight>,
-    lost_queue: VecDeque<Seq>,
-    n_sacked: usize,
-    n_lost: usize,
-    cwnd: u32,
-    ssthresh: u32,
-    /// What a retransmission timeout took away, kept until the first
-    /// acknowledgement after it tells whether the timeout was spurious.
-    rto_undo: Option<RtoUndo>,
-    cwnd_acc: u32,
-    recovery_end: Option<Seq>,
-    /// When the window was last shrunk for queueing delay (at most once per
-    /// round trip).
-    last_delay_cut: Instant,
-    /// RACK (RFC 8985): send time and sequence number of the most recently
-    /// sent frame that was delivered, and its round trip.
-    rack_time: Instant,
-    rack_seq: Seq,
-    /// In nanoseconds: set on every acknowledgement, read only when
-    /// looking for losses (a `Duration` costs a division to make).
-    rack_rtt_ns: u64,
-    /// A tail-loss probe may send one retransmission beyond the congestion
-    /// window (the frames that fill it may be lost too, and nothing would
-    /// drain it before the RTO).
-    probe_credit: bool,
-    /// Tail-loss probes sent since the last delivery; each waits twice as
-    /// long as the one before.
-    probes_in_a_row: u32,
-    rtt: RttEstimator,
-    /// Longest the peer holds an acknowledgement of a frame that did not ask
-    /// for one soon, as it announced in the handshake (zero: a peer that
-    /// announced none, and is asked for every acknowledgement soon). In
-    /// nanoseconds: the frames' path adds it to deadlines.
-    peer_max_ack_delay_ns: u64,
-    /// The same in whole microseconds, as the RTT samples take it (kept
-    /// apart: a division on every acknowledgement otherwise).
-    peer_max_ack_delay_us: u64,
-    backoff: u32,
-    syn_attempts: u32,
-    close_requested: bool,
-    close_queued: bool,
-    probe_due: bool,
-    syn_ack_due: bool,
+    /// Our sequence space: queued messages, frames in flight, repairs,
+    /// RACK's latest delivery, the peer's credit.
+    snd: SendQueue,
+    /// The congestion window, its growth and cuts.
+    cc: Congestion,
+    /// The round trip, back-off and probes the timeouts come from.
+    timing: PathTiming,
 
     // Receive side.
-    rcv_nxt: Seq,
-    window_end: Seq,
-    window_frames: u32,
-    /// The window this connection's configuration gives, before the
-    /// endpoint's sharing of the receive budget.
-    full_window_frames: u32,
-    recv_meta: VecDeque<Option<RecvMeta>>,
-    n_out_of_order: usize,
-    /// The out-of-order frame that arrived last: its SACK block goes first
-    /// (RFC 2018), so a sender that lost an ACK still hears of it.
-    last_out_of_order: Seq,
-    assemblies: HashMap<u32, Assembly>,
-    undelivered_bytes: usize,
-    ack_pending: u32,
-    ack_now: bool,
-    window_was_closed: bool,
-    ts_recent: u32,
-    /// Our wire clock when the frame whose timestamp is `ts_recent` arrived
-    /// (the start of the ACK delay we report).
-    ts_recent_rx: u32,
-    last_rx: Instant,
-    peer_closed: bool,
+    /// Credit, frames held out of order, messages being put together.
+    rcv: Reassembly,
+    /// The acknowledgement we owe the peer.
+    ack: PendingAck,
+    /// When we last heard from the peer; a keepalive due.
+    alive: Keepalive,
 
+    /// The deadlines of every timer.
     timers: Timers,
     events: VecDeque<Event>,
     /// The endpoint's name for this connection, for the events it queues
@@ -271,7 +245,7 @@ impl Connection {
             local_mtu,
         );
         c.state = State::SynSent;
-        c.syn_ack_due = true; // our SYN
+        c.handshake.request(); // our SYN
         c
     }
 
@@ -313,120 +287,45 @@ impl Connection {
         isn: u32,
         local_mtu: usize,
     ) -> Self {
-        let frag_len = max_payload(local_mtu, 0)
-            .saturating_sub(cfg.trailer_len())
-            .max(1);
-        let window_frames = cfg.window_frames(frag_len);
-        let rtt = RttEstimator::new(cfg.initial_rto, cfg.min_rto, cfg.max_rto);
-        let isn = Seq(isn);
-        let mut c = Connection {
-            state: State::SynSent,
-            prefix: FramePrefix::new(&addr, &TransportHeader::default()),
+        let ends = Ends::new(
             addr,
             local_port,
             peer_port,
             local_cookie,
-            peer_cookie: 0,
             local_mtu,
-            frag_len,
-            isn,
-            snd_una: isn,
-            snd_nxt: isn,
-            peer_window_end: isn,
-            next_msg_id: 0,
-            send_msgs: OutQueue::default(),
-            retired: Vec::new(),
-            next_unsent: 0,
-            send_bytes: 0,
-            inflight: VecDeque::new(),
-            lost_queue: VecDeque::new(),
-            n_sacked: 0,
-            n_lost: 0,
-            cwnd: cfg.initial_cwnd.min(cfg.max_window_frames),
-            ssthresh: cfg.max_window_frames,
-            rto_undo: None,
-            cwnd_acc: 0,
-            recovery_end: None,
-            last_delay_cut: Instant::ZERO,
-            rack_time: Instant::ZERO,
-            rack_seq: isn,
-            rack_rtt_ns: 0,
-            probe_credit: false,
-            probes_in_a_row: 0,
-            rtt,
-            peer_max_ack_delay_ns: 0,
-            peer_max_ack_delay_us: 0,
-            backoff: 0,
-            syn_attempts: 0,
+            cfg.trailer_len(),
+        );
+        let window_frames = cfg.window_frames(ends.frag_len());
+        let isn = Seq(isn);
+        Connection {
+            state: State::SynSent,
+            ends,
+            snd: SendQueue::new(isn),
+            cc: Congestion::new(&cfg),
+            timing: PathTiming::new(&cfg),
+            handshake: Handshake::default(),
             close_requested: false,
-            close_queued: false,
-            probe_due: false,
-            syn_ack_due: false,
-            rcv_nxt: Seq(0),
-            window_end: Seq(0),
-            window_frames,
-            full_window_frames: window_frames,
-            recv_meta: VecDeque::new(),
-            n_out_of_order: 0,
-            last_out_of_order: isn,
-            assemblies: HashMap::new(),
-            undelivered_bytes: 0,
-            ack_pending: 0,
-            ack_now: false,
-            window_was_closed: false,
-            ts_recent: 0,
-            ts_recent_rx: 0,
-            last_rx: now,
-            peer_closed: false,
+            rcv: Reassembly::new(window_frames, isn, cfg.undelivered_limit_bytes),
+            ack: PendingAck::default(),
+            alive: Keepalive::new(now),
             timers: Timers::NONE,
             events: VecDeque::new(),
             handle: ConnHandle(0),
             stats: ConnStats::default(),
             cfg,
-        };
-        c.set_peer_cookie(0);
-        c
-    }
-
-    /// The peer's cookie is known: it goes into every frame's prefix.
-    fn set_peer_cookie(&mut self, cookie: u32) {
-        self.peer_cookie = cookie;
-        let h = TransportHeader {
-            src_port: self.local_port.into(),
-            dst_port: self.peer_port.into(),
-            src_cookie: self.local_cookie.into(),
-            dst_cookie: cookie.into(),
-            ..Default::default()
-        };
-        self.prefix = FramePrefix::new(&self.addr, &h);
-    }
-
-    fn set_peer_mtu(&mut self, peer_mtu: usize) {
-        // The smaller MTU of the two ends decides the fragment size; a peer
-        // that states none (0) is taken to have ours.
-        let mtu = if peer_mtu == 0 {
-            self.local_mtu
-        } else {
-            peer_mtu.min(self.local_mtu)
-        };
-        self.frag_len = max_payload(mtu, 0)
-            .saturating_sub(self.cfg.trailer_len())
-            .max(1);
+        }
     }
 
     /// The peer's announced `max_ack_delay` in microseconds (a SYN's or
     /// SYN-ACK's `frag_off`; 0: none announced), bounded by our largest
     /// timeout so that a hostile value cannot stall the tail-loss probe.
     fn set_peer_max_ack_delay(&mut self, micros: u32) {
-        // At most 2^32 microseconds: the nanoseconds fit a u64.
-        let d = Duration::from_micros(u64::from(micros)).min(self.cfg.max_rto);
-        self.peer_max_ack_delay_ns = d.as_nanos() as u64;
-        self.peer_max_ack_delay_us = d.as_micros() as u64;
+        self.timing.set_peer_max_ack_delay(micros, self.cfg.max_rto);
     }
 
     /// The peer's announced longest acknowledgement delay (zero: none).
     pub fn peer_max_ack_delay(&self) -> Duration {
-        Duration::from_nanos(self.peer_max_ack_delay_ns)
+        self.timing.peer_max_ack_delay()
     }
 
     /// Current state.
@@ -436,27 +335,27 @@ impl Connection {
 
     /// Our cookie for this connection.
     pub fn local_cookie(&self) -> u32 {
-        self.local_cookie
+        self.ends.local_cookie()
     }
 
     /// The peer's cookie (0 until the handshake told us).
     pub fn peer_cookie(&self) -> u32 {
-        self.peer_cookie
+        self.ends.peer_cookie()
     }
 
     /// Our port.
     pub fn local_port(&self) -> u16 {
-        self.local_port
+        self.ends.local_port()
     }
 
     /// The peer's port.
     pub fn peer_port(&self) -> u16 {
-        self.peer_port
+        self.ends.peer_port()
     }
 
     /// Addresses used on frames we send.
     pub fn addresses(&self) -> &Addresses {
-        &self.addr
+        self.ends.addr()
     }
 
     /// Counters.
@@ -466,48 +365,48 @@ impl Connection {
 
     /// Smoothed round-trip time.
     pub fn srtt(&self) -> Duration {
-        self.rtt.srtt()
+        self.timing.rtt().srtt()
     }
 
     /// Mean deviation of the RTT samples (RFC 6298's RTTVAR).
     pub fn rtt_var(&self) -> Duration {
-        self.rtt.rttvar()
+        self.timing.rtt().rttvar()
     }
 
     /// Frames the peer's credit still lets us send (its window end minus
     /// our next sequence number).
     pub fn send_credit(&self) -> u32 {
-        self.peer_window_end.diff(self.snd_nxt).max(0) as u32
+        self.snd.credit()
     }
 
     /// Frames sent and not yet acknowledged cumulatively.
     pub fn in_flight(&self) -> usize {
-        self.inflight.len()
+        self.snd.in_flight()
     }
 
     /// Congestion window in frames.
     pub fn cwnd(&self) -> u32 {
-        self.cwnd
+        self.cc.window()
     }
 
     /// Payload bytes per DATA frame.
     pub fn fragment_len(&self) -> usize {
-        self.frag_len
+        self.ends.frag_len()
     }
 
     /// Congestion window in frames.
     pub fn congestion_window(&self) -> u32 {
-        self.cwnd
+        self.cc.window()
     }
 
     /// Bytes of our messages queued or not yet acknowledged.
     pub fn send_buffered(&self) -> usize {
-        self.send_bytes
+        self.snd.buffered()
     }
 
     /// True when every message we sent was acknowledged.
     pub fn is_send_idle(&self) -> bool {
-        self.send_msgs.is_empty()
+        self.snd.is_idle()
     }
 
     /// Free the buffers of acknowledged messages held back from the
@@ -515,18 +414,18 @@ impl Connection {
     /// does on a receive pass that found no frame); without it at most
     /// `RETIRE_LIMIT` small buffers wait.
     pub fn release_acked(&mut self) {
-        self.retired.clear();
+        self.snd.release_acked();
     }
 
     /// Acknowledged messages whose buffers wait for
     /// [`Connection::release_acked`].
     pub fn acked_held(&self) -> usize {
-        self.retired.len()
+        self.snd.acked_held()
     }
 
     /// True when we owe the peer an acknowledgement (due now or delayed).
     pub fn ack_pending(&self) -> bool {
-        self.ack_now || self.timers.get(Timer::Ack).is_some()
+        self.ack.is_due_now() || self.timers.get(Timer::Ack).is_some()
     }
 
     /// Queue a message. Returns its id, which a later `Acked` event names.
@@ -571,18 +470,14 @@ impl Connection {
         if len > self.cfg.max_message_len || len > u32::MAX as usize {
             return Err(SendError::TooLong(len));
         }
-        if self.send_bytes > 0 && self.send_bytes + len > self.cfg.send_buffer_bytes {
+        if self.snd.is_full_for(len, self.cfg.send_buffer_bytes) {
             return Err(SendError::BufferFull {
-                queued: self.send_bytes,
+                queued: self.snd.buffered(),
             });
         }
-        let msg_id = self.next_msg_id;
-        self.next_msg_id = self.next_msg_id.wrapping_add(1);
-        self.send_bytes += len;
         self.stats.messages_sent += 1;
         self.stats.payload_bytes_sent += len as u64;
-        self.send_msgs.push(msg_id, head, body, awaited);
-        Ok(msg_id)
+        Ok(self.snd.push(len, head, body, awaited))
     }
 
     /// Close after every queued message is delivered: a CLOSE frame follows
@@ -609,7 +504,7 @@ impl Connection {
     /// which the peer drops, is forgotten.
     pub(crate) fn adopt_syn(&mut self, now: Instant, syn: &TransportHeader) {
         debug_assert_eq!(self.state, State::SynSent);
-        self.backoff = 0;
+        self.timing.reset_backoff();
         self.timers = Timers::NONE;
         self.answer_syn(now, syn);
     }
@@ -618,19 +513,19 @@ impl Connection {
     /// number, and a SYN-ACK to send, within the handshake timeout.
     fn answer_syn(&mut self, now: Instant, syn: &TransportHeader) {
         self.state = State::SynReceived;
-        self.set_peer_cookie(syn.src_cookie.get());
-        self.set_peer_mtu(syn.msg_len.get() as usize);
+        self.ends.set_peer_cookie(syn.src_cookie.get());
+        self.ends
+            .set_peer_mtu(syn.msg_len.get() as usize, self.cfg.trailer_len());
         self.set_peer_max_ack_delay(syn.frag_off.get());
-        self.rcv_nxt = Seq(syn.seq.get());
-        self.window_end = self.rcv_nxt.add(self.window_frames);
-        self.syn_ack_due = true;
+        self.rcv.start(Seq(syn.seq.get()));
+        self.handshake.request();
         self.timers
             .set(Timer::Idle, Some(now + self.cfg.handshake_timeout));
     }
 
     pub(crate) fn resend_syn_ack(&mut self) {
         if self.state == State::SynReceived {
-            self.syn_ack_due = true;
+            self.handshake.request();
         }
     }
 
@@ -639,32 +534,24 @@ impl Connection {
     /// as the peer's frames arrive (what was advertised is never taken
     /// back), unless nothing was advertised yet.
     pub(crate) fn set_window_share(&mut self, share: Option<u32>) {
-        self.window_frames = share.map_or(self.full_window_frames, |s| {
-            self.full_window_frames.min(s.max(1))
-        });
-        if self.state == State::SynReceived && self.stats.frames_sent == 0 {
-            self.window_end = self.rcv_nxt.add(self.window_frames);
-        }
+        let advertised = self.state != State::SynReceived || self.stats.frames_sent > 0;
+        self.rcv.set_share(share, !advertised);
     }
 
     /// The current credit window in frames.
     pub fn window_frames(&self) -> u32 {
-        self.window_frames
+        self.rcv.window_frames()
     }
 
     /// The application took a delivered message of `len` bytes: give the
     /// credit back, and announce it if the window had stopped.
     pub(crate) fn message_consumed(&mut self, len: usize) {
-        self.undelivered_bytes = self.undelivered_bytes.saturating_sub(len);
-        if self.window_was_closed && self.undelivered_bytes < self.cfg.undelivered_limit_bytes {
-            self.window_was_closed = false;
-            self.ack_now = true;
-        }
+        self.rcv.consumed(len, &mut self.ack);
     }
 
     fn fail(&mut self, reason: ConnectionError) {
         if self.state != State::Closed {
-            tracing::debug!(port = self.local_port, ?reason, "connection failed");
+            tracing::debug!(port = self.ends.local_port(), ?reason, "connection failed");
             self.state = State::Closed;
             self.events.push_back(Event::Closed(Some(reason)));
             self.timers = Timers::NONE;
@@ -705,7 +592,7 @@ impl Connection {
 
     /// True once the connection ended and its final event was taken.
     pub fn is_drained(&self) -> bool {
-        self.state == State::Closed && self.events.is_empty() && !self.ack_now
+        self.state == State::Closed && self.events.is_empty() && !self.ack.is_due_now()
     }
 
     /// Process a frame addressed to this connection (ports and cookies already
@@ -745,7 +632,7 @@ impl Connection {
         if self.predicted(frame) {
             // Header prediction: what the dispatch below does for this
             // frame, without the checks it already passed.
-            self.last_rx = now;
+            self.alive.heard(now);
             self.stats.frames_received += 1;
             self.deliver_in_order_single(now, wts, h, frame.payload, pool, events);
         } else {
@@ -760,7 +647,7 @@ impl Connection {
             if !settled && self.handle_handshake_frame(now, h) {
                 return;
             }
-            self.last_rx = now;
+            self.alive.heard(now);
             self.stats.frames_received += 1;
             if !settled {
                 self.rearm_idle(now);
@@ -772,7 +659,7 @@ impl Connection {
                 FrameType::Data | FrameType::Close => {
                     self.receive_sequenced(now, frame, placement, pool, events)
                 }
-                FrameType::Ping => self.ack_now = true,
+                FrameType::Ping => self.ack.request_now(),
                 FrameType::Reset => {
                     self.handle_reset();
                     return;
@@ -792,7 +679,7 @@ impl Connection {
     fn handle_reset(&mut self) {
         // A reset after our CLOSE was sent means the peer already
         // took the close and forgot us: that is a clean end.
-        if self.close_queued {
+        if self.snd.close_queued() {
             self.finish();
         } else {
             self.fail(ConnectionError::Reset);
@@ -807,29 +694,29 @@ impl Connection {
     fn handle_handshake_frame(&mut self, now: Instant, h: &TransportHeader) -> bool {
         match (self.state, h.frame_type()) {
             (State::SynSent, FrameType::SynAck) => {
-                if h.dst_cookie.get() != self.local_cookie {
+                if h.dst_cookie.get() != self.ends.local_cookie() {
                     return true;
                 }
-                self.set_peer_cookie(h.src_cookie.get());
-                self.set_peer_mtu(h.msg_len.get() as usize);
+                self.ends.set_peer_cookie(h.src_cookie.get());
+                self.ends
+                    .set_peer_mtu(h.msg_len.get() as usize, self.cfg.trailer_len());
                 self.set_peer_max_ack_delay(h.frag_off.get());
-                self.rcv_nxt = Seq(h.seq.get());
-                self.window_end = self.rcv_nxt.add(self.window_frames);
-                self.peer_window_end = Seq(h.window_end.get());
+                self.rcv.start(Seq(h.seq.get()));
+                self.snd.set_peer_window_end(Seq(h.window_end.get()));
                 self.establish(now);
-                self.ack_now = true;
-                self.last_rx = now;
+                self.ack.request_now();
+                self.alive.heard(now);
                 self.stats.frames_received += 1;
                 true
             }
             (State::SynSent, FrameType::Reset) => {
-                self.fail(ConnectionError::Refused(self.peer_port));
+                self.fail(ConnectionError::Refused(self.ends.peer_port()));
                 true
             }
             (State::SynSent, _) => true,
             (_, FrameType::SynAck) => {
                 // Our handshake ACK was lost: repeat it.
-                self.ack_now = true;
+                self.ack.request_now();
                 true
             }
             (_, FrameType::Syn) => true, // handled by the endpoint
@@ -848,7 +735,7 @@ impl Connection {
         } else {
             State::Established
         };
-        self.backoff = 0;
+        self.timing.reset_backoff();
         self.timers.set(Timer::Rto, None);
         self.events.push_back(Event::Connected);
         self.rearm_idle(now);

@@ -16,9 +16,9 @@ use crate::wire::{self, Body};
 /// Everything `c` holds, the reassembly map in key order (a hash map's
 /// order differs between two maps of the same contents).
 fn snapshot(c: &mut Connection) -> String {
-    let asm = std::mem::take(&mut c.assemblies);
+    let asm = std::mem::take(c.rcv.assemblies_mut());
     let s = format!("{c:?} {:?}", asm.iter().collect::<BTreeMap<_, _>>());
-    c.assemblies = asm;
+    *c.rcv.assemblies_mut() = asm;
     s
 }
 

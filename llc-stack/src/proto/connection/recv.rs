@@ -1,8 +1,11 @@
 //! The receive side: which sequenced frames are plausible, where a
 //! fragment's bytes go, in-order delivery of whole messages, and what we
 //! tell the peer back (cumulative ACK, credit, SACK blocks).
+//!
+//! [`Reassembly`] owns the receive side's state and [`PendingAck`] the
+//! acknowledgement we owe; other files reach them through their methods.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use super::timers::Timer;
@@ -70,6 +73,222 @@ impl Assembly {
     }
 }
 
+/// Our receive side: the credit we grant, the frames held out of order
+/// and the messages being put together. Only this file's code reads its
+/// fields; the rest of the connection starts it, shares out the credit
+/// and gives back what the application took, through its methods.
+#[derive(Debug)]
+pub(super) struct Reassembly {
+    /// The next sequence number expected in order.
+    nxt: Seq,
+    /// The credit granted so far: frames below this may come.
+    window_end: Seq,
+    /// The credit window in frames (our share of the endpoint's budget).
+    window_frames: u32,
+    /// The window this connection's configuration gives, before the
+    /// endpoint's sharing of the receive budget.
+    full_window_frames: u32,
+    /// What is held of each frame from `nxt` on (`None`: not received).
+    meta: VecDeque<Option<RecvMeta>>,
+    /// Frames held beyond a hole.
+    n_out_of_order: usize,
+    /// The out-of-order frame that arrived last: its SACK block goes first
+    /// (RFC 2018), so a sender that lost an ACK still hears of it.
+    last_out_of_order: Seq,
+    /// Messages whose fragments are arriving, by the sender's id.
+    assemblies: HashMap<u32, Assembly>,
+    /// Bytes delivered that the application has not taken yet.
+    undelivered_bytes: usize,
+    /// The window stops while this many bytes are undelivered
+    /// ([`Config::undelivered_limit_bytes`](crate::proto::config::Config)).
+    undelivered_limit: usize,
+    /// The window stopped for undelivered bytes: announce it when it opens.
+    window_was_closed: bool,
+    /// The peer's CLOSE is in order: nothing more will come.
+    peer_closed: bool,
+}
+
+impl Reassembly {
+    /// Nothing received yet; the credit is `window_frames`, stopped while
+    /// `undelivered_limit` bytes wait for the application.
+    pub(super) fn new(window_frames: u32, isn: Seq, undelivered_limit: usize) -> Self {
+        Reassembly {
+            nxt: Seq(0),
+            window_end: Seq(0),
+            window_frames,
+            full_window_frames: window_frames,
+            meta: VecDeque::new(),
+            n_out_of_order: 0,
+            last_out_of_order: isn,
+            assemblies: HashMap::new(),
+            undelivered_bytes: 0,
+            undelivered_limit,
+            window_was_closed: false,
+            peer_closed: false,
+        }
+    }
+
+    /// The peer's first sequence number is `seq` (its SYN's or SYN-ACK's):
+    /// the credit starts from it.
+    pub(super) fn start(&mut self, seq: Seq) {
+        self.nxt = seq;
+        self.grant_window();
+    }
+
+    /// Grant the whole window from `nxt` (before anything was advertised).
+    fn grant_window(&mut self) {
+        self.window_end = self.nxt.add(self.window_frames);
+    }
+
+    /// Limit the credit window to `share` frames (`None`: the configured
+    /// window); `advertise` when nothing was advertised yet, so that the
+    /// smaller window holds from the first frame.
+    pub(super) fn set_share(&mut self, share: Option<u32>, advertise: bool) {
+        self.window_frames = share.map_or(self.full_window_frames, |s| {
+            self.full_window_frames.min(s.max(1))
+        });
+        if advertise {
+            self.grant_window();
+        }
+    }
+
+    /// The credit window in frames.
+    pub(super) fn window_frames(&self) -> u32 {
+        self.window_frames
+    }
+
+    /// The application took `len` delivered bytes. When that reopens a
+    /// window that had stopped for undelivered bytes, the peer must hear:
+    /// `ack` goes now. Only the flag is tested inline (it is almost always
+    /// clear; with both tests inline the compiler put the byte count's
+    /// first, two instructions more per message).
+    #[inline]
+    pub(super) fn consumed(&mut self, len: usize, ack: &mut PendingAck) {
+        self.undelivered_bytes = self.undelivered_bytes.saturating_sub(len);
+        if self.window_was_closed {
+            self.reopen(ack);
+        }
+    }
+
+    /// The window had stopped: it opens once the undelivered bytes are
+    /// below the limit, and `ack` announces it.
+    #[cold]
+    #[inline(never)]
+    fn reopen(&mut self, ack: &mut PendingAck) {
+        if self.undelivered_bytes < self.undelivered_limit {
+            self.window_was_closed = false;
+            ack.request_now();
+        }
+    }
+
+    /// The messages being put together (tests that print them in key
+    /// order).
+    #[cfg(test)]
+    pub(super) fn assemblies_mut(&mut self) -> &mut HashMap<u32, Assembly> {
+        &mut self.assemblies
+    }
+
+    /// Frames are held out of order: there are SACK blocks to send.
+    #[inline(always)]
+    pub(super) fn holds_out_of_order(&self) -> bool {
+        self.n_out_of_order != 0
+    }
+
+    /// The SACK blocks to send (at most `room`), and how many there are.
+    /// Inlined for the common case of nothing held out of order, so that a
+    /// frame's sender pays no call and no array copy for it.
+    #[inline]
+    pub(super) fn sack_blocks(&self, room: usize) -> ([SackBlock; MAX_SACK_BLOCKS], usize) {
+        if self.n_out_of_order == 0 || room == 0 {
+            return ([SackBlock::default(); MAX_SACK_BLOCKS], 0);
+        }
+        self.held_sack_blocks(room.min(MAX_SACK_BLOCKS))
+    }
+
+    /// [`Reassembly::sack_blocks`] when frames are held out of order and
+    /// `max` (1..=4) blocks fit.
+    #[inline(never)]
+    fn held_sack_blocks(&self, max: usize) -> ([SackBlock; MAX_SACK_BLOCKS], usize) {
+        let mut out = [SackBlock::default(); MAX_SACK_BLOCKS];
+        // Runs of frames held beyond `rcv_nxt`, as index ranges: the run
+        // holding the frame that arrived last, and the highest runs.
+        let recent = usize::try_from(self.last_out_of_order.diff(self.nxt)).ok();
+        let mut highest = [(0usize, 0usize); MAX_SACK_BLOCKS];
+        let (mut runs, mut recent_run, mut start) = (0usize, None, None);
+        let len = self.meta.len();
+        for i in 0..=len {
+            let held = i < len && self.meta[i].is_some();
+            match (held, start) {
+                (true, None) => start = Some(i),
+                (false, Some(s)) => {
+                    highest[runs % MAX_SACK_BLOCKS] = (s, i);
+                    runs += 1;
+                    if recent.is_some_and(|r| s <= r && r < i) {
+                        recent_run = Some((s, i));
+                    }
+                    start = None;
+                }
+                _ => {}
+            }
+        }
+        let block = |(s, e): (usize, usize)| {
+            SackBlock::new(self.nxt.add(s as u32).0, self.nxt.add(e as u32).0)
+        };
+        let mut n = 0;
+        if let Some(r) = recent_run {
+            out[0] = block(r);
+            n = 1;
+        }
+        for k in 1..=runs.min(MAX_SACK_BLOCKS) {
+            let r = highest[(runs - k) % MAX_SACK_BLOCKS];
+            if n == max {
+                break;
+            }
+            if Some(r) != recent_run {
+                out[n] = block(r);
+                n += 1;
+            }
+        }
+        (out, n)
+    }
+}
+
+/// The acknowledgement we owe the peer: how many frames it covers, whether
+/// it must go now, and the timestamp it echoes with when that frame came.
+#[derive(Debug, Default)]
+pub(super) struct PendingAck {
+    /// Sequenced frames received since our last acknowledgement.
+    frames: u32,
+    /// Send one at the next chance, not after the delayed-ACK timer.
+    now: bool,
+    /// The peer's timestamp to echo (RFC 7323's TS.Recent).
+    ts_recent: u32,
+    /// Our wire clock when the frame whose timestamp is `ts_recent` arrived
+    /// (the start of the ACK delay we report).
+    ts_recent_rx: u32,
+}
+
+impl PendingAck {
+    /// Acknowledge at the next chance.
+    #[inline(always)]
+    pub(super) fn request_now(&mut self) {
+        self.now = true;
+    }
+
+    /// An acknowledgement is to go at the next chance.
+    #[inline(always)]
+    pub(super) fn is_due_now(&self) -> bool {
+        self.now
+    }
+
+    /// The delayed-ACK timer fired: send it if any frame waits for one.
+    pub(super) fn on_timer(&mut self) {
+        if self.frames > 0 {
+            self.now = true;
+        }
+    }
+}
+
 impl Connection {
     /// A sequenced frame is only looked at when its sequence number is below
     /// the credit we granted and at most a duplicate horizon behind
@@ -78,19 +297,20 @@ impl Connection {
     /// dropped whole (their acknowledgement fields are not trusted either)
     /// and not answered, so that forged frames cannot make us send.
     pub(super) fn seq_plausible(&mut self, seq: Seq) -> bool {
-        if !seq.lt(self.window_end) {
+        if !seq.lt(self.rcv.window_end) {
             self.stats.beyond_window += 1;
             return false;
         }
         // The frame expected next (the common case) is within any horizon.
-        if seq == self.rcv_nxt {
+        if seq == self.rcv.nxt {
             return true;
         }
         let horizon = self
+            .rcv
             .window_frames
             .saturating_mul(DUPLICATE_HORIZON_WINDOWS)
             .max(MIN_DUPLICATE_HORIZON);
-        if self.rcv_nxt.diff(seq) > horizon as i32 {
+        if self.rcv.nxt.diff(seq) > horizon as i32 {
             self.stats.out_of_window += 1;
             return false;
         }
@@ -111,13 +331,13 @@ impl Connection {
         super::prediction_on()
             && self.state == State::Established
             && h.frame_type() == FrameType::Data
-            && seq == self.rcv_nxt
-            && seq.lt(self.window_end)
+            && seq == self.rcv.nxt
+            && seq.lt(self.rcv.window_end)
             && h.frag_off.get() == 0
             && h.has(flags::LAST_FRAGMENT)
             && frame.payload.len() == msg_len
             && msg_len <= self.cfg.max_message_len
-            && self.recv_meta.is_empty()
+            && self.rcv.meta.is_empty()
     }
 
     /// Sequenced frames that header prediction did not take: out of line,
@@ -136,7 +356,7 @@ impl Connection {
         // A whole message in one frame, in order: deliver it without the
         // reassembly map (the common small-message case, whose code stays
         // small; everything else takes the general path).
-        if Seq(h.seq.get()) == self.rcv_nxt && h.frame_type() == FrameType::Data {
+        if Seq(h.seq.get()) == self.rcv.nxt && h.frame_type() == FrameType::Data {
             let msg_len = h.msg_len.get() as usize;
             if h.frag_off.get() == 0
                 && frame.payload.len() == msg_len
@@ -162,9 +382,9 @@ impl Connection {
     ) {
         let h = frame.header;
         let seq = Seq(h.seq.get());
-        if seq.lt(self.rcv_nxt) {
+        if seq.lt(self.rcv.nxt) {
             self.stats.duplicates += 1;
-            self.ack_now = true;
+            self.ack.now = true;
             // A retransmission of what we have (our ACK was lost): echo its
             // timestamp, so that the ACK it provokes measures this round
             // trip and not the time since the original was sent (RFC 7323
@@ -175,16 +395,16 @@ impl Connection {
             // in one pass) sees the original's timestamp and undoes the
             // timeout as spurious (Eifel, RFC 3522).
             let ts = h.ts_val.get();
-            if self.ack_pending == 0 && (ts.wrapping_sub(self.ts_recent) as i32) > 0 {
-                self.ts_recent = ts;
-                self.ts_recent_rx = wire_ts(now);
+            if self.ack.frames == 0 && (ts.wrapping_sub(self.ack.ts_recent) as i32) > 0 {
+                self.ack.ts_recent = ts;
+                self.ack.ts_recent_rx = wire_ts(now);
             }
             return;
         }
-        let idx = seq.diff(self.rcv_nxt) as usize;
-        if idx < self.recv_meta.len() && self.recv_meta[idx].is_some() {
+        let idx = seq.diff(self.rcv.nxt) as usize;
+        if idx < self.rcv.meta.len() && self.rcv.meta[idx].is_some() {
             self.stats.duplicates += 1;
-            self.ack_now = true;
+            self.ack.now = true;
             return;
         }
         let meta = if h.frame_type() == FrameType::Close {
@@ -205,7 +425,7 @@ impl Connection {
                 return;
             }
             let msg_id = h.msg_id.get();
-            let asm = self.assemblies.entry(msg_id).or_insert_with(|| {
+            let asm = self.rcv.assemblies.entry(msg_id).or_insert_with(|| {
                 let placed = match placement {
                     Some(p) if off == 0 => p.place(msg_len, frame.payload),
                     _ => None,
@@ -237,17 +457,17 @@ impl Connection {
                 close: false,
             }
         };
-        if self.recv_meta.len() <= idx {
-            self.recv_meta.resize(idx + 1, None);
+        if self.rcv.meta.len() <= idx {
+            self.rcv.meta.resize(idx + 1, None);
         }
-        self.recv_meta[idx] = Some(meta);
+        self.rcv.meta[idx] = Some(meta);
         if idx == 0 {
-            self.ts_recent = h.ts_val.get();
-            self.ts_recent_rx = wire_ts(now);
+            self.ack.ts_recent = h.ts_val.get();
+            self.ack.ts_recent_rx = wire_ts(now);
         } else {
-            self.n_out_of_order += 1;
-            self.last_out_of_order = seq;
-            self.ack_now = true;
+            self.rcv.n_out_of_order += 1;
+            self.rcv.last_out_of_order = seq;
+            self.ack.now = true;
         }
         self.advance_in_order(Some(seq));
         self.after_sequenced(now, h);
@@ -257,17 +477,17 @@ impl Connection {
     /// they complete. `fresh` is the frame just received, which was never
     /// counted as out of order.
     fn advance_in_order(&mut self, fresh: Option<Seq>) {
-        while let Some(Some(meta)) = self.recv_meta.front().copied() {
-            self.recv_meta.pop_front();
-            if Some(self.rcv_nxt) != fresh {
-                self.n_out_of_order -= 1;
+        while let Some(Some(meta)) = self.rcv.meta.front().copied() {
+            self.rcv.meta.pop_front();
+            if Some(self.rcv.nxt) != fresh {
+                self.rcv.n_out_of_order -= 1;
             }
-            self.rcv_nxt = self.rcv_nxt.add(1);
+            self.rcv.nxt = self.rcv.nxt.add(1);
             if meta.close {
-                self.peer_closed = true;
+                self.rcv.peer_closed = true;
             } else if meta.last {
-                if let Some(asm) = self.assemblies.remove(&meta.msg_id) {
-                    self.undelivered_bytes += asm.data.len();
+                if let Some(asm) = self.rcv.assemblies.remove(&meta.msg_id) {
+                    self.rcv.undelivered_bytes += asm.data.len();
                     self.stats.messages_received += 1;
                     self.events.push_back(Event::Message {
                         msg_id: meta.msg_id,
@@ -283,9 +503,9 @@ impl Connection {
     /// small, and on every in-order frame's path.
     #[inline(always)]
     fn after_sequenced(&mut self, now: Instant, h: &TransportHeader) {
-        self.ack_pending += 1;
-        if self.ack_pending >= self.cfg.ack_every || h.has(flags::ACK_NOW) || self.peer_closed {
-            self.ack_now = true;
+        self.ack.frames += 1;
+        if self.ack.frames >= self.cfg.ack_every || h.has(flags::ACK_NOW) || self.rcv.peer_closed {
+            self.ack.now = true;
         } else {
             let delay = if h.has(flags::ACK_SOON) {
                 self.cfg.ack_soon_delay
@@ -297,14 +517,13 @@ impl Connection {
             self.timers
                 .set(Timer::Ack, Some(t.map_or(due, |d| d.min(due))));
         }
-        if self.peer_closed {
+        if self.rcv.peer_closed {
             // Everything before the CLOSE is delivered; acknowledge it, then end.
-            let unacked = self.send_msgs.len() + self.inflight.len();
-            self.ack_now = true;
-            if unacked == 0 {
+            self.ack.now = true;
+            if self.snd.is_drained() {
                 self.finish();
             } else {
-                self.fail(ConnectionError::PeerClosed(self.unacked_messages()));
+                self.fail(ConnectionError::PeerClosed(self.snd.unacked_messages()));
             }
         }
     }
@@ -320,11 +539,11 @@ impl Connection {
         events: Option<&mut VecDeque<(ConnHandle, Event)>>,
     ) {
         let msg_id = h.msg_id.get();
-        self.ts_recent = h.ts_val.get();
-        self.ts_recent_rx = wts;
-        self.rcv_nxt = self.rcv_nxt.add(1);
-        self.recv_meta.pop_front();
-        self.undelivered_bytes += payload.len();
+        self.ack.ts_recent = h.ts_val.get();
+        self.ack.ts_recent_rx = wts;
+        self.rcv.nxt = self.rcv.nxt.add(1);
+        self.rcv.meta.pop_front();
+        self.rcv.undelivered_bytes += payload.len();
         self.stats.payload_bytes_received += payload.len() as u64;
         self.stats.messages_received += 1;
         let ev = Event::Message {
@@ -336,29 +555,32 @@ impl Connection {
             _ => self.events.push_back(ev),
         }
         // Frames that arrived early may now be in order.
-        if !self.recv_meta.is_empty() {
+        if !self.rcv.meta.is_empty() {
             self.advance_in_order(None);
         }
         self.after_sequenced(now, h);
     }
 
     pub(super) fn ack_fields(&mut self, h: &mut TransportHeader) {
-        if self.undelivered_bytes < self.cfg.undelivered_limit_bytes {
-            self.window_end = self.window_end.max(self.rcv_nxt.add(self.window_frames));
+        if self.rcv.undelivered_bytes < self.rcv.undelivered_limit {
+            self.rcv.window_end = self
+                .rcv
+                .window_end
+                .max(self.rcv.nxt.add(self.rcv.window_frames));
         } else {
-            self.window_was_closed = true;
+            self.rcv.window_was_closed = true;
         }
-        h.ack = self.rcv_nxt.0.into();
-        h.window_end = self.window_end.0.into();
-        h.ts_ecr = self.ts_recent.into();
+        h.ack = self.rcv.nxt.0.into();
+        h.window_end = self.rcv.window_end.0.into();
+        h.ts_ecr = self.ack.ts_recent.into();
         // How long we held what this acknowledges (`ts_val` is our clock
         // now); the peer takes it out of its RTT sample.
-        if self.ts_recent_rx != 0 {
-            let held = h.ts_val.get().wrapping_sub(self.ts_recent_rx);
+        if self.ack.ts_recent_rx != 0 {
+            let held = h.ts_val.get().wrapping_sub(self.ack.ts_recent_rx);
             h.ack_delay = (held.min(u32::from(u16::MAX)) as u16).into();
         }
-        self.ack_pending = 0;
-        self.ack_now = false;
+        self.ack.frames = 0;
+        self.ack.now = false;
         self.timers.set(Timer::Ack, None);
     }
 
@@ -367,70 +589,6 @@ impl Connection {
     /// (`ack_delay`), in microseconds, at least 1 (0 would mean none).
     pub(super) fn max_ack_delay_micros(&self) -> u32 {
         (self.cfg.ack_delay.as_micros().min(u128::from(u32::MAX)) as u32).max(1)
-    }
-
-    /// Frames are held out of order: there are SACK blocks to send.
-    #[inline(always)]
-    pub(super) fn holds_out_of_order(&self) -> bool {
-        self.n_out_of_order != 0
-    }
-
-    /// The SACK blocks to send (at most `room`), and how many there are.
-    /// Inlined for the common case of nothing held out of order, so that a
-    /// frame's sender pays no call and no array copy for it.
-    #[inline]
-    pub(super) fn sack_blocks(&self, room: usize) -> ([SackBlock; MAX_SACK_BLOCKS], usize) {
-        if self.n_out_of_order == 0 || room == 0 {
-            return ([SackBlock::default(); MAX_SACK_BLOCKS], 0);
-        }
-        self.held_sack_blocks(room.min(MAX_SACK_BLOCKS))
-    }
-
-    /// [`Connection::sack_blocks`] when frames are held out of order and
-    /// `max` (1..=4) blocks fit.
-    #[inline(never)]
-    fn held_sack_blocks(&self, max: usize) -> ([SackBlock; MAX_SACK_BLOCKS], usize) {
-        let mut out = [SackBlock::default(); MAX_SACK_BLOCKS];
-        // Runs of frames held beyond `rcv_nxt`, as index ranges: the run
-        // holding the frame that arrived last, and the highest runs.
-        let recent = usize::try_from(self.last_out_of_order.diff(self.rcv_nxt)).ok();
-        let mut highest = [(0usize, 0usize); MAX_SACK_BLOCKS];
-        let (mut runs, mut recent_run, mut start) = (0usize, None, None);
-        let len = self.recv_meta.len();
-        for i in 0..=len {
-            let held = i < len && self.recv_meta[i].is_some();
-            match (held, start) {
-                (true, None) => start = Some(i),
-                (false, Some(s)) => {
-                    highest[runs % MAX_SACK_BLOCKS] = (s, i);
-                    runs += 1;
-                    if recent.is_some_and(|r| s <= r && r < i) {
-                        recent_run = Some((s, i));
-                    }
-                    start = None;
-                }
-                _ => {}
-            }
-        }
-        let block = |(s, e): (usize, usize)| {
-            SackBlock::new(self.rcv_nxt.add(s as u32).0, self.rcv_nxt.add(e as u32).0)
-        };
-        let mut n = 0;
-        if let Some(r) = recent_run {
-            out[0] = block(r);
-            n = 1;
-        }
-        for k in 1..=runs.min(MAX_SACK_BLOCKS) {
-            let r = highest[(runs - k) % MAX_SACK_BLOCKS];
-            if n == max {
-                break;
-            }
-            if Some(r) != recent_run {
-                out[n] = block(r);
-                n += 1;
-            }
-        }
-        (out, n)
     }
 }
 
@@ -459,10 +617,10 @@ mod tests {
             deliver(&mut p.b, p.now, &frames[i]);
         }
         assert!(messages(&mut p.b).is_empty(), "delivered past a hole");
-        assert_eq!(p.b.n_out_of_order, 3);
+        assert_eq!(p.b.rcv.n_out_of_order, 3);
         deliver(&mut p.b, p.now, &frames[0]);
         assert_eq!(messages(&mut p.b), msgs);
-        assert_eq!(p.b.n_out_of_order, 0);
+        assert_eq!(p.b.rcv.n_out_of_order, 0);
         assert_eq!(p.b.stats().messages_received, 4);
         assert_eq!(p.b.stats().duplicates, 0);
     }
@@ -490,7 +648,7 @@ mod tests {
         deliver(&mut p.b, p.now, &frames[0]);
         let _ = transmit_all(&mut p.b, p.now);
         deliver(&mut p.b, p.now, &frames[0]);
-        assert!(p.b.ack_now, "a duplicate is answered at once");
+        assert!(p.b.ack.is_due_now(), "a duplicate is answered at once");
         deliver(&mut p.b, p.now, &frames[2]);
         deliver(&mut p.b, p.now, &frames[2]);
         deliver(&mut p.b, p.now, &frames[1]);
@@ -519,7 +677,7 @@ mod tests {
         for i in [0, 2, 3] {
             deliver(&mut p.b, p.now, &frames[i]);
         }
-        p.b.ack_now = true;
+        p.b.ack.request_now();
         let ack = transmit(&mut p.b, p.now).unwrap();
         assert_eq!(header(&ack).ack.get(), seq(5) + 1);
         assert!(sacks(&ack).is_empty());

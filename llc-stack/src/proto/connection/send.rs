@@ -1,6 +1,12 @@
 //! The send side: messages cut into fragments, frames written in place
 //! (first transmissions, repairs, control frames), and the acknowledgements
 //! and SACK blocks that come back for them.
+//!
+//! [`SendQueue`] owns our sequence space; the code here works on its
+//! fields, every other file through its methods.
+
+use std::collections::VecDeque;
+use std::time::Duration;
 
 use bytes::Bytes;
 
@@ -312,6 +318,306 @@ fn note_delivered(rack: &mut Option<(Instant, Seq)>, f: &InFlight, seq: Seq, ech
     }
 }
 
+/// Our half of the sequence space and what is in it: the messages queued
+/// and not yet acknowledged, the frames in flight with their SACK and loss
+/// marks, the repairs due, RACK's most recent delivery, and the peer's
+/// credit. The send path in this file writes frames from it; the rest of
+/// the connection (timers, congestion, the receive side) goes through its
+/// methods.
+#[derive(Debug)]
+pub(super) struct SendQueue {
+    /// Our initial sequence number (the SYN's).
+    isn: Seq,
+    /// The oldest frame not acknowledged cumulatively.
+    una: Seq,
+    /// The next sequence number to send.
+    nxt: Seq,
+    /// The peer's credit: frames below this sequence number may be sent.
+    peer_window_end: Seq,
+    next_msg_id: u32,
+    /// Messages not yet fully acknowledged, in id order.
+    msgs: OutQueue,
+    /// Buffers of small acknowledged messages, freed by `release_acked`:
+    /// freeing them in the ACK's path would delay the reply to it. Only the
+    /// bodies: a head is inline (a long one, rare, is freed at once).
+    retired: Vec<Bytes>,
+    /// Index in `msgs` of the first message with fragments still unsent.
+    next_unsent: usize,
+    /// Bytes of messages queued or unacknowledged.
+    bytes: usize,
+    /// Frames from `una` to `nxt`, oldest first.
+    inflight: VecDeque<InFlight>,
+    /// Frames declared lost, to be resent (stale entries are skipped).
+    lost_queue: VecDeque<Seq>,
+    /// Frames in flight the peer reported held (SACK), and those lost.
+    n_sacked: usize,
+    n_lost: usize,
+    /// RACK (RFC 8985): send time and sequence number of the most recently
+    /// sent frame that was delivered, and its round trip.
+    rack_time: Instant,
+    rack_seq: Seq,
+    /// In nanoseconds: set on every acknowledgement, read only when
+    /// looking for losses (a `Duration` costs a division to make).
+    rack_rtt_ns: u64,
+    /// Our CLOSE has its sequence number (it goes after the data).
+    close_queued: bool,
+}
+
+impl SendQueue {
+    /// Nothing sent yet; the first frame (the SYN) takes `isn`.
+    pub(super) fn new(isn: Seq) -> Self {
+        SendQueue {
+            isn,
+            una: isn,
+            nxt: isn,
+            peer_window_end: isn,
+            next_msg_id: 0,
+            msgs: OutQueue::default(),
+            retired: Vec::new(),
+            next_unsent: 0,
+            bytes: 0,
+            inflight: VecDeque::new(),
+            lost_queue: VecDeque::new(),
+            n_sacked: 0,
+            n_lost: 0,
+            rack_time: Instant::ZERO,
+            rack_seq: isn,
+            rack_rtt_ns: 0,
+            close_queued: false,
+        }
+    }
+
+    /// True when a message of `len` bytes does not fit a buffer of
+    /// `limit` bytes (a message larger than the buffer goes alone into an
+    /// empty one).
+    #[inline(always)]
+    pub(super) fn is_full_for(&self, len: usize, limit: usize) -> bool {
+        self.bytes > 0 && self.bytes + len > limit
+    }
+
+    /// Queue the message `head ++ body` of `len` bytes and return its id.
+    /// Inlined into every send (a result returned through memory cost
+    /// more than the queueing).
+    #[inline(always)]
+    pub(super) fn push(&mut self, len: usize, head: &[u8], body: Bytes, awaited: bool) -> u32 {
+        let msg_id = self.next_msg_id;
+        self.next_msg_id = self.next_msg_id.wrapping_add(1);
+        self.bytes += len;
+        self.msgs.push(msg_id, head, body, awaited);
+        msg_id
+    }
+
+    /// The next sequence number to send.
+    #[inline(always)]
+    pub(super) fn nxt(&self) -> Seq {
+        self.nxt
+    }
+
+    /// The peer granted credit up to `end` (the handshake's).
+    pub(super) fn set_peer_window_end(&mut self, end: Seq) {
+        self.peer_window_end = end;
+    }
+
+    /// Frames the peer's credit still lets us send.
+    pub(super) fn credit(&self) -> u32 {
+        self.peer_window_end.diff(self.nxt).max(0) as u32
+    }
+
+    /// Frames sent and not yet acknowledged cumulatively.
+    #[inline(always)]
+    pub(super) fn in_flight(&self) -> usize {
+        self.inflight.len()
+    }
+
+    /// Frames in flight that are neither acknowledged nor known lost.
+    #[inline(always)]
+    pub(super) fn flight(&self) -> u32 {
+        (self.inflight.len() - self.n_sacked - self.n_lost) as u32
+    }
+
+    /// Bytes of messages queued or unacknowledged.
+    pub(super) fn buffered(&self) -> usize {
+        self.bytes
+    }
+
+    /// Messages not yet fully acknowledged.
+    pub(super) fn unacked_messages(&self) -> usize {
+        self.msgs.len()
+    }
+
+    /// True when every message was acknowledged.
+    #[inline]
+    pub(super) fn is_idle(&self) -> bool {
+        self.msgs.is_empty()
+    }
+
+    /// True when nothing at all waits: no message and no frame (a CLOSE
+    /// may be in flight without a message).
+    pub(super) fn is_drained(&self) -> bool {
+        self.msgs.is_empty() && self.inflight.is_empty()
+    }
+
+    /// Free the acknowledged buffers held back from the ACK's path.
+    pub(super) fn release_acked(&mut self) {
+        self.retired.clear();
+    }
+
+    /// Acknowledged buffers waiting for [`SendQueue::release_acked`].
+    pub(super) fn acked_held(&self) -> usize {
+        self.retired.len()
+    }
+
+    /// Our CLOSE went into the sequence space.
+    pub(super) fn close_queued(&self) -> bool {
+        self.close_queued
+    }
+
+    /// A message has fragments not yet sent.
+    #[inline(always)]
+    pub(super) fn has_unsent(&self) -> bool {
+        self.next_unsent < self.msgs.len()
+    }
+
+    /// Data waits while the peer's credit is used up and nothing is in
+    /// flight to bring more: only a window probe can.
+    pub(super) fn blocked_by_credit(&self) -> bool {
+        self.has_unsent() && !self.nxt.lt(self.peer_window_end) && self.inflight.is_empty()
+    }
+
+    /// A retransmission timeout: every frame in flight the peer did not
+    /// report held is lost, and the repairs go out oldest first.
+    pub(super) fn mark_all_lost(&mut self) {
+        self.lost_queue.clear();
+        self.n_lost = 0;
+        for (i, f) in self.inflight.iter_mut().enumerate() {
+            f.lost = !f.sacked;
+            if f.lost {
+                self.n_lost += 1;
+                self.lost_queue.push_back(self.una.add(i as u32));
+            }
+        }
+    }
+
+    /// The timeout that declared frames lost was spurious: none is.
+    pub(super) fn forget_losses(&mut self) {
+        for f in self.inflight.iter_mut() {
+            f.lost = false;
+        }
+        self.n_lost = 0;
+        self.lost_queue.clear();
+    }
+
+    /// A tail-loss probe needs a frame to resend: the first repair already
+    /// due, else the newest frame not acknowledged, marked lost. False
+    /// when there is none.
+    pub(super) fn mark_probe_frame(&mut self) -> bool {
+        if self.n_lost > 0 {
+            return true;
+        }
+        let Some(i) = self.inflight.iter().rposition(|f| !f.sacked && !f.lost) else {
+            return false;
+        };
+        self.inflight[i].lost = true;
+        self.n_lost += 1;
+        self.lost_queue.push_back(self.una.add(i as u32));
+        true
+    }
+
+    /// RACK (RFC 8985): mark lost every frame sent before the most recently
+    /// delivered one that has been out for `wait` (that frame's round trip
+    /// plus the reordering allowance). Returns whether any was, and when
+    /// the earliest of those not yet overdue will be.
+    pub(super) fn detect_losses(
+        &mut self,
+        now: Instant,
+        wait: Duration,
+    ) -> (bool, Option<Instant>) {
+        let (rack_time, rack_seq) = (self.rack_time, self.rack_seq);
+        let mut found = false;
+        let mut next: Option<Instant> = None;
+        for (i, f) in self.inflight.iter_mut().enumerate() {
+            if f.sacked || f.lost {
+                continue;
+            }
+            let seq = self.una.add(i as u32);
+            let sent_before = f.sent_at < rack_time || (f.sent_at == rack_time && seq.lt(rack_seq));
+            if !sent_before {
+                continue;
+            }
+            let due = f.sent_at + wait;
+            if due <= now {
+                f.lost = true;
+                self.n_lost += 1;
+                self.lost_queue.push_back(seq);
+                found = true;
+            } else {
+                next = Some(next.map_or(due, |n| n.min(due)));
+            }
+        }
+        (found, next)
+    }
+
+    /// RACK's round trip of the most recently sent frame delivered.
+    pub(super) fn rack_rtt(&self) -> Duration {
+        Duration::from_nanos(self.rack_rtt_ns)
+    }
+
+    /// RACK: the frame `seq` sent at `t` was delivered; remember it when
+    /// it is the most recently sent one so far.
+    #[inline(always)]
+    fn note_rack(&mut self, now: Instant, t: Instant, seq: Seq) {
+        if t > self.rack_time || (t == self.rack_time && self.rack_seq.lt(seq)) {
+            self.rack_time = t;
+            self.rack_seq = seq;
+            self.rack_rtt_ns = now.as_nanos().saturating_sub(t.as_nanos());
+        }
+    }
+
+    /// Mark the frames `sacks` report as held by the peer; returns how many
+    /// were new. Out of line: loss-free exchanges carry no blocks.
+    #[inline(never)]
+    fn apply_sacks(&mut self, sacks: &[SackBlock], rack: &mut Option<(Instant, Seq)>) -> u32 {
+        let mut newly = 0;
+        for b in sacks.iter().take(MAX_SACK_BLOCKS) {
+            let (start, end) = (Seq(b.start.get()), Seq(b.end.get()));
+            let start = start.max(self.una);
+            if !start.lt(end) || self.nxt.lt(end) {
+                continue;
+            }
+            let (i0, i1) = (start.diff(self.una) as usize, end.diff(self.una) as usize);
+            let i1 = i1.min(self.inflight.len());
+            if i0 >= i1 {
+                continue;
+            }
+            for (i, f) in self.inflight.range_mut(i0..i1).enumerate() {
+                if !f.sacked {
+                    f.sacked = true;
+                    self.n_sacked += 1;
+                    if f.lost {
+                        f.lost = false;
+                        self.n_lost -= 1;
+                    }
+                    newly += 1;
+                    note_delivered(rack, f, self.una.add((i0 + i) as u32), false);
+                }
+            }
+        }
+        newly
+    }
+
+    /// Frames in flight now marked lost.
+    #[cfg(test)]
+    pub(super) fn lost_count(&self) -> usize {
+        self.n_lost
+    }
+
+    /// Frames in flight the peer reported held.
+    #[cfg(test)]
+    pub(super) fn sacked_count(&self) -> usize {
+        self.n_sacked
+    }
+}
+
 impl Connection {
     /// The next frame into `buf`. With `tail`, a long payload may stay out
     /// of `buf` (see [`wire::emit_transport_head_prefixed`]): it is put
@@ -325,27 +631,23 @@ impl Connection {
         match self.state {
             State::Closed => {
                 // A final acknowledgement (of the peer's CLOSE) may remain.
-                return if self.ack_now {
+                return if self.ack.is_due_now() {
                     self.emit_control(now, buf, FrameType::Ack, 0)
                 } else {
                     None
                 };
             }
             State::SynSent => {
-                if !self.syn_ack_due {
+                if !self.handshake.take() {
                     return None;
                 }
-                self.syn_ack_due = false;
-                self.syn_attempts += 1;
-                self.timers.set(
-                    Timer::Rto,
-                    Some(now + self.rtt.rto_backed_off(self.backoff)),
-                );
+                self.handshake.count_attempt();
+                self.timers
+                    .set(Timer::Rto, Some(now + self.timing.rto_backed_off()));
                 return self.emit_control(now, buf, FrameType::Syn, 0);
             }
             State::SynReceived => {
-                if self.syn_ack_due {
-                    self.syn_ack_due = false;
+                if self.handshake.take() {
                     return self.emit_control(now, buf, FrameType::SynAck, 0);
                 }
                 return None;
@@ -353,7 +655,7 @@ impl Connection {
             State::Established | State::Closing => {}
         }
         // Repairs first; none is due in a loss-free exchange.
-        if !self.lost_queue.is_empty() {
+        if !self.snd.lost_queue.is_empty() {
             if let Some(n) = self.poll_retransmit(now, buf, tail.as_deref_mut()) {
                 return Some(n);
             }
@@ -361,11 +663,10 @@ impl Connection {
         if let Some(n) = self.poll_new_frame(now, buf, tail) {
             return Some(n);
         }
-        if self.probe_due {
-            self.probe_due = false;
+        if self.alive.take_ping() {
             return self.emit_control(now, buf, FrameType::Ping, flags::ACK_NOW);
         }
-        if self.ack_now {
+        if self.ack.is_due_now() {
             self.stats.acks_sent += 1;
             return self.emit_control(now, buf, FrameType::Ack, 0);
         }
@@ -376,25 +677,22 @@ impl Connection {
     /// it to skip asking the device for a transmit buffer).
     pub fn wants_transmit(&self) -> bool {
         match self.state {
-            State::Closed => self.ack_now,
-            State::SynSent | State::SynReceived => self.syn_ack_due,
+            State::Closed => self.ack.is_due_now(),
+            State::SynSent | State::SynReceived => self.handshake.is_due(),
             State::Established | State::Closing => {
-                self.ack_now
-                    || self.probe_due
-                    || (!self.lost_queue.is_empty() && (self.can_send() || self.probe_credit))
-                    || ((self.has_unsent() || (self.close_requested && !self.close_queued))
-                        && self.snd_nxt.lt(self.peer_window_end)
+                self.ack.is_due_now()
+                    || self.alive.ping_due()
+                    || (!self.snd.lost_queue.is_empty()
+                        && (self.can_send() || self.timing.has_probe_credit()))
+                    || ((self.snd.has_unsent() || (self.close_requested && !self.snd.close_queued))
+                        && self.snd.nxt.lt(self.snd.peer_window_end)
                         && self.can_send())
             }
         }
     }
 
-    pub(super) fn has_unsent(&self) -> bool {
-        self.next_unsent < self.send_msgs.len()
-    }
-
     fn can_send(&self) -> bool {
-        self.flight() < self.cwnd
+        self.cc.allows(self.snd.flight())
     }
 
     /// Out of line: called only with frames marked lost.
@@ -405,28 +703,28 @@ impl Connection {
         buf: &mut [u8],
         tail: Option<&mut Option<Tail>>,
     ) -> Option<usize> {
-        while let Some(&seq) = self.lost_queue.front() {
-            let idx = seq.diff(self.snd_una);
+        while let Some(&seq) = self.snd.lost_queue.front() {
+            let idx = seq.diff(self.snd.una);
             let live = idx >= 0
-                && (idx as usize) < self.inflight.len()
-                && self.inflight[idx as usize].lost;
+                && (idx as usize) < self.snd.inflight.len()
+                && self.snd.inflight[idx as usize].lost;
             if !live {
-                self.lost_queue.pop_front();
+                self.snd.lost_queue.pop_front();
                 continue;
             }
-            if !self.can_send() && !self.probe_credit {
+            if !self.can_send() && !self.timing.has_probe_credit() {
                 return None;
             }
-            self.probe_credit = false;
-            self.lost_queue.pop_front();
-            self.timers.set(Timer::Tail, self.next_probe(now));
-            let f = &mut self.inflight[idx as usize];
+            self.timing.use_probe_credit();
+            self.snd.lost_queue.pop_front();
+            self.timers.set(Timer::Tail, self.timing.next_probe(now));
+            let f = &mut self.snd.inflight[idx as usize];
             f.lost = false;
             f.retransmitted = true;
             f.sent_at = now;
-            self.n_lost -= 1;
+            self.snd.n_lost -= 1;
             self.stats.retransmits += 1;
-            let ack = if self.lost_queue.is_empty() {
+            let ack = if self.snd.lost_queue.is_empty() {
                 flags::ACK_NOW
             } else {
                 0
@@ -442,17 +740,17 @@ impl Connection {
         buf: &mut [u8],
         tail: Option<&mut Option<Tail>>,
     ) -> Option<usize> {
-        if !self.snd_nxt.lt(self.peer_window_end) || !self.can_send() {
+        if !self.snd.nxt.lt(self.snd.peer_window_end) || !self.can_send() {
             return None;
         }
-        let mut awaited = self.cfg.acked_events || self.peer_max_ack_delay_ns == 0;
+        let mut awaited = self.cfg.acked_events || !self.timing.peer_delays_acks();
         let mut slot = 0;
-        let cargo = if let Some(at) = self.send_msgs.slot_of(self.next_unsent) {
+        let cargo = if let Some(at) = self.snd.msgs.slot_of(self.snd.next_unsent) {
             slot = at;
-            let m = self.send_msgs.at_mut(at);
+            let m = self.snd.msgs.at_mut(at);
             awaited |= m.awaited;
             let off = m.next_off as usize;
-            let len = (m.len() - off).min(self.frag_len);
+            let len = (m.len() - off).min(self.ends.frag_len());
             m.next_off += len as u32;
             let last = m.next_off as usize == m.len();
             let cargo = Cargo::Data {
@@ -462,18 +760,18 @@ impl Connection {
                 last,
             };
             if last {
-                self.next_unsent += 1;
+                self.snd.next_unsent += 1;
             }
             cargo
-        } else if self.close_requested && !self.close_queued && self.state == State::Closing {
-            self.close_queued = true;
+        } else if self.close_requested && !self.snd.close_queued && self.state == State::Closing {
+            self.snd.close_queued = true;
             Cargo::Close
         } else {
             return None;
         };
-        let seq = self.snd_nxt;
-        self.snd_nxt = self.snd_nxt.add(1);
-        self.inflight.push_back(InFlight {
+        let seq = self.snd.nxt;
+        self.snd.nxt = self.snd.nxt.add(1);
+        self.snd.inflight.push_back(InFlight {
             cargo,
             sent_at: now,
             sacked: false,
@@ -481,12 +779,14 @@ impl Connection {
             retransmitted: false,
         });
         self.stats.data_frames_sent += 1;
-        self.timers
-            .set(Timer::Tail, Some(now.add_nanos(self.probe_timeout_nanos())));
+        self.timers.set(
+            Timer::Tail,
+            Some(now.add_nanos(self.timing.probe_timeout_nanos())),
+        );
         if self.timers.get(Timer::Rto).is_none() {
             self.timers.set(
                 Timer::Rto,
-                Some(now.add_nanos(self.rtt.rto_backed_off_nanos(self.backoff))),
+                Some(now.add_nanos(self.timing.rto_backed_off_nanos())),
             );
         }
         // Ask for an immediate ACK when this is the last frame we may send
@@ -498,13 +798,13 @@ impl Connection {
         // for it, the peer may hold it up to its `max_ack_delay`, so that a
         // reply sent late (its process waited for a core) still carries it:
         // a request and its response cost one frame each, not two.
-        let ack = if !self.has_unsent() {
+        let ack = if !self.snd.has_unsent() {
             if awaited {
                 flags::ACK_SOON
             } else {
                 0
             }
-        } else if self.snd_nxt.lt(self.peer_window_end) && self.flight() < self.cwnd {
+        } else if self.snd.nxt.lt(self.snd.peer_window_end) && self.cc.allows(self.snd.flight()) {
             0
         } else {
             flags::ACK_NOW
@@ -516,11 +816,11 @@ impl Connection {
         TransportHeader {
             kind: kind.into(),
             flags: flag_bits,
-            src_port: self.local_port.into(),
-            dst_port: self.peer_port.into(),
-            src_cookie: self.local_cookie.into(),
-            dst_cookie: self.peer_cookie.into(),
-            seq: self.snd_nxt.0.into(),
+            src_port: self.ends.local_port().into(),
+            dst_port: self.ends.peer_port().into(),
+            src_cookie: self.ends.local_cookie().into(),
+            dst_cookie: self.ends.peer_cookie().into(),
+            seq: self.snd.nxt.0.into(),
             ts_val: wire_ts(now).into(),
             ..Default::default()
         }
@@ -536,13 +836,13 @@ impl Connection {
         let mut h = self.base_header(now, kind, flag_bits);
         match kind {
             FrameType::Syn => {
-                h.seq = self.isn.0.into();
-                h.msg_len = (self.local_mtu as u32).into();
+                h.seq = self.snd.isn.0.into();
+                h.msg_len = (self.ends.local_mtu() as u32).into();
                 h.frag_off = self.max_ack_delay_micros().into();
             }
             FrameType::SynAck => {
-                h.seq = self.isn.0.into();
-                h.msg_len = (self.local_mtu as u32).into();
+                h.seq = self.snd.isn.0.into();
+                h.msg_len = (self.ends.local_mtu() as u32).into();
                 h.frag_off = self.max_ack_delay_micros().into();
                 self.ack_fields(&mut h);
             }
@@ -550,7 +850,7 @@ impl Connection {
         }
         let blocks;
         let sacks: &[SackBlock] = match kind {
-            FrameType::Ack | FrameType::Ping => match self.sack_blocks(MAX_SACK_BLOCKS) {
+            FrameType::Ack | FrameType::Ping => match self.rcv.sack_blocks(MAX_SACK_BLOCKS) {
                 (_, 0) => &[],
                 (b, n) => {
                     blocks = b;
@@ -559,7 +859,7 @@ impl Connection {
             },
             _ => &[],
         };
-        wire::emit_transport_with(buf, &self.addr, &h, sacks, &[], self.cfg.trailer()).ok()
+        wire::emit_transport_with(buf, self.ends.addr(), &h, sacks, &[], self.cfg.trailer()).ok()
     }
 
     /// [`Connection::emit_sequenced`] out of line: retransmissions are rare,
@@ -574,12 +874,12 @@ impl Connection {
         ack_request: u8,
         tail: Option<&mut Option<Tail>>,
     ) -> Option<usize> {
-        let cargo = self.inflight[idx].cargo;
+        let cargo = self.snd.inflight[idx].cargo;
         let at = match cargo {
             Cargo::Data { msg_id, .. } => {
-                let first = self.send_msgs.front().expect("a message in flight").msg_id;
+                let first = self.snd.msgs.front().expect("a message in flight").msg_id;
                 let mi = msg_id.wrapping_sub(first) as usize;
-                self.send_msgs.slot_of(mi).expect("a message in flight")
+                self.snd.msgs.slot_of(mi).expect("a message in flight")
             }
             Cargo::Close => 0,
         };
@@ -612,7 +912,7 @@ impl Connection {
                 len,
                 last,
             } => {
-                let m = self.send_msgs.at(at);
+                let m = self.snd.msgs.at(at);
                 debug_assert_eq!(m.msg_id, msg_id);
                 h.msg_id = msg_id.into();
                 h.msg_len = (m.len() as u32).into();
@@ -632,11 +932,12 @@ impl Connection {
         // held out of order) is an empty slice, not an array of zeroed
         // blocks copied on the way, and the room for them is not worked out.
         let blocks;
-        let sacks: &[SackBlock] = if !self.holds_out_of_order() {
+        let sacks: &[SackBlock] = if !self.rcv.holds_out_of_order() {
             &[]
         } else {
-            let room = self.frag_len.saturating_sub(len) / crate::wire::transport::SACK_BLOCK_LEN;
-            match self.sack_blocks(room) {
+            let room =
+                self.ends.frag_len().saturating_sub(len) / crate::wire::transport::SACK_BLOCK_LEN;
+            match self.rcv.sack_blocks(room) {
                 (_, 0) => &[],
                 (b, n) => {
                     blocks = b;
@@ -658,7 +959,7 @@ impl Connection {
                 let (inline, body) = m.range_shared(off, len);
                 let n = wire::emit_transport_head_prefixed(
                     buf,
-                    &self.prefix,
+                    self.ends.prefix(),
                     &h,
                     sacks,
                     [inline, &body],
@@ -676,7 +977,7 @@ impl Connection {
             Some(m) => m.range(off, len),
             None => [&[][..], &[][..]],
         };
-        wire::emit_transport_prefixed(buf, &self.prefix, &h, sacks, payload, trailer).ok()
+        wire::emit_transport_prefixed(buf, self.ends.prefix(), &h, sacks, payload, trailer).ok()
     }
 
     /// `wts` is our wire clock now, `wire_ts(now)`.
@@ -688,18 +989,18 @@ impl Connection {
         sacks: &[SackBlock],
     ) {
         let ack = Seq(h.ack.get());
-        if self.snd_nxt.lt(ack) || ack.lt(self.snd_una) {
+        if self.snd.nxt.lt(ack) || ack.lt(self.snd.una) {
             // Acknowledges something never sent, or is older than what we know.
-            if self.snd_nxt.lt(ack) {
+            if self.snd.nxt.lt(ack) {
                 self.stats.violations += 1;
             }
             return;
         }
         let window_end = Seq(h.window_end.get());
-        if self.peer_window_end.lt(window_end)
+        if self.snd.peer_window_end.lt(window_end)
             && window_end.diff(ack) as u32 <= self.cfg.max_window_frames.max(1 << 16)
         {
-            self.peer_window_end = window_end;
+            self.snd.peer_window_end = window_end;
         }
         if sacks.is_empty() && self.acks_one_frame(ack) {
             self.ack_one_frame(now, wts, h);
@@ -717,60 +1018,56 @@ impl Connection {
         // the retransmission's timestamp (the receiver echoes the frame that
         // moved its cumulative point), so SACKed retransmissions never do.
         let echoes = |f: &InFlight| ecr != 0 && ecr.wrapping_sub(wire_ts(f.sent_at)) as i32 >= 0;
-        while self.snd_una.lt(ack) {
-            let Some(f) = self.inflight.pop_front() else {
+        while self.snd.una.lt(ack) {
+            let Some(f) = self.snd.inflight.pop_front() else {
                 break;
             };
-            let seq = self.snd_una;
-            self.snd_una = self.snd_una.add(1);
+            let seq = self.snd.una;
+            self.snd.una = self.snd.una.add(1);
             newly_acked += 1;
             cumulative += 1;
             if f.sacked {
-                self.n_sacked -= 1;
+                self.snd.n_sacked -= 1;
             } else {
                 // Only a retransmission needs the echo (a division).
                 note_delivered(&mut rack, &f, seq, f.retransmitted && echoes(&f));
             }
             if f.lost {
-                self.n_lost -= 1;
+                self.snd.n_lost -= 1;
             }
             if !self.retire_cargo(f.cargo) {
                 return;
             }
         }
         if !sacks.is_empty() {
-            newly_acked += self.apply_sacks(sacks, &mut rack);
+            newly_acked += self.snd.apply_sacks(sacks, &mut rack);
         }
         if let Some((t, seq)) = rack {
-            self.note_rack(now, t, seq);
+            self.snd.note_rack(now, t, seq);
         }
         if newly_acked > 0 {
-            self.probes_in_a_row = 0;
+            self.timing.on_delivery();
             // Only an ACK that moves the cumulative point echoes the
             // timestamp of the frame that moved it. One that only SACKs
             // frames beyond a hole echoes the last in-order frame, sent
             // before the hole: that sample would count the whole time the
             // hole stayed open and inflate the RTO under loss.
-            if self.rto_undo.is_some() && cumulative > 0 {
+            if self.cc.judges_timeout() && cumulative > 0 {
                 self.check_rto(ecr);
             }
             if ecr != 0 && cumulative > 0 {
-                self.rtt_sample(wts, ecr, h);
+                self.timing.sample(wts, ecr, h, &mut self.stats);
             }
             self.restart_ack_timers(now);
         }
-        if let Some(end) = self.recovery_end {
-            if !self.snd_una.lt(end) {
-                self.recovery_end = None;
-            }
-        }
-        if self.n_sacked > 0 {
+        self.cc.on_cumulative_ack(self.snd.una);
+        if self.snd.n_sacked > 0 {
             self.detect_losses(now);
         }
-        if newly_acked > 0 && self.recovery_end.is_none() {
+        if newly_acked > 0 && !self.cc.in_recovery() {
             self.grow_or_cut(now, newly_acked);
         }
-        if self.window_blocked() {
+        if self.snd.blocked_by_credit() {
             self.timers
                 .set(Timer::Probe, Some(now + self.probe_interval()));
         }
@@ -786,28 +1083,27 @@ impl Connection {
     #[inline(always)]
     fn acks_one_frame(&self, ack: Seq) -> bool {
         super::prediction_on()
-            && ack == self.snd_una.add(1)
-            && (self.n_sacked | self.n_lost) == 0
-            && self.rto_undo.is_none()
-            && self.recovery_end.is_none()
+            && ack == self.snd.una.add(1)
+            && (self.snd.n_sacked | self.snd.n_lost) == 0
+            && self.cc.is_steady()
     }
 
     /// [`Self::process_ack`]'s work, after the window update, for an ACK
     /// that [`Self::acks_one_frame`] predicted.
     #[inline(always)]
     fn ack_one_frame(&mut self, now: Instant, wts: u32, h: &TransportHeader) {
-        let Some(f) = self.inflight.pop_front() else {
+        let Some(f) = self.snd.inflight.pop_front() else {
             // Not reached (a frame is in flight below `snd_nxt`); as the
             // general path would.
-            if self.window_blocked() {
+            if self.snd.blocked_by_credit() {
                 self.timers
                     .set(Timer::Probe, Some(now + self.probe_interval()));
             }
             return;
         };
         debug_assert!(!f.sacked && !f.lost);
-        let seq = self.snd_una;
-        self.snd_una = seq.add(1);
+        let seq = self.snd.una;
+        self.snd.una = seq.add(1);
         if !self.retire_cargo(f.cargo) {
             return;
         }
@@ -815,15 +1111,15 @@ impl Connection {
         // A retransmission counts for RACK only when the ACK echoes it
         // (see `process_ack`).
         if !f.retransmitted || (ecr != 0 && ecr.wrapping_sub(wire_ts(f.sent_at)) as i32 >= 0) {
-            self.note_rack(now, f.sent_at, seq);
+            self.snd.note_rack(now, f.sent_at, seq);
         }
-        self.probes_in_a_row = 0;
+        self.timing.on_delivery();
         if ecr != 0 {
-            self.rtt_sample(wts, ecr, h);
+            self.timing.sample(wts, ecr, h, &mut self.stats);
         }
         self.restart_ack_timers(now);
         self.grow_or_cut(now, 1);
-        if self.window_blocked() {
+        if self.snd.blocked_by_credit() {
             self.timers
                 .set(Timer::Probe, Some(now + self.probe_interval()));
         }
@@ -855,65 +1151,22 @@ impl Connection {
     fn retire_oldest_message(&mut self, msg_id: u32) {
         // Frames are acknowledged in order, so this is the oldest message.
         let m = self
-            .send_msgs
+            .snd
+            .msgs
             .pop_front()
             .expect("an unacknowledged message");
         debug_assert_eq!(m.msg_id, msg_id);
-        self.next_unsent = self.next_unsent.saturating_sub(1);
+        self.snd.next_unsent = self.snd.next_unsent.saturating_sub(1);
         let len = m.len();
-        self.send_bytes -= len;
+        self.snd.bytes -= len;
         self.stats.messages_acked += 1;
         if self.cfg.acked_events {
             self.events.push_back(Event::Acked { msg_id });
         }
-        if len <= RETIRE_MAX_BYTES && self.retired.len() < RETIRE_LIMIT {
+        if len <= RETIRE_MAX_BYTES && self.snd.retired.len() < RETIRE_LIMIT {
             // The body alone: moving the whole message
             // here cost more than the rest of retiring it.
-            self.retired.push(m.body);
-        }
-    }
-
-    /// RACK: the frame `seq` sent at `t` was delivered; remember it when
-    /// it is the most recently sent one so far.
-    #[inline(always)]
-    fn note_rack(&mut self, now: Instant, t: Instant, seq: Seq) {
-        if t > self.rack_time || (t == self.rack_time && self.rack_seq.lt(seq)) {
-            self.rack_time = t;
-            self.rack_seq = seq;
-            self.rack_rtt_ns = now.as_nanos().saturating_sub(t.as_nanos());
-        }
-    }
-
-    /// An RTT sample from an ACK that moved the cumulative point and
-    /// echoes our timestamp `ecr` (not zero); `wts` is our wire clock now.
-    #[inline(always)]
-    fn rtt_sample(&mut self, wts: u32, ecr: u32, h: &TransportHeader) {
-        let rtt_us = wts.wrapping_sub(ecr);
-        if rtt_us < 60_000_000 {
-            let s = &mut self.stats;
-            // In nanoseconds, whole microseconds (as every sample).
-            let min_before = s.min_rtt_ns;
-            let ns = rtt_us as u64 * 1000;
-            s.rtt_samples += 1;
-            s.latest_rtt_ns = ns;
-            s.min_rtt_ns = if s.min_rtt_ns == 0 {
-                ns
-            } else {
-                s.min_rtt_ns.min(ns)
-            };
-            // The time the peer held the acknowledgement is not the
-            // path's: take it out (at most the delay the peer
-            // announced, as QUIC does, and not below the smallest
-            // round trip seen before), so that a late acknowledgement
-            // does not inflate the timeouts of every later frame.
-            let held = u64::from(h.ack_delay.get()).min(self.peer_max_ack_delay_us) * 1000;
-            let adjusted = if min_before == 0 || ns >= min_before + held {
-                ns.saturating_sub(held)
-            } else {
-                ns
-            };
-            self.rtt.sample_nanos(adjusted);
-            s.srtt_ns = self.rtt.srtt_nanos();
+            self.snd.retired.push(m.body);
         }
     }
 
@@ -921,67 +1174,17 @@ impl Connection {
     /// the tail-loss probe restart from now (or stop, nothing in flight).
     #[inline(always)]
     fn restart_ack_timers(&mut self, now: Instant) {
-        self.backoff = 0;
-        let (rto, tail) = if self.inflight.is_empty() {
+        self.timing.reset_backoff();
+        let (rto, tail) = if self.snd.inflight.is_empty() {
             (None, None)
         } else {
             (
-                Some(now.add_nanos(self.rtt.rto_nanos())),
-                Some(now.add_nanos(self.probe_timeout_nanos())),
+                Some(now.add_nanos(self.timing.rto_nanos())),
+                Some(now.add_nanos(self.timing.probe_timeout_nanos())),
             )
         };
         self.timers.set(Timer::Rto, rto);
         self.timers.set(Timer::Tail, tail);
-    }
-
-    /// The congestion window's answer to `acked` newly acknowledged frames
-    /// outside recovery.
-    #[inline(always)]
-    fn grow_or_cut(&mut self, now: Instant, acked: u32) {
-        if self.cfg.delay_control && self.queue_building() {
-            self.cut_for_delay(now);
-        } else {
-            self.grow_cwnd(acked);
-        }
-    }
-
-    /// Mark the frames `sacks` report as held by the peer; returns how many
-    /// were new. Out of line: loss-free exchanges carry no blocks.
-    #[inline(never)]
-    fn apply_sacks(&mut self, sacks: &[SackBlock], rack: &mut Option<(Instant, Seq)>) -> u32 {
-        let mut newly = 0;
-        for b in sacks.iter().take(MAX_SACK_BLOCKS) {
-            let (start, end) = (Seq(b.start.get()), Seq(b.end.get()));
-            let start = start.max(self.snd_una);
-            if !start.lt(end) || self.snd_nxt.lt(end) {
-                continue;
-            }
-            let (i0, i1) = (
-                start.diff(self.snd_una) as usize,
-                end.diff(self.snd_una) as usize,
-            );
-            let i1 = i1.min(self.inflight.len());
-            if i0 >= i1 {
-                continue;
-            }
-            for (i, f) in self.inflight.range_mut(i0..i1).enumerate() {
-                if !f.sacked {
-                    f.sacked = true;
-                    self.n_sacked += 1;
-                    if f.lost {
-                        f.lost = false;
-                        self.n_lost -= 1;
-                    }
-                    newly += 1;
-                    note_delivered(rack, f, self.snd_una.add((i0 + i) as u32), false);
-                }
-            }
-        }
-        newly
-    }
-
-    pub(super) fn unacked_messages(&self) -> usize {
-        self.send_msgs.len()
     }
 }
 

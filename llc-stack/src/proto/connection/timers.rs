@@ -2,21 +2,20 @@
 //! keepalive and window probe, idle limit, tail-loss probe and RACK's
 //! reordering timer. Deadlines are only stored here; the driver asks
 //! [`Connection::poll_timeout`] and calls [`Connection::handle_timeout`].
+//!
+//! How far away the deadlines are is [`PathTiming`]'s: the RTT estimate,
+//! the RTO's back-off and the tail-loss probes; [`Keepalive`] holds when
+//! the peer was last heard.
 
 use std::time::Duration;
 
+use super::stats::ConnStats;
 use super::{wire_ts, Connection, State};
+use crate::proto::config::Config;
 use crate::proto::error::ConnectionError;
+use crate::proto::rtt::RttEstimator;
 use crate::time::Instant;
-
-/// The congestion state before a run of retransmission timeouts, and when
-/// the first of them fired (wire timestamp).
-#[derive(Copy, Clone, Debug)]
-pub(super) struct RtoUndo {
-    pub(super) at_ts: u32,
-    pub(super) cwnd: u32,
-    pub(super) ssthresh: u32,
-}
+use crate::wire::TransportHeader;
 
 /// Timers, indexed into a table.
 #[derive(Copy, Clone, Debug)]
@@ -72,6 +71,242 @@ impl Timers {
     }
 }
 
+/// The path's round trip and the timeouts derived from it: the RTT
+/// estimator, the retransmission timeout's back-off, the tail-loss probes
+/// sent without a delivery, and the delay the peer announced it may hold
+/// an acknowledgement. The timer table holds the deadlines; this decides
+/// how far away they are.
+#[derive(Debug)]
+pub(super) struct PathTiming {
+    rtt: RttEstimator,
+    /// Retransmission timeouts in a row (each doubles the next).
+    backoff: u32,
+    /// Tail-loss probes sent since the last delivery; each waits twice as
+    /// long as the one before.
+    probes_in_a_row: u32,
+    /// A tail-loss probe may send one retransmission beyond the congestion
+    /// window (the frames that fill it may be lost too, and nothing would
+    /// drain it before the RTO).
+    probe_credit: bool,
+    /// Longest the peer holds an acknowledgement of a frame that did not ask
+    /// for one soon, as it announced in the handshake (zero: a peer that
+    /// announced none, and is asked for every acknowledgement soon). In
+    /// nanoseconds: the frames' path adds it to deadlines.
+    peer_max_ack_delay_ns: u64,
+    /// The same in whole microseconds, as the RTT samples take it (kept
+    /// apart: a division on every acknowledgement otherwise).
+    peer_max_ack_delay_us: u64,
+}
+
+impl PathTiming {
+    /// No sample yet: the configured initial timeout.
+    pub(super) fn new(cfg: &Config) -> Self {
+        PathTiming {
+            rtt: RttEstimator::new(cfg.initial_rto, cfg.min_rto, cfg.max_rto),
+            backoff: 0,
+            probes_in_a_row: 0,
+            probe_credit: false,
+            peer_max_ack_delay_ns: 0,
+            peer_max_ack_delay_us: 0,
+        }
+    }
+
+    /// The RTT estimator (smoothed and latest samples).
+    #[inline(always)]
+    pub(super) fn rtt(&self) -> &RttEstimator {
+        &self.rtt
+    }
+
+    /// The retransmission timeout before back-off, in nanoseconds.
+    #[inline(always)]
+    pub(super) fn rto_nanos(&self) -> u64 {
+        self.rtt.rto_nanos()
+    }
+
+    /// The retransmission timeout with the current back-off, in nanoseconds.
+    #[inline(always)]
+    pub(super) fn rto_backed_off_nanos(&self) -> u64 {
+        self.rtt.rto_backed_off_nanos(self.backoff)
+    }
+
+    /// [`PathTiming::rto_backed_off_nanos`] as a `Duration`.
+    pub(super) fn rto_backed_off(&self) -> Duration {
+        self.rtt.rto_backed_off(self.backoff)
+    }
+
+    /// One more timeout in a row; returns how many now.
+    pub(super) fn back_off(&mut self) -> u32 {
+        self.backoff += 1;
+        self.backoff
+    }
+
+    /// New data was acknowledged, or the handshake completed: the
+    /// back-off ends.
+    #[inline(always)]
+    pub(super) fn reset_backoff(&mut self) {
+        self.backoff = 0;
+    }
+
+    /// Probe timeout after the last transmission: twice the smoothed RTT
+    /// (the receiver acknowledges a burst's last frame at once, ACK_NOW) plus
+    /// scheduling slack, far below the RTO floor; and no earlier than the
+    /// RTT's own spread says an acknowledgement may still come (srtt + 4
+    /// rttvar). A peer whose process shares its cores with many others
+    /// answers late and irregularly; probing inside that spread only
+    /// resends what arrived (spurious probes cost both ends a frame). Plus
+    /// the delay the peer may hold an acknowledgement it was not asked for
+    /// soon (its announced `max_ack_delay`, as QUIC's PTO adds it).
+    pub(super) fn probe_timeout(&self) -> Duration {
+        Duration::from_nanos(self.probe_timeout_nanos())
+    }
+
+    /// [`PathTiming::probe_timeout`] in nanoseconds (the per-frame path's).
+    #[inline]
+    pub(super) fn probe_timeout_nanos(&self) -> u64 {
+        self.rtt.probe_base_nanos() + 50_000 + self.peer_max_ack_delay_ns
+    }
+
+    /// When the next tail-loss probe is due after a retransmission: the
+    /// probe timeout, doubled for every probe already sent without a
+    /// delivery since, and none once that reaches the RTO, which takes over
+    /// (its back-off and retry bound decide a dead peer's fate). The RTO
+    /// floor is fifty round trips on a LAN, so a lost probe (or its lost
+    /// answer) gets a second chance well before it.
+    pub(super) fn next_probe(&self, now: Instant) -> Option<Instant> {
+        let wait = self.probe_timeout() * (1u32 << self.probes_in_a_row.min(16));
+        (wait < self.rtt.rto()).then_some(now + wait)
+    }
+
+    /// A tail-loss probe is due: one repair may go beyond the window, and
+    /// the next probe waits twice as long.
+    pub(super) fn on_tail_probe(&mut self) {
+        self.probe_credit = true;
+        self.probes_in_a_row += 1;
+    }
+
+    /// A repair may go beyond the congestion window (a tail-loss probe).
+    #[inline(always)]
+    pub(super) fn has_probe_credit(&self) -> bool {
+        self.probe_credit
+    }
+
+    /// A repair went out: the probe's allowance, if any, is used.
+    #[inline(always)]
+    pub(super) fn use_probe_credit(&mut self) {
+        self.probe_credit = false;
+    }
+
+    /// A frame was delivered: the probes start again from one timeout.
+    #[inline(always)]
+    pub(super) fn on_delivery(&mut self) {
+        self.probes_in_a_row = 0;
+    }
+
+    /// The peer announced `micros` as its `max_ack_delay` (0: none),
+    /// bounded by `max` (our largest timeout) so that a hostile value
+    /// cannot stall the tail-loss probe.
+    pub(super) fn set_peer_max_ack_delay(&mut self, micros: u32, max: Duration) {
+        // At most 2^32 microseconds: the nanoseconds fit a u64.
+        let d = Duration::from_micros(u64::from(micros)).min(max);
+        self.peer_max_ack_delay_ns = d.as_nanos() as u64;
+        self.peer_max_ack_delay_us = d.as_micros() as u64;
+    }
+
+    /// The peer's announced longest acknowledgement delay (zero: none).
+    pub(super) fn peer_max_ack_delay(&self) -> Duration {
+        Duration::from_nanos(self.peer_max_ack_delay_ns)
+    }
+
+    /// The peer announced a delay: an acknowledgement nobody waits for
+    /// may come that late.
+    #[inline(always)]
+    pub(super) fn peer_delays_acks(&self) -> bool {
+        self.peer_max_ack_delay_ns != 0
+    }
+
+    /// An RTT sample from an ACK `h` that moved the cumulative point and
+    /// echoes our timestamp `ecr` (not zero); `wts` is our wire clock now.
+    /// The peer says in `h` how long it held the ACK. The counters
+    /// in `stats` follow it (the smallest sample is also the congestion
+    /// controller's queue reference).
+    #[inline(always)]
+    pub(super) fn sample(&mut self, wts: u32, ecr: u32, h: &TransportHeader, s: &mut ConnStats) {
+        let rtt_us = wts.wrapping_sub(ecr);
+        if rtt_us < 60_000_000 {
+            // In nanoseconds, whole microseconds (as every sample).
+            let min_before = s.min_rtt_ns;
+            let ns = rtt_us as u64 * 1000;
+            s.rtt_samples += 1;
+            s.latest_rtt_ns = ns;
+            s.min_rtt_ns = if s.min_rtt_ns == 0 {
+                ns
+            } else {
+                s.min_rtt_ns.min(ns)
+            };
+            // The time the peer held the acknowledgement is not the
+            // path's: take it out (at most the delay the peer
+            // announced, as QUIC does, and not below the smallest
+            // round trip seen before), so that a late acknowledgement
+            // does not inflate the timeouts of every later frame.
+            let held = u64::from(h.ack_delay.get()).min(self.peer_max_ack_delay_us) * 1000;
+            let adjusted = if min_before == 0 || ns >= min_before + held {
+                ns.saturating_sub(held)
+            } else {
+                ns
+            };
+            self.rtt.sample_nanos(adjusted);
+            s.srtt_ns = self.rtt.srtt_nanos();
+        }
+    }
+}
+
+/// What the idle limit and the keepalive go by: when we last heard from
+/// the peer, and whether a PING (keepalive or window probe) is to go.
+#[derive(Debug)]
+pub(super) struct Keepalive {
+    last_rx: Instant,
+    ping_due: bool,
+}
+
+impl Keepalive {
+    /// Heard from the peer at `now` (a new connection counts as heard).
+    pub(super) fn new(now: Instant) -> Self {
+        Keepalive {
+            last_rx: now,
+            ping_due: false,
+        }
+    }
+
+    /// A frame from the peer arrived at `now`. The idle and keepalive
+    /// deadlines follow it lazily (see `on_timer`).
+    #[inline(always)]
+    pub(super) fn heard(&mut self, now: Instant) {
+        self.last_rx = now;
+    }
+
+    /// When we last heard from the peer.
+    pub(super) fn last_heard(&self) -> Instant {
+        self.last_rx
+    }
+
+    /// A PING is to go at the next chance.
+    #[inline(always)]
+    pub(super) fn ping_due(&self) -> bool {
+        self.ping_due
+    }
+
+    /// Send a PING at the next chance.
+    pub(super) fn request_ping(&mut self) {
+        self.ping_due = true;
+    }
+
+    /// True once when a PING is due (it is being sent).
+    #[inline(always)]
+    pub(super) fn take_ping(&mut self) -> bool {
+        std::mem::take(&mut self.ping_due)
+    }
+}
+
 impl Connection {
     pub(super) fn on_timer(&mut self, now: Instant, t: Timer) {
         match t {
@@ -80,8 +315,8 @@ impl Connection {
                 // A connection we opened whose SYN crossed the peer's
                 // (`adopt_syn`): its user waits for it, so it fails as a
                 // connection attempt does.
-                State::SynReceived if self.syn_attempts > 0 => {
-                    self.fail(ConnectionError::ConnectTimeout(self.syn_attempts))
+                State::SynReceived if self.handshake.attempts() > 0 => {
+                    self.fail(ConnectionError::ConnectTimeout(self.handshake.attempts()))
                 }
                 State::SynReceived => {
                     self.state = State::Closed;
@@ -95,66 +330,46 @@ impl Connection {
             },
             Timer::Rto => {
                 if self.state == State::SynSent {
-                    if self.syn_attempts > self.cfg.max_syn_retries {
+                    let attempts = self.handshake.attempts();
+                    if attempts > self.cfg.max_syn_retries {
                         self.fail(if self.cfg.auth_key.is_some() {
-                            ConnectionError::AuthConnectTimeout(self.syn_attempts)
+                            ConnectionError::AuthConnectTimeout(attempts)
                         } else {
-                            ConnectionError::ConnectTimeout(self.syn_attempts)
+                            ConnectionError::ConnectTimeout(attempts)
                         });
                     } else {
-                        self.backoff += 1;
-                        self.syn_ack_due = true;
+                        self.timing.back_off();
+                        self.handshake.request();
                     }
                     return;
                 }
-                if self.inflight.is_empty() {
+                if self.snd.in_flight() == 0 {
                     return;
                 }
-                self.backoff += 1;
-                if self.backoff > self.cfg.max_retransmits {
-                    self.fail(ConnectionError::RetransmitLimit(self.backoff - 1));
+                let backoff = self.timing.back_off();
+                if backoff > self.cfg.max_retransmits {
+                    self.fail(ConnectionError::RetransmitLimit(backoff - 1));
                     return;
                 }
                 self.stats.timeouts += 1;
-                if self.rto_undo.is_none() {
-                    self.rto_undo = Some(RtoUndo {
-                        at_ts: wire_ts(now),
-                        cwnd: self.cwnd,
-                        ssthresh: self.ssthresh,
-                    });
-                }
-                self.ssthresh = (self.flight() / 2).max(self.cfg.min_cwnd);
-                self.cwnd = self.cfg.min_cwnd;
-                self.cwnd_acc = 0;
-                self.recovery_end = Some(self.snd_nxt);
-                self.lost_queue.clear();
-                self.n_lost = 0;
-                for (i, f) in self.inflight.iter_mut().enumerate() {
-                    f.lost = !f.sacked;
-                    if f.lost {
-                        self.n_lost += 1;
-                        self.lost_queue.push_back(self.snd_una.add(i as u32));
-                    }
-                }
-                self.timers.set(
-                    Timer::Rto,
-                    Some(now + self.rtt.rto_backed_off(self.backoff)),
-                );
+                self.cc
+                    .on_timeout(wire_ts(now), self.snd.nxt(), self.snd.flight());
+                self.snd.mark_all_lost();
+                self.timers
+                    .set(Timer::Rto, Some(now + self.timing.rto_backed_off()));
             }
             Timer::Ack => {
-                if self.ack_pending > 0 {
-                    self.ack_now = true;
-                }
+                self.ack.on_timer();
             }
             Timer::Probe => {
                 if matches!(self.state, State::Established | State::Closing) {
-                    let due = self.last_rx + self.probe_interval();
+                    let due = self.alive.last_heard() + self.probe_interval();
                     if now < due {
                         // Heard from the peer since the deadline was set.
                         self.timers.set(Timer::Probe, Some(due));
                         return;
                     }
-                    self.probe_due = true;
+                    self.alive.request_ping();
                     self.timers
                         .set(Timer::Probe, Some(now + self.probe_interval()));
                 }
@@ -180,45 +395,15 @@ impl Connection {
     /// When the connection fails for silence: an idle timeout after the
     /// last frame heard.
     fn idle_deadline(&self) -> Instant {
-        self.last_rx + self.cfg.idle_timeout
+        self.alive.last_heard() + self.cfg.idle_timeout
     }
 
     pub(super) fn probe_interval(&self) -> Duration {
-        if self.window_blocked() {
-            self.rtt.rto_backed_off(self.backoff)
+        if self.snd.blocked_by_credit() {
+            self.timing.rto_backed_off()
         } else {
             self.cfg.keepalive_interval
         }
-    }
-
-    /// Probe timeout after the last transmission: twice the smoothed RTT
-    /// (the receiver acknowledges a burst's last frame at once, ACK_NOW) plus
-    /// scheduling slack, far below the RTO floor; and no earlier than the
-    /// RTT's own spread says an acknowledgement may still come (srtt + 4
-    /// rttvar). A peer whose process shares its cores with many others
-    /// answers late and irregularly; probing inside that spread only
-    /// resends what arrived (spurious probes cost both ends a frame). Plus
-    /// the delay the peer may hold an acknowledgement it was not asked for
-    /// soon (its announced `max_ack_delay`, as QUIC's PTO adds it).
-    pub(super) fn probe_timeout(&self) -> Duration {
-        Duration::from_nanos(self.probe_timeout_nanos())
-    }
-
-    /// [`Connection::probe_timeout`] in nanoseconds (the per-frame path's).
-    #[inline]
-    pub(super) fn probe_timeout_nanos(&self) -> u64 {
-        self.rtt.probe_base_nanos() + 50_000 + self.peer_max_ack_delay_ns
-    }
-
-    /// When the next tail-loss probe is due after a retransmission: the
-    /// probe timeout, doubled for every probe already sent without a
-    /// delivery since, and none once that reaches the RTO, which takes over
-    /// (its back-off and retry bound decide a dead peer's fate). The RTO
-    /// floor is fifty round trips on a LAN, so a lost probe (or its lost
-    /// answer) gets a second chance well before it.
-    pub(super) fn next_probe(&self, now: Instant) -> Option<Instant> {
-        let wait = self.probe_timeout() * (1u32 << self.probes_in_a_row.min(16));
-        (wait < self.rtt.rto()).then_some(now + wait)
     }
 
     /// Nothing was delivered for a probe timeout: send one frame beyond the
@@ -231,21 +416,11 @@ impl Connection {
         if !matches!(self.state, State::Established | State::Closing) {
             return;
         }
-        if self.n_lost == 0 {
-            let Some(i) = self.inflight.iter().rposition(|f| !f.sacked && !f.lost) else {
-                return;
-            };
-            self.inflight[i].lost = true;
-            self.n_lost += 1;
-            self.lost_queue.push_back(self.snd_una.add(i as u32));
+        if !self.snd.mark_probe_frame() {
+            return;
         }
-        self.probe_credit = true;
-        self.probes_in_a_row += 1;
+        self.timing.on_tail_probe();
         self.stats.tail_probes += 1;
-    }
-
-    pub(super) fn window_blocked(&self) -> bool {
-        self.has_unsent() && !self.snd_nxt.lt(self.peer_window_end) && self.inflight.is_empty()
     }
 }
 
@@ -281,7 +456,7 @@ mod tests {
         for n in 1..=3u32 {
             p.advance_to(deadline);
             assert_eq!(p.a.stats().timeouts, n as u64);
-            assert_eq!(p.a.backoff, n);
+            assert_eq!(p.a.timing.backoff, n);
             let again = transmit_all(&mut p.a, p.now);
             assert!(
                 again.iter().any(|f| header(f).seq.get() == seq),
@@ -481,7 +656,7 @@ mod tests {
         // B's process did not run for 2 ms: only the announced 250 µs of
         // it is B's choice, the rest is a late peer the timeouts must know.
         p.now += Duration::from_millis(2);
-        p.b.ack_now = true;
+        p.b.ack.request_now();
         let ack = transmit_all(&mut p.b, p.now);
         assert_eq!(header(&ack[0]).ack_delay.get(), 2000);
         deliver(&mut p.a, p.now, &ack[0]);
