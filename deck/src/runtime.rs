@@ -553,6 +553,10 @@ impl Inner {
         };
         let opts = Options {
             background_period: BACKGROUND_PERIOD,
+            // DECK's waits spin without yielding for the whole budget, as
+            // before the runtime was shared: a yield in a ping-pong's wait
+            // costs more than the reply is away.
+            yield_after: Duration::MAX,
             ..Options::default()
         };
         let rt = Runtime::new(1, Ranks::new(node, peers), state, opts)

@@ -172,7 +172,13 @@ impl Runtime {
             node: Node::new(me, hosts, cfg),
             events: VecDeque::new(),
         };
-        let rt = app_runtime::Runtime::with_endpoint(ep, ranks, state, Options::default())
+        // Spin without yielding for the whole budget (the waiter's pacing
+        // before the runtime was shared).
+        let opts = Options {
+            yield_after: Duration::MAX,
+            ..Options::default()
+        };
+        let rt = app_runtime::Runtime::with_endpoint(ep, ranks, state, opts)
             .map_err(|e| {
                 MigrateError::Transport(msg_layer::Error::Transport(
                     msg_layer::transport::TransportError::io("setting up the runtime", &e),
