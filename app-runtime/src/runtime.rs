@@ -45,6 +45,14 @@ pub struct Options {
     /// The background thread's period: how often it looks whether the
     /// application still calls.
     pub background_period: Duration,
+    /// Once the application computes (a period without a call), whether
+    /// the background thread sleeps on the transports' descriptors and
+    /// makes a round as soon as a frame comes (the MPI shim: a computing
+    /// rank's peers see their sends acknowledged at once), or keeps
+    /// looking once a period and makes one round then (DECK, BMI: no
+    /// wake-up per frame on the receive path, which cost DECK's 8-byte
+    /// ping-pong about 0.1 µs).
+    pub background_on_traffic: bool,
 }
 
 impl Default for Options {
@@ -56,6 +64,7 @@ impl Default for Options {
             yield_after: Duration::from_micros(5),
             max_sleep: Duration::from_millis(1),
             background_period: Duration::from_millis(2),
+            background_on_traffic: true,
         }
     }
 }
@@ -402,8 +411,9 @@ impl<S: Api> Runtime<S> {
     /// Start the background thread, named `name`, that makes progress
     /// while the application does not call: it looks every period whether
     /// the application called; once a whole period passed without a call
-    /// it makes a round whenever the transport has work (it sleeps in
-    /// poll(2) on the transports' descriptors), at niceness 19 so that it
+    /// it makes a round at each look, or, with
+    /// [`Options::background_on_traffic`], whenever the transport has work
+    /// (it sleeps in poll(2) on the transports' descriptors), at niceness 19 so that it
     /// takes no time a computing rank on its core needs. It ends at
     /// [`Runtime::stop_background`] or when the runtime is dropped. This
     /// returns once the thread has lowered its priority.
@@ -435,7 +445,10 @@ impl<S: Api> Runtime<S> {
     fn background_look(&self, seen: &mut u64, computing: &mut bool) -> bool {
         let period = self.opts.background_period;
         let wake = [self.wake.fd()];
-        match (self.eps().next(), *computing) {
+        match (
+            self.eps().next(),
+            *computing && self.opts.background_on_traffic,
+        ) {
             (Some((_, ep)), true) => ep.wait_ready_or(&wake, period),
             _ => msg_layer::sys::poll_readable(&wake, period),
         }

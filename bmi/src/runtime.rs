@@ -417,6 +417,7 @@ impl Inner {
             spin: micros_from_env("BMI_SPIN_US", DEFAULT_SPIN)?,
             yield_after: micros_from_env("BMI_SPIN_YIELD_US", DEFAULT_SPIN_YIELD)?,
             background_period: BACKGROUND_PERIOD,
+            background_on_traffic: false,
             ..Options::default()
         };
         let rt = Runtime::new(methods.len(), Ranks::default(), state, opts)

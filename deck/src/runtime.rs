@@ -557,6 +557,7 @@ impl Inner {
             // before the runtime was shared: a yield in a ping-pong's wait
             // costs more than the reply is away.
             yield_after: Duration::MAX,
+            background_on_traffic: false,
             ..Options::default()
         };
         let rt = Runtime::new(1, Ranks::new(node, peers), state, opts)

@@ -178,12 +178,11 @@ impl Runtime {
             yield_after: Duration::MAX,
             ..Options::default()
         };
-        let rt = app_runtime::Runtime::with_endpoint(ep, ranks, state, opts)
-            .map_err(|e| {
-                MigrateError::Transport(msg_layer::Error::Transport(
-                    msg_layer::transport::TransportError::io("setting up the runtime", &e),
-                ))
-            })?;
+        let rt = app_runtime::Runtime::with_endpoint(ep, ranks, state, opts).map_err(|e| {
+            MigrateError::Transport(msg_layer::Error::Transport(
+                msg_layer::transport::TransportError::io("setting up the runtime", &e),
+            ))
+        })?;
         Ok(Runtime { rt })
     }
 
