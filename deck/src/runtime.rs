@@ -205,14 +205,7 @@ impl State {
                 }
                 Out::Refuse(node, token) => {
                     if let (Some(ep), Some(p)) = (cx.ep(), cx.ranks().peer(node)) {
-                        let r = ep.irecv(
-                            Source::Peer(p),
-                            Tag::Is(token),
-                            wire::DATA_CONTEXT,
-                            Vec::new(),
-                        );
-                        ep.watch(r);
-                        self.ignored.insert(r);
+                        self.ignored.insert(refuse(ep, p, token));
                     }
                 }
             }
@@ -389,6 +382,20 @@ impl State {
             }
         }
     }
+}
+
+/// Refuse the data of a large message whose mailbox is gone: a
+/// zero-length receive for its token, which the message layer answers with
+/// a refusal; its completion is watched (and ignored by the caller).
+fn refuse(ep: &Ep, peer: PeerId, token: u32) -> Request {
+    let r = ep.irecv(
+        Source::Peer(peer),
+        Tag::Is(token),
+        wire::DATA_CONTEXT,
+        Vec::new(),
+    );
+    ep.watch(r);
+    r
 }
 
 fn transport_err(e: impl std::fmt::Display) -> DeckError {
@@ -643,13 +650,7 @@ impl Inner {
                 }
                 Out::Refuse(node, token) => {
                     if let Some(p) = self.peer(node) {
-                        let r = ep.irecv(
-                            Source::Peer(p),
-                            Tag::Is(token),
-                            wire::DATA_CONTEXT,
-                            Vec::new(),
-                        );
-                        ep.watch(r);
+                        let r = refuse(ep, p, token);
                         self.st().ignored.insert(r);
                     }
                 }
