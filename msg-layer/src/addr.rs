@@ -41,6 +41,18 @@ pub enum AddrError {
     },
 }
 
+impl LlcAddr {
+    /// The address of port `port` on the interface with MAC `mac`, at the
+    /// default SAP.
+    pub fn new(mac: MacAddr, port: u16) -> Self {
+        LlcAddr {
+            mac,
+            sap: DEFAULT_SAP,
+            port,
+        }
+    }
+}
+
 impl fmt::Display for LlcAddr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "llc://{}/{}", self.mac, self.port)?;

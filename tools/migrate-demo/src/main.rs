@@ -20,6 +20,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use migrate::{Event, Runtime, TaskId};
+use msg_layer::addr::{LlcAddr, MacAddr};
 use msg_layer::transport::TransportSpec;
 use msg_layer::Addr;
 use rand::rngs::SmallRng;
@@ -28,6 +29,9 @@ use serde_json::{json, Value};
 
 /// The runtimes' TCP port on every host.
 const TCP_PORT: u16 = 7310;
+/// The LLC port every host's runtime listens on (the spec names it, the
+/// addresses carry it).
+const LLC_PORT: u16 = 7;
 /// A message whose send time is this close after its addressee's last
 /// migration counts as "sent just after a migration".
 const AFTER_MIGRATION: Duration = Duration::from_millis(5);
@@ -507,8 +511,8 @@ fn run_job(cli: &Cli, cluster: &testbed::Cluster, transport: &str) -> Result<Val
         .iter()
         .map(|h| match transport {
             "llc" => (
-                format!("llc://eth0?backend={}", cli.backend),
-                format!("llc://{}/7", testbed::format_mac(&h.mac)),
+                format!("llc://eth0?backend={}&port={LLC_PORT}", cli.backend),
+                LlcAddr::new(MacAddr(h.mac), LLC_PORT).to_string(),
             ),
             _ => (
                 format!("tcp://{}:{TCP_PORT}", h.ipv4),
