@@ -127,11 +127,7 @@ impl Cluster {
     /// everything created so far is deleted again.
     pub fn new(hosts: usize, mtu: u32) -> Result<Cluster, HarnessError> {
         check_mtu(mtu)?;
-        if !(1..=254).contains(&hosts) {
-            return Err(HarnessError::InvalidArgument(format!(
-                "{hosts} hosts: 1..=254 allowed"
-            )));
-        }
+        crate::netns::check_count(hosts, "hosts")?;
         static CLEANUP: Once = Once::new();
         CLEANUP.call_once(cleanup_stale_dirs);
         let tools = Tools::find()?;

@@ -548,6 +548,17 @@ pub fn check_mtu(mtu: u32) -> Result<(), HarnessError> {
     }
 }
 
+/// Checks that a segment of `n` `what` (hosts, ports) fits one /24: 1..=254.
+pub fn check_count(n: usize, what: &str) -> Result<(), HarnessError> {
+    if (1..=254).contains(&n) {
+        Ok(())
+    } else {
+        Err(HarnessError::InvalidArgument(format!(
+            "{n} {what}: 1..=254 allowed"
+        )))
+    }
+}
+
 /// Creates a veth pair from inside `ns` (end `name`) to `peer_ns` (end `peer`), both with the
 /// given MACs and MTU; nothing passes through the root namespace. Both ends stay down.
 pub fn add_veth(
@@ -649,11 +660,7 @@ impl Bridged {
     /// Builds the switch and `n` (1..=254) hosts; on error everything created is deleted.
     pub fn new(n: usize, mtu: u32) -> Result<Bridged, HarnessError> {
         check_mtu(mtu)?;
-        if !(1..=254).contains(&n) {
-            return Err(HarnessError::InvalidArgument(format!(
-                "{n} hosts: 1..=254 allowed"
-            )));
-        }
+        check_count(n, "hosts")?;
         let plan = AddressPlan::next();
         let mut segment = Segment::new("hub", Some(mtu))?;
         let mut hosts = Vec::with_capacity(n);
@@ -881,11 +888,7 @@ impl MultiPort {
     /// Builds the bridge and `n` (1..=254) ports; on error everything created is deleted.
     pub fn new(n: usize, mtu: u32) -> Result<MultiPort, HarnessError> {
         check_mtu(mtu)?;
-        if !(1..=254).contains(&n) {
-            return Err(HarnessError::InvalidArgument(format!(
-                "{n} ports: 1..=254 allowed"
-            )));
-        }
+        check_count(n, "ports")?;
         let plan = AddressPlan::next();
         let mut segment = Segment::new("mhub", Some(mtu))?;
         let ns = Netns::new("multi")?;
