@@ -9,7 +9,9 @@
 //! hash over the same bytes, and the CRC32C the tag saves; a frame's whole
 //! emit and parse (with the verification) with the key off and on; and the
 //! sender's work when the payload is sent from where it lies (`gather_off`,
-//! `gather_on`). By payload: an 8-byte and a 64-byte message's, and full
+//! `gather_on`); and what a short frame adds to one-way latency
+//! (`one_way_off`, `one_way_on`: each frame waits for the previous one's
+//! check). By payload: an 8-byte and a 64-byte message's, and full
 //! frames at MTU 1500, 9000 and 65000. It counts the measuring thread's CPU
 //! time, not wall time: on the shared 2-core build machine the thread is
 //! often descheduled, which wall time would charge to the MAC.
@@ -203,6 +205,38 @@ fn mac(c: &mut Criterion<ThreadCpu>) {
                     !keyed || key.verify(&out[..m], t.signed_len())
                 })
             });
+        }
+        // What one message's frame adds to one-way latency, on and off:
+        // each frame's emit, parse and check wait for the previous one's
+        // result (its header's sequence number comes from it), so the
+        // figure is the chain's latency, not the throughput of overlapping
+        // iterations.
+        if payload <= 64 {
+            for keyed in [false, true] {
+                let name = if keyed { "one_way_on" } else { "one_way_off" };
+                let mut h = header;
+                group.bench_with_input(BenchmarkId::new(name, payload), &n, |b, _| {
+                    b.iter(|| {
+                        let trailer = if keyed {
+                            wire::Trailer::Key(&key)
+                        } else {
+                            wire::Trailer::None
+                        };
+                        let m =
+                            wire::emit_transport_with(&mut out, &addr(), &h, &[], &data, trailer)
+                                .unwrap();
+                        let Ok(wire::Frame {
+                            body: wire::Body::Transport(t),
+                            ..
+                        }) = wire::parse(&out[..m], None)
+                        else {
+                            panic!("not a transport frame")
+                        };
+                        let ok = !keyed || key.verify(&out[..m], t.signed_len());
+                        h.seq = (h.seq.get().wrapping_add(1 + u32::from(!ok))).into();
+                    })
+                });
+            }
         }
         // The sender's work when the payload stays in the message
         // (scatter-gather, payloads of 1 KiB and more): the frame's start

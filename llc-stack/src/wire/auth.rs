@@ -40,8 +40,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use aes::cipher::generic_array::GenericArray;
-use aes::cipher::{BlockEncrypt, KeyInit};
-use aes::Aes128Enc;
+use aes::cipher::{BlockDecrypt, BlockEncrypt, KeyInit};
+use aes::{Aes128Dec, Aes128Enc};
 
 use crate::sys::nh::{self, Nh};
 use crate::sys::polyval::Polyval;
@@ -106,8 +106,11 @@ struct Prepared {
     nh: Nh,
     /// POLYVAL keyed with `H = bytes[16..]` (its powers precomputed).
     hash: Polyval,
-    /// AES-128 with `K_E = bytes[..16]`, encryption only.
+    /// AES-128 with `K_E = bytes[..16]`, encryption (signing).
     prf: Aes128Enc,
+    /// The same key's decryption (checking: the received tag is decrypted
+    /// while the hash is computed, instead of encrypting the hash after).
+    inverse: Aes128Dec,
 }
 
 impl AuthKey {
@@ -128,6 +131,7 @@ impl AuthKey {
             nh: Nh::new(k),
             hash: Polyval::new(&h),
             prf: Aes128Enc::new(&GenericArray::from(e)),
+            inverse: Aes128Dec::new(&GenericArray::from(e)),
         }))
     }
 
@@ -141,6 +145,7 @@ impl AuthKey {
             nh: p.nh.on(nh::Path::Portable),
             hash: p.hash.without_wide(),
             prf: p.prf.clone(),
+            inverse: p.inverse.clone(),
         }))
     }
 
@@ -183,6 +188,16 @@ impl AuthKey {
     /// Ethernet and LLC headers and the transport header's first byte).
     #[inline(always)]
     fn tag_of(&self, head: &[u8], body: &[u8]) -> [u8; TAG_LEN] {
+        let mut s = self.hash_of(head, body);
+        self.0
+            .prf
+            .encrypt_block(GenericArray::from_mut_slice(&mut s[..]));
+        s
+    }
+
+    /// The hash `S` of the frame `head || body`, which the tag encrypts.
+    #[inline(always)]
+    fn hash_of(&self, head: &[u8], body: &[u8]) -> [u8; TAG_LEN] {
         let at = ethernet::HEADER_LEN;
         let covered = ADDRS_LEN + head.len() - at + body.len();
         debug_assert!(covered <= MAX_COVERED);
@@ -197,7 +212,7 @@ impl AuthKey {
             | u128::from(word(at)) << 96;
         let bits = 8 * covered as u128;
         let rest = &head[at + FIRST_REST..];
-        let mut s = if covered >= NH_FROM {
+        if covered >= NH_FROM {
             self.long_hash(first, rest, body, bits)
         } else if body.is_empty() {
             self.0.hash.hash(first, &[], rest, bits)
@@ -207,11 +222,7 @@ impl AuthKey {
             joint[..rest.len()].copy_from_slice(rest);
             joint[rest.len()..n].copy_from_slice(body);
             self.0.hash.hash(first, &[], &joint[..n], bits)
-        };
-        self.0
-            .prf
-            .encrypt_block(GenericArray::from_mut_slice(&mut s[..]));
-        s
+        }
     }
 
     /// The hash of a long frame: POLYVAL of `first`, the header blocks
@@ -275,7 +286,17 @@ impl AuthKey {
         {
             return false;
         }
-        constant_time_eq(&self.tag(frame, span_len), tag)
+        // tag = AES(S) exactly when AES^-1(tag) = S (AES is a
+        // permutation): decrypting the received tag does not wait for the
+        // hash, so the two run side by side and the check costs the longer
+        // of them, not their sum (one AES block of latency per frame).
+        let mut expected = [0u8; TAG_LEN];
+        expected.copy_from_slice(tag);
+        self.0
+            .inverse
+            .decrypt_block(GenericArray::from_mut_slice(&mut expected[..]));
+        let s = self.hash_of(&frame[..at], &[]);
+        constant_time_eq(&s, &expected)
     }
 }
 
