@@ -252,7 +252,8 @@ mod wide {
     /// frame takes the latter: its handful of blocks then costs less latency
     /// (no 512-bit lanes to fold back together; a one-way message's frame
     /// 16 to 22 ns of sign and check instead of 35, `cargo bench -p
-    /// llc-stack --bench frames -- one_way`, with the receiver's AES below).
+    /// llc-stack --bench frames -- one_way`, with `wire::auth` decrypting
+    /// the received tag beside the hash).
     #[inline]
     #[target_feature(enable = "pclmulqdq,avx2,avx512f,avx512bw,avx512vl,vpclmulqdq")]
     fn fold<const GROUPS: bool>(
