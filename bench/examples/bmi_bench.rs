@@ -469,12 +469,12 @@ fn on_host(c: &testbed::Cluster, h: usize, exe: &Path, backend: &str) -> Command
 fn addresses(c: &testbed::Cluster, method: &str, backend: &str, port: u16) -> (String, String) {
     if method == "bmi_llc" {
         (
-            format!("llc://{}/{port}", mac(c, 0)),
-            format!("llc://eth0/{port}?backend={backend}"),
+            format!("[{}]:{port}", mac(c, 0)),
+            format!("llc://eth0?port={port}&backend={backend}"),
         )
     } else {
         let ip = c.hosts()[0].ipv4;
-        (format!("tcp://{ip}:{port}"), format!("tcp://{ip}:{port}"))
+        (format!("{ip}:{port}"), format!("tcp://{ip}:{port}"))
     }
 }
 

@@ -120,7 +120,7 @@ fn main() {
         // Addresses below a's and b's: of each pair the smaller connects,
         // so these peers wait, silent, for connections that never come.
         let [hi, lo] = i.to_be_bytes();
-        let addr: msg_layer::Addr = format!("llc://00:00:00:00:{hi:02x}:{lo:02x}/7")
+        let addr: msg_layer::Addr = format!("[00:00:00:00:{hi:02x}:{lo:02x}]:7")
             .parse()
             .expect("address");
         a.add_peer(&addr).expect("add peer");

@@ -191,7 +191,7 @@ extern "C" {
  * Start BMI with the methods of `method_list` (`"bmi_llc"`, `"bmi_tcp"`,
  * or `"bmi_llc,bmi_tcp"`), listening at `listen_addr` (one address per
  * method, comma-separated: a transport spec, `llc://IFACE?port=PORT`
- * (`llc://IFACE/PORT` for short) or `tcp://HOST:PORT`; needed with
+ * or `tcp://HOST:PORT`; needed with
  * `BMI_INIT_SERVER`, optional for a client).
  */
 int BMI_initialize(const char *method_list, const char *listen_addr, int flags);
@@ -311,7 +311,7 @@ int BMI_set_info(bmi_addr_t addr, int option, void *inout_parameter);
 int BMI_get_info(bmi_addr_t addr, int option, void *inout_parameter);
 
 /**
- * Look an address string up (`llc://MAC/PORT`, `tcp://HOST:PORT`): its
+ * Look a peer's address up (`[MAC]:PORT`, `HOST:PORT`): its
  * form is checked now; it is connected at first use. The same string
  * gives the same handle.
  */

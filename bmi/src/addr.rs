@@ -1,12 +1,18 @@
 //! BMI's address strings and which method each belongs to.
 //!
-//! - `bmi_llc`: a peer is `llc://MAC/PORT[?sap=0xNN]` (what the message
-//!   layer prints for an LLC endpoint); a listen address is the transport
-//!   spec every API takes, `llc://IFACE?port=PORT[&OPTION=VALUE...]` with
+//! A listen address is a transport spec, as every API takes (where an
+//! endpoint listens); a peer's address is the message layer's address
+//! (whom it talks to), with no scheme, so the two never look alike:
+//!
+//! - `bmi_llc`: listen on `llc://IFACE?port=PORT[&OPTION=VALUE...]` with
 //!   the message layer's LLC options (`backend=xdp|packet|auto`, `attach=`,
-//!   ...), or for short `llc://IFACE/PORT[?OPTION=VALUE&...]`.
-//! - `bmi_tcp`: `tcp://HOST:PORT` for both; a host name is resolved when
-//!   the address is first used (lookups are lazy), an IP literal at once.
+//!   ...); a peer is `[MAC]:PORT` (`[MAC%0xSAP]:PORT` at another SAP), what
+//!   the message layer prints for an LLC endpoint.
+//! - `bmi_tcp`: listen on `tcp://HOST:PORT`; a peer is `HOST:PORT`
+//!   (`[IPv6]:PORT`). A host name is resolved when the address is first
+//!   used (lookups are lazy), an IP literal at once.
+//!
+//! The form tells the method: a MAC in brackets is LLC, anything else TCP.
 
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::str::FromStr;
@@ -44,15 +50,15 @@ impl MethodKind {
         }
     }
 
-    /// The method an address string's scheme belongs to.
-    pub fn of_address(s: &str) -> Result<MethodKind, BmiError> {
+    /// The method of a listen spec, by its scheme.
+    pub fn of_spec(s: &str) -> Result<MethodKind, BmiError> {
         match s.split_once("://") {
             Some(("llc", _)) => Ok(MethodKind::Llc),
             Some(("tcp", _)) => Ok(MethodKind::Tcp),
             Some((scheme, _)) => Err(BmiError::UnknownMethod(format!("{scheme}://"))),
             None => Err(bad(
                 s,
-                "expected SCHEME://..., e.g. llc://02:00:00:00:00:01/7 or tcp://server:3334",
+                "a listen address is a transport spec: llc://IFACE?port=PORT or tcp://HOST:PORT",
             )),
         }
     }
@@ -81,23 +87,33 @@ pub enum PeerName {
 }
 
 impl PeerName {
-    /// Parse a peer address of either method.
+    /// Parse a peer address of either method: `[MAC]:PORT` (LLC) or
+    /// `HOST:PORT` (TCP). A string with a scheme is a spec, or an address
+    /// written as before version 4 of the vocabulary: refused with the form
+    /// to write (an unknown scheme as an unknown method, as BMI does).
     pub fn parse(s: &str) -> Result<PeerName, BmiError> {
-        match MethodKind::of_address(s)? {
-            MethodKind::Llc => LlcAddr::from_str(s)
-                .map(PeerName::Llc)
-                .map_err(|e| bad(s, e.to_string())),
-            MethodKind::Tcp => {
-                let (host, port) = split_host_port(s)?;
-                if host.parse::<IpAddr>().is_ok_and(|ip| ip.is_unspecified()) || port == 0 {
-                    return Err(bad(
-                        s,
-                        "a peer needs a specific host and a port other than 0",
-                    ));
-                }
-                Ok(PeerName::Tcp { host, port })
+        if let Some((scheme, _)) = s.split_once("://") {
+            if scheme != "llc" && scheme != "tcp" {
+                return Err(BmiError::UnknownMethod(format!("{scheme}://")));
             }
+            return Err(bad(
+                s,
+                "that is a listen spec's form; a peer's address is [MAC]:PORT (bmi_llc, e.g. [02:00:00:00:00:01]:3334) or HOST:PORT (bmi_tcp)",
+            ));
         }
+        if Addr::looks_llc(s) {
+            return LlcAddr::from_str(s)
+                .map(PeerName::Llc)
+                .map_err(|e| bad(s, e.to_string()));
+        }
+        let (host, port) = split_host_port(s, s)?;
+        if host.parse::<IpAddr>().is_ok_and(|ip| ip.is_unspecified()) || port == 0 {
+            return Err(bad(
+                s,
+                "a peer needs a specific host and a port other than 0",
+            ));
+        }
+        Ok(PeerName::Tcp { host, port })
     }
 
     /// The method of this address.
@@ -123,7 +139,7 @@ fn resolve(host: &str, port: u16) -> Result<SocketAddr, BmiError> {
         .to_socket_addrs()
         .map_err(|e| {
             bad(
-                &format!("tcp://{host}:{port}"),
+                &format!("{host}:{port}"),
                 format!("cannot resolve {host:?}: {e}"),
             )
         })?
@@ -134,27 +150,23 @@ fn resolve(host: &str, port: u16) -> Result<SocketAddr, BmiError> {
         .copied()
         .ok_or_else(|| {
             bad(
-                &format!("tcp://{host}:{port}"),
+                &format!("{host}:{port}"),
                 format!("{host:?} has no address"),
             )
         })
 }
 
-/// `tcp://HOST:PORT` or `tcp://[V6]:PORT` into host and port.
-fn split_host_port(s: &str) -> Result<(String, u16), BmiError> {
-    let rest = s
-        .strip_prefix("tcp://")
-        .ok_or_else(|| bad(s, "expected tcp://HOST:PORT"))?;
+/// `HOST:PORT` or `[V6]:PORT` (`rest`, from the string `s`) into host and
+/// port.
+fn split_host_port(s: &str, rest: &str) -> Result<(String, u16), BmiError> {
     let (host, port) = if let Some(v6) = rest.strip_prefix('[') {
-        let (h, p) = v6
-            .split_once("]:")
-            .ok_or_else(|| bad(s, "expected tcp://[IPv6]:PORT"))?;
-        (h, p)
+        v6.split_once("]:")
+            .ok_or_else(|| bad(s, "expected [IPv6]:PORT"))?
     } else {
         rest.rsplit_once(':')
-            .ok_or_else(|| bad(s, "expected tcp://HOST:PORT"))?
+            .ok_or_else(|| bad(s, "expected HOST:PORT, or [MAC]:PORT for bmi_llc"))?
     };
-    if host.is_empty() || host.contains(['/', '?', ' ']) {
+    if host.is_empty() || host.contains(['/', '?', ' ', '[', ']']) {
         return Err(bad(s, format!("{host:?} is not a host name or IP address")));
     }
     let port: u16 = port
@@ -165,10 +177,9 @@ fn split_host_port(s: &str) -> Result<(String, u16), BmiError> {
 
 /// A listen address into the transport to open: a transport spec, as
 /// every API takes (`llc://eth0?port=7`, `tcp://10.0.0.1:3334`; a TCP host
-/// may be a name), or BMI's shorthand `llc://IFACE/PORT[?options]` for
-/// `llc://IFACE?port=PORT[&options]`.
+/// may be a name). An LLC spec names its port: clients are told it.
 pub fn listen_spec(s: &str) -> Result<(MethodKind, TransportSpec), BmiError> {
-    let kind = MethodKind::of_address(s)?;
+    let kind = MethodKind::of_spec(s)?;
     let spec = match kind {
         MethodKind::Llc => {
             let rest = &s["llc://".len()..];
@@ -176,35 +187,22 @@ pub fn listen_spec(s: &str) -> Result<(MethodKind, TransportSpec), BmiError> {
                 Some((m, q)) => (m, Some(q)),
                 None => (rest, None),
             };
-            if !main.contains('/') {
-                // Clients are told the port: a listen spec names it.
-                if !query.is_some_and(|q| q.split('&').any(|o| o.starts_with("port="))) {
-                    return Err(bad(
-                        s,
-                        "a listen spec names its port: llc://IFACE?port=PORT (or llc://IFACE/PORT)",
-                    ));
-                }
-                let spec = TransportSpec::from_str(s).map_err(|e| bad(s, e.to_string()))?;
-                return Ok((kind, spec));
+            if main.contains('/') {
+                return Err(bad(
+                    s,
+                    "a listen spec names its port as an option: llc://IFACE?port=PORT",
+                ));
             }
-            let (iface, port) = main
-                .rsplit_once('/')
-                .ok_or_else(|| bad(s, "expected llc://IFACE/PORT, e.g. llc://eth0/7"))?;
-            if iface.is_empty() || iface.len() > 15 {
-                return Err(bad(s, format!("{iface:?} is not an interface name")));
+            if !query.is_some_and(|q| q.split('&').any(|o| o.starts_with("port="))) {
+                return Err(bad(
+                    s,
+                    "a listen spec names its port: llc://IFACE?port=PORT",
+                ));
             }
-            let port: u16 = port
-                .parse()
-                .map_err(|_| bad(s, format!("port {port:?} is not a number 0..=65535")))?;
-            let mut text = format!("llc://{iface}?port={port}");
-            if let Some(q) = query {
-                text.push('&');
-                text.push_str(q);
-            }
-            TransportSpec::from_str(&text).map_err(|e| bad(s, e.to_string()))?
+            TransportSpec::from_str(s).map_err(|e| bad(s, e.to_string()))?
         }
         MethodKind::Tcp => {
-            let (host, port) = split_host_port(s)?;
+            let (host, port) = split_host_port(s, &s["tcp://".len()..])?;
             let addr = resolve(&host, port)?;
             TransportSpec::from_str(&format!("tcp://{addr}")).map_err(|e| bad(s, e.to_string()))?
         }
@@ -232,32 +230,38 @@ mod tests {
     #[test]
     fn peers_parse_and_bad_ones_say_why() {
         assert_eq!(
-            PeerName::parse("llc://02:00:00:00:00:01/7")
-                .unwrap()
-                .method(),
+            PeerName::parse("[02:00:00:00:00:01]:7").unwrap().method(),
             MethodKind::Llc
         );
         assert_eq!(
-            PeerName::parse("tcp://server:3334").unwrap(),
+            PeerName::parse("server:3334").unwrap(),
             PeerName::Tcp {
                 host: "server".into(),
                 port: 3334
             }
         );
-        assert!(PeerName::parse("tcp://[::1]:5").is_ok());
+        assert!(PeerName::parse("[::1]:5").is_ok());
+        assert!(PeerName::parse("10.0.0.1:5").is_ok());
         for s in [
-            "llc://02:00:00:00:00:01",
-            "llc://zz:00:00:00:00:01/7",
-            "llc://ff:ff:ff:ff:ff:ff/7",
-            "tcp://host",
-            "tcp://host:99999",
-            "tcp://:5",
-            "tcp://0.0.0.0:5",
-            "no-scheme",
+            "[02:00:00:00:00:01]",
+            "[zz:00:00:00:00:01]:7",
+            "[ff:ff:ff:ff:ff:ff]:7",
+            "host",
+            "host:99999",
+            ":5",
+            "0.0.0.0:5",
+            "no-port",
+            // Specs, and addresses in the old scheme form.
+            "llc://02:00:00:00:00:01/7",
+            "tcp://server:3334",
         ] {
             let e = PeerName::parse(s).unwrap_err();
             assert_eq!(e.code(), -libc::EADDRNOTAVAIL, "{s}: {e}");
         }
+        assert!(PeerName::parse("tcp://server:3334")
+            .unwrap_err()
+            .to_string()
+            .contains("HOST:PORT"));
         assert_eq!(
             PeerName::parse("gm://host:5").unwrap_err().code(),
             -libc::EPROTONOSUPPORT
@@ -265,20 +269,20 @@ mod tests {
     }
 
     #[test]
-    fn listen_addresses_become_transport_specs() {
-        let (k, spec) = listen_spec("llc://eth0/9?backend=packet").unwrap();
+    fn listen_addresses_are_transport_specs() {
+        let (k, spec) = listen_spec("llc://eth0?port=9&backend=packet").unwrap();
         assert_eq!(k, MethodKind::Llc);
         assert_eq!(spec.to_string(), "llc://eth0?backend=packet&port=9");
         let (k, spec) = listen_spec("tcp://127.0.0.1:0").unwrap();
         assert_eq!(k, MethodKind::Tcp);
         assert_eq!(spec.to_string(), "tcp://127.0.0.1:0");
         assert!(listen_spec("llc://eth0").is_err());
-        // The transport spec every API takes reads the same as the shorthand.
-        let (k, spec) = listen_spec("llc://eth0?port=9&backend=packet").unwrap();
-        assert_eq!(k, MethodKind::Llc);
-        assert_eq!(spec.to_string(), "llc://eth0?backend=packet&port=9");
         assert!(listen_spec("llc://eth0?backend=packet").is_err(), "no port");
-        assert!(listen_spec("llc://eth0/7?colour=red").is_err());
+        assert!(listen_spec("llc://eth0?port=7&colour=red").is_err());
+        // The old shorthand, which looked like an address: refused, with the spec to write.
+        let e = listen_spec("llc://eth0/9").unwrap_err();
+        assert!(e.to_string().contains("llc://IFACE?port=PORT"), "{e}");
+        assert!(listen_spec("[02:00:00:00:00:01]:7").is_err(), "an address");
         assert_eq!(
             MethodKind::from_name("bmi_gm").unwrap_err().code(),
             -libc::EPROTONOSUPPORT

@@ -114,7 +114,7 @@ pub fn describe(code: c_int) -> &'static std::ffi::CStr {
         libc::ENXIO => c"BMI is not initialized (call BMI_initialize first)",
         libc::EALREADY => c"BMI is initialized already (call BMI_finalize first)",
         libc::EADDRNOTAVAIL => {
-            c"malformed address (expected llc://MAC/PORT, llc://IFACE/PORT or tcp://HOST:PORT)"
+            c"malformed address (a peer is [MAC]:PORT or HOST:PORT; a listen address llc://IFACE?port=PORT or tcp://HOST:PORT)"
         }
         libc::EPROTONOSUPPORT => {
             c"unknown method (expected bmi_llc or bmi_tcp, among those given to BMI_initialize)"

@@ -201,7 +201,7 @@ fn code_of(d: &Done) -> (bmi_error_code_t, bmi_size_t) {
 /// Start BMI with the methods of `method_list` (`"bmi_llc"`, `"bmi_tcp"`,
 /// or `"bmi_llc,bmi_tcp"`), listening at `listen_addr` (one address per
 /// method, comma-separated: a transport spec, `llc://IFACE?port=PORT`
-/// (`llc://IFACE/PORT` for short) or `tcp://HOST:PORT`; needed with
+/// or `tcp://HOST:PORT`; needed with
 /// `BMI_INIT_SERVER`, optional for a client).
 #[no_mangle]
 pub unsafe extern "C" fn BMI_initialize(
@@ -920,7 +920,7 @@ pub unsafe extern "C" fn BMI_get_info(
     })
 }
 
-/// Look an address string up (`llc://MAC/PORT`, `tcp://HOST:PORT`): its
+/// Look a peer's address up (`[MAC]:PORT`, `HOST:PORT`): its
 /// form is checked now; it is connected at first use. The same string
 /// gives the same handle.
 #[no_mangle]

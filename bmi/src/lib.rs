@@ -64,7 +64,7 @@ impl Bmi {
     /// Start the methods of `method_list` (`"bmi_llc"`, `"bmi_tcp"` or
     /// both, comma-separated), listening at `listen` (one address per
     /// method, comma-separated: a transport spec, `llc://IFACE?port=PORT`
-    /// (`llc://IFACE/PORT` for short) or `tcp://HOST:PORT`).
+    /// or `tcp://HOST:PORT`).
     /// A client may give none: its endpoints open at the first lookup's use
     /// (`BMI_LLC_IFACE` names the LLC interface when the host has several).
     pub fn initialize(

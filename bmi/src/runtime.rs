@@ -121,8 +121,7 @@ fn client_spec(kind: MethodKind, first_peer: &msg_layer::Addr) -> Result<Transpo
             format!("llc://{iface}?port=0&backend={backend}")
         }
         (MethodKind::Tcp, msg_layer::Addr::Tcp(to)) => {
-            let ip =
-                addr::route_source(*to).ok_or_else(|| setup(format!("no route to tcp://{to}")))?;
+            let ip = addr::route_source(*to).ok_or_else(|| setup(format!("no route to {to}")))?;
             format!("tcp://{}", std::net::SocketAddr::new(ip, 0))
         }
         (MethodKind::Tcp, other) => {

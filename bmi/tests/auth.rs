@@ -13,7 +13,7 @@ const WAIT: Duration = Duration::from_secs(20);
 
 /// A `bmi_llc` instance opened in `h`'s namespace, keyed from `material`.
 fn open(h: &Host, server: bool, material: &[u8]) -> Bmi {
-    let listen = format!("llc://{}/0?backend=packet", h.ifname);
+    let listen = format!("llc://{}?port=0&backend=packet", h.ifname);
     let flags = InitFlags {
         server,
         auth_key: Some(AuthKey::derive(material)),

@@ -164,13 +164,14 @@ fn free_tcp_port() -> u16 {
 fn every_call_and_error_over_bmi_tcp_on_this_host() {
     let _g = lock();
     let port = free_tcp_port();
-    let addr = format!("tcp://127.0.0.1:{port}");
+    let listen = format!("tcp://127.0.0.1:{port}");
+    let addr = format!("127.0.0.1:{port}");
     let place = Place {
         cluster: None,
         env: Vec::new(),
         user: None,
     };
-    run(&place, "bmi_tcp", &addr, &addr, &[0, 0, 0], &[0]);
+    run(&place, "bmi_tcp", &listen, &addr, &[0, 0, 0], &[0]);
 }
 
 fn llc_env(backend: &str) -> Vec<(&'static str, String)> {
@@ -193,14 +194,14 @@ fn every_call_and_error_over_bmi_llc_with_every_process_on_one_nic() {
     testbed::require_root!();
     let _g = lock();
     let cluster = Cluster::new(1, 1500).expect("bed");
-    let server = format!("llc://{}/3334", mac(&cluster, 0));
+    let server = format!("[{}]:3334", mac(&cluster, 0));
     for backend in ["xdp", "packet"] {
         let place = Place {
             cluster: Some(&cluster),
             env: llc_env(backend),
             user: None,
         };
-        let listen = format!("llc://eth0/3334?backend={backend}&idle_timeout_ms=2000");
+        let listen = format!("llc://eth0?port=3334&backend={backend}&idle_timeout_ms=2000");
         run(&place, "bmi_llc", &listen, &server, &[0, 0, 0], &[0]);
     }
 }
@@ -215,16 +216,22 @@ fn every_call_and_error_across_three_hosts_over_bmi_llc_and_bmi_tcp() {
         env: llc_env("xdp"),
         user: None,
     };
-    let server = format!("llc://{}/3334", mac(&cluster, 0));
-    let listen = "llc://eth0/3334?backend=xdp&idle_timeout_ms=2000";
+    let server = format!("[{}]:3334", mac(&cluster, 0));
+    let listen = "llc://eth0?port=3334&backend=xdp&idle_timeout_ms=2000";
     run(&place, "bmi_llc", listen, &server, &[1, 1, 2, 2, 0], &[2]);
     let ip = cluster.hosts()[0].ipv4;
-    let addr = format!("tcp://{ip}:3335");
-    run(&place, "bmi_tcp", &addr, &addr, &[1, 2, 2], &[1]);
+    run(
+        &place,
+        "bmi_tcp",
+        &format!("tcp://{ip}:3335"),
+        &format!("{ip}:3335"),
+        &[1, 2, 2],
+        &[1],
+    );
     // Both methods in one server, clients of each.
-    let addr = format!("tcp://{ip}:3336");
-    let server = format!("llc://{}/3337", mac(&cluster, 0));
-    let listen = format!("llc://eth0/3337?backend=xdp,{addr}");
+    let addr = format!("{ip}:3336");
+    let server = format!("[{}]:3337", mac(&cluster, 0));
+    let listen = format!("llc://eth0?port=3337&backend=xdp,tcp://{addr}");
     let clients = [
         (1, "bmi_llc", server.as_str()),
         (2, "bmi_tcp", addr.as_str()),
@@ -249,8 +256,8 @@ fn every_call_and_error_over_bmi_llc_as_an_ordinary_user() {
         env: llc_env("auto"),
         user: Some(&user),
     };
-    let server = format!("llc://{}/3334", mac(&cluster, 0));
-    let listen = "llc://eth0/3334?idle_timeout_ms=2000";
+    let server = format!("[{}]:3334", mac(&cluster, 0));
+    let listen = "llc://eth0?port=3334&idle_timeout_ms=2000";
     run(&place, "bmi_llc", listen, &server, &[1, 1, 0], &[1]);
     let log = cluster.llcd_log(1);
     assert!(
@@ -274,9 +281,13 @@ fn the_readme_example_serves_a_request() {
     );
     let exe = compile("readme_example.c");
     let _g = lock();
-    let addr = format!("tcp://127.0.0.1:{}", free_tcp_port());
+    let port = free_tcp_port();
+    let (listen, addr) = (
+        format!("tcp://127.0.0.1:{port}"),
+        format!("127.0.0.1:{port}"),
+    );
     let mut s = Command::new(&exe);
-    s.args(["s", &addr]);
+    s.args(["s", &listen]);
     let mut server = Background::spawn(&mut s, "listening at", Duration::from_secs(30))
         .unwrap_or_else(|e| panic!("the example server did not start: {e}"));
     let client = run_bounded(Command::new(&exe).args(["c", &addr]), JOB_TIMEOUT).expect("client");

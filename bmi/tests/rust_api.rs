@@ -87,7 +87,7 @@ fn request_reply_at_every_size_and_immediate_completion() {
         assert!(s
             .addr_rev_lookup(reply_to)
             .unwrap()
-            .starts_with("tcp://127.0.0.1:"));
+            .starts_with("127.0.0.1:"));
         s.unexpected_free(u);
         let data = pattern(want as usize, round as u8);
         let sp = s.post_send(reply_to, data.clone(), 8, 2, sctx).unwrap();
@@ -171,7 +171,7 @@ fn errors_are_clear_and_leave_the_library_usable() {
     let cctx = c.open_context();
     // Malformed addresses and unknown methods.
     assert!(matches!(
-        c.addr_lookup("tcp://nohostport"),
+        c.addr_lookup("nohostport"),
         Err(BmiError::BadAddress { .. })
     ));
     assert!(matches!(
@@ -179,7 +179,7 @@ fn errors_are_clear_and_leave_the_library_usable() {
         Err(BmiError::UnknownMethod(_))
     ));
     assert!(matches!(
-        c.addr_lookup("llc://02:00:00:00:00:01/7"),
+        c.addr_lookup("[02:00:00:00:00:01]:7"),
         Err(BmiError::UnknownMethod(_))
     ));
     assert!(matches!(

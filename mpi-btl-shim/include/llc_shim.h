@@ -353,7 +353,7 @@ enum LlcShimStatus llc_shim_select_interface(const char *include,
                                              size_t err_len);
 
 /**
- * The endpoint's address (`llc://MAC/PORT[?sap=0xNN]`), NUL-terminated,
+ * The endpoint's address (`[MAC]:PORT`, or `[MAC%0xSAP]:PORT` at another SAP), NUL-terminated,
  * into `buf`; returns the length it needs including the NUL (call again
  * with a larger buffer when that exceeds `len`).
  *

@@ -249,7 +249,7 @@ pub unsafe extern "C" fn llc_shim_select_interface(
     })
 }
 
-/// The endpoint's address (`llc://MAC/PORT[?sap=0xNN]`), NUL-terminated,
+/// The endpoint's address (`[MAC]:PORT`, or `[MAC%0xSAP]:PORT` at another SAP), NUL-terminated,
 /// into `buf`; returns the length it needs including the NUL (call again
 /// with a larger buffer when that exceeds `len`).
 ///

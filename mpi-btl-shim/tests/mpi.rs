@@ -847,7 +847,7 @@ fn cluster_peer_on_another_segment_is_unreachable_over_llc() {
         .filter(|l| l.contains("does not answer a link-level probe"))
         .collect();
     assert!(
-        unanswered.iter().any(|l| l.contains("],2] at llc://")),
+        unanswered.iter().any(|l| l.contains("],2] at [")),
         "btl/llc did not name host 2's rank as unreachable:\n{}",
         run.stderr
     );

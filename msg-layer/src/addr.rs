@@ -1,9 +1,17 @@
 //! Endpoint addresses, printable and parsable, exchanged out of band (the
-//! MPI modex, a name service, a command line).
+//! MPI modex, a name service, a command line): whom an endpoint talks to.
 //!
-//! - LLC: interface MAC + LLC SAP + port, `llc://02:00:00:00:00:01/7`
-//!   (default SAP) or `llc://02:00:00:00:00:01/7?sap=0x7c`.
-//! - TCP: `tcp://10.0.0.1:7000` or `tcp://[fd00::1]:7000`.
+//! An address is written like a socket address, with no scheme, so that it
+//! never looks like a transport spec (`llc://IFACE?...`, `tcp://IP:PORT`:
+//! where an endpoint listens, `transport::spec`):
+//!
+//! - LLC: the interface's MAC in brackets, then the port,
+//!   `[02:00:00:00:00:01]:7`; a SAP other than the default goes after the
+//!   MAC as a zone does after an IPv6 address, `[02:00:00:00:00:01%0x7c]:7`.
+//! - TCP: `10.0.0.1:7000` or `[fd00::1]:7000`.
+//!
+//! A MAC is six groups and never an IPv6 address, so the form tells the
+//! transport.
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -25,13 +33,21 @@ pub struct LlcAddr {
     pub port: u16,
 }
 
+/// What an address looks like, for error messages.
+const FORMS: &str = "[MAC]:PORT for LLC (e.g. [02:00:00:00:00:01]:7, [MAC%0xSAP]:PORT at another SAP) or IP:PORT for TCP (10.0.0.1:7000, [fd00::1]:7000)";
+
 /// Why an address did not parse.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum AddrError {
-    /// Not of the form `llc://MAC/PORT[?sap=0xNN]`.
-    #[error("invalid endpoint address {0:?}: expected llc://MAC/PORT[?sap=0xNN] (e.g. llc://02:00:00:00:00:01/7) or tcp://IP:PORT")]
+    /// Not of an address's form.
+    #[error("invalid endpoint address {0:?}: expected {FORMS}")]
     Form(String),
-    /// The MAC part is not a MAC.
+    /// A transport spec (`llc://...`, `tcp://...`) where an address was
+    /// expected: the spec says where an endpoint listens, the address
+    /// whom it talks to.
+    #[error("invalid endpoint address {0:?}: that is a transport spec (where an endpoint listens) or an address's old form; an address is {FORMS}")]
+    Spec(String),
+    /// A part is wrong: the MAC, the SAP or the port.
     #[error("invalid endpoint address {addr:?}: {reason}")]
     Part {
         /// The whole address.
@@ -55,28 +71,33 @@ impl LlcAddr {
 
 impl fmt::Display for LlcAddr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "llc://{}/{}", self.mac, self.port)?;
-        if self.sap != DEFAULT_SAP {
-            write!(f, "?sap={:#04x}", self.sap)?;
+        if self.sap == DEFAULT_SAP {
+            write!(f, "[{}]:{}", self.mac, self.port)
+        } else {
+            write!(f, "[{}%{:#04x}]:{}", self.mac, self.sap, self.port)
         }
-        Ok(())
     }
 }
 
 impl FromStr for LlcAddr {
     type Err = AddrError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s.contains("://") {
+            return Err(AddrError::Spec(s.to_string()));
+        }
         let form = || AddrError::Form(s.to_string());
         let part = |reason: String| AddrError::Part {
             addr: s.to_string(),
             reason,
         };
-        let rest = s.strip_prefix("llc://").ok_or_else(form)?;
-        let (main, query) = match rest.split_once('?') {
-            Some((m, q)) => (m, Some(q)),
-            None => (rest, None),
+        let (inner, port) = s
+            .strip_prefix('[')
+            .and_then(|r| r.split_once("]:"))
+            .ok_or_else(form)?;
+        let (mac, sap) = match inner.split_once('%') {
+            Some((m, sap)) => (m, Some(sap)),
+            None => (inner, None),
         };
-        let (mac, port) = main.rsplit_once('/').ok_or_else(form)?;
         let mac: MacAddr = mac
             .parse()
             .map_err(|e: llc_stack::wire::ethernet::ParseMacError| part(e.to_string()))?;
@@ -88,10 +109,9 @@ impl FromStr for LlcAddr {
         let port: u16 = port
             .parse()
             .map_err(|_| part(format!("port {port:?} is not a number 0..=65535")))?;
-        let sap = match query {
+        let sap = match sap {
             None => DEFAULT_SAP,
-            Some(q) => {
-                let v = q.strip_prefix("sap=").ok_or_else(form)?;
+            Some(v) => {
                 let n = match v.strip_prefix("0x") {
                     Some(h) => u8::from_str_radix(h, 16),
                     None => v.parse(),
@@ -104,7 +124,7 @@ impl FromStr for LlcAddr {
     }
 }
 
-/// Where an endpoint of any transport listens.
+/// Whom an endpoint of any transport talks to.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Addr {
     /// The LLC stack.
@@ -117,23 +137,42 @@ impl fmt::Display for Addr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Addr::Llc(a) => a.fmt(f),
-            Addr::Tcp(a) => write!(f, "tcp://{a}"),
+            Addr::Tcp(a) => a.fmt(f),
         }
+    }
+}
+
+impl Addr {
+    /// True when `s` has an LLC address's form (a MAC in brackets), so
+    /// that a caller knows the transport before parsing.
+    pub fn looks_llc(s: &str) -> bool {
+        s.strip_prefix('[')
+            .and_then(|r| r.split_once(']'))
+            .is_some_and(|(inner, _)| {
+                let mac = inner.split_once('%').map_or(inner, |(m, _)| m);
+                mac.len() == 17 && mac.bytes().filter(|&b| b == b':').count() == 5
+            })
     }
 }
 
 impl FromStr for Addr {
     type Err = AddrError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        if s.starts_with("llc://") {
+        if s.contains("://") {
+            return Err(AddrError::Spec(s.to_string()));
+        }
+        if Addr::looks_llc(s) {
             return s.parse().map(Addr::Llc);
         }
-        let Some(rest) = s.strip_prefix("tcp://") else {
-            return Err(AddrError::Form(s.to_string()));
-        };
-        rest.parse().map(Addr::Tcp).map_err(|_| AddrError::Part {
-            addr: s.to_string(),
-            reason: format!("{rest:?} is not IP:PORT (e.g. 10.0.0.1:7000 or [fd00::1]:7000)"),
+        s.parse().map(Addr::Tcp).map_err(|_| {
+            if s.contains(':') {
+                AddrError::Part {
+                    addr: s.to_string(),
+                    reason: format!("{s:?} is not IP:PORT (e.g. 10.0.0.1:7000 or [fd00::1]:7000) nor [MAC]:PORT"),
+                }
+            } else {
+                AddrError::Form(s.to_string())
+            }
         })
     }
 }
@@ -157,42 +196,58 @@ mod tests {
     #[test]
     fn any_transport_round_trips() {
         for s in [
-            "llc://02:00:00:00:00:01/7",
-            "tcp://10.0.0.1:7000",
-            "tcp://[fd00::1]:7000",
+            "[02:00:00:00:00:01]:7",
+            "[02:00:00:00:00:01%0x40]:7",
+            "10.0.0.1:7000",
+            "[fd00::1]:7000",
         ] {
             let a: Addr = s.parse().unwrap();
             assert_eq!(a.to_string(), s);
         }
         assert!(matches!(
-            "tcp://10.0.0.1".parse::<Addr>(),
-            Err(AddrError::Part { .. })
+            "[02:00:00:00:00:01]:7".parse::<Addr>(),
+            Ok(Addr::Llc(_))
         ));
         assert!(matches!(
-            "udp://10.0.0.1:7".parse::<Addr>(),
+            "10.0.0.1".parse::<Addr>(),
             Err(AddrError::Form(_))
         ));
+        assert!(matches!(
+            "10.0.0.1:x".parse::<Addr>(),
+            Err(AddrError::Part { .. })
+        ));
+        // Specs, and the old scheme forms, are refused with the forms to use.
+        for spec in [
+            "tcp://10.0.0.1:7000",
+            "llc://02:00:00:00:00:01/7",
+            "llc://eth0?port=7",
+        ] {
+            let e = spec.parse::<Addr>().unwrap_err();
+            assert!(matches!(e, AddrError::Spec(_)), "{spec}: {e}");
+            assert!(e.to_string().contains("[MAC]:PORT"), "{e}");
+        }
     }
 
     #[test]
     fn round_trips_and_errors() {
-        let a: LlcAddr = "llc://02:00:00:00:00:01/7".parse().unwrap();
+        let a: LlcAddr = "[02:00:00:00:00:01]:7".parse().unwrap();
         assert_eq!(a.mac, MacAddr([2, 0, 0, 0, 0, 1]));
         assert_eq!((a.sap, a.port), (DEFAULT_SAP, 7));
-        assert_eq!(a.to_string(), "llc://02:00:00:00:00:01/7");
-        let b: LlcAddr = "llc://02:00:00:00:00:01/65535?sap=0x40".parse().unwrap();
+        assert_eq!(a.to_string(), "[02:00:00:00:00:01]:7");
+        assert_eq!(LlcAddr::new(a.mac, 7), a);
+        let b: LlcAddr = "[02:00:00:00:00:01%0x40]:65535".parse().unwrap();
         assert_eq!((b.sap, b.port), (0x40, 65535));
         assert_eq!(b.to_string().parse::<LlcAddr>().unwrap(), b);
         for bad in [
             "",
-            "tcp://02:00:00:00:00:01/7",
-            "llc://02:00:00:00:00:01",
-            "llc://02:00:00:00:00/7",
-            "llc://02:00:00:00:00:01/70000",
-            "llc://01:00:00:00:00:01/7",
-            "llc://02:00:00:00:00:01/7?sap=0x41",
-            "llc://02:00:00:00:00:01/7?sap=0x00",
-            "llc://02:00:00:00:00:01/7?port=3",
+            "02:00:00:00:00:01:7",
+            "[02:00:00:00:00:01]",
+            "[02:00:00:00:00]:7",
+            "[02:00:00:00:00:01]:70000",
+            "[01:00:00:00:00:01]:7",
+            "[02:00:00:00:00:01%0x41]:7",
+            "[02:00:00:00:00:01%0x00]:7",
+            "llc://02:00:00:00:00:01/7",
         ] {
             let e = bad.parse::<LlcAddr>().unwrap_err();
             assert!(

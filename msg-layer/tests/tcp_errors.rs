@@ -39,12 +39,12 @@ fn checks<T: Transport + std::fmt::Debug>(
     assert!(matches!(e, TransportError::Address { .. }), "{e}");
 
     // Addresses a TCP endpoint cannot reach.
-    let llc: Addr = "llc://02:00:00:00:00:01/7".parse().unwrap();
+    let llc: Addr = "[02:00:00:00:00:01]:7".parse().unwrap();
     assert!(matches!(
         t.connect(&llc),
         Err(TransportError::Address { .. })
     ));
-    let unspecified: Addr = "tcp://0.0.0.0:7".parse().unwrap();
+    let unspecified: Addr = "0.0.0.0:7".parse().unwrap();
     assert!(matches!(
         t.connect(&unspecified),
         Err(TransportError::Address { .. })

@@ -166,9 +166,9 @@ static void info_checks(const char *method) {
     char local[8];
     CHECK(BMI_memfree(0, local, 8, BMI_RECV) == -EINVAL, "BMI_memfree of foreign memory");
     bmi_addr_t a;
-    CHECK(BMI_addr_lookup(&a, "llc://zz:00:00:00:00:01/7") == -EADDRNOTAVAIL, "bad MAC");
-    CHECK(BMI_addr_lookup(&a, "tcp://no-port") == -EADDRNOTAVAIL, "no port");
-    CHECK(BMI_addr_lookup(&a, "nothing") == -EADDRNOTAVAIL, "no scheme");
+    CHECK(BMI_addr_lookup(&a, "[zz:00:00:00:00:01]:7") == -EADDRNOTAVAIL, "bad MAC");
+    CHECK(BMI_addr_lookup(&a, "no-port") == -EADDRNOTAVAIL, "no port");
+    CHECK(BMI_addr_lookup(&a, "tcp://host:5") == -EADDRNOTAVAIL, "a listen spec");
     CHECK(BMI_addr_lookup(&a, "gm://host:5") == -EPROTONOSUPPORT, "unknown method");
     CHECK(BMI_addr_rev_lookup(987654) == NULL, "unknown address");
 }
@@ -291,11 +291,11 @@ static int server(const char *method, const char *listen, int nclients, int ncra
         memcpy(hello, u.buffer, sizeof hello);
         BMI_unexpected_free(u.addr, u.buffer);
         const char *name = BMI_addr_rev_lookup(u.addr);
-        /* llc://... or tcp://..., of a method in the list. */
-        CHECK(name != NULL && strlen(name) > 6 && strstr(method, name) == NULL &&
-                  (strncmp(name, "llc://", 6) == 0 ? strstr(method, "bmi_llc") != NULL
-                                                   : strncmp(name, "tcp://", 6) == 0 &&
-                                                         strstr(method, "bmi_tcp") != NULL),
+        /* [MAC]:PORT or IP:PORT, of a method in the list. */
+        CHECK(name != NULL && strlen(name) > 6 && strstr(name, "://") == NULL &&
+                  (strlen(name) > 19 && name[0] == '[' && name[18] == ']'
+                       ? strstr(method, "bmi_llc") != NULL
+                       : strstr(method, "bmi_tcp") != NULL),
               "peer name %s", name ? name : "?");
         id = hello[0];
         if (hello[1]) {

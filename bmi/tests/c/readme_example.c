@@ -22,7 +22,7 @@ int main(int argc, char **argv) {        /* server: ./app s ADDR   client: ./app
         BMI_unexpected_free(req.addr, req.buffer);
     } else {
         bmi_addr_t srv;
-        BMI_addr_lookup(&srv, argv[2]);                    /* llc://MAC/PORT or tcp://HOST:PORT */
+        BMI_addr_lookup(&srv, argv[2]);                    /* [MAC]:PORT or HOST:PORT */
         BMI_post_sendunexpected(&op, srv, buf, strlen(buf) + 1, BMI_EXT_ALLOC, 1, NULL, ctx);
         if (BMI_post_recv(&op, srv, buf, sizeof buf, &got, BMI_EXT_ALLOC, 2, NULL, ctx) == 0)
             BMI_test(op, &out, &err, &got, NULL, 10000, ctx);

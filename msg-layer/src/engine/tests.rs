@@ -75,7 +75,7 @@ struct Pair {
 }
 
 fn addr(n: u8) -> Addr {
-    format!("llc://02:00:00:00:00:{n:02x}/7").parse().unwrap()
+    format!("[02:00:00:00:00:{n:02x}]:7").parse().unwrap()
 }
 
 impl Pair {

@@ -108,7 +108,7 @@ pub enum FailureCause {
 }
 
 impl FailureCause {
-    /// A system call failed while doing `context` (e.g. `connecting to tcp://10.0.0.2:7000`).
+    /// A system call failed while doing `context` (e.g. `connecting to 10.0.0.2:7000`).
     pub fn io(context: impl Into<String>, e: &io::Error) -> Self {
         FailureCause::Io {
             context: context.into(),

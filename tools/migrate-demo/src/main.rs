@@ -516,7 +516,7 @@ fn run_job(cli: &Cli, cluster: &testbed::Cluster, transport: &str) -> Result<Val
             ),
             _ => (
                 format!("tcp://{}:{TCP_PORT}", h.ipv4),
-                format!("tcp://{}:{TCP_PORT}", h.ipv4),
+                format!("{}:{TCP_PORT}", h.ipv4),
             ),
         })
         .unzip();

@@ -224,7 +224,7 @@ fn peer_of(to: &Addr) -> Result<SocketAddr, TransportError> {
 }
 
 fn conn_error(what: &str, peer: SocketAddr, e: &io::Error) -> FailureCause {
-    FailureCause::io(format!("{what} tcp://{peer}"), e)
+    FailureCause::io(format!("{what} {peer}"), e)
 }
 
 /// Where a connection is in its life.
@@ -306,7 +306,7 @@ impl ConnCore {
         self.recv
             .commit(n, &mut |m| events.push(TransportEvent::Message(id, m)))
             .map_err(|e| FailureCause::Protocol {
-                peer: format!("tcp://{}", self.peer),
+                peer: self.peer.to_string(),
                 what: e.0.to_string(),
             })
     }
@@ -315,7 +315,7 @@ impl ConnCore {
     fn eof_reason(&self) -> Option<FailureCause> {
         if !self.recv.at_boundary() {
             return Some(FailureCause::ClosedEarly {
-                peer: format!("tcp://{}", self.peer),
+                peer: self.peer.to_string(),
                 what: format!(
                     "in the middle of a message ({} received)",
                     self.recv.pending()
@@ -324,7 +324,7 @@ impl ConnCore {
         }
         if self.phase == Phase::Open && !self.sendq.is_empty() {
             return Some(FailureCause::ClosedEarly {
-                peer: format!("tcp://{}", self.peer),
+                peer: self.peer.to_string(),
                 what: format!("with {} bytes of ours unsent", self.sendq.bytes()),
             });
         }
@@ -356,7 +356,7 @@ impl ConnCore {
 
     fn connect_timeout_error(&self, cfg: &TcpConfig) -> FailureCause {
         FailureCause::ConnectTimeout {
-            peer: format!("tcp://{}", self.peer),
+            peer: self.peer.to_string(),
             after: cfg.connect_timeout,
         }
     }
