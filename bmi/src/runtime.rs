@@ -102,7 +102,7 @@ pub struct Method {
 }
 
 /// What a client without a listen address opens: LLC on `BMI_LLC_IFACE`
-/// (or the only Ethernet interface up) at any free port; TCP on the
+/// (or the interface btl/llc would pick) at any free port; TCP on the
 /// address its route to the first server leaves from, any free port.
 fn client_spec(kind: MethodKind, first_peer: &msg_layer::Addr) -> Result<TransportSpec, BmiError> {
     let setup = |reason: String| BmiError::Setup {
@@ -111,12 +111,8 @@ fn client_spec(kind: MethodKind, first_peer: &msg_layer::Addr) -> Result<Transpo
     };
     let text = match (kind, first_peer) {
         (MethodKind::Llc, _) => {
-            let iface = match std::env::var("BMI_LLC_IFACE") {
-                Ok(i) if !i.is_empty() => i,
-                _ => only_ethernet_interface().ok_or_else(|| {
-                    setup("no listen address and no BMI_LLC_IFACE: set BMI_LLC_IFACE=IFACE (the interface that reaches the servers) or give a listen address llc://IFACE?port=PORT".into())
-                })?,
-            };
+            // Unset: the stack picks as btl/llc does (`llc://`, no interface).
+            let iface = std::env::var("BMI_LLC_IFACE").unwrap_or_default();
             let backend = std::env::var("BMI_LLC_BACKEND").unwrap_or_else(|_| "auto".into());
             format!("llc://{iface}?port=0&backend={backend}")
         }
@@ -129,24 +125,6 @@ fn client_spec(kind: MethodKind, first_peer: &msg_layer::Addr) -> Result<Transpo
         }
     };
     text.parse().map_err(|e| setup(format!("{text}: {e}")))
-}
-
-/// The one interface that is up, not loopback, and has a MAC, if exactly one.
-fn only_ethernet_interface() -> Option<String> {
-    let mut found = Vec::new();
-    for e in std::fs::read_dir("/sys/class/net").ok()?.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let p = e.path();
-        let read = |f: &str| std::fs::read_to_string(p.join(f)).unwrap_or_default();
-        if read("type").trim() != "1" || name == "lo" {
-            continue;
-        }
-        if read("operstate").trim() == "down" {
-            continue;
-        }
-        found.push(name);
-    }
-    (found.len() == 1).then(|| found.remove(0))
 }
 
 /// `spec` with `key` when one is given (else the opener's default:

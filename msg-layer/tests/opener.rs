@@ -51,6 +51,14 @@ fn llc_over_af_packet() {
     );
 }
 
+/// No interface named: each end opens the interface btl/llc would pick,
+/// its namespace's only Ethernet interface.
+#[test]
+fn llc_with_no_interface_named_opens_the_one_btl_llc_would() {
+    require_root!();
+    exchange(|_| "llc://?backend=packet&port=0".into(), "llc/af_packet");
+}
+
 #[test]
 fn llc_over_af_xdp_generic() {
     require_root!();

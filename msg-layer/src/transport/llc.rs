@@ -78,6 +78,22 @@ fn resolve_key(cfg: &mut LlcConfig, source: KeySource) -> Result<bool, Transport
     Ok(false)
 }
 
+/// `spec` with its interface chosen when it names none (`llc://`), as
+/// btl/llc chooses: the `local_rank`-th (modulo their number) of the
+/// host's interfaces that can carry LLC ([`select_interfaces`] with nothing
+/// named). Every API (the message layer, DECK, BMI, the migrating tasks,
+/// btl/llc) gets the same default this way. A spec that names its
+/// interface is returned as it is.
+pub fn on_interface_for(spec: &LlcSpec, local_rank: usize) -> Result<LlcSpec, TransportError> {
+    if !spec.ifname.is_empty() {
+        return Ok(spec.clone());
+    }
+    let names = select_interfaces(&[], &[])?;
+    let mut s = spec.clone();
+    s.ifname = names[local_rank % names.len()].clone();
+    Ok(s)
+}
+
 /// The interfaces an LLC endpoint may use on this host, in the kernel's
 /// order: those named in `include` (each must exist and carry LLC), or, when
 /// `include` is empty, every up Ethernet interface that is not loopback and
@@ -244,6 +260,9 @@ impl LlcTransport<AnyLink> {
     /// when the endpoint is alone on the interface).
     /// Its key is [`LlcSpec::auth`]'s (see [`KeySource`]).
     pub fn open_spec(spec: &LlcSpec) -> Result<Self, TransportError> {
+        if spec.ifname.is_empty() {
+            return Self::open_spec(&on_interface_for(spec, 0)?);
+        }
         let claim = (!spec.exclusive).then_some(spec.port);
         let mut cfg = spec.config.clone();
         let pending = resolve_key(&mut cfg, spec.auth)?;

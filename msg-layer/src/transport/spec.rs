@@ -1,4 +1,4 @@
-//! One opener for every transport, from an address-like spec.
+//! One opener for every transport, from a spec: where an endpoint listens.
 //!
 //! A [`TransportSpec`] says which transport to open and how; it parses from
 //! and prints as a URL-like string, so a command line, a configuration file
@@ -11,9 +11,18 @@
 //! spec    = scheme "://" target [ "?" option *( "&" option ) ]
 //! option  = name "=" value
 //! scheme  = "llc" | "tcp" | "tcp-uring"        ("tcp+uring" is read as "tcp-uring")
-//! target  = IFNAME                             (llc: the interface, e.g. eth0)
+//! target  = [ IFNAME ]                         (llc: the interface, e.g. eth0; none: as
+//!                                                btl/llc picks, see below)
 //!         | IP ":" PORT | "[" IPv6 "]" ":" PORT (tcp, tcp-uring: the address to bind)
 //! ```
+//! An LLC spec with no interface (`llc://`, `llc://?backend=xdp`) leaves the
+//! choice to the stack, the same for every API: the host's up Ethernet
+//! interfaces that can carry LLC (`transport::llc::select_interfaces`), the
+//! process's local rank among its job's processes on the host choosing one
+//! (`transport::llc::on_interface_for`; rank 0 when opened as it is). Where
+//! an endpoint listens is a spec; whom it talks to is an address
+//! (`crate::addr`: `[MAC]:PORT`, `IP:PORT`), which never has a scheme.
+//!
 //! Options of `llc://IFNAME`:
 //! - `backend=auto|xdp|packet` (default auto): AF_XDP, AF_PACKET, or AF_XDP falling
 //!   back to AF_PACKET (the fallback is said in [`AnyTransport::notes`](super::AnyTransport::notes));
@@ -179,7 +188,8 @@ choices!(
 /// How to open an LLC endpoint.
 #[derive(Clone, Debug)]
 pub struct LlcSpec {
-    /// The interface, e.g. `eth0`.
+    /// The interface, e.g. `eth0`; empty: the stack picks, as btl/llc
+    /// does (`transport::llc::on_interface_for`).
     pub ifname: String,
     /// AF_XDP, AF_PACKET or either.
     pub backend: Backend,
@@ -531,9 +541,6 @@ impl Parser<'_> {
     }
 
     fn llc(&self, ifname: &str, query: Option<&str>) -> Result<LlcSpec, SpecError> {
-        if ifname.is_empty() {
-            return Err(self.target("llc:// needs an interface name, e.g. llc://eth0".into()));
-        }
         if ifname.len() > IFNAME_MAX
             || ifname
                 .chars()
@@ -701,6 +708,15 @@ mod tests {
     }
 
     #[test]
+    fn no_interface_leaves_the_choice_to_the_stack() {
+        for s in ["llc://", "llc://?backend=xdp&port=0"] {
+            let l = llc(s);
+            assert_eq!(l.ifname, "", "{s}");
+            assert_eq!(parse(s).to_string(), s, "prints back");
+        }
+    }
+
+    #[test]
     fn defaults() {
         let l = llc("llc://eth0");
         assert_eq!(l.ifname, "eth0");
@@ -759,8 +775,6 @@ mod tests {
                 "udp://1.2.3.4:5",
                 "unknown transport \"udp\": expected llc, tcp or tcp-uring",
             ),
-            ("llc://", "needs an interface name"),
-            ("llc://?port=3", "needs an interface name"),
             ("llc://a/b", "is not an interface name"),
             ("llc://a_very_long_ifname", "at most 15 bytes"),
             (
