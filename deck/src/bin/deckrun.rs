@@ -5,32 +5,33 @@
 //! ssh), serves the bootstrap through which `deck_init` learns the peers
 //! (`deck::boot`), forwards the nodes' output with a `[N] ` prefix, and
 //! stops the whole job when one node fails. See `deck/README.md`.
+//!
+//! The workspace's `launcher` starts, watches and tears down the processes;
+//! what is DECK's is here: the nodes' environment (`env.rs`), and the
+//! bootstrap server with ABORT, the teardown's graceful step (`boot.rs`).
 
 // A binary's root looks for modules beside it: point at deckrun/.
-#[path = "deckrun/forward.rs"]
-mod forward;
-#[path = "deckrun/job.rs"]
-mod job;
-#[path = "deckrun/plan.rs"]
-mod plan;
+#[path = "deckrun/boot.rs"]
+mod boot;
+#[path = "deckrun/env.rs"]
+mod env;
 
 use std::ffi::OsString;
 use std::io::Write;
 use std::path::PathBuf;
-use std::process::Command;
-use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, ValueEnum};
 use deck::boot::{
-    BootServer, KeyMaterial, ENV_BACKEND, ENV_BOOT, ENV_IFACE, ENV_JOB, ENV_LOCAL_RANK, ENV_NODE,
-    ENV_NUMNODES, MAX_NODES,
+    BootServer, Incoming, KeyMaterial, ENV_BACKEND, ENV_BOOT, ENV_IFACE, ENV_JOB, ENV_LOCAL_RANK,
+    ENV_NODE, ENV_NUMNODES, MAX_NODES,
 };
+use launcher::hosts::{is_local, own_hostname, place, resolve_ipv4, route_source};
+use launcher::start::{check_remote_program, random_job_id, resolve_program};
+use launcher::status::EXIT_LAUNCHER;
+use launcher::{HostSpec, Job, Launch, Start};
 use msg_layer::transport::llc::AUTH_KEY_ENV;
-
-use crate::job::{Event, NodeLaunch};
-use crate::plan::HostSpec;
 
 /// The transport the nodes use (`DECK_BACKEND`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
@@ -71,7 +72,7 @@ impl Backend {
         on a command line): LLC_AUTH_KEY's when deckrun has it, else a random one.\n\
         deckrun exits 0 when every node exited 0, else with the status of\n\
         the first node that failed (128+N for signal N), after stopping the others.\n\
-        Log: RUST_LOG=deckrun=debug,deck=debug"
+        Log: RUST_LOG=deckrun=debug,launcher=debug,deck=debug"
 )]
 struct Args {
     /// Number of nodes (processes) to start.
@@ -139,7 +140,7 @@ fn main() {
         Ok(code) => code,
         Err(e) => {
             let _ = writeln!(std::io::stderr(), "deckrun: {e:#}");
-            job::EXIT_LAUNCHER
+            EXIT_LAUNCHER
         }
     };
     std::process::exit(code);
@@ -149,8 +150,9 @@ fn main() {
 struct Plan {
     program: PathBuf,
     args: Vec<OsString>,
-    /// The agent's program and options, split on white space.
-    agent: Vec<String>,
+    /// How the nodes of other hosts start: the agent's program and
+    /// options, split on white space (None: --rsh is empty).
+    agent: Option<Start>,
     /// Per node: host name, and for a remote host the route's source
     /// address (what its nodes reach deckrun at).
     nodes: Vec<(String, Option<std::net::IpAddr>)>,
@@ -180,14 +182,14 @@ fn plan(args: &Args) -> Result<Plan> {
     let exports = args
         .export
         .iter()
-        .map(|x| plan::parse_export(x, |name| std::env::var_os(name)))
+        .map(|x| env::parse_export(x, |name| std::env::var_os(name)))
         .collect::<Result<Vec<_>>>()?;
     let (program, prog_args) = args.command.split_first().context("PROGRAM is missing")?;
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
-    let program = plan::resolve_program(program, std::env::var_os("PATH").as_deref(), &cwd)?;
+    let program = resolve_program(program, std::env::var_os("PATH").as_deref(), &cwd)?;
 
-    let hostname = plan::own_hostname();
-    let placement = plan::place(args.n, &args.hosts)?;
+    let hostname = own_hostname();
+    let placement = place(args.n, &args.hosts)?;
     let hosts: Vec<String> = if args.hosts.is_empty() {
         vec![if hostname.is_empty() {
             "localhost".to_owned()
@@ -202,12 +204,17 @@ fn plan(args: &Args) -> Result<Plan> {
     let mut source = vec![None; hosts.len()];
     let mut sources = Vec::new();
     for &h in placement.iter().collect::<std::collections::BTreeSet<_>>() {
-        if args.hosts.is_empty() || plan::is_local(&hosts[h], &hostname) {
+        if args.hosts.is_empty() || is_local(&hosts[h], &hostname) {
             continue;
         }
-        let ip = plan::resolve(&hosts[h])?;
-        let src = plan::route_source(ip)
-            .with_context(|| format!("no route to host {} ({ip})", hosts[h]))?;
+        let ip = match resolve_ipv4(&hosts[h]) {
+            Err(launcher::Error::NoIpv4 { host }) => {
+                bail!("host {host} has no IPv4 address (deckrun's bootstrap server uses IPv4)")
+            }
+            ip => ip?,
+        };
+        let src =
+            route_source(ip).with_context(|| format!("no route to host {} ({ip})", hosts[h]))?;
         if src.is_loopback() {
             // The name is an alias of this host (e.g. 127.0.1.1 in /etc/hosts).
             continue;
@@ -217,27 +224,21 @@ fn plan(args: &Args) -> Result<Plan> {
             sources.push(src);
         }
     }
-    let agent: Vec<String> = args.rsh.split_whitespace().map(str::to_owned).collect();
+    let agent = Start::agent(&args.rsh);
     if source.iter().any(Option::is_some) {
-        let Some(prog) = agent.first() else {
+        let Some(Start::Agent { program: prog, .. }) = &agent else {
             bail!("--rsh is empty");
         };
-        plan::resolve_program(prog.as_ref(), std::env::var_os("PATH").as_deref(), &cwd)
+        resolve_program(prog, std::env::var_os("PATH").as_deref(), &cwd)
             .context("the remote shell agent (--rsh)")?;
-        // The remote `env` would take such a path for one more variable.
-        if program.as_os_str().as_encoded_bytes().contains(&b'=') {
-            bail!(
-                "program {}: a path with '=' cannot be started on other hosts",
-                program.display()
-            );
-        }
+        check_remote_program(&program)?;
     }
 
-    let job = plan::random_job_id()?;
+    let job = random_job_id()?;
     let key = if args.no_auth || args.backend == Backend::Tcp {
         None
     } else {
-        Some(plan::job_key(std::env::var_os(AUTH_KEY_ENV))?)
+        Some(env::job_key(std::env::var_os(AUTH_KEY_ENV))?)
     };
     let mut common_env = vec![
         (ENV_NUMNODES.to_owned(), OsString::from(args.n.to_string())),
@@ -265,8 +266,8 @@ fn plan(args: &Args) -> Result<Plan> {
     })
 }
 
-/// The commands that start the nodes, given the bootstrap server's port.
-fn launches(plan: &Plan, port: u16) -> Vec<NodeLaunch> {
+/// The nodes to start, given the bootstrap server's port.
+fn launches(plan: &Plan, port: u16) -> Vec<Launch> {
     plan.nodes
         .iter()
         .enumerate()
@@ -297,58 +298,41 @@ fn launches(plan: &Plan, port: u16) -> Vec<NodeLaunch> {
                 (ENV_BOOT.to_owned(), OsString::from(boot.join(","))),
             ];
             env.extend(plan.common_env.iter().cloned());
-            let node = node as u32;
-            if source.is_none() {
-                let mut command = Command::new(&plan.program);
-                command.args(&plan.args).envs(env);
-                if !plan.has_iface {
-                    command.env_remove(ENV_IFACE);
-                }
-                NodeLaunch {
-                    node,
-                    host: host.clone(),
-                    command,
-                    what: plan.program.display().to_string(),
-                }
-            } else {
-                let mut command = Command::new(&plan.agent[0]);
-                command
-                    .args(&plan.agent[1..])
-                    .arg(host)
-                    .args(plan::remote_words(&env, &plan.program, &plan.args));
-                NodeLaunch {
-                    node,
-                    host: host.clone(),
-                    command,
-                    what: format!("through {}", plan.agent[0]),
-                }
+            let how = match (source, &plan.agent) {
+                (Some(_), Some(agent)) => agent.clone(),
+                // `plan` refuses remote hosts without an agent.
+                _ => Start::Local,
+            };
+            let mut launch = Launch::new(node as u32, host.clone(), how, &plan.program);
+            launch.args = plan.args.clone();
+            launch.env = env;
+            if !plan.has_iface {
+                launch.env_remove.push(ENV_IFACE.to_owned());
             }
+            launch
         })
         .collect()
 }
 
 fn run(args: Args) -> Result<i32> {
     let plan = plan(&args)?;
-    let (tx, rx) = mpsc::channel::<Event>();
-    let sink = tx.clone();
-    let mut server = BootServer::start(plan.job, args.n, move |incoming| {
-        let _ = sink.send(Event::Boot(incoming));
-    })?;
+    let mut job = Job::<Incoming>::new("deckrun");
+    let sink = job.sink();
+    let mut server = BootServer::start(plan.job, args.n, move |incoming| sink.send(incoming))?;
     if let Some(k) = &plan.key {
         server.set_key(k.clone());
     }
     let nodes = launches(&plan, server.port());
-    let on_signal = tx.clone();
-    ctrlc::set_handler(move || {
-        let _ = on_signal.send(Event::Interrupted);
-    })
-    .context("cannot install the signal handler")?;
+    launcher::catch_interrupts()?;
     tracing::debug!(port = server.port(), nodes = nodes.len(), "starting");
-    Ok(job::run(
-        server,
-        nodes,
-        Duration::from_secs(args.boot_timeout),
-        tx,
-        rx,
-    ))
+    let boot_timeout = Duration::from_secs(args.boot_timeout);
+    let boot_deadline = Instant::now() + boot_timeout;
+    for launch in nodes {
+        let node = launch.node;
+        if let Err(e) = job.spawn(launch) {
+            job.fail(EXIT_LAUNCHER, node, &e.to_string(), |why| server.abort(why));
+            break;
+        }
+    }
+    Ok(boot::run(job, server, boot_deadline, boot_timeout))
 }

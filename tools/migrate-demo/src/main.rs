@@ -3,22 +3,25 @@
 //!
 //! As root it builds the bed itself (testbed::Cluster: one network
 //! namespace per host on one bridge), starts one runtime process per host
-//! (`migrate-demo host ...`, this same program), and drives them through
-//! their stdin/stdout: start, stop sending, report, exit. Every task checks
-//! what it receives (content, sender, order, duplicates) in its own state,
-//! which migrates with it; the launcher adds up the reports and exits
-//! non-zero if any property was violated.
+//! (`migrate-demo host ...`, this same program) through the bed's rsh agent
+//! with the project's launcher (`launcher`, as deckrun starts DECK nodes),
+//! and drives them through their stdin/stdout: start, stop sending, report,
+//! exit. Every task checks what it receives (content, sender, order,
+//! duplicates) in its own state, which migrates with it; the launcher adds
+//! up the reports and exits non-zero if any property was violated.
 //!
 //! `migrate-demo --hosts 4 --tasks 16 --migrations 400 --transport both --json`
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Stdio};
+use std::convert::Infallible;
+use std::ffi::OsString;
+use std::io::{BufRead, Write};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
+use launcher::{Event as JobEvent, Graces, Job, Launch, Output, Start};
 use migrate::{Event, Runtime, TaskId};
 use msg_layer::addr::{LlcAddr, MacAddr};
 use msg_layer::transport::TransportSpec;
@@ -40,6 +43,9 @@ const AFTER_MIGRATION: Duration = Duration::from_millis(5);
 const DRAIN: Duration = Duration::from_secs(30);
 /// Bound of every step of the launcher's conversation with its hosts.
 const STEP: Duration = Duration::from_secs(60);
+/// How long the hosts have to exit once told `exit`, before the launcher's
+/// teardown signals them.
+const EXIT_GRACE: Duration = Duration::from_secs(10);
 
 #[derive(Parser, Debug)]
 #[command(about = "Migrating tasks over LLC and TCP on a multi-host bed built here (root)")]
@@ -117,9 +123,29 @@ fn main() -> Result<()> {
     let cli = Cli::parse();
     match &cli.cmd {
         Some(Cmd::Host(a)) => host(a.clone()),
-        None => launch(&cli),
+        None => match launch(&cli) {
+            // The hosts are stopped and the bed is gone: end as a shell
+            // reports Ctrl-C.
+            Err(e) if e.is::<Interrupted>() => {
+                eprintln!("migrate-demo: interrupted");
+                std::process::exit(launcher::status::EXIT_INTERRUPTED);
+            }
+            other => other,
+        },
     }
 }
+
+/// SIGINT, SIGTERM or SIGHUP ended the run.
+#[derive(Debug)]
+struct Interrupted;
+
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("interrupted")
+    }
+}
+
+impl std::error::Error for Interrupted {}
 
 // ----- the application: what a task keeps (and takes along) -----
 
@@ -325,14 +351,18 @@ fn host(a: HostArgs) -> Result<()> {
             }
         }
         if quiet {
-            if let Ok(line) = lines.try_recv() {
-                match line.as_str() {
+            match lines.try_recv() {
+                Ok(line) => match line.as_str() {
                     "report" => {
                         report(&mut out, a.index, &rt, &books, &fig)?;
                     }
                     "exit" => break,
                     other => bail!("unknown command {other:?}"),
-                }
+                },
+                // The host runs in a process group of its own: when the
+                // launcher dies without its teardown, nothing else ends it.
+                Err(mpsc::TryRecvError::Disconnected) => bail!("launcher went away"),
+                Err(mpsc::TryRecvError::Empty) => {}
             }
             rt.progress()?;
             continue;
@@ -453,22 +483,13 @@ fn wait_line(
 
 // ----- the launcher -----
 
-struct HostProc {
-    child: Child,
-    stdin: ChildStdin,
-}
-
-impl Drop for HostProc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn launch(cli: &Cli) -> Result<()> {
     if let Err(why) = testbed::check_privileges() {
         bail!("migrate-demo builds network namespaces (run it as root): {why}");
     }
+    // The hosts run in process groups of their own: a Ctrl-C stops them
+    // through the job's teardown, and the bed is deleted.
+    launcher::catch_interrupts()?;
     if cli.hosts < 2 || cli.tasks < 2 {
         bail!("--hosts and --tasks must be at least 2");
     }
@@ -520,84 +541,73 @@ fn run_job(cli: &Cli, cluster: &testbed::Cluster, transport: &str) -> Result<Val
             ),
         })
         .unzip();
-    let (tx, rx) = mpsc::channel::<(usize, String)>();
-    let mut procs = Vec::new();
+    // Every host's runtime starts through the bed's rsh agent, as deckrun
+    // starts the nodes of other hosts: its stdout is its half of the
+    // conversation, its stdin the launcher's.
+    let agent = Start::Agent {
+        program: cluster.agent().into(),
+        options: Vec::new(),
+    };
+    let mut job = Job::<Infallible>::new("migrate-demo").with_graces(Graces {
+        ask: EXIT_GRACE,
+        ..Graces::default()
+    });
     let n = hosts.len() as u32;
     for (i, spec) in specs.iter().enumerate() {
         let share = cli.migrations / n + u32::from((i as u32) < cli.migrations % n);
-        let mut cmd = cluster.command(i, &exe);
-        cmd.args(["host", "--index", &i.to_string(), "--spec", spec])
-            .args(["--addrs", &addrs.join(",")])
-            .args(["--tasks", &cli.tasks.to_string()])
-            .args(["--migrations", &share.to_string()])
-            .args(["--duration-ms", &cli.duration_ms.to_string()])
-            .args(["--send-every-us", &cli.send_every_us.to_string()])
-            .args(["--seed", &cli.seed.to_string()])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        let mut child = cmd.spawn().context("starting a host")?;
-        let stdin = child.stdin.take().expect("stdin");
-        let stdout = child.stdout.take().expect("stdout");
-        let tx = tx.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { return };
-                if tx.send((i, line)).is_err() {
-                    return;
-                }
-            }
-        });
-        procs.push(HostProc { child, stdin });
+        let mut host = Launch::new(i as u32, &hosts[i].hostname, agent.clone(), &exe);
+        host.args = [
+            "host",
+            "--index",
+            &i.to_string(),
+            "--spec",
+            spec,
+            "--addrs",
+            &addrs.join(","),
+            "--tasks",
+            &cli.tasks.to_string(),
+            "--migrations",
+            &share.to_string(),
+            "--duration-ms",
+            &cli.duration_ms.to_string(),
+            "--send-every-us",
+            &cli.send_every_us.to_string(),
+            "--seed",
+            &cli.seed.to_string(),
+        ]
+        .map(OsString::from)
+        .to_vec();
+        // What a remote login would not pass on by itself.
+        if let Some(filter) = std::env::var_os("RUST_LOG") {
+            host.env.push(("RUST_LOG".into(), filter));
+        }
+        host.stdin = true;
+        host.stdout = Output::Lines;
+        host.stderr = Output::Inherit;
+        job.spawn(host).context("starting a host")?;
     }
-    let nprocs = procs.len();
-    let expect = |key: &str| -> Result<Vec<Value>> {
-        let mut got: Vec<Option<Value>> = vec![None; nprocs];
-        let deadline = Instant::now() + STEP;
-        while got.iter().any(Option::is_none) {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let (i, line) = rx
-                .recv_timeout(left)
-                .with_context(|| format!("waiting for every host's {key:?}"))?;
-            let v: Value =
-                serde_json::from_str(&line).with_context(|| format!("host {i}: {line:?}"))?;
-            if v.get(key).is_some() {
-                got[i] = Some(v);
-            }
-        }
-        Ok(got.into_iter().map(|v| v.expect("all")).collect())
-    };
-    let say = |procs: &mut Vec<HostProc>, what: &str| -> Result<()> {
-        for p in procs.iter_mut() {
-            writeln!(p.stdin, "{what}").context("writing to a host")?;
-            p.stdin.flush()?;
-        }
-        Ok(())
-    };
-    let ready = expect("ready")?;
+    let ready = expect(&mut job, "ready")?;
     let transport_name = ready[0]["transport"].as_str().unwrap_or("?").to_string();
     let t0 = Instant::now();
-    say(&mut procs, "go")?;
-    expect("quiet")?;
+    say(&mut job, "go")?;
+    expect(&mut job, "quiet")?;
     let streamed = t0.elapsed();
     // Ask for reports until every message sent was delivered (or DRAIN).
     let drain_start = Instant::now();
     let summary = loop {
-        say(&mut procs, "report")?;
-        let reports = expect("report")?;
+        say(&mut job, "report")?;
+        let reports = expect(&mut job, "report")?;
         let s = summarize(&reports, cli.tasks);
         if s.lost == 0 || drain_start.elapsed() > DRAIN {
             break s;
         }
         std::thread::sleep(Duration::from_millis(50));
     };
-    say(&mut procs, "exit")?;
-    for p in procs.iter_mut() {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while p.child.try_wait()?.is_none() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
+    // The teardown's graceful step: `exit` to every host.
+    say(&mut job, "exit")?;
+    let told = job.nodes();
+    job.stop(0, "the run is over", |_| told);
+    while job.next(None).is_some() {}
     let ok = summary.lost == 0
         && summary.duplicates == 0
         && summary.out_of_order == 0
@@ -632,6 +642,45 @@ fn run_job(cli: &Cli, cluster: &testbed::Cluster, transport: &str) -> Result<Val
         "latency_after_migration_us": lat(&summary.after),
         "ok": ok,
     }))
+}
+
+/// Waits (bounded by [`STEP`]) until every host has said a JSON line
+/// with `key`; returns those lines in host order. A host that ends, or an
+/// interrupt, ends the run.
+fn expect(job: &mut Job<Infallible>, key: &str) -> Result<Vec<Value>> {
+    let mut got: Vec<Option<Value>> = vec![None; job.nodes().len()];
+    let deadline = Instant::now() + STEP;
+    while got.iter().any(Option::is_none) {
+        match job.next(Some(deadline)) {
+            Some(JobEvent::Line { node, line, .. }) => {
+                let v: Value = serde_json::from_str(&line)
+                    .with_context(|| format!("host {node}: {line:?}"))?;
+                if v.get(key).is_some() {
+                    got[node as usize] = Some(v);
+                }
+            }
+            Some(JobEvent::Exited { node, status }) => {
+                let how = match status {
+                    Ok(s) => launcher::status::describe(&s),
+                    Err(e) => format!("could not be waited for ({e})"),
+                };
+                bail!("host {node} {how} while the launcher waited for its {key:?}");
+            }
+            Some(JobEvent::Interrupted) => return Err(Interrupted.into()),
+            Some(JobEvent::Timeout) => bail!("waiting for every host's {key:?}: timed out"),
+            Some(JobEvent::Owner(never)) => match never {},
+            None => bail!("every host has ended; waiting for their {key:?}"),
+        }
+    }
+    Ok(got.into_iter().map(|v| v.expect("all")).collect())
+}
+
+/// Writes `what` to every host.
+fn say(job: &mut Job<Infallible>, what: &str) -> Result<()> {
+    for node in job.nodes() {
+        job.write_line(node, what).context("writing to a host")?;
+    }
+    Ok(())
 }
 
 #[derive(Default)]
