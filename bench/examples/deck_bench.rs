@@ -226,7 +226,7 @@ fn bed(mtu: u32, backends: &[String], repeat: usize, rounds: usize) -> Result<()
             let mut cmd = cluster.command(0, &deckrun);
             cmd.args(["-n", "2", "--host", "h0,h1", "--rsh"])
                 .arg(cluster.agent())
-                .args(["--iface", "eth0", "--backend", b])
+                .args(["--transport", &format!("llc://eth0?backend={b}")])
                 .arg(&exe)
                 .args(["node", "--rounds", &rounds.to_string()]);
             let out = testbed::run_bounded(&mut cmd, Duration::from_secs(600))?;

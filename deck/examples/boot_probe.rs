@@ -3,7 +3,7 @@
 //! cards (`node-N@HOSTNAME`), prints what it got, then exits, fails, or
 //! sleeps as its arguments say.
 //!
-//! `deckrun -n 4 --backend tcp target/debug/examples/boot_probe --stderr`
+//! `deckrun -n 4 --transport tcp://0.0.0.0:0 target/debug/examples/boot_probe --stderr`
 //!
 //! Prints on stdout `pid PID host HOST ip IP`, one `round R: CARD...` line
 //! per round and `env NAME=VALUE` for each `--show-env`.

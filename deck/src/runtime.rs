@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use app_runtime::{Api, Cx, Options, Ranks, Runtime};
 use bytes::Bytes;
 use msg_layer::transport::llc::{AuthKey, AUTH_KEY_ENV};
-use msg_layer::transport::spec::{Backend, KeySource, LlcSpec, TcpSpec};
+use msg_layer::transport::spec::KeySource;
 use msg_layer::transport::{Transport, TransportSpec};
 use msg_layer::{ActiveMessage, Addr, Completion, Endpoint, Event, PeerId, Request, Source, Tag};
 use parking_lot::{Mutex, MutexGuard};
@@ -1157,43 +1157,27 @@ fn check_name(name: &str) -> Result<(), DeckError> {
     Ok(())
 }
 
-/// The transport this node opens, from the launcher's choice.
+/// The transport this node opens: `DECK_TRANSPORT`'s spec, its interface
+/// chosen as btl/llc chooses when it names none, a TCP spec's unspecified
+/// IP replaced by the address the launcher is reached from (the one the
+/// other hosts reach this one by).
 fn transport_spec(env: &JobEnv, boot: &Boot) -> Result<TransportSpec, DeckError> {
-    if let Ok(s) = std::env::var("DECK_TRANSPORT") {
-        return s
-            .parse()
-            .map_err(|e| DeckError::Init(format!("DECK_TRANSPORT: {e}")));
+    let mut spec = env.transport.clone();
+    match &mut spec {
+        TransportSpec::Llc(l) => {
+            *l = msg_layer::transport::llc::on_interface_for(l, env.local_rank as usize).map_err(
+                |e| {
+                    DeckError::Init(format!(
+                        "{e} (or name the interface the hosts share: deckrun --transport llc://IF)"
+                    ))
+                },
+            )?;
+        }
+        TransportSpec::Tcp(t) | TransportSpec::TcpUring(t) => {
+            if t.addr.ip().is_unspecified() {
+                t.addr.set_ip(boot.local_ip());
+            }
+        }
     }
-    let backend = match env.backend.as_str() {
-        "tcp" => {
-            return Ok(TransportSpec::Tcp(TcpSpec::new(std::net::SocketAddr::new(
-                boot.local_ip(),
-                0,
-            ))))
-        }
-        "auto" => Backend::Auto,
-        "xdp" => Backend::Xdp,
-        "packet" => Backend::Packet,
-        b => {
-            return Err(DeckError::Init(format!(
-                "DECK_BACKEND={b:?}: expected auto, xdp, packet or tcp"
-            )))
-        }
-    };
-    // Nothing given: the interface btl/llc would open for this local rank.
-    let iface = match &env.iface {
-        Some(i) => i.clone(),
-        None => {
-            let names = msg_layer::transport::llc::select_interfaces(&[], &[]).map_err(|e| {
-                DeckError::Init(format!(
-                    "{e} (or name the interface the hosts share: deckrun --iface IF)"
-                ))
-            })?;
-            names[env.local_rank as usize % names.len()].clone()
-        }
-    };
-    let mut spec = LlcSpec::new(iface);
-    spec.backend = backend;
-    spec.port = 0;
-    Ok(TransportSpec::Llc(spec))
+    Ok(spec)
 }

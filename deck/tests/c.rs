@@ -64,7 +64,7 @@ fn deckrun_here(args: &[&str], program: &Path, prog_args: &[&str]) -> JobOutput 
 fn deckrun_cluster(
     cluster: &Cluster,
     per_host: &[usize],
-    (backend, iface): (&str, &str),
+    transport: &str,
     program: &Path,
     prog_args: &[&str],
 ) -> JobOutput {
@@ -78,12 +78,8 @@ fn deckrun_cluster(
     let mut cmd = cluster.command(0, env!("CARGO_BIN_EXE_deckrun"));
     cmd.args(["-n", &n, "--host", &hosts.join(","), "--rsh"])
         .arg(cluster.agent())
-        .args(["--backend", backend]);
-    // "any": no interface named, each node picks as btl/llc does.
-    if iface != "any" {
-        cmd.args(["--iface", iface]);
-    }
-    cmd.args(["-x", "DECK_CLONE_WAIT_MS=2000"])
+        .args(["--transport", transport])
+        .args(["-x", "DECK_CLONE_WAIT_MS=2000"])
         // Each node says how its frames are keyed.
         .args(["-x", "DECK_LOG=deck::runtime=info"])
         .arg(program)
@@ -131,7 +127,11 @@ fn the_seeds_example_compiles_unchanged_and_prints_the_right_values() {
     assert!(alone.contains("inteiro = 0"), "{alone}");
     // Two nodes: node 1 packs vetor[i] = 1 * i. (The seed prints `node`,
     // which it never sets: the number after "nó" means nothing.)
-    let out = deckrun_here(&["-n", "2", "--backend", "tcp"], &b.appendix_b, &[]);
+    let out = deckrun_here(
+        &["-n", "2", "--transport", "tcp://0.0.0.0:0"],
+        &b.appendix_b,
+        &[],
+    );
     assert!(out.success(), "{out}");
     let node_says = |node: u32, what: &str| {
         out.stdout
@@ -158,7 +158,11 @@ fn assert_checks_pass(out: &JobOutput, test: &str, n: usize) {
 fn every_primitive_and_error_over_tcp_on_this_host() {
     let b = build();
     let _g = lock();
-    let out = deckrun_here(&["-n", "5", "--backend", "tcp"], &b.deck_check, &["all"]);
+    let out = deckrun_here(
+        &["-n", "5", "--transport", "tcp://0.0.0.0:0"],
+        &b.deck_check,
+        &["all"],
+    );
     assert_checks_pass(&out, "all", 5);
 }
 
@@ -171,7 +175,13 @@ fn every_primitive_and_error_over_llc_with_five_nodes_on_one_nic() {
     let _g = lock();
     let cluster = Cluster::new(1, 1500).expect("bed");
     for backend in ["xdp", "packet"] {
-        let out = deckrun_cluster(&cluster, &[5], (backend, "eth0"), &b.deck_check, &["all"]);
+        let out = deckrun_cluster(
+            &cluster,
+            &[5],
+            &format!("llc://eth0?backend={backend}"),
+            &b.deck_check,
+            &["all"],
+        );
         assert_checks_pass(&out, "all", 5);
     }
 }
@@ -183,7 +193,13 @@ fn every_primitive_and_error_over_llc_across_two_hosts() {
     let _g = lock();
     let cluster = Cluster::new(2, 9000).expect("bed");
     // A ring of four, two per host.
-    let out = deckrun_cluster(&cluster, &[2, 2], ("xdp", "eth0"), &b.deck_check, &["ring"]);
+    let out = deckrun_cluster(
+        &cluster,
+        &[2, 2],
+        "llc://eth0?backend=xdp",
+        &b.deck_check,
+        &["ring"],
+    );
     assert_checks_pass(&out, "ring", 4);
     // Keyed by default: deckrun drew a key and every node, on both hosts,
     // authenticated its frames with it.
@@ -191,22 +207,40 @@ fn every_primitive_and_error_over_llc_across_two_hosts() {
     assert_eq!(keys[0].len(), 8, "a key fingerprint: {keys:?}");
     assert!(keys.iter().all(|k| *k == keys[0]), "one key: {keys:?}");
     // Everything with five nodes (four senders to node 0), three on h0.
-    let out = deckrun_cluster(&cluster, &[3, 2], ("xdp", "eth0"), &b.deck_check, &["all"]);
+    let out = deckrun_cluster(
+        &cluster,
+        &[3, 2],
+        "llc://eth0?backend=xdp",
+        &b.deck_check,
+        &["all"],
+    );
     assert_checks_pass(&out, "all", 5);
     let out = deckrun_cluster(
         &cluster,
         &[1, 1],
-        ("packet", "eth0"),
+        "llc://eth0?backend=packet",
         &b.deck_check,
         &["sizes"],
     );
     assert_checks_pass(&out, "sizes", 2);
     // No interface named (as with btl/llc, nothing set): each node opens
     // its host's one Ethernet interface.
-    let out = deckrun_cluster(&cluster, &[2, 2], ("xdp", "any"), &b.deck_check, &["ring"]);
+    let out = deckrun_cluster(
+        &cluster,
+        &[2, 2],
+        "llc://?backend=xdp",
+        &b.deck_check,
+        &["ring"],
+    );
     assert_checks_pass(&out, "ring", 4);
     // The same program where LLC cannot run: TCP between the hosts' addresses.
-    let out = deckrun_cluster(&cluster, &[2, 2], ("tcp", "eth0"), &b.deck_check, &["all"]);
+    let out = deckrun_cluster(
+        &cluster,
+        &[2, 2],
+        "tcp://0.0.0.0:0",
+        &b.deck_check,
+        &["all"],
+    );
     assert_checks_pass(&out, "all", 4);
 }
 
@@ -222,13 +256,7 @@ fn the_ring_across_two_hosts_as_an_ordinary_user() {
     let mut cluster = Cluster::new(2, 1500).expect("bed");
     cluster.start_llcd("").expect("llcd on every host");
     cluster.login_as(&user).expect("logins as the user");
-    let out = deckrun_cluster(
-        &cluster,
-        &[2, 2],
-        ("auto", "eth0"),
-        &b.deck_check,
-        &["ring"],
-    );
+    let out = deckrun_cluster(&cluster, &[2, 2], "llc://eth0", &b.deck_check, &["ring"]);
     assert_checks_pass(&out, "ring", 4);
     for i in 0..2 {
         let log = cluster.llcd_log(i);

@@ -20,6 +20,8 @@ use testbed::{run_bounded, Cluster, JobOutput};
 
 const DECKRUN: &str = env!("CARGO_BIN_EXE_deckrun");
 /// Bound on one job: they take well under a second when all is well.
+/// The transport spec of the jobs that need no LLC interface.
+const TCP: &str = "tcp://0.0.0.0:0";
 const JOB_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a node may take to vanish once deckrun reported the job's end.
 const GONE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -125,7 +127,7 @@ fn assert_gone(pids: &[u32], context: &str) {
 #[test]
 fn local_job_gathers_identical_cards_and_prefixes_output() {
     let out = deckrun(
-        &["-n", "4", "--backend", "tcp"],
+        &["-n", "4", "--transport", TCP],
         &["--rounds", "2", "--stderr", "--partial"],
     );
     assert!(out.success(), "{out}");
@@ -169,7 +171,7 @@ fn local_job_gathers_identical_cards_and_prefixes_output() {
 #[test]
 fn failing_node_sets_the_status_and_stops_the_others() {
     let out = deckrun(
-        &["-n", "4", "--backend", "tcp"],
+        &["-n", "4", "--transport", TCP],
         &["--exit-on", "2:7", "--sleep-others"],
     );
     assert_eq!(code(&out), Some(7), "{out}");
@@ -194,7 +196,7 @@ fn failing_node_sets_the_status_and_stops_the_others() {
 #[test]
 fn signalled_node_gives_128_plus_signal() {
     let out = deckrun(
-        &["-n", "3", "--backend", "tcp"],
+        &["-n", "3", "--transport", TCP],
         &["--raise-on", "1:9", "--sleep-others"],
     );
     assert_eq!(code(&out), Some(128 + 9), "{out}");
@@ -247,8 +249,8 @@ fn bad_command_lines_start_nothing() {
             "5",
             "--host",
             "localhost:2,127.0.0.1:2",
-            "--backend",
-            "tcp",
+            "--transport",
+            TCP,
         ],
         &[],
         &marker,
@@ -259,12 +261,19 @@ fn bad_command_lines_start_nothing() {
         "{out}"
     );
     let out = refused(
-        &["-n", "1", "--backend", "tcp", "-x", "DECK_NODE=4"],
+        &["-n", "1", "--transport", TCP, "-x", "DECK_NODE=4"],
         &[],
         &marker,
     );
     assert!(
         out.stderr.contains("deckrun sets DECK_NODE itself"),
+        "{out}"
+    );
+    // An option deckrun does not have (one it had once) is not a program.
+    let out = refused(&["-n", "1", "--backend", "tcp"], &[], &marker);
+    assert!(
+        out.stderr.contains("unknown option --backend")
+            && out.stderr.contains("--transport llc://IF?backend=B"),
         "{out}"
     );
 
@@ -279,7 +288,7 @@ fn bad_command_lines_start_nothing() {
         ),
     ] {
         let mut cmd = Command::new(DECKRUN);
-        cmd.args(["-n", "2", "--backend", "tcp", program]);
+        cmd.args(["-n", "2", "--transport", TCP, program]);
         let out = run_bounded(&mut cmd, JOB_TIMEOUT).unwrap();
         assert_eq!(code(&out), Some(1), "{out}");
         assert!(out.stderr.contains(why), "{out}");
@@ -289,26 +298,11 @@ fn bad_command_lines_start_nothing() {
 #[test]
 fn nodes_get_the_job_environment() {
     let mut cmd = Command::new(DECKRUN);
-    cmd.env("DECK_IFACE", "from-env")
+    cmd.env("DECK_TRANSPORT", "llc://from-env?backend=packet")
         .env("FWD_ME", "forwarded")
-        .args([
-            "-n",
-            "2",
-            "--backend",
-            "packet",
-            "-x",
-            "FWD_ME",
-            "-x",
-            "SET_ME=a b",
-        ])
+        .args(["-n", "2", "-x", "FWD_ME", "-x", "SET_ME=a b"])
         .arg(probe());
-    for var in [
-        "DECK_IFACE",
-        "DECK_BACKEND",
-        "DECK_NUMNODES",
-        "FWD_ME",
-        "SET_ME",
-    ] {
+    for var in ["DECK_TRANSPORT", "DECK_NUMNODES", "FWD_ME", "SET_ME"] {
         cmd.args(["--show-env", var]);
     }
     let out = run_bounded(&mut cmd, JOB_TIMEOUT).unwrap();
@@ -316,8 +310,8 @@ fn nodes_get_the_job_environment() {
     for node in 0..2 {
         let lines = lines_of(&out.stdout, node);
         for want in [
-            "env DECK_IFACE=from-env",
-            "env DECK_BACKEND=packet",
+            // deckrun's own DECK_TRANSPORT, as the spec prints.
+            "env DECK_TRANSPORT=llc://from-env?backend=packet",
             "env DECK_NUMNODES=2",
             "env FWD_ME=forwarded",
             "env SET_ME=a b",
@@ -327,18 +321,33 @@ fn nodes_get_the_job_environment() {
         assert!(lines.iter().any(|l| l.ends_with(" ip 127.0.0.1")), "{out}");
     }
 
-    // TCP needs no interface: deckrun's own DECK_IFACE does not leak through.
+    // --transport wins over deckrun's own; with neither, `llc://` (the
+    // stack picks the interface).
+    for (flag, want) in [
+        (Some(TCP), "env DECK_TRANSPORT=tcp://0.0.0.0:0"),
+        (None, "env DECK_TRANSPORT=llc://"),
+    ] {
+        let mut cmd = Command::new(DECKRUN);
+        match flag {
+            Some(t) => cmd
+                .env("DECK_TRANSPORT", "llc://from-env")
+                .args(["--transport", t]),
+            None => cmd.env_remove("DECK_TRANSPORT"),
+        };
+        cmd.args(["-n", "1"])
+            .arg(probe())
+            .args(["--show-env", "DECK_TRANSPORT"]);
+        let out = run_bounded(&mut cmd, JOB_TIMEOUT).unwrap();
+        assert!(out.success(), "{out}");
+        assert!(lines_of(&out.stdout, 0).contains(&want), "{want}: {out}");
+    }
+
+    // A spec deckrun cannot read starts nothing and says why.
     let mut cmd = Command::new(DECKRUN);
-    cmd.env("DECK_IFACE", "from-env")
-        .args(["-n", "1", "--backend", "tcp"])
-        .arg(probe())
-        .args(["--show-env", "DECK_IFACE"]);
+    cmd.args(["-n", "1", "--transport", "udp://x"]).arg(probe());
     let out = run_bounded(&mut cmd, JOB_TIMEOUT).unwrap();
-    assert!(out.success(), "{out}");
-    assert!(
-        lines_of(&out.stdout, 0).contains(&"env DECK_IFACE=<unset>"),
-        "{out}"
-    );
+    assert_eq!(code(&out), Some(1), "{out}");
+    assert!(out.stderr.contains("--transport udp://x"), "{out}");
 }
 
 #[test]
@@ -347,8 +356,8 @@ fn nodes_that_never_connect_stop_the_job() {
     cmd.args([
         "-n",
         "2",
-        "--backend",
-        "tcp",
+        "--transport",
+        TCP,
         "--boot-timeout",
         "1",
         "sleep",
@@ -367,7 +376,7 @@ fn nodes_that_never_connect_stop_the_job() {
 fn exit_without_deck_done_during_a_round_stops_the_job() {
     // Node 1 exits 0 before its card: the others' round can never complete.
     let mut cmd = Command::new(DECKRUN);
-    cmd.args(["-n", "3", "--backend", "tcp", "sh", "-c"])
+    cmd.args(["-n", "3", "--transport", TCP, "sh", "-c"])
         .arg(r#"if [ "$DECK_NODE" = 1 ]; then exit 0; fi; exec "$0" --rounds 1"#)
         .arg(probe());
     let out = run_bounded(&mut cmd, JOB_TIMEOUT).unwrap();
@@ -498,7 +507,7 @@ fn all_exchanged(n: u32) -> impl Fn(&str) -> bool {
 
 #[test]
 fn sigterm_to_deckrun_stops_the_job() {
-    let mut job = Running::start(&["-n", "3", "--backend", "tcp"], &["--sleep-others"]);
+    let mut job = Running::start(&["-n", "3", "--transport", TCP], &["--sleep-others"]);
     let stdout = job.wait_stdout(all_exchanged(3));
     job.signal(Signal::SIGTERM);
     let status = job.wait();
@@ -514,7 +523,7 @@ fn sigterm_to_deckrun_stops_the_job() {
 
 #[test]
 fn nodes_exit_when_deckrun_dies() {
-    let mut job = Running::start(&["-n", "3", "--backend", "tcp"], &["--sleep-others"]);
+    let mut job = Running::start(&["-n", "3", "--transport", TCP], &["--sleep-others"]);
     let stdout = job.wait_stdout(all_exchanged(3));
     let pids: Vec<u32> = (0..3).map(|n| pid_of(&stdout, n)).collect();
     // SIGKILL: deckrun can tell nobody; the nodes' watchdogs see the
@@ -534,7 +543,7 @@ fn job_across_two_hosts() {
         let mut cmd = cluster.command(0, DECKRUN);
         cmd.args(["-n", "4", "--host", "h0:2,h1:2", "--rsh"])
             .arg(cluster.agent())
-            .args(["--backend", "tcp", "-x", "FWD_ME=across"])
+            .args(["--transport", TCP, "-x", "FWD_ME=across"])
             .arg(probe())
             .args(probe_args);
         run_bounded(&mut cmd, JOB_TIMEOUT).unwrap()

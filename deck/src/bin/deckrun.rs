@@ -22,41 +22,17 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use clap::{Parser, ValueEnum};
+use clap::Parser;
 use deck::boot::{
-    BootServer, Incoming, KeyMaterial, ENV_BACKEND, ENV_BOOT, ENV_IFACE, ENV_JOB, ENV_LOCAL_RANK,
-    ENV_NODE, ENV_NUMNODES, MAX_NODES,
+    BootServer, Incoming, KeyMaterial, DEFAULT_TRANSPORT, ENV_BOOT, ENV_JOB, ENV_LOCAL_RANK,
+    ENV_NODE, ENV_NUMNODES, ENV_TRANSPORT, MAX_NODES,
 };
 use launcher::hosts::{is_local, own_hostname, place, resolve_ipv4, route_source};
 use launcher::start::{check_remote_program, random_job_id, resolve_program};
 use launcher::status::EXIT_LAUNCHER;
 use launcher::{HostSpec, Job, Launch, Start};
 use msg_layer::transport::llc::AUTH_KEY_ENV;
-
-/// The transport the nodes use (`DECK_BACKEND`).
-#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
-enum Backend {
-    /// LLC over AF_XDP when it can be set up, else AF_PACKET.
-    Auto,
-    /// LLC over AF_XDP.
-    Xdp,
-    /// LLC over AF_PACKET.
-    Packet,
-    /// Kernel TCP, where LLC cannot run (no shared Ethernet segment, no
-    /// privileges).
-    Tcp,
-}
-
-impl Backend {
-    fn as_str(self) -> &'static str {
-        match self {
-            Backend::Auto => "auto",
-            Backend::Xdp => "xdp",
-            Backend::Packet => "packet",
-            Backend::Tcp => "tcp",
-        }
-    }
-}
+use msg_layer::transport::TransportSpec;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -65,10 +41,11 @@ impl Backend {
     about = "Start a DECK job: N processes of PROGRAM, nodes 0..N-1",
     after_help = "Examples:\n  \
         deckrun -n 4 ./ring\n  \
-        deckrun -n 8 --host n1:4,n2:4 --iface eth0 -x OMP_NUM_THREADS=1 ./solver in.dat\n  \
-        deckrun -n 2 --backend tcp ./ring\n\n\
-        Every node gets DECK_NODE, DECK_LOCAL_RANK, DECK_NUMNODES, DECK_BOOT, DECK_JOB,\n\
-        DECK_BACKEND and DECK_IFACE (if given), and over LLC the job's key (through deckrun's connection, never\n\
+        deckrun -n 8 --host n1:4,n2:4 --transport llc://eth0 -x OMP_NUM_THREADS=1 ./solver in.dat\n  \
+        deckrun -n 2 --transport 'llc://?backend=packet' ./ring\n  \
+        deckrun -n 2 --transport tcp://0.0.0.0:0 ./ring\n\n\
+        Every node gets DECK_NODE, DECK_LOCAL_RANK, DECK_NUMNODES, DECK_BOOT, DECK_JOB and\n\
+        DECK_TRANSPORT, and over LLC the job's key (through deckrun's connection, never\n\
         on a command line): LLC_AUTH_KEY's when deckrun has it, else a random one.\n\
         deckrun exits 0 when every node exited 0, else with the status of\n\
         the first node that failed (128+N for signal N), after stopping the others.\n\
@@ -92,14 +69,14 @@ struct Args {
     /// "ssh -x").
     #[arg(long, value_name = "AGENT", default_value = "ssh")]
     rsh: String,
-    /// The Ethernet interface the hosts share, for LLC (DECK_IFACE).
-    /// Default: deckrun's own DECK_IFACE; without one, each node picks as
-    /// btl/llc does (its host's up Ethernet interfaces, by local rank).
-    #[arg(long, value_name = "IF")]
-    iface: Option<String>,
-    /// Transport between the nodes.
-    #[arg(long, value_enum, default_value_t = Backend::Auto)]
-    backend: Backend,
+    /// The transport spec every node opens (DECK_TRANSPORT), as every API
+    /// of the stack takes one: `llc://` (each node on the interface btl/llc
+    /// would pick for its local rank: its host's up Ethernet interfaces),
+    /// `llc://eth0?backend=xdp`, or `tcp://0.0.0.0:0` (TCP; an unspecified
+    /// IP is the address the hosts reach each other by). Default:
+    /// deckrun's own DECK_TRANSPORT, else `llc://`.
+    #[arg(long, value_name = "SPEC")]
+    transport: Option<String>,
     /// Give every node this variable: NAME=VALUE, or NAME for deckrun's
     /// own value. Repeatable.
     #[arg(short = 'x', value_name = "NAME[=VALUE]")]
@@ -159,12 +136,8 @@ struct Plan {
     /// Distinct source addresses towards the remote hosts: the other
     /// addresses of DECK_BOOT.
     sources: Vec<std::net::IpAddr>,
-    /// DECK_NUMNODES, DECK_JOB, DECK_BACKEND, DECK_IFACE and `-x`, for
-    /// every node.
+    /// DECK_NUMNODES, DECK_JOB, DECK_TRANSPORT and `-x`, for every node.
     common_env: Vec<(String, OsString)>,
-    /// Whether DECK_IFACE is in `common_env` (else local nodes must not
-    /// inherit deckrun's own).
-    has_iface: bool,
     /// The job's id (DECK_JOB).
     job: u64,
     /// The key material the nodes get through the bootstrap (LLC only).
@@ -172,19 +145,32 @@ struct Plan {
 }
 
 fn plan(args: &Args) -> Result<Plan> {
-    // No interface named: each node picks as btl/llc does (every up
-    // Ethernet interface of its host, its local rank choosing).
-    let iface = match (&args.iface, args.backend) {
-        (Some(i), _) => Some(OsString::from(i)),
-        (None, Backend::Tcp) => None,
-        (None, _) => std::env::var_os(ENV_IFACE).filter(|v| !v.is_empty()),
+    // No interface named (`llc://`): each node picks as btl/llc does
+    // (every up Ethernet interface of its host, its local rank choosing).
+    let spec_text = match &args.transport {
+        Some(s) => s.clone(),
+        None => std::env::var(ENV_TRANSPORT)
+            .ok()
+            .filter(|v| !v.is_empty())
+            .unwrap_or_else(|| DEFAULT_TRANSPORT.to_owned()),
     };
+    let spec: TransportSpec = spec_text
+        .parse()
+        .with_context(|| format!("--transport {spec_text}"))?;
     let exports = args
         .export
         .iter()
         .map(|x| env::parse_export(x, |name| std::env::var_os(name)))
         .collect::<Result<Vec<_>>>()?;
     let (program, prog_args) = args.command.split_first().context("PROGRAM is missing")?;
+    if let Some(opt) = program.to_str().filter(|p| p.starts_with('-')) {
+        let hint = if matches!(opt, "--backend" | "--iface") {
+            " (the transport is one spec now: --transport llc://IF?backend=B, or tcp://0.0.0.0:0)"
+        } else {
+            ""
+        };
+        bail!("unknown option {opt}{hint}; see deckrun --help");
+    }
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
     let program = resolve_program(program, std::env::var_os("PATH").as_deref(), &cwd)?;
 
@@ -235,7 +221,7 @@ fn plan(args: &Args) -> Result<Plan> {
     }
 
     let job = random_job_id()?;
-    let key = if args.no_auth || args.backend == Backend::Tcp {
+    let key = if args.no_auth || !matches!(spec, TransportSpec::Llc(_)) {
         None
     } else {
         Some(env::job_key(std::env::var_os(AUTH_KEY_ENV))?)
@@ -243,12 +229,8 @@ fn plan(args: &Args) -> Result<Plan> {
     let mut common_env = vec![
         (ENV_NUMNODES.to_owned(), OsString::from(args.n.to_string())),
         (ENV_JOB.to_owned(), OsString::from(format!("{job:016x}"))),
-        (ENV_BACKEND.to_owned(), args.backend.as_str().into()),
+        (ENV_TRANSPORT.to_owned(), OsString::from(spec.to_string())),
     ];
-    let has_iface = iface.is_some();
-    if let Some(i) = iface {
-        common_env.push((ENV_IFACE.to_owned(), i));
-    }
     common_env.extend(exports);
     Ok(Plan {
         program,
@@ -260,7 +242,6 @@ fn plan(args: &Args) -> Result<Plan> {
             .collect(),
         sources,
         common_env,
-        has_iface,
         job,
         key,
     })
@@ -306,9 +287,6 @@ fn launches(plan: &Plan, port: u16) -> Vec<Launch> {
             let mut launch = Launch::new(node as u32, host.clone(), how, &plan.program);
             launch.args = plan.args.clone();
             launch.env = env;
-            if !plan.has_iface {
-                launch.env_remove.push(ENV_IFACE.to_owned());
-            }
             launch
         })
         .collect()

@@ -4,8 +4,12 @@
 //! `deckrun` starts every node with these variables ([`JobEnv::from_env`]
 //! reads them): `DECK_NODE` (0..N-1), `DECK_NUMNODES` (N), `DECK_BOOT` (the
 //! launcher's bootstrap server as a comma-separated `IP:PORT` list, tried in
-//! order), `DECK_JOB` (the job's random 64-bit id, hex), `DECK_BACKEND`
-//! (`auto`, `xdp`, `packet` or `tcp`) and, for LLC, `DECK_IFACE`.
+//! order), `DECK_JOB` (the job's random 64-bit id, hex), `DECK_LOCAL_RANK`
+//! and `DECK_TRANSPORT`: the transport spec the node opens, as every API of
+//! the stack takes one (`llc://` by default: the interface btl/llc would
+//! pick for the node's local rank; `llc://eth0?backend=xdp`;
+//! `tcp://0.0.0.0:0`, where an unspecified IP means the address the
+//! launcher is reached from).
 //!
 //! # Protocol
 //!
@@ -61,17 +65,14 @@ pub const ENV_NUMNODES: &str = "DECK_NUMNODES";
 pub const ENV_BOOT: &str = "DECK_BOOT";
 /// The job's id, a random 64-bit number in hex: tells jobs apart.
 pub const ENV_JOB: &str = "DECK_JOB";
-/// The transport backend: one of [`BACKENDS`].
-pub const ENV_BACKEND: &str = "DECK_BACKEND";
-/// The Ethernet interface the hosts share (LLC backends). Unset: each
-/// node picks as btl/llc does (every up Ethernet interface, the node's
-/// local rank choosing among them).
-pub const ENV_IFACE: &str = "DECK_IFACE";
+/// The transport spec the node opens (`msg_layer::transport::TransportSpec`).
+/// Unset: `llc://`, each node on the interface btl/llc would pick (every up
+/// Ethernet interface, the node's local rank choosing among them).
+pub const ENV_TRANSPORT: &str = "DECK_TRANSPORT";
+/// The transport of a node whose launcher named none.
+pub const DEFAULT_TRANSPORT: &str = "llc://";
 /// The node's index among the job's nodes on its host (0 when unset).
 pub const ENV_LOCAL_RANK: &str = "DECK_LOCAL_RANK";
-
-/// The values `DECK_BACKEND` may take.
-pub const BACKENDS: [&str; 4] = ["auto", "xdp", "packet", "tcp"];
 
 /// The longest card a node may exchange, in bytes: a transport address
 /// needs far less, and the bound keeps a round's answer small.
@@ -368,10 +369,10 @@ pub struct JobEnv {
     pub boot: Vec<SocketAddr>,
     /// The job's id.
     pub job: u64,
-    /// The transport backend, one of [`BACKENDS`].
-    pub backend: String,
-    /// The Ethernet interface, for LLC (`None`: the node picks).
-    pub iface: Option<String>,
+    /// The transport to open ([`ENV_TRANSPORT`]). An LLC spec that names
+    /// no port has port 0 here: each node takes a free one (several nodes
+    /// share a host's interface), where a spec's own default is 7.
+    pub transport: msg_layer::transport::TransportSpec,
     /// The node's index among the job's nodes on its host.
     pub local_rank: u32,
 }
@@ -391,17 +392,10 @@ impl JobEnv {
             },
         });
         if let Some((var, value)) = bad {
-            let var = [
-                ENV_NODE,
-                ENV_NUMNODES,
-                ENV_BOOT,
-                ENV_JOB,
-                ENV_BACKEND,
-                ENV_IFACE,
-            ]
-            .into_iter()
-            .find(|v| *v == var)
-            .unwrap_or(ENV_BOOT);
+            let var = [ENV_NODE, ENV_NUMNODES, ENV_BOOT, ENV_JOB, ENV_TRANSPORT]
+                .into_iter()
+                .find(|v| *v == var)
+                .unwrap_or(ENV_BOOT);
             return Err(BootError::EnvInvalid {
                 var,
                 value,
@@ -477,12 +471,22 @@ impl JobEnv {
                     "a comma-separated list of IP:PORT, e.g. 10.0.0.1:4711",
                 )
             })?;
-        let backend = match get(ENV_BACKEND) {
-            None => "auto".to_owned(),
-            Some(b) if BACKENDS.contains(&b.as_str()) => b,
-            Some(b) => return Err(invalid(ENV_BACKEND, &b, &BACKENDS.join(", "))),
-        };
-        let iface = get(ENV_IFACE).filter(|i| !i.is_empty());
+        let spec_s = get(ENV_TRANSPORT)
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| DEFAULT_TRANSPORT.to_owned());
+        let mut transport = spec_s.parse().map_err(|e| {
+            invalid(
+                ENV_TRANSPORT,
+                &spec_s,
+                &format!("a transport spec, e.g. llc://, llc://eth0?backend=xdp or tcp://0.0.0.0:0 ({e})"),
+            )
+        })?;
+        if let msg_layer::transport::TransportSpec::Llc(l) = &mut transport {
+            let query = spec_s.split_once('?').map_or("", |(_, q)| q);
+            if !query.split('&').any(|o| o.starts_with("port=")) {
+                l.port = 0;
+            }
+        }
         let local_rank = match get(ENV_LOCAL_RANK) {
             None => 0,
             Some(r) => r
@@ -494,8 +498,7 @@ impl JobEnv {
             numnodes,
             boot,
             job,
-            backend,
-            iface,
+            transport,
             local_rank,
         }))
     }

@@ -20,7 +20,7 @@ fn full_env() -> Vec<(&'static str, &'static str)> {
         (ENV_NUMNODES, "4"),
         (ENV_BOOT, "127.0.0.1:4711, 10.0.0.1:4711"),
         (ENV_JOB, "00c0ffee12345678"),
-        (ENV_BACKEND, "tcp"),
+        (ENV_TRANSPORT, "tcp://0.0.0.0:0"),
     ]
 }
 
@@ -37,14 +37,22 @@ fn env_is_parsed() {
             "10.0.0.1:4711".parse().unwrap()
         ]
     );
-    assert_eq!(env.backend, "tcp");
-    assert_eq!(env.iface, None);
+    assert_eq!(env.transport.to_string(), "tcp://0.0.0.0:0");
     let mut vars = full_env();
-    vars.push((ENV_IFACE, "eth0"));
-    vars.retain(|(k, _)| *k != ENV_BACKEND);
+    vars.retain(|(k, _)| *k != ENV_TRANSPORT);
     let env = env_of(&vars).unwrap().unwrap();
-    assert_eq!(env.backend, "auto");
-    assert_eq!(env.iface.as_deref(), Some("eth0"));
+    // The default; any free port, as several nodes share an interface.
+    assert_eq!(env.transport.to_string(), "llc://?port=0");
+    vars.push((ENV_TRANSPORT, "llc://eth0?backend=xdp"));
+    let env = env_of(&vars).unwrap().unwrap();
+    assert_eq!(env.transport.to_string(), "llc://eth0?backend=xdp&port=0");
+    vars.push((ENV_TRANSPORT, "llc://eth0?port=9"));
+    let env = env_of(&vars).unwrap().unwrap();
+    assert_eq!(
+        env.transport.to_string(),
+        "llc://eth0?port=9",
+        "a port named"
+    );
 }
 
 #[test]
@@ -56,7 +64,8 @@ fn bad_env_names_the_variable_and_value() {
         (ENV_JOB, "12345678123456789", "hex"),
         (ENV_BOOT, "localhost:1", "IP:PORT"),
         (ENV_BOOT, ",", "IP:PORT"),
-        (ENV_BACKEND, "rdma", "auto, xdp, packet, tcp"),
+        (ENV_TRANSPORT, "rdma://x", "a transport spec"),
+        (ENV_TRANSPORT, "eth0", "a transport spec"),
     ] {
         let mut vars = full_env();
         vars.retain(|(k, _)| *k != var);
@@ -260,8 +269,7 @@ impl TestServer {
             numnodes,
             boot: vec![SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))],
             job,
-            backend: "tcp".into(),
-            iface: None,
+            transport: "tcp://0.0.0.0:0".parse().unwrap(),
             local_rank: 0,
         }
     }
@@ -413,8 +421,7 @@ fn lost_launcher_ends_the_watchdog_unless_finished() {
         numnodes: 1,
         boot: vec![addr],
         job: 5,
-        backend: "tcp".into(),
-        iface: None,
+        transport: "tcp://0.0.0.0:0".parse().unwrap(),
         local_rank: 0,
     };
     let (tx, rx) = mpsc::channel();
@@ -451,8 +458,7 @@ fn unreachable_launcher_names_the_addresses() {
         numnodes: 1,
         boot: vec![SocketAddr::from((Ipv4Addr::LOCALHOST, port))],
         job: 1,
-        backend: "tcp".into(),
-        iface: None,
+        transport: "tcp://0.0.0.0:0".parse().unwrap(),
         local_rank: 0,
     };
     let start = Instant::now();

@@ -32,9 +32,6 @@ use serde_json::{json, Value};
 
 /// The runtimes' TCP port on every host.
 const TCP_PORT: u16 = 7310;
-/// The LLC port every host's runtime listens on (the spec names it, the
-/// addresses carry it).
-const LLC_PORT: u16 = 7;
 /// A message whose send time is this close after its addressee's last
 /// migration counts as "sent just after a migration".
 const AFTER_MIGRATION: Duration = Duration::from_millis(5);
@@ -63,9 +60,13 @@ struct Cli {
     migrations: u32,
     #[arg(long, value_enum, default_value_t = TransportArg::Both)]
     transport: TransportArg,
-    /// LLC backend.
-    #[arg(long, default_value = "auto")]
-    backend: String,
+    /// The transport spec every host's runtime opens for the LLC run, as
+    /// every API of the stack takes one: no interface named is each host's
+    /// one Ethernet interface (as btl/llc picks); e.g.
+    /// `llc://?backend=xdp`. Its port (default 7) is in every host's
+    /// address.
+    #[arg(long, value_name = "SPEC", default_value = "llc://")]
+    llc: String,
     /// How long the tasks stream (ms).
     #[arg(long, default_value_t = 2000)]
     duration_ms: u64,
@@ -528,13 +529,17 @@ fn launch(cli: &Cli) -> Result<()> {
 fn run_job(cli: &Cli, cluster: &testbed::Cluster, transport: &str) -> Result<Value> {
     let exe = std::env::current_exe()?;
     let hosts = cluster.hosts();
+    let llc = match cli.llc.parse::<TransportSpec>() {
+        Ok(TransportSpec::Llc(l)) => l,
+        Ok(other) => bail!("--llc {other}: not an LLC spec (llc://...)"),
+        Err(e) => bail!("--llc: {e}"),
+    };
+    let port = llc.port;
+    let llc = TransportSpec::Llc(llc).to_string();
     let (specs, addrs): (Vec<String>, Vec<String>) = hosts
         .iter()
         .map(|h| match transport {
-            "llc" => (
-                format!("llc://eth0?backend={}&port={LLC_PORT}", cli.backend),
-                LlcAddr::new(MacAddr(h.mac), LLC_PORT).to_string(),
-            ),
+            "llc" => (llc.clone(), LlcAddr::new(MacAddr(h.mac), port).to_string()),
             _ => (
                 format!("tcp://{}:{TCP_PORT}", h.ipv4),
                 format!("{}:{TCP_PORT}", h.ipv4),

@@ -5,7 +5,7 @@ use std::ffi::OsString;
 
 use anyhow::{bail, Context, Result};
 use deck::boot::{
-    KeyMaterial, ENV_BACKEND, ENV_BOOT, ENV_IFACE, ENV_JOB, ENV_NODE, ENV_NUMNODES, MAX_KEY,
+    KeyMaterial, ENV_BOOT, ENV_JOB, ENV_LOCAL_RANK, ENV_NODE, ENV_NUMNODES, ENV_TRANSPORT, MAX_KEY,
 };
 use msg_layer::transport::llc::AUTH_KEY_ENV;
 
@@ -15,8 +15,8 @@ const RESERVED: [&str; 6] = [
     ENV_NUMNODES,
     ENV_BOOT,
     ENV_JOB,
-    ENV_BACKEND,
-    ENV_IFACE,
+    ENV_LOCAL_RANK,
+    ENV_TRANSPORT,
 ];
 
 /// A `-x NAME[=VALUE]`: NAME alone forwards deckrun's own value.
@@ -32,7 +32,7 @@ pub fn parse_export(
         bail!("-x {spec}: {name:?} is not a variable name (letters, digits, '_')");
     }
     if RESERVED.contains(&name) {
-        bail!("-x {spec}: deckrun sets {name} itself (see --iface, --backend)");
+        bail!("-x {spec}: deckrun sets {name} itself (see --transport)");
     }
     if name == AUTH_KEY_ENV {
         bail!(
