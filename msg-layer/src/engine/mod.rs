@@ -38,15 +38,17 @@ use crate::transport::{ConnId, SendError, Transport, TransportError, TransportEv
 mod am;
 mod dispatch;
 mod p2p;
+mod packet;
 mod peers;
-pub(crate) use peers::SHORT_PREFIX;
+pub(crate) use packet::SHORT_PREFIX;
 mod reqs;
 mod rma;
 #[cfg(test)]
 mod tests;
 
+use packet::Out;
 pub(crate) use peers::AddPeer;
-use peers::{ConnRole, Out, Peer};
+use peers::{ConnRole, Peer};
 
 /// What a completed request tells.
 #[derive(Clone, Debug, PartialEq, Eq)]
