@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
+use testbed::process::running;
 use testbed::{run_bounded, Cluster, JobOutput};
 
 const DECKRUN: &str = env!("CARGO_BIN_EXE_deckrun");
@@ -99,23 +100,12 @@ fn pid_of(stdout: &str, node: u32) -> u32 {
         .unwrap_or_else(|| panic!("node {node} printed no pid:\n{stdout}"))
 }
 
-/// Whether a process runs (a zombie, dead but not reaped, does not).
-fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the command name, which is in parentheses.
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')),
-        Err(_) => false,
-    }
-}
-
 /// Polls (bounded) until none of `pids` runs; there is no event for the
 /// end of a process that is not our child.
 fn assert_gone(pids: &[u32], context: &str) {
     let deadline = Instant::now() + GONE_TIMEOUT;
-    while pids.iter().any(|&p| alive(p)) {
-        let left: Vec<_> = pids.iter().filter(|&&p| alive(p)).collect();
+    while pids.iter().any(|&p| running(p)) {
+        let left: Vec<_> = pids.iter().filter(|&&p| running(p)).collect();
         assert!(
             Instant::now() < deadline,
             "still running {GONE_TIMEOUT:?} later: {left:?}\n{context}"
@@ -493,7 +483,7 @@ impl Drop for Running {
             let pid = line
                 .split_once("] pid ")
                 .and_then(|(_, rest)| rest.split(' ').next()?.parse::<i32>().ok());
-            if let Some(pid) = pid.filter(|&p| alive(p as u32)) {
+            if let Some(pid) = pid.filter(|&p| running(p as u32)) {
                 let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
             }
         }

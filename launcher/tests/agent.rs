@@ -8,20 +8,10 @@ use std::convert::Infallible;
 use std::time::{Duration, Instant};
 
 use launcher::{Event, Job, Launch, Output, Start};
+use testbed::process::running;
 use testbed::Cluster;
 
 const WAIT: Duration = Duration::from_secs(60);
-
-/// Whether a process runs (a zombie, dead but not reaped, does not).
-fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the command name, which is in parentheses.
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')),
-        Err(_) => false,
-    }
-}
 
 #[test]
 fn processes_start_through_the_agent_and_stop_with_the_job() {
@@ -80,7 +70,7 @@ fn processes_start_through_the_agent_and_stop_with_the_job() {
     }
     // Not the launcher's children: no event tells their end, poll /proc.
     let deadline = Instant::now() + WAIT;
-    while pids.iter().any(|&p| alive(p)) {
+    while pids.iter().any(|&p| running(p)) {
         assert!(Instant::now() < deadline, "still running: {pids:?}");
         std::thread::sleep(Duration::from_millis(20));
     }

@@ -135,3 +135,15 @@ pub fn die_with_parent(cmd: &mut Command, netns: Option<&Netns>) -> Result<(), H
     sys::child_dies_with_parent(cmd, fd);
     Ok(())
 }
+
+/// Whether process `pid` runs: a zombie (dead, not reaped yet) does not.
+/// What tests wait on when they check that a job left nothing behind.
+pub fn running(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name, which is in parentheses.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
