@@ -504,12 +504,12 @@ impl JobEnv {
     }
 }
 
-mod launcher;
 mod node;
+mod server;
 mod wire;
 
-pub use launcher::*;
 pub use node::*;
+pub use server::*;
 
 #[cfg(test)]
 mod tests;

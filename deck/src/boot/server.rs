@@ -1,4 +1,4 @@
-//! The launcher side: `deckrun`'s bootstrap server, which admits the
+//! The server side: `deckrun`'s bootstrap server, which admits the
 //! nodes, gathers and hands out their cards, and ends the job.
 
 use super::wire::*;
