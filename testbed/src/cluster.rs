@@ -567,8 +567,9 @@ fn unshare_path() -> PathBuf {
         .clone()
 }
 
-/// Finds `name` in PATH, then in the usual bin and sbin directories.
-fn find_program(name: &str) -> Option<PathBuf> {
+/// Finds `name` in PATH, then in the usual bin and sbin directories (the
+/// test hosts' and the VM harness's one lookup of a host program).
+pub fn find_program(name: &str) -> Option<PathBuf> {
     let from_path = std::env::var_os("PATH")
         .into_iter()
         .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>());

@@ -157,19 +157,9 @@ pub fn qemu_binary() -> Result<PathBuf, VmError> {
     })
 }
 
-/// A program from PATH, else from /usr/sbin, /sbin, /usr/bin, /bin (on the host).
-pub fn find_program(name: &str) -> Option<PathBuf> {
-    let from_path = std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>());
-    let fixed = ["/usr/sbin", "/sbin", "/usr/bin", "/bin"]
-        .into_iter()
-        .map(PathBuf::from);
-    from_path
-        .chain(fixed)
-        .map(|dir| dir.join(name))
-        .find(|p| p.is_file())
-}
+/// A program from PATH, else from the usual bin and sbin directories (on
+/// the host): testbed's lookup.
+pub use testbed::cluster::find_program;
 
 /// The last `n` lines of `text`.
 pub(crate) fn tail(text: &str, n: usize) -> String {
