@@ -61,7 +61,8 @@ fn run_to_end(job: &mut Job<Infallible>) -> Heard {
     heard
 }
 
-/// Waits (bounded) for a line of `node` and returns it.
+/// Waits (bounded) for a line of `node` and returns it, dropping other
+/// nodes' lines: for jobs of one node ([`first_lines`] otherwise).
 fn line_of(job: &mut Job<Infallible>, node: u32) -> String {
     let deadline = Instant::now() + WAIT;
     loop {
@@ -71,6 +72,23 @@ fn line_of(job: &mut Job<Infallible>, node: u32) -> String {
             other => panic!("waiting for a line of node {node}: {other:?}"),
         }
     }
+}
+
+/// Waits (bounded) for the first line of each of `nodes`, in whatever
+/// order they come.
+fn first_lines(job: &mut Job<Infallible>, nodes: &[u32]) -> BTreeMap<u32, String> {
+    let deadline = Instant::now() + WAIT;
+    let mut got = BTreeMap::new();
+    while got.len() < nodes.len() {
+        match job.next(Some(deadline)) {
+            Some(Event::Line { node, line, .. }) if nodes.contains(&node) => {
+                got.entry(node).or_insert(line);
+            }
+            Some(Event::Line { .. }) => {}
+            other => panic!("waiting for a line of each of {nodes:?}: {other:?} ({got:?})"),
+        }
+    }
+    got
 }
 
 fn gone(pid: u32) -> bool {
@@ -153,8 +171,10 @@ fn the_graceful_step_comes_first_then_sigterm_then_sigkill() {
     let mut polite = sh(1, r#"echo ready; read x; echo "asked to $x""#);
     polite.stdin = true;
     job.spawn(polite).unwrap();
-    let pid: u32 = line_of(&mut job, 0).parse().unwrap();
-    assert_eq!(line_of(&mut job, 1), "ready");
+    // The two nodes' first lines may come in either order.
+    let first = first_lines(&mut job, &[0, 1]);
+    let pid: u32 = first[&0].parse().unwrap();
+    assert_eq!(first[&1], "ready");
 
     let start = Instant::now();
     job.write_line(1, "end").unwrap();
