@@ -704,7 +704,7 @@ impl<T: Transport> Endpoint<T> {
             tag,
             context,
         };
-        self.after_progress(|_| true, |c| c.engine.iprobe(&pattern))
+        self.after_progress(|_| true, |c| c.engine.iprobe(pattern))
     }
 
     /// Wait until a message matching the pattern is there (MPI_Probe).
@@ -721,7 +721,7 @@ impl<T: Transport> Endpoint<T> {
             context,
         };
         self.shared
-            .drive(deadline(timeout), |c| c.engine.iprobe(&pattern))
+            .drive(deadline(timeout), |c| c.engine.iprobe(pattern))
     }
 
     /// Pull-style delivery on or off. On, active messages and peer ends

@@ -43,4 +43,4 @@ pub use delivery::{ActiveMessage, Event, ReleaseNotice, Request};
 pub use endpoint::{AmHandler, Endpoint, FailureHandler, AM_COPY_INLINE};
 pub use engine::{Completion, Stats, Status};
 pub use error::{Error, PeerEnd};
-pub use matching::{PeerId, Source, Tag};
+pub use matching::{PeerId, Select, Source, Space, Tag};

@@ -10,6 +10,13 @@
 //! - hence non-overtaking: two messages from one source (which the transport
 //!   delivers in order) that both match a receive are received in send order.
 //!
+//! A libfabric-style receive ([`Select`]) sees the same queues: a message's
+//! 64-bit tag is `context << 32 | tag`, compared under the receive's ignore
+//! mask, and untagged messages form a space of their own that no tagged
+//! receive matches, nor an untagged receive a tagged message. An MPI
+//! [`Pattern`] is the tagged case whose context is never ignored: `Tag::Any`
+//! ignores the low 32 bits. Both become a [`Rule`], which the matcher takes.
+//!
 //! The queues are generic over what a receive and a message carry, so the
 //! same engine serves eager payloads, rendezvous announcements and tests.
 //! Linear scans are fine at the queue depths MPI programs produce; binning by
@@ -29,6 +36,17 @@ pub struct Envelope {
     pub tag: u32,
     /// Communication context (an MPI communicator); never wildcarded.
     pub context: u32,
+    /// An untagged message (libfabric's FI_MSG): `tag` and `context` are
+    /// not compared, and only untagged receives take it.
+    pub untagged: bool,
+}
+
+impl Envelope {
+    /// A tagged message's 64-bit tag as libfabric numbers it.
+    #[inline]
+    pub fn bits(&self) -> u64 {
+        (u64::from(self.context) << 32) | u64::from(self.tag)
+    }
 }
 
 /// Which senders a receive accepts.
@@ -64,15 +82,87 @@ impl Pattern {
     /// True when a message with envelope `e` satisfies this pattern.
     #[inline]
     pub fn accepts(&self, e: &Envelope) -> bool {
-        self.context == e.context
-            && match self.source {
-                Source::Any => true,
-                Source::Peer(p) => p == e.source,
-            }
-            && match self.tag {
-                Tag::Any => true,
-                Tag::Is(t) => t == e.tag,
-            }
+        Rule::from(*self).accepts(e)
+    }
+}
+
+/// Which messages a libfabric-style receive or probe takes.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Select {
+    /// Tagged messages whose 64-bit tag (`context << 32 | tag`) equals
+    /// `bits` in every bit not set in `ignore`.
+    Tagged {
+        /// The tag wanted.
+        bits: u64,
+        /// Bits not compared.
+        ignore: u64,
+    },
+    /// Untagged messages only, in arrival order.
+    Untagged,
+}
+
+/// Which space a libfabric-style send goes to.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Space {
+    /// Tagged, with this 64-bit tag (`context << 32 | tag` on the wire).
+    Tagged(u64),
+    /// Untagged (FI_MSG).
+    Untagged,
+}
+
+impl Space {
+    /// The header's (tag, context, untagged) for a message in this space.
+    pub fn envelope_fields(self) -> (u32, u32, bool) {
+        match self {
+            Space::Tagged(bits) => (bits as u32, (bits >> 32) as u32, false),
+            Space::Untagged => (0, 0, true),
+        }
+    }
+}
+
+/// What the matcher compares: an MPI [`Pattern`] or a libfabric
+/// [`Select`], with its source.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Rule {
+    /// Accepted senders.
+    pub source: Source,
+    /// Accepted messages.
+    pub select: Select,
+}
+
+impl Rule {
+    /// True when a message with envelope `e` satisfies this rule.
+    #[inline]
+    pub fn accepts(&self, e: &Envelope) -> bool {
+        (match self.source {
+            Source::Any => true,
+            Source::Peer(p) => p == e.source,
+        }) && match self.select {
+            Select::Tagged { bits, ignore } => !e.untagged && (e.bits() ^ bits) & !ignore == 0,
+            Select::Untagged => e.untagged,
+        }
+    }
+}
+
+impl From<Pattern> for Rule {
+    fn from(p: Pattern) -> Rule {
+        let (tag, ignore) = match p.tag {
+            Tag::Any => (0, 0xffff_ffff),
+            Tag::Is(t) => (t, 0),
+        };
+        Rule {
+            source: p.source,
+            select: Select::Tagged {
+                bits: (u64::from(p.context) << 32) | u64::from(tag),
+                ignore,
+            },
+        }
+    }
+}
+
+impl From<&Pattern> for Rule {
+    fn from(p: &Pattern) -> Rule {
+        Rule::from(*p)
     }
 }
 
@@ -83,7 +173,7 @@ pub struct PostId(pub u64);
 #[derive(Debug)]
 struct Posted<R> {
     id: PostId,
-    pattern: Pattern,
+    rule: Rule,
     recv: R,
 }
 
@@ -149,8 +239,9 @@ impl<R, M> Matcher<R, M> {
 
     /// Post a receive: it takes the earliest waiting message it accepts, or
     /// queues behind the receives posted before it.
-    pub fn post(&mut self, pattern: Pattern, recv: R) -> Posting<R, M> {
-        if let Some(u) = take_first(&mut self.unexpected, |u| pattern.accepts(&u.env)) {
+    pub fn post(&mut self, rule: impl Into<Rule>, recv: R) -> Posting<R, M> {
+        let rule = rule.into();
+        if let Some(u) = take_first(&mut self.unexpected, |u| rule.accepts(&u.env)) {
             self.unexpected_bytes -= u.len;
             return Posting::Matched(Matched {
                 recv,
@@ -161,7 +252,7 @@ impl<R, M> Matcher<R, M> {
         }
         let id = PostId(self.next_id);
         self.next_id += 1;
-        self.posted.push_back(Posted { id, pattern, recv });
+        self.posted.push_back(Posted { id, rule, recv });
         Posting::Queued(id)
     }
 
@@ -186,7 +277,7 @@ impl<R, M> Matcher<R, M> {
     /// message until it knows where it goes: the earliest posted receive
     /// that accepts a message with envelope `env`, taken.
     pub fn take_receive(&mut self, env: &Envelope) -> Option<R> {
-        take_first(&mut self.posted, |p| p.pattern.accepts(env)).map(|p| p.recv)
+        take_first(&mut self.posted, |p| p.rule.accepts(env)).map(|p| p.recv)
     }
 
     /// The second step: a message no posted receive took waits in the
@@ -196,13 +287,23 @@ impl<R, M> Matcher<R, M> {
         self.unexpected.push_back(Unexpected { env, len, msg });
     }
 
-    /// The earliest waiting message a receive with `pattern` would get, without
+    /// The earliest waiting message a receive with `rule` would get, without
     /// taking it (MPI_Iprobe).
-    pub fn probe(&self, pattern: &Pattern) -> Option<(Envelope, usize)> {
+    pub fn probe(&self, rule: impl Into<Rule>) -> Option<(Envelope, usize, &M)> {
+        let rule = rule.into();
         self.unexpected
             .iter()
-            .find(|u| pattern.accepts(&u.env))
-            .map(|u| (u.env, u.len))
+            .find(|u| rule.accepts(&u.env))
+            .map(|u| (u.env, u.len, &u.msg))
+    }
+
+    /// Take the earliest waiting message a receive with `rule` would get
+    /// out of matching (libfabric's FI_CLAIM): no receive matches it after.
+    pub fn claim(&mut self, rule: impl Into<Rule>) -> Option<(Envelope, usize, M)> {
+        let rule = rule.into();
+        let u = take_first(&mut self.unexpected, |u| rule.accepts(&u.env))?;
+        self.unexpected_bytes -= u.len;
+        Some((u.env, u.len, u.msg))
     }
 
     /// Withdraw a posted receive that has not matched yet.
@@ -220,7 +321,7 @@ impl<R, M> Matcher<R, M> {
         let mut out = Vec::new();
         let mut kept = VecDeque::with_capacity(self.posted.len());
         for p in self.posted.drain(..) {
-            if p.pattern.source == Source::Peer(peer) {
+            if p.rule.source == Source::Peer(peer) {
                 out.push(p.recv);
             } else {
                 kept.push_back(p);
@@ -275,6 +376,7 @@ mod tests {
             source,
             tag,
             context: 0,
+            untagged: false,
         }
     }
 
@@ -333,6 +435,7 @@ mod tests {
             source: 4,
             tag: 4,
             context: 9,
+            untagged: false,
         };
         assert_eq!(m.arrive(e9, 0, 0).unwrap().recv, 3);
     }
@@ -359,9 +462,12 @@ mod tests {
     #[test]
     fn probe_cancel_and_peer_removal() {
         let mut m: Matcher<u32, u32> = Matcher::new();
-        assert_eq!(m.probe(&pat(Source::Any, Tag::Any)), None);
+        assert_eq!(m.probe(pat(Source::Any, Tag::Any)), None);
         m.arrive(env(3, 1), 42, 0);
-        assert_eq!(m.probe(&pat(Source::Any, Tag::Any)), Some((env(3, 1), 42)));
+        assert_eq!(
+            m.probe(pat(Source::Any, Tag::Any)),
+            Some((env(3, 1), 42, &0))
+        );
         assert_eq!(m.unexpected_len(), 1, "probe leaves the message");
         let Posting::Queued(id) = m.post(pat(Source::Peer(5), Tag::Any), 7) else {
             panic!()
@@ -381,6 +487,71 @@ mod tests {
         assert_eq!((m.unexpected_len(), m.unexpected_bytes()), (1, 42), "kept");
         assert_eq!(m.remove_peer(3, |_| false), (Vec::<u32>::new(), 1));
         assert_eq!((m.unexpected_len(), m.unexpected_bytes()), (0, 0));
+    }
+
+    fn tagged(source: Source, bits: u64, ignore: u64) -> Rule {
+        Rule {
+            source,
+            select: Select::Tagged { bits, ignore },
+        }
+    }
+
+    fn untagged(source: PeerId) -> Envelope {
+        Envelope {
+            untagged: true,
+            ..env(source, 0)
+        }
+    }
+
+    #[test]
+    fn masked_bits_compare_only_what_is_not_ignored() {
+        let e = Envelope {
+            source: 1,
+            tag: 0x0000_00f5,
+            context: 0x8000_0001,
+            untagged: false,
+        };
+        assert_eq!(e.bits(), 0x8000_0001_0000_00f5);
+        assert!(tagged(Source::Any, 0x8000_0001_0000_00f5, 0).accepts(&e), "exact");
+        assert!(!tagged(Source::Any, 0x8000_0001_0000_00f4, 0).accepts(&e));
+        assert!(tagged(Source::Any, 0x8000_0001_0000_00f4, 1).accepts(&e), "bit 0 ignored");
+        assert!(!tagged(Source::Any, 0x0000_0001_0000_00f5, 0).accepts(&e), "high bit compared");
+        assert!(tagged(Source::Any, 0x0000_0001_0000_00f5, 1 << 63).accepts(&e));
+        assert!(tagged(Source::Any, 0, u64::MAX).accepts(&e), "everything ignored");
+        assert!(!tagged(Source::Peer(2), 0, u64::MAX).accepts(&e), "source still compared");
+        // An MPI pattern is the case that ignores no context bit.
+        let any = Rule::from(pat(Source::Any, Tag::Any));
+        assert_eq!(any, tagged(Source::Any, 0, 0xffff_ffff));
+        assert_eq!(
+            Rule::from(Pattern { source: Source::Peer(3), tag: Tag::Is(7), context: 2 }),
+            tagged(Source::Peer(3), (2 << 32) | 7, 0)
+        );
+        assert_eq!(Space::Tagged(e.bits()).envelope_fields(), (0xf5, 0x8000_0001, false));
+    }
+
+    #[test]
+    fn tagged_and_untagged_never_cross() {
+        let mut m: Matcher<u32, u32> = Matcher::new();
+        let all_tagged = tagged(Source::Any, 0, u64::MAX);
+        let msg_untagged = Rule { source: Source::Any, select: Select::Untagged };
+        m.post(all_tagged, 1);
+        assert!(m.arrive(untagged(5), 0, 10).is_none(), "a tagged receive takes no untagged message");
+        assert!(matches!(m.post(msg_untagged, 2), Posting::Matched(x) if x.msg == 10));
+        m.post(msg_untagged, 3);
+        assert_eq!(m.arrive(env(5, 0), 0, 11).unwrap().recv, 1, "nor the reverse");
+        assert_eq!(m.arrive(untagged(5), 0, 12).unwrap().recv, 3);
+        // Untagged: by source only, first come first taken.
+        m.arrive(untagged(1), 0, 20);
+        m.arrive(untagged(2), 0, 21);
+        m.arrive(untagged(1), 0, 22);
+        m.arrive(env(1, 0), 0, 23);
+        let by_peer = Rule { source: Source::Peer(1), select: Select::Untagged };
+        assert_eq!(m.claim(by_peer).map(|c| c.2), Some(20));
+        assert_eq!(m.probe(msg_untagged).map(|c| *c.2), Some(21));
+        assert_eq!(m.claim(by_peer).map(|c| c.2), Some(22));
+        assert_eq!(m.claim(by_peer), None, "the tagged one stays for tagged receives");
+        assert_eq!(m.claim(all_tagged).map(|c| c.2), Some(23));
+        assert_eq!(m.unexpected_len(), 1);
     }
 
     #[derive(Debug, Clone)]
@@ -446,7 +617,7 @@ mod tests {
             prop_assert_eq!(m.unexpected_bytes(), waiting);
             for (i, p) in pats.iter().enumerate() {
                 if !recv_done[i] {
-                    prop_assert!(m.probe(p).is_none(), "receive {} left waiting beside a message it accepts", i);
+                    prop_assert!(m.probe(*p).is_none(), "receive {} left waiting beside a message it accepts", i);
                 }
             }
         }

@@ -79,6 +79,12 @@ pub mod flags {
     /// Hello: the sender takes `Bundle` packets (a peer that does not say
     /// so gets every packet alone).
     pub const BUNDLES: u8 = 4;
+    /// Eager, Rts: an untagged message (libfabric's FI_MSG): `tag` and
+    /// `context` are zero and not matched; only untagged receives take it.
+    pub const UNTAGGED: u8 = 8;
+    /// Eager, Rts: `aux` holds 8 bytes of remote data for the receiver's
+    /// completion (libfabric's fi_senddata).
+    pub const REMOTE_DATA: u8 = 16;
 }
 
 /// Bytes before each packet in a `Bundle`: its length, little-endian.
@@ -220,12 +226,14 @@ impl Header {
         })
     }
 
-    /// The envelope of a tagged message from `source`.
+    /// The envelope of a message (`Eager`, `Rts`) from `source`.
+    #[inline]
     pub fn envelope(&self, source: u32) -> Envelope {
         Envelope {
             source,
             tag: self.tag,
             context: self.context,
+            untagged: self.flags & flags::UNTAGGED != 0,
         }
     }
 }

@@ -30,7 +30,8 @@ use rustc_hash::FxHashMap;
 use crate::addr::Addr;
 use crate::config::Config;
 use crate::error::Error;
-use crate::matching::{Matcher, PeerId, PostId};
+use crate::matching::{Envelope, Matcher, PeerId, PostId};
+use crate::wire::Header;
 use crate::placement::{DataPlacement, RecvBuffer, Regions, Registry};
 use crate::rma::MemoryRegion;
 use crate::transport::{ConnId, SendError, Transport, TransportError, TransportEvent};
@@ -45,6 +46,8 @@ mod reqs;
 mod rma;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_fabric;
 
 use packet::Out;
 pub(crate) use peers::AddPeer;
@@ -59,11 +62,31 @@ pub struct Status {
     pub tag: u32,
     /// Context (0 for RMA and active messages).
     pub context: u32,
-    /// Bytes moved.
+    /// Bytes moved: a truncating receive's buffer length when the message
+    /// was longer ([`crate::Endpoint::irecv_into`]).
     pub len: usize,
+    /// The remote data the sender attached (libfabric's CQ data), for a
+    /// received message; `None` otherwise.
+    pub data: Option<u64>,
+    /// The message's full length as the sender sent it (`len` for
+    /// everything but a truncated receive).
+    pub msg_len: usize,
 }
 
 impl Status {
+    /// The status of a message with envelope `env` received whole.
+    #[inline(always)]
+    pub(crate) fn received(env: &Envelope, len: usize, data: Option<u64>) -> Status {
+        Status {
+            source: env.source,
+            tag: env.tag,
+            context: env.context,
+            len,
+            data,
+            msg_len: len,
+        }
+    }
+
     /// The status of an active message or RMA operation with `peer` (no
     /// tag, no context).
     pub(crate) fn one_sided(peer: PeerId, len: usize) -> Status {
@@ -72,6 +95,8 @@ impl Status {
             tag: 0,
             context: 0,
             len,
+            data: None,
+            msg_len: len,
         }
     }
 }
@@ -224,7 +249,17 @@ enum Unexpected {
     /// Eager payload: the whole packet, payload after the header.
     Eager(Vec<u8>),
     /// Rendezvous announcement: the sender's request.
-    Rts { sreq: u64 },
+    Rts { sreq: u64, remote_data: Option<u64> },
+}
+
+impl Unexpected {
+    /// The remote data the message carries.
+    fn remote_data(&self) -> Option<u64> {
+        match self {
+            Unexpected::Eager(packet) => Header::decode(packet).ok().and_then(|h| p2p::remote_data(&h)),
+            Unexpected::Rts { remote_data, .. } => *remote_data,
+        }
+    }
 }
 
 #[derive(Debug)]

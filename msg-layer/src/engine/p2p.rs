@@ -9,11 +9,80 @@ use bytes::Bytes;
 
 use super::{Completion, Engine, Out, Outlet, ReqState, Status, Unexpected};
 use crate::error::Error;
-use crate::matching::{Matched, Pattern, PeerId, Posting, Source};
+use crate::matching::{Matched, PeerId, Posting, Rule, Source, Space};
 use crate::placement::RecvBuffer;
 use crate::wire::{flags, Header, Kind, HEADER_LEN};
 
+/// What a message's `Eager` or `Rts` header says besides its kind and
+/// lengths: where it goes in the receiver's matching (an MPI tag and
+/// context, or libfabric's 64-bit tag or untagged space) and the remote
+/// data it carries.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) struct MsgHead {
+    pub tag: u32,
+    pub context: u32,
+    pub untagged: bool,
+    pub remote_data: Option<u64>,
+}
+
+impl MsgHead {
+    /// An MPI message: tag and context, no remote data.
+    #[inline(always)]
+    pub fn mpi(tag: u32, context: u32) -> MsgHead {
+        MsgHead {
+            tag,
+            context,
+            untagged: false,
+            remote_data: None,
+        }
+    }
+
+    /// A libfabric message in `space`.
+    pub fn fabric(space: Space, remote_data: Option<u64>) -> MsgHead {
+        let (tag, context, untagged) = space.envelope_fields();
+        MsgHead {
+            tag,
+            context,
+            untagged,
+            remote_data,
+        }
+    }
+
+    /// The header of a `kind` packet carrying this message.
+    #[inline(always)]
+    fn header(&self, kind: Kind) -> Header {
+        let mut h = Header::tagged(kind, self.tag, self.context);
+        if self.untagged {
+            h.flags |= flags::UNTAGGED;
+        }
+        if let Some(d) = self.remote_data {
+            h.flags |= flags::REMOTE_DATA;
+            h.aux = d;
+        }
+        h
+    }
+
+    /// The sender's status of a message of `len` bytes to `p`.
+    fn send_status(&self, p: PeerId, len: usize) -> Status {
+        Status {
+            source: p,
+            tag: self.tag,
+            context: self.context,
+            len,
+            data: None,
+            msg_len: len,
+        }
+    }
+}
+
+/// The remote data an `Eager` or `Rts` header carries.
+#[inline(always)]
+pub(super) fn remote_data(hdr: &Header) -> Option<u64> {
+    (hdr.flags & flags::REMOTE_DATA != 0).then_some(hdr.aux)
+}
+
 impl Engine {
+    #[cfg(test)]
     pub fn isend(&mut self, p: PeerId, tag: u32, context: u32, data: Bytes) -> u64 {
         self.isend_with(p, tag, context, data, false)
     }
@@ -30,10 +99,21 @@ impl Engine {
         context: u32,
         data: Bytes,
     ) -> u64 {
-        if let Some(r) = o.and_then(|o| self.eager_now(o, p, tag, context, &data)) {
+        self.send_msg_via(o, p, MsgHead::mpi(tag, context), data)
+    }
+
+    /// [`Engine::isend_via`] of a message with any [`MsgHead`].
+    pub fn send_msg_via<O: Outlet + ?Sized>(
+        &mut self,
+        o: Option<&mut O>,
+        p: PeerId,
+        head: MsgHead,
+        data: Bytes,
+    ) -> u64 {
+        if let Some(r) = o.and_then(|o| self.eager_now(o, p, &head, &data)) {
             return r;
         }
-        self.isend(p, tag, context, data)
+        self.send_msg(p, head, data, false)
     }
 
     /// Hand an eager message to `o` now, as [`Engine::transmit`] would hand
@@ -46,26 +126,20 @@ impl Engine {
         &mut self,
         o: &mut O,
         p: PeerId,
-        tag: u32,
-        context: u32,
+        head: &MsgHead,
         data: &Bytes,
     ) -> Option<u64> {
         if data.len() > self.cfg.eager_limit {
             return None;
         }
-        let mut hdr = Header::tagged(Kind::Eager, tag, context);
+        let mut hdr = head.header(Kind::Eager);
         hdr.len = data.len() as u64;
         let cost = (HEADER_LEN + data.len()) as u64;
         if !self.send_now(o, p, hdr, &[], data, false, cost) {
             return None;
         }
         self.stats.eager_sent += 1;
-        let status = Status {
-            source: p,
-            tag,
-            context,
-            len: data.len(),
-        };
+        let status = head.send_status(p, data.len());
         Some(self.new_req(ReqState::Done(Ok(Completion { status, data: None }))))
     }
 
@@ -81,22 +155,22 @@ impl Engine {
         data: Bytes,
         lent: bool,
     ) -> u64 {
+        self.send_msg(p, MsgHead::mpi(tag, context), data, lent)
+    }
+
+    /// [`Engine::isend_with`] of a message with any [`MsgHead`].
+    pub fn send_msg(&mut self, p: PeerId, head: MsgHead, data: Bytes, lent: bool) -> u64 {
         if let Some(e) = self.peer_error(p) {
             return self.failed_req(e);
         }
-        let status = Status {
-            source: p,
-            tag,
-            context,
-            len: data.len(),
-        };
+        let status = head.send_status(p, data.len());
         if data.len() <= self.cfg.eager_limit {
             let r = self.new_req(ReqState::Send {
                 peer: p,
                 rndv: None,
                 status,
             });
-            let mut hdr = Header::tagged(Kind::Eager, tag, context);
+            let mut hdr = head.header(Kind::Eager);
             hdr.len = data.len() as u64;
             let cost = (HEADER_LEN + data.len()) as u32;
             self.stats.eager_sent += 1;
@@ -119,7 +193,7 @@ impl Engine {
                 rndv: Some(data),
                 status,
             });
-            let mut hdr = Header::tagged(Kind::Rts, tag, context);
+            let mut hdr = head.header(Kind::Rts);
             hdr.id = r;
             hdr.len = len;
             self.stats.rndv_sent += 1;
@@ -142,11 +216,12 @@ impl Engine {
     /// post, its one caller: the pattern and buffer are then not passed
     /// along by value through a second call.
     #[inline(always)]
-    pub fn irecv(&mut self, pattern: Pattern, buf: Vec<u8>) -> u64 {
-        if let Source::Peer(p) = pattern.source {
+    pub fn irecv(&mut self, rule: impl Into<Rule>, buf: Vec<u8>) -> u64 {
+        let rule = rule.into();
+        if let Source::Peer(p) = rule.source {
             // A peer that ended may have left messages it sent before.
             if let Some(e) = self.peer_error(p) {
-                if self.matcher.probe(&pattern).is_none() {
+                if self.matcher.probe(rule).is_none() {
                     return self.failed_req(e);
                 }
             }
@@ -157,7 +232,7 @@ impl Engine {
             buf,
             post: self.matcher.next_post_id(),
         });
-        match self.matcher.post(pattern, r) {
+        match self.matcher.post(rule, r) {
             Posting::Queued(post) => debug_assert!(matches!(
                 self.reqs.get(&r),
                 Some(ReqState::Posted { post: p, .. }) if *p == post
@@ -188,13 +263,10 @@ impl Engine {
         }
     }
 
-    pub fn iprobe(&self, pattern: &Pattern) -> Option<Status> {
-        self.matcher.probe(pattern).map(|(env, len)| Status {
-            source: env.source,
-            tag: env.tag,
-            context: env.context,
-            len,
-        })
+    pub fn iprobe(&self, rule: impl Into<Rule>) -> Option<Status> {
+        self.matcher
+            .probe(rule)
+            .map(|(env, len, msg)| Status::received(&env, len, msg.remote_data()))
     }
 
     /// A receive met its message.
@@ -205,15 +277,10 @@ impl Engine {
             len,
             msg,
         } = m;
-        let status = Status {
-            source: env.source,
-            tag: env.tag,
-            context: env.context,
-            len,
-        };
+        let status = Status::received(&env, len, msg.remote_data());
         let sreq = match msg {
             Unexpected::Eager(packet) => return self.matched_eager(recv, status, packet),
-            Unexpected::Rts { sreq } => sreq,
+            Unexpected::Rts { sreq, .. } => sreq,
         };
         let Some(ReqState::Posted { buf, .. }) = self.reqs.remove(&recv) else {
             return;
@@ -293,12 +360,7 @@ impl Engine {
         let env = hdr.envelope(p);
         match self.matcher.take_receive(&env) {
             Some(recv) => {
-                let status = Status {
-                    source: p,
-                    tag: env.tag,
-                    context: env.context,
-                    len: body_len,
-                };
+                let status = Status::received(&env, body_len, remote_data(hdr));
                 self.matched_eager(recv, status, packet);
             }
             None => {
@@ -317,7 +379,14 @@ impl Engine {
         let len = usize::try_from(hdr.len).unwrap_or(usize::MAX);
         match self
             .matcher
-            .arrive(env, len, Unexpected::Rts { sreq: hdr.id })
+            .arrive(
+                env,
+                len,
+                Unexpected::Rts {
+                    sreq: hdr.id,
+                    remote_data: remote_data(hdr),
+                },
+            )
         {
             Some(m) => self.matched(m),
             None => {

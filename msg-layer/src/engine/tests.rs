@@ -16,9 +16,9 @@ use crate::wire::HEADER_LEN;
 
 /// The test's transport stand-in: records packets, and takes only `room`
 /// more of them before pushing back.
-struct Outbox {
-    sent: Vec<(ConnId, Vec<u8>)>,
-    room: usize,
+pub(super) struct Outbox {
+    pub sent: Vec<(ConnId, Vec<u8>)>,
+    pub room: usize,
     /// What [`Outlet::bundle_len`] answers (0: no bundles).
     bundle_len: usize,
 }
@@ -62,25 +62,25 @@ impl Outlet for Outbox {
 }
 
 /// Connection id both sides use for their one connection.
-const CONN: ConnId = 1;
+pub(super) const CONN: ConnId = 1;
 
-struct Pair {
-    a: Engine,
-    b: Engine,
-    a_out: Outbox,
-    b_out: Outbox,
+pub(super) struct Pair {
+    pub a: Engine,
+    pub b: Engine,
+    pub a_out: Outbox,
+    pub b_out: Outbox,
     /// B as A knows it, and A as B knows it.
-    ab: PeerId,
-    ba: PeerId,
+    pub ab: PeerId,
+    pub ba: PeerId,
 }
 
-fn addr(n: u8) -> Addr {
+pub(super) fn addr(n: u8) -> Addr {
     format!("[02:00:00:00:00:{n:02x}]:7").parse().unwrap()
 }
 
 impl Pair {
     /// A connects to B; both greet and learn each other.
-    fn new(cfg: Config) -> Pair {
+    pub fn new(cfg: Config) -> Pair {
         let mut a = Engine::new(addr(1), cfg.clone()).unwrap();
         let mut b = Engine::new(addr(2), cfg).unwrap();
         let ab = a.connected(addr(2), CONN);
@@ -100,7 +100,7 @@ impl Pair {
 
     /// Move packets both ways until neither engine has anything to send.
     /// Returns how many moved.
-    fn pump(&mut self) -> usize {
+    pub fn pump(&mut self) -> usize {
         let mut moved = 0;
         loop {
             self.a.transmit(&mut self.a_out);
@@ -129,7 +129,7 @@ fn any_from(p: PeerId, tag: u32) -> Pattern {
     }
 }
 
-fn done(e: &mut Engine, r: u64) -> Result<Completion, Error> {
+pub(super) fn done(e: &mut Engine, r: u64) -> Result<Completion, Error> {
     assert!(e.is_done(r), "request {r} is still pending");
     e.take(r).expect("complete")
 }
