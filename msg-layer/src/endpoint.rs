@@ -37,6 +37,8 @@ use crate::sys;
 use crate::transport::{Transport, TransportEvent};
 use crate::wire::{BUNDLE_ITEM_MAX, HEADER_LEN};
 
+mod fabric;
+
 /// An active-message handler: the sending peer and the payload.
 pub type AmHandler = Box<dyn FnMut(PeerId, &[u8]) + Send>;
 
@@ -148,6 +150,7 @@ impl<T: Transport> Core<T> {
                 break;
             }
         }
+        engine.reap_detached();
         self.queue_events();
         Ok(moved)
     }

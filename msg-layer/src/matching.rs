@@ -512,44 +512,83 @@ mod tests {
             untagged: false,
         };
         assert_eq!(e.bits(), 0x8000_0001_0000_00f5);
-        assert!(tagged(Source::Any, 0x8000_0001_0000_00f5, 0).accepts(&e), "exact");
+        assert!(
+            tagged(Source::Any, 0x8000_0001_0000_00f5, 0).accepts(&e),
+            "exact"
+        );
         assert!(!tagged(Source::Any, 0x8000_0001_0000_00f4, 0).accepts(&e));
-        assert!(tagged(Source::Any, 0x8000_0001_0000_00f4, 1).accepts(&e), "bit 0 ignored");
-        assert!(!tagged(Source::Any, 0x0000_0001_0000_00f5, 0).accepts(&e), "high bit compared");
+        assert!(
+            tagged(Source::Any, 0x8000_0001_0000_00f4, 1).accepts(&e),
+            "bit 0 ignored"
+        );
+        assert!(
+            !tagged(Source::Any, 0x0000_0001_0000_00f5, 0).accepts(&e),
+            "high bit compared"
+        );
         assert!(tagged(Source::Any, 0x0000_0001_0000_00f5, 1 << 63).accepts(&e));
-        assert!(tagged(Source::Any, 0, u64::MAX).accepts(&e), "everything ignored");
-        assert!(!tagged(Source::Peer(2), 0, u64::MAX).accepts(&e), "source still compared");
+        assert!(
+            tagged(Source::Any, 0, u64::MAX).accepts(&e),
+            "everything ignored"
+        );
+        assert!(
+            !tagged(Source::Peer(2), 0, u64::MAX).accepts(&e),
+            "source still compared"
+        );
         // An MPI pattern is the case that ignores no context bit.
         let any = Rule::from(pat(Source::Any, Tag::Any));
         assert_eq!(any, tagged(Source::Any, 0, 0xffff_ffff));
         assert_eq!(
-            Rule::from(Pattern { source: Source::Peer(3), tag: Tag::Is(7), context: 2 }),
+            Rule::from(Pattern {
+                source: Source::Peer(3),
+                tag: Tag::Is(7),
+                context: 2
+            }),
             tagged(Source::Peer(3), (2 << 32) | 7, 0)
         );
-        assert_eq!(Space::Tagged(e.bits()).envelope_fields(), (0xf5, 0x8000_0001, false));
+        assert_eq!(
+            Space::Tagged(e.bits()).envelope_fields(),
+            (0xf5, 0x8000_0001, false)
+        );
     }
 
     #[test]
     fn tagged_and_untagged_never_cross() {
         let mut m: Matcher<u32, u32> = Matcher::new();
         let all_tagged = tagged(Source::Any, 0, u64::MAX);
-        let msg_untagged = Rule { source: Source::Any, select: Select::Untagged };
+        let msg_untagged = Rule {
+            source: Source::Any,
+            select: Select::Untagged,
+        };
         m.post(all_tagged, 1);
-        assert!(m.arrive(untagged(5), 0, 10).is_none(), "a tagged receive takes no untagged message");
+        assert!(
+            m.arrive(untagged(5), 0, 10).is_none(),
+            "a tagged receive takes no untagged message"
+        );
         assert!(matches!(m.post(msg_untagged, 2), Posting::Matched(x) if x.msg == 10));
         m.post(msg_untagged, 3);
-        assert_eq!(m.arrive(env(5, 0), 0, 11).unwrap().recv, 1, "nor the reverse");
+        assert_eq!(
+            m.arrive(env(5, 0), 0, 11).unwrap().recv,
+            1,
+            "nor the reverse"
+        );
         assert_eq!(m.arrive(untagged(5), 0, 12).unwrap().recv, 3);
         // Untagged: by source only, first come first taken.
         m.arrive(untagged(1), 0, 20);
         m.arrive(untagged(2), 0, 21);
         m.arrive(untagged(1), 0, 22);
         m.arrive(env(1, 0), 0, 23);
-        let by_peer = Rule { source: Source::Peer(1), select: Select::Untagged };
+        let by_peer = Rule {
+            source: Source::Peer(1),
+            select: Select::Untagged,
+        };
         assert_eq!(m.claim(by_peer).map(|c| c.2), Some(20));
         assert_eq!(m.probe(msg_untagged).map(|c| *c.2), Some(21));
         assert_eq!(m.claim(by_peer).map(|c| c.2), Some(22));
-        assert_eq!(m.claim(by_peer), None, "the tagged one stays for tagged receives");
+        assert_eq!(
+            m.claim(by_peer),
+            None,
+            "the tagged one stays for tagged receives"
+        );
         assert_eq!(m.claim(all_tagged).map(|c| c.2), Some(23));
         assert_eq!(m.unexpected_len(), 1);
     }

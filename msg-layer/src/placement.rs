@@ -26,21 +26,47 @@ use crate::transport::placement::{Placement, SharedSink, Sink};
 
 use crate::wire::{flags, Header, Kind, HEADER_LEN};
 
-/// A receive buffer that fills from any thread, in any order.
+/// A receive buffer that fills from any thread, in any order: the
+/// engine's own, or the caller's memory (`Endpoint::irecv_into`).
 #[derive(Debug)]
 pub(crate) struct RecvBuffer {
-    buf: Mutex<Vec<u8>>,
+    store: Store,
     len: usize,
     written: AtomicUsize,
     /// Writes that fell outside the buffer (a confused or hostile peer).
     rejected: AtomicUsize,
 }
 
+/// Where a [`RecvBuffer`]'s bytes live.
+enum Store {
+    Owned(Mutex<Vec<u8>>),
+    Region(Arc<dyn MemoryRegion>),
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Store::Owned(_) => f.write_str("Owned"),
+            Store::Region(r) => write!(f, "Region({} bytes)", r.len()),
+        }
+    }
+}
+
 impl RecvBuffer {
     pub fn new(buf: Vec<u8>) -> Self {
         RecvBuffer {
             len: buf.len(),
-            buf: Mutex::new(buf),
+            store: Store::Owned(Mutex::new(buf)),
+            written: AtomicUsize::new(0),
+            rejected: AtomicUsize::new(0),
+        }
+    }
+
+    /// The first `len` bytes of `region` (at most its length).
+    pub fn region(region: Arc<dyn MemoryRegion>, len: usize) -> Self {
+        RecvBuffer {
+            len: len.min(region.len()),
+            store: Store::Region(region),
             written: AtomicUsize::new(0),
             rejected: AtomicUsize::new(0),
         }
@@ -55,7 +81,12 @@ impl RecvBuffer {
     pub fn write(&self, offset: usize, data: &[u8]) -> bool {
         match offset.checked_add(data.len()) {
             Some(end) if end <= self.len => {
-                self.buf.lock().expect("receive buffer")[offset..end].copy_from_slice(data);
+                match &self.store {
+                    Store::Owned(buf) => {
+                        buf.lock().expect("receive buffer")[offset..end].copy_from_slice(data)
+                    }
+                    Store::Region(r) => r.write(offset, data),
+                }
                 self.written.fetch_add(data.len(), Ordering::AcqRel);
                 true
             }
@@ -70,11 +101,20 @@ impl RecvBuffer {
         self.written.load(Ordering::Acquire) >= self.len
     }
 
-    /// The buffer, once no placement holds it any more.
-    pub fn into_vec(self: Arc<Self>) -> Vec<u8> {
+    /// The buffer, once no placement holds it any more; `None` for the
+    /// caller's memory, which holds the bytes already.
+    pub fn into_vec(self: Arc<Self>) -> Option<Vec<u8>> {
         match Arc::try_unwrap(self) {
-            Ok(b) => b.buf.into_inner().expect("receive buffer"),
-            Err(shared) => std::mem::take(&mut *shared.buf.lock().expect("receive buffer")),
+            Ok(b) => match b.store {
+                Store::Owned(buf) => Some(buf.into_inner().expect("receive buffer")),
+                Store::Region(_) => None,
+            },
+            Err(shared) => match &shared.store {
+                Store::Owned(buf) => {
+                    Some(std::mem::take(&mut *buf.lock().expect("receive buffer")))
+                }
+                Store::Region(_) => None,
+            },
         }
     }
 }

@@ -31,10 +31,10 @@ use crate::addr::Addr;
 use crate::config::Config;
 use crate::error::Error;
 use crate::matching::{Envelope, Matcher, PeerId, PostId};
-use crate::wire::Header;
 use crate::placement::{DataPlacement, RecvBuffer, Regions, Registry};
 use crate::rma::MemoryRegion;
 use crate::transport::{ConnId, SendError, Transport, TransportError, TransportEvent};
+use crate::wire::Header;
 
 mod am;
 mod dispatch;
@@ -42,6 +42,7 @@ mod p2p;
 mod packet;
 mod peers;
 pub(crate) use packet::SHORT_PREFIX;
+mod fabric;
 mod reqs;
 mod rma;
 #[cfg(test)]
@@ -49,6 +50,8 @@ mod tests;
 #[cfg(test)]
 mod tests_fabric;
 
+pub use fabric::Claimed;
+pub(crate) use p2p::MsgHead;
 use packet::Out;
 pub(crate) use peers::AddPeer;
 use peers::{ConnRole, Peer};
@@ -256,7 +259,9 @@ impl Unexpected {
     /// The remote data the message carries.
     fn remote_data(&self) -> Option<u64> {
         match self {
-            Unexpected::Eager(packet) => Header::decode(packet).ok().and_then(|h| p2p::remote_data(&h)),
+            Unexpected::Eager(packet) => Header::decode(packet)
+                .ok()
+                .and_then(|h| p2p::remote_data(&h)),
             Unexpected::Rts { remote_data, .. } => *remote_data,
         }
     }
@@ -274,6 +279,12 @@ enum ReqState {
     /// A receive posted and not matched.
     Posted {
         buf: Vec<u8>,
+        post: PostId,
+    },
+    /// A receive into the caller's memory posted and not matched: a
+    /// longer message fills it and is cut (`Endpoint::irecv_into`).
+    PostedInto {
+        dst: GetDst,
         post: PostId,
     },
     /// A rendezvous receive matched; data arriving.
@@ -354,6 +365,8 @@ pub(crate) struct Engine {
     /// Packets whose payload was copied out, for the endpoint to give back
     /// to the transport ([`Transport::recycle`]).
     pub(crate) spent: Vec<Vec<u8>>,
+    /// Requests nobody will take (libfabric's inject): forgotten once done.
+    detached: Vec<u64>,
     stats: Stats,
 }
 
@@ -382,6 +395,7 @@ impl Engine {
             am_deliveries: Vec::new(),
             failures: Vec::new(),
             spent: Vec::new(),
+            detached: Vec::new(),
             stats: Stats::default(),
         })
     }

@@ -238,22 +238,29 @@ impl Engine {
                 Some(ReqState::Posted { post: p, .. }) if *p == post
             )),
             Posting::Matched(m) => {
-                let cost = match m.msg {
-                    Unexpected::Eager(_) => HEADER_LEN + m.len,
-                    Unexpected::Rts { .. } => HEADER_LEN,
-                };
-                self.peers[m.env.source as usize].unexpected -= cost;
-                self.unexpected_bytes -= cost;
+                self.unexpected_taken(m.env.source, m.len, &m.msg);
                 self.matched(m);
             }
         }
         r
     }
 
+    /// A message left the unexpected queue: it no longer counts as buffered
+    /// (its credit goes back when it is received or discarded).
+    pub(super) fn unexpected_taken(&mut self, source: PeerId, len: usize, msg: &Unexpected) {
+        let cost = match msg {
+            Unexpected::Eager(_) => HEADER_LEN + len,
+            Unexpected::Rts { .. } => HEADER_LEN,
+        };
+        self.peers[source as usize].unexpected -= cost;
+        self.unexpected_bytes -= cost;
+    }
+
     /// Cancel a posted receive that has not matched. True when cancelled.
     pub fn cancel(&mut self, r: u64) -> bool {
-        let Some(ReqState::Posted { post, .. }) = self.reqs.get(&r) else {
-            return false;
+        let post = match self.reqs.get(&r) {
+            Some(ReqState::Posted { post, .. } | ReqState::PostedInto { post, .. }) => post,
+            _ => return false,
         };
         if self.matcher.cancel(*post).is_some() {
             self.finish(r, Err(Error::Cancelled));
@@ -270,7 +277,7 @@ impl Engine {
     }
 
     /// A receive met its message.
-    fn matched(&mut self, m: Matched<u64, Unexpected>) {
+    pub(super) fn matched(&mut self, m: Matched<u64, Unexpected>) {
         let Matched {
             recv,
             env,
@@ -278,6 +285,9 @@ impl Engine {
             msg,
         } = m;
         let status = Status::received(&env, len, msg.remote_data());
+        if let Some(ReqState::PostedInto { .. }) = self.reqs.get(&recv) {
+            return self.matched_into(recv, status, msg);
+        }
         let sreq = match msg {
             Unexpected::Eager(packet) => return self.matched_eager(recv, status, packet),
             Unexpected::Rts { sreq, .. } => sreq,
@@ -324,7 +334,7 @@ impl Engine {
             return;
         };
         let ReqState::Posted { buf, .. } = st else {
-            return;
+            return self.matched_into(recv, status, Unexpected::Eager(packet));
         };
         let len = status.len;
         let source = status.source;
@@ -377,17 +387,14 @@ impl Engine {
     pub(super) fn arrive_rts(&mut self, p: PeerId, hdr: &Header) {
         let env = hdr.envelope(p);
         let len = usize::try_from(hdr.len).unwrap_or(usize::MAX);
-        match self
-            .matcher
-            .arrive(
-                env,
-                len,
-                Unexpected::Rts {
-                    sreq: hdr.id,
-                    remote_data: remote_data(hdr),
-                },
-            )
-        {
+        match self.matcher.arrive(
+            env,
+            len,
+            Unexpected::Rts {
+                sreq: hdr.id,
+                remote_data: remote_data(hdr),
+            },
+        ) {
             Some(m) => self.matched(m),
             None => {
                 self.stats.unexpected += 1;
@@ -435,7 +442,14 @@ impl Engine {
                 status,
             },
         );
-        // `data` is not empty here: empty messages go eagerly.
+        // `data` is not empty here: empty messages go eagerly. A receiver
+        // that truncates wants the first `len` bytes only.
+        let want = usize::try_from(hdr.len).unwrap_or(usize::MAX);
+        let data = if want < data.len() {
+            data.slice(..want)
+        } else {
+            data
+        };
         let rreq = hdr.aux;
         self.push_pieces(p, &data, |off, n, _| {
             let mut h = Header::new(Kind::Data);
@@ -457,7 +471,13 @@ impl Engine {
             return self.bad_packet(&"data from another peer");
         }
         let off = usize::try_from(hdr.offset).unwrap_or(usize::MAX);
-        if body_len > 0 && !buf.write(off, &packet[HEADER_LEN..]) {
+        let mut body = &packet[HEADER_LEN..];
+        if status.len < status.msg_len {
+            // A truncating receive keeps the message's first bytes: a
+            // sender that sends it all (an older one) has the rest dropped.
+            body = &body[..body_len.min(buf.len().saturating_sub(off))];
+        }
+        if body_len > 0 && !buf.write(off, body) {
             return self.bad_packet(&"data outside the receive");
         }
         if body_len > 0 {
@@ -473,17 +493,12 @@ impl Engine {
                 .lock()
                 .expect("placement registry")
                 .remove(&hdr.id);
-            let buf = buf.into_vec();
+            let data = buf.into_vec();
             let mut done = Header::new(Kind::Done);
             done.id = sreq;
             self.push(p, Out::control(done));
-            self.reqs.insert(
-                hdr.id,
-                ReqState::Done(Ok(Completion {
-                    status,
-                    data: Some(buf),
-                })),
-            );
+            self.reqs
+                .insert(hdr.id, ReqState::Done(Ok(Completion { status, data })));
         }
     }
 

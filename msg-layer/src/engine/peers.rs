@@ -266,7 +266,7 @@ impl Engine {
                 | ReqState::Put { status }
                 | ReqState::Get { status, .. }
                 | ReqState::GetInto { status, .. } => status.source == p,
-                ReqState::Posted { .. } | ReqState::Done(_) => false,
+                ReqState::Posted { .. } | ReqState::PostedInto { .. } | ReqState::Done(_) => false,
             })
             .map(|(r, _)| r)
             .collect();

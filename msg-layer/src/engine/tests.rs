@@ -164,7 +164,7 @@ fn eager_messages_match_posted_and_unexpected_receives_in_order() {
     // The second waited as unexpected, counted in the credit it uses.
     assert_eq!(p.b.stats().unexpected, 1);
     assert_eq!(p.b.unexpected_bytes(), HEADER_LEN + 6);
-    let probe = p.b.iprobe(&any_from(p.ba, 5)).expect("visible to probe");
+    let probe = p.b.iprobe(any_from(p.ba, 5)).expect("visible to probe");
     assert_eq!(probe.len, 6);
     let late = p.b.irecv(any_from(p.ba, 5), vec![0; 64]);
     let c = done(&mut p.b, late).unwrap();

@@ -1,12 +1,15 @@
 //! The libfabric-facing paths of the engine, over the back-to-back pair of
 //! `tests.rs`: 64-bit masked tags, the untagged space, remote data.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 
 use super::p2p::MsgHead;
 use super::tests::{done, Pair};
 use super::*;
 use crate::matching::{Rule, Select, Source, Space, Tag};
+use crate::rma::VecRegion;
 
 fn tagged(source: Source, bits: u64, ignore: u64) -> Rule {
     Rule {
@@ -40,15 +43,20 @@ fn a_masked_receive_compares_only_the_bits_not_ignored() {
     send(&mut p, 0x9234_5678_0000_0001, b"high");
     p.pump();
     // Exact bits: the third only.
-    let r = p.b.irecv(tagged(Source::Any, 0x9234_5678_0000_0001, 0), vec![0; 8]);
+    let r =
+        p.b.irecv(tagged(Source::Any, 0x9234_5678_0000_0001, 0), vec![0; 8]);
     let (st, body) = got(&mut p.b, r);
     assert_eq!(body, b"high");
     assert_eq!((st.tag, st.context), (1, 0x9234_5678));
     // Low bits ignored: the earliest of the other two.
-    let r = p.b.irecv(tagged(Source::Any, 0x1234_5678_0000_0000, 0xff), vec![0; 8]);
+    let r =
+        p.b.irecv(tagged(Source::Any, 0x1234_5678_0000_0000, 0xff), vec![0; 8]);
     assert_eq!(got(&mut p.b, r).1, b"one");
     // A bit that differs and is compared: no match.
-    let r = p.b.irecv(tagged(Source::Peer(p.ba), 0x1234_5678_0000_0003, 0), vec![0; 8]);
+    let r = p.b.irecv(
+        tagged(Source::Peer(p.ba), 0x1234_5678_0000_0003, 0),
+        vec![0; 8],
+    );
     assert!(!p.b.is_done(r));
     assert_eq!(p.b.iprobe(tagged(Source::Any, 0, u64::MAX)).unwrap().len, 3);
     // An MPI receive sees a 64-bit tag as context and tag.
@@ -113,8 +121,14 @@ fn remote_data_reaches_the_receiver_eager_and_rendezvous() {
     p.a.send_msg(p.ab, head, Bytes::from_static(b"late"), false);
     p.pump();
     let (st, data) = got(&mut p.b, posted);
-    assert_eq!((data.as_slice(), st.data), (&b"eager"[..], Some(u64::MAX - 7)));
-    assert_eq!(p.b.iprobe(tagged(Source::Any, 42, 0)).unwrap().data, Some(0xdada));
+    assert_eq!(
+        (data.as_slice(), st.data),
+        (&b"eager"[..], Some(u64::MAX - 7))
+    );
+    assert_eq!(
+        p.b.iprobe(tagged(Source::Any, 42, 0)).unwrap().data,
+        Some(0xdada)
+    );
     let rr = p.b.irecv(tagged(Source::Any, 42, 0), vec![0; big]);
     p.pump();
     let (st, data) = got(&mut p.b, rr);
@@ -128,4 +142,190 @@ fn remote_data_reaches_the_receiver_eager_and_rendezvous() {
     p.pump();
     let m = p.b.irecv(tagged(Source::Any, 1, 0), vec![0; 8]);
     assert_eq!(got(&mut p.b, m).0.data, None);
+}
+
+/// A region of `n` bytes set to 0xee, to see what a receive wrote.
+fn region(n: usize) -> Arc<VecRegion> {
+    Arc::new(VecRegion::new(vec![0xee; n]))
+}
+
+fn pattern(n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i % 253) as u8).collect()
+}
+
+#[test]
+fn a_receive_into_caller_memory_takes_eager_and_rendezvous_messages() {
+    let cfg = Config {
+        rndv_chunk: 4000,
+        ..Config::default()
+    };
+    let big = cfg.eager_limit + 9000;
+    let mut p = Pair::new(cfg);
+    let (small_dst, big_dst) = (region(64), region(big + 10));
+    let small = p.b.irecv_into(untagged(Source::Any), small_dst.clone());
+    let large = p.b.irecv_into(tagged(Source::Any, 5, 0), big_dst.clone());
+    p.a.send_msg(
+        p.ab,
+        MsgHead::fabric(Space::Untagged, Some(1)),
+        Bytes::from(pattern(20)),
+        false,
+    );
+    let s = p.a.send_msg(
+        p.ab,
+        MsgHead::fabric(Space::Tagged(5), None),
+        Bytes::from(pattern(big)),
+        false,
+    );
+    p.pump();
+    let c = done(&mut p.b, small).unwrap();
+    assert_eq!(
+        (c.status.len, c.status.msg_len, c.status.data, c.data),
+        (20, 20, Some(1), None)
+    );
+    assert_eq!(
+        &small_dst.snapshot()[..21],
+        &[pattern(20), vec![0xee]].concat()[..]
+    );
+    let c = done(&mut p.b, large).unwrap();
+    assert_eq!((c.status.len, c.status.msg_len, c.data), (big, big, None));
+    assert_eq!(big_dst.snapshot()[..big], pattern(big)[..]);
+    assert_eq!(big_dst.snapshot()[big], 0xee, "nothing past the message");
+    assert!(done(&mut p.a, s).is_ok());
+}
+
+#[test]
+fn a_short_buffer_keeps_the_first_bytes_and_both_ends_complete() {
+    let cfg = Config {
+        rndv_chunk: 4000,
+        ..Config::default()
+    };
+    let big = cfg.eager_limit + 9000;
+    let mut p = Pair::new(cfg);
+    // Eager, posted first; rendezvous, arrived first (unexpected).
+    let e_dst = region(8);
+    let e = p.b.irecv_into(untagged(Source::Any), e_dst.clone());
+    let es = p.a.send_msg(
+        p.ab,
+        MsgHead::fabric(Space::Untagged, None),
+        Bytes::from(pattern(100)),
+        false,
+    );
+    let rs = p.a.send_msg(
+        p.ab,
+        MsgHead::fabric(Space::Tagged(9), Some(3)),
+        Bytes::from(pattern(big)),
+        false,
+    );
+    p.pump();
+    let r_dst = region(5000);
+    let r = p.b.irecv_into(tagged(Source::Any, 9, 0), r_dst.clone());
+    let moved = p.pump();
+    let c = done(&mut p.b, e).unwrap();
+    assert_eq!((c.status.len, c.status.msg_len), (8, 100));
+    assert_eq!(e_dst.snapshot(), pattern(8));
+    let c = done(&mut p.b, r).unwrap();
+    assert_eq!(
+        (c.status.len, c.status.msg_len, c.status.data),
+        (5000, big, Some(3))
+    );
+    assert_eq!(r_dst.snapshot(), pattern(5000));
+    // CTS, the two pieces asked for (not the whole message), DONE.
+    assert_eq!(moved, 4);
+    assert_eq!(p.b.stats().rndv_bytes_copied, 5000);
+    assert!(done(&mut p.a, es).is_ok() && done(&mut p.a, rs).is_ok());
+    // An MPI receive still fails with Truncated.
+    p.a.isend(p.ab, 1, 0, Bytes::from(pattern(10)));
+    p.pump();
+    let m = p.b.irecv(tagged(Source::Any, 1, 0), vec![0; 4]);
+    assert!(matches!(
+        done(&mut p.b, m),
+        Err(Error::Truncated {
+            message_len: 10,
+            buffer_len: 4
+        })
+    ));
+}
+
+#[test]
+fn a_claimed_message_is_matched_by_no_receive_and_is_received_or_discarded() {
+    let cfg = Config::default();
+    let big = cfg.eager_limit + 100;
+    let mut p = Pair::new(cfg);
+    let sends: Vec<u64> = [(7u64, 30usize), (7, big), (8, big), (7, 12)]
+        .into_iter()
+        .map(|(tag, n)| {
+            p.a.send_msg(
+                p.ab,
+                MsgHead::fabric(Space::Tagged(tag), Some(tag)),
+                Bytes::from(pattern(n)),
+                false,
+            )
+        })
+        .collect();
+    p.pump();
+    let sel7 = tagged(Source::Peer(p.ba), 7, 0);
+    assert_eq!(p.b.iprobe(sel7).unwrap().len, 30, "peek leaves it");
+    let (st, first) = p.b.claim(sel7).expect("a message to claim");
+    assert_eq!((st.len, st.data), (30, Some(7)));
+    let (st, second) = p.b.claim(sel7).expect("the next one");
+    assert_eq!(st.len, big);
+    // A receive posted now skips both claimed messages.
+    let posted = p.b.irecv_into(sel7, region(64));
+    let c = done(&mut p.b, posted).unwrap();
+    assert_eq!(c.status.len, 12);
+    let dst = region(40);
+    let r = p.b.irecv_claimed(first, dst.clone());
+    let c = done(&mut p.b, r).unwrap();
+    assert_eq!((c.status.len, c.status.msg_len), (30, 30));
+    assert_eq!(dst.snapshot()[..30], pattern(30)[..]);
+    // A claimed rendezvous discarded: its sender completes, with nothing sent.
+    p.b.discard(second);
+    let (_, third) = p.b.claim(tagged(Source::Any, 8, 0)).unwrap();
+    let dst = region(big);
+    let r = p.b.irecv_claimed(third, dst.clone());
+    p.pump();
+    assert!(done(&mut p.b, r).is_ok());
+    assert_eq!(dst.snapshot(), pattern(big));
+    for s in sends {
+        assert!(done(&mut p.a, s).is_ok());
+    }
+    assert!(p.b.claim(tagged(Source::Any, 0, u64::MAX)).is_none());
+    assert_eq!(p.b.unexpected_bytes(), 0);
+    assert_eq!(p.b.peers[p.ba as usize].unexpected, 0);
+}
+
+#[test]
+fn injected_sends_are_forgotten_once_done_and_still_arrive_in_order() {
+    let cfg = Config::default();
+    let big = cfg.eager_limit + 1;
+    let mut p = Pair::new(cfg);
+    for n in [3, big, 4] {
+        let head = MsgHead::fabric(Space::Untagged, None);
+        p.a.inject_via(
+            None::<&mut super::tests::Outbox>,
+            p.ab,
+            head,
+            Bytes::from(pattern(n)),
+        )
+        .unwrap();
+    }
+    assert_eq!(p.a.detached_len(), 3);
+    p.pump();
+    for n in [3, big, 4] {
+        let r = p.b.irecv_into(untagged(Source::Any), region(big));
+        p.pump();
+        assert_eq!(done(&mut p.b, r).unwrap().status.len, n);
+    }
+    p.a.reap_detached();
+    assert_eq!(p.a.detached_len(), 0);
+    assert_eq!(p.a.reqs.iter().count(), 0, "no request left behind");
+    assert!(matches!(
+        p.a.inject_via(
+            None::<&mut super::tests::Outbox>,
+            99,
+            MsgHead::fabric(Space::Untagged, None),
+            Bytes::new()
+        ),
+        Err(Error::UnknownPeer(99))
+    ));
 }
