@@ -226,6 +226,9 @@ impl<T: Transport> Core<T> {
     }
 
     fn connect(&mut self, addr: Addr) -> Result<PeerId, Error> {
+        if addr == self.engine.local_addr() {
+            return Ok(self.engine.own_peer());
+        }
         if let Some(p) = self.engine.connected_peer(&addr) {
             return Ok(p);
         }
@@ -446,7 +449,9 @@ impl<T: Transport> Endpoint<T> {
     }
 
     /// Open a connection to the endpoint at `addr` (this side initiates; a
-    /// server just receives, and its peers appear as they connect).
+    /// server just receives, and its peers appear as they connect). This
+    /// endpoint's own address gives the peer that is itself: what is sent
+    /// to it is taken in by the engine, with no transport.
     pub fn connect(&self, addr: &Addr) -> Result<PeerId, Error> {
         self.core().connect(*addr)
     }

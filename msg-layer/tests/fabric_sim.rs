@@ -176,3 +176,63 @@ fn claimed_messages_skip_later_receives_and_discard_completes_the_sender() {
     finish(&a, &b, pb, pa);
     assert_eq!(b.unexpected_bytes(), 0);
 }
+
+#[test]
+fn an_endpoint_sends_to_itself_in_order_with_its_other_traffic() {
+    let (a, b, pb, pa) = two();
+    let me = a
+        .add_peer(&a.local_addr())
+        .expect("our own address is a peer");
+    assert_eq!(a.connect(&a.local_addr()).unwrap(), me);
+    assert_eq!(a.peer_addr(me), Some(a.local_addr()));
+    let big = Config::default().eager_limit * 2 + 17;
+    let one = Select::Tagged { bits: 1, ignore: 0 };
+    let plan = [(0u64, 12usize), (1, big), (2, 30), (3, big), (4, 0)];
+    let mut sends = Vec::new();
+    for &(i, len) in &plan {
+        sends.push(a.isend_to(me, Space::Tagged(1), Some(i), payload(i, len).into(), false));
+        sends.push(a.isend_to(pb, Space::Tagged(1), Some(i), payload(i, len).into(), false));
+    }
+    a.inject_to(me, Space::Untagged, Some(99), b"to self")
+        .unwrap();
+    // Peek and claim work on messages to self like on any peer's.
+    let st = a
+        .iprobe_sel(Source::Peer(me), one)
+        .expect("arrived at once");
+    assert_eq!((st.source, st.len, st.data), (me, 12, Some(0)));
+    let (_, first) = a.claim(Source::Any, one).unwrap();
+    for &(i, len) in &plan[1..] {
+        let dst = region(big);
+        let r = a.irecv_into(Source::Peer(me), one, dst.clone());
+        let c = a.wait_timeout(r, Some(WAIT)).unwrap();
+        assert_eq!((c.status.len, c.status.data), (len, Some(i)), "message {i}");
+        assert_eq!(dst.snapshot()[..len], payload(i, len)[..]);
+    }
+    let dst = region(12);
+    let r = a.irecv_claimed(first, dst.clone());
+    a.wait_timeout(r, Some(WAIT)).unwrap();
+    assert_eq!(dst.snapshot(), payload(0, 12));
+    let r = a.irecv(Source::Peer(me), msg_layer::Tag::Any, 0, vec![0; 8]);
+    assert!(a.test(&r).is_none(), "untagged is not for an MPI receive");
+    assert!(a.cancel(r));
+    let r = a.irecv_into(Source::Any, Select::Untagged, region(8));
+    assert_eq!(a.wait_timeout(r, Some(WAIT)).unwrap().status.data, Some(99));
+    // B got the same messages over the link, in the same order.
+    for &(i, len) in &plan {
+        let r = b.irecv_into(Source::Peer(pa), one, region(big));
+        let c = b.wait_timeout(r, Some(WAIT)).unwrap();
+        assert_eq!((c.status.len, c.status.data), (len, Some(i)));
+    }
+    for s in sends {
+        a.wait_timeout(s, Some(WAIT)).unwrap();
+    }
+    // One-sided access to our own memory.
+    let mem = Arc::new(VecRegion::new(vec![0; 32]));
+    let key = a.register(mem.clone());
+    a.wait_timeout(a.put(me, key, 4, &b"mine"[..]), Some(WAIT))
+        .unwrap();
+    let got = a.wait_timeout(a.get(me, key, 3, 6), Some(WAIT)).unwrap();
+    assert_eq!(got.data.unwrap(), b"\0mine\0");
+    assert_eq!(a.unexpected_bytes(), 0);
+    finish(&a, &b, pb, pa);
+}

@@ -49,9 +49,8 @@ impl<T: Transport> Endpoint<T> {
         data: &[u8],
     ) -> Result<(), Error> {
         let head = MsgHead::fabric(space, remote_data);
-        let body = Bytes::copy_from_slice(data);
         self.core()
-            .post_to(peer, data.len(), |e, t| e.inject_via(t, peer, head, body))
+            .post_to(peer, data.len(), |e, t| e.inject_via(t, peer, head, data))
     }
 
     /// Receive into caller memory `dst` (its len is the most accepted).

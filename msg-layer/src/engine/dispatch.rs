@@ -28,6 +28,14 @@ impl Engine {
                 _ => return self.bad_packet(&format!("{:?} before Hello", hdr.kind)),
             },
         };
+        self.handle_from(p, &hdr, packet);
+    }
+
+    /// A packet from peer `p` (its connection's, or our own loopback's),
+    /// its header decoded: the credit it returns taken, then its protocol.
+    #[inline(always)]
+    pub(super) fn handle_from(&mut self, p: PeerId, hdr: &Header, packet: Vec<u8>) {
+        let hdr = *hdr;
         self.peers[p as usize].credit += hdr.credit as u64;
         match hdr.kind {
             // peers

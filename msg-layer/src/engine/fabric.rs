@@ -149,26 +149,40 @@ impl Engine {
         }
     }
 
-    /// Send a message nobody takes the completion of: its request is
-    /// forgotten once done ([`Engine::reap_detached`]); a failure of the
-    /// peer reaches the caller as the peer's end only. Fails at once for an
-    /// unknown or failed peer.
+    /// Send a message nobody takes the completion of (libfabric's inject),
+    /// `data` copied: an eager one is handed to `o` at once when the peer's
+    /// queue would do just that, its bytes copied into the packet head
+    /// (no allocation up to [`super::SHORT_PREFIX`] bytes), and otherwise
+    /// queued with no request; a rendezvous one has a request that is
+    /// forgotten once done ([`Engine::reap_detached`]). A failure of the
+    /// peer reaches the caller as the peer's end only. Fails at once for
+    /// an unknown or failed peer.
     pub fn inject_via<O: Outlet + ?Sized>(
         &mut self,
         o: Option<&mut O>,
         p: PeerId,
         head: MsgHead,
-        data: Bytes,
+        data: &[u8],
     ) -> Result<(), Error> {
         if let Some(e) = self.peer_error(p) {
             return Err(e);
         }
-        let r = self.send_msg_via(o, p, head, data);
-        if self.is_done(r) {
-            let _ = self.take(r);
-        } else {
+        if data.len() > self.cfg.eager_limit {
+            let r = self.send_msg(p, head, Bytes::copy_from_slice(data), false);
             self.detached.push(r);
+            return Ok(());
         }
+        let mut hdr = head.header(Kind::Eager);
+        hdr.len = data.len() as u64;
+        let cost = HEADER_LEN + data.len();
+        self.stats.eager_sent += 1;
+        let empty = Bytes::new();
+        if o.is_some_and(|o| self.send_now(o, p, hdr, data, &empty, false, cost as u64)) {
+            return Ok(());
+        }
+        let mut out = Out::with_body(hdr, Bytes::copy_from_slice(data));
+        out.cost = cost as u32;
+        self.push(p, out);
         Ok(())
     }
 

@@ -43,12 +43,15 @@ mod packet;
 mod peers;
 pub(crate) use packet::SHORT_PREFIX;
 mod fabric;
+mod loopback;
 mod reqs;
 mod rma;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod tests_fabric;
+#[cfg(test)]
+mod tests_loopback;
 
 pub use fabric::Claimed;
 pub(crate) use p2p::MsgHead;
@@ -367,6 +370,8 @@ pub(crate) struct Engine {
     pub(crate) spent: Vec<Vec<u8>>,
     /// Requests nobody will take (libfabric's inject): forgotten once done.
     detached: Vec<u64>,
+    /// This endpoint as its own peer, once something sent to itself.
+    own: Option<PeerId>,
     stats: Stats,
 }
 
@@ -396,6 +401,7 @@ impl Engine {
             failures: Vec::new(),
             spent: Vec::new(),
             detached: Vec::new(),
+            own: None,
             stats: Stats::default(),
         })
     }

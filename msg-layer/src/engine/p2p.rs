@@ -50,7 +50,7 @@ impl MsgHead {
 
     /// The header of a `kind` packet carrying this message.
     #[inline(always)]
-    fn header(&self, kind: Kind) -> Header {
+    pub(super) fn header(&self, kind: Kind) -> Header {
         let mut h = Header::tagged(kind, self.tag, self.context);
         if self.untagged {
             h.flags |= flags::UNTAGGED;

@@ -12,7 +12,7 @@ use crate::addr::Addr;
 use crate::config::INITIAL_CREDIT;
 use crate::error::{Error, PeerEnd};
 use crate::matching::PeerId;
-use crate::transport::{ConnId, FailureCause, SendError, TransportError};
+use crate::transport::{ConnId, FailureCause, SendError};
 use crate::wire::{flags, Header, Kind, BUNDLE_ITEM_PREFIX, HEADER_LEN};
 
 #[derive(Debug, PartialEq, Eq)]
@@ -64,7 +64,7 @@ pub(crate) enum AddPeer {
 }
 
 impl Engine {
-    fn new_peer(&mut self, addr: Option<Addr>, state: PeerState) -> PeerId {
+    pub(super) fn new_peer(&mut self, addr: Option<Addr>, state: PeerState) -> PeerId {
         let id = self.peers.len() as PeerId;
         self.peers.push(Peer {
             addr,
@@ -124,10 +124,7 @@ impl Engine {
         if self.local < addr {
             Ok(AddPeer::Connect)
         } else if self.local == addr {
-            Err(Error::Transport(TransportError::Address {
-                addr: addr.to_string(),
-                reason: "that is this endpoint's own address (use a loopback path instead)".into(),
-            }))
+            Ok(AddPeer::Known(self.own_peer()))
         } else {
             Ok(AddPeer::Known(
                 self.new_peer(Some(addr), PeerState::Awaiting),
@@ -361,7 +358,9 @@ impl Engine {
     pub(super) fn return_credit(&mut self, p: PeerId, n: u64) {
         let peer = &mut self.peers[p as usize];
         peer.owed += n;
-        if peer.owed >= self.credit_due() {
+        // Our own peer takes the credit back at its next visit (a sender
+        // waiting for it has nobody else to return it).
+        if peer.owed >= self.credit_due() || self.own == Some(p) {
             self.mark(p);
         }
     }
@@ -461,6 +460,9 @@ impl Engine {
     }
 
     fn send_queued<O: Outlet + ?Sized>(&mut self, p: PeerId, o: &mut O) {
+        if self.own == Some(p) {
+            return self.deliver_own(p);
+        }
         self.open_to(p, o);
         let peer = &mut self.peers[p as usize];
         let Some(conn) = peer.conn else {

@@ -24,7 +24,7 @@ pub(super) struct Outbox {
 }
 
 impl Outbox {
-    fn new() -> Self {
+    pub fn new() -> Self {
         Outbox {
             sent: Vec::new(),
             room: usize::MAX,
