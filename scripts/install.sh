@@ -6,7 +6,9 @@
 #   mpirun --mca pml ob1 --mca btl self,vader,llc ./app
 # works with nothing else set; also the endpoint service llcd (P/sbin) with its
 # systemd unit (P/lib/systemd/system/llcd.service) and an example policy
-# (P/share/llc-stack/llcd.toml.example; the live one is /etc/llc/llcd.toml):
+# (P/share/llc-stack/llcd.toml.example; the live one is /etc/llc/llcd.toml),
+# and the libfabric provider libllc-fi.so in libfabric's provider directory,
+# so that `fi_info -p llc` and every libfabric MPI find it with nothing set:
 # installed by root, it lets ordinary users open endpoints. A root install
 # on a host run by systemd enables and starts it (not with --destdir, --deb
 # or --no-service). Every file it writes is listed in a manifest;
@@ -14,7 +16,8 @@
 # empty).
 #
 #   scripts/install.sh [--prefix P] [--destdir D] [--component-dir DIR | --user-component]
-#                      [--profile PROFILE] [--no-build] [--no-service] [--uninstall] [--deb FILE]
+#                      [--provider-dir DIR] [--profile PROFILE] [--no-build] [--no-service]
+#                      [--uninstall] [--deb FILE]
 #
 # --prefix P        libraries in P/lib, headers in P/include, pkg-config files in
 #                   P/lib/pkgconfig, tools in P/bin (default /usr/local).
@@ -24,7 +27,14 @@
 # --component-dir   where mca_btl_llc.so goes. Default: Open MPI's pkglibdir, from
 #                   `ompi_info --path pkglibdir` (or pkg-config's ompi), never guessed.
 # --user-component  put it in ~/.openmpi/components, which Open MPI searches by
-#                   default after its own directory: an install without root.
+#                   default after its own directory: an install without root (the
+#                   libfabric provider then goes to ~/.local/lib/libfabric, which
+#                   libfabric searches only when FI_PROVIDER_PATH names it).
+# --provider-dir    where libllc-fi.so goes. Default: libfabric's provider directory,
+#                   pkg-config's libfabric libdir + /libfabric (Debian:
+#                   /usr/lib/x86_64-linux-gnu/libfabric), never guessed. The libfabric
+#                   bundled in the PyPI MPI packages finds it through
+#                   FI_PROVIDER_PATH=DIR:VENV/lib/<mpi>/libfabric (docs/ARCHITECTURE.md).
 # --profile         the cargo profile to build and install (default release).
 # --no-build        install what the profile's target directory already holds.
 # --no-service      do not enable and start llcd.service after installing.
@@ -39,6 +49,7 @@ ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 PREFIX=/usr/local
 DESTDIR=""
 COMPONENT_DIR=""
+PROVIDER_DIR=""
 USER_COMPONENT=0
 PROFILE=release
 BUILD=1
@@ -60,6 +71,8 @@ while [ $# -gt 0 ]; do
         --component-dir) [ $# -ge 2 ] || die "--component-dir needs a directory"; COMPONENT_DIR="$2"; shift 2 ;;
         --component-dir=*) COMPONENT_DIR="${1#*=}"; shift ;;
         --user-component) USER_COMPONENT=1; shift ;;
+        --provider-dir) [ $# -ge 2 ] || die "--provider-dir needs a directory"; PROVIDER_DIR="$2"; shift 2 ;;
+        --provider-dir=*) PROVIDER_DIR="${1#*=}"; shift ;;
         --profile) [ $# -ge 2 ] || die "--profile needs a cargo profile"; PROFILE="$2"; shift 2 ;;
         --profile=*) PROFILE="${1#*=}"; shift ;;
         --no-build) BUILD=0; shift ;;
@@ -82,6 +95,7 @@ if [ -n "$DEB" ]; then
     args=(--prefix "$PREFIX" --destdir "$root/pkg" --profile "$PROFILE")
     [ "$BUILD" = 1 ] || args+=(--no-build)
     [ -z "$COMPONENT_DIR" ] || args+=(--component-dir "$COMPONENT_DIR")
+    [ -z "$PROVIDER_DIR" ] || args+=(--provider-dir "$PROVIDER_DIR")
     "$0" "${args[@]}" >/dev/null
     # As Debian's packages are: without debugging symbols (debug builds carry
     # hundreds of MB of them).
@@ -99,6 +113,7 @@ Version: $version
 Architecture: $(dpkg --print-architecture)
 Maintainer: llc-stack developers <llc-stack@localhost>
 Depends: openmpi-bin, libopenmpi3
+Recommends: libfabric1
 Section: net
 Priority: optional
 Installed-Size: $(du -sk "$root/pkg" | cut -f1)
@@ -106,6 +121,8 @@ Description: kernel-bypass LLC transport: Open MPI btl/llc, DECK, BMI, tools
  The Open MPI component mca_btl_llc.so (mpirun --mca btl self,vader,llc),
  the C libraries libmpi_btl_shim, libdeck and libbmi with headers and
  pkg-config files, and llc-ping, llc-perf, llc-xfer, llc-stat, deckrun;
+ the libfabric provider llc (libllc-fi.so: fi_info -p llc, Open MPI's
+ mtl/ofi, MPICH's ch4:ofi);
  the endpoint service llcd (systemd unit llcd.service), which opens
  endpoints for ordinary users.
 EOF
@@ -188,6 +205,18 @@ elif [ -z "$COMPONENT_DIR" ]; then
         die "cannot find Open MPI's component directory (neither 'ompi_info --path pkglibdir' nor pkg-config's ompi answered): install openmpi-bin and libopenmpi-dev (scripts/install-deps.sh), or pass --component-dir DIR"
 fi
 case "$COMPONENT_DIR" in /*) ;; *) die "the component directory must be absolute, not '$COMPONENT_DIR'" ;; esac
+# libfabric's provider directory: where the core scans for *fi.so with
+# FI_PROVIDER_PATH unset (its pkglibdir, libdir/libfabric).
+if [ -z "$PROVIDER_DIR" ]; then
+    if [ "$USER_COMPONENT" = 1 ]; then
+        PROVIDER_DIR="$HOME/.local/lib/libfabric"
+    elif dir="$(pkg-config --variable=libdir libfabric 2>/dev/null)" && [ -n "$dir" ]; then
+        PROVIDER_DIR="$dir/libfabric"
+    else
+        die "cannot find libfabric's provider directory (pkg-config's libfabric did not answer): install libfabric-dev (scripts/install-deps.sh), or pass --provider-dir DIR"
+    fi
+fi
+case "$PROVIDER_DIR" in /*) ;; *) die "the provider directory must be absolute, not '$PROVIDER_DIR'" ;; esac
 
 # --- what to install ------------------------------------------------------
 # C-ABI crates: a workspace member with include/*.h gives lib<name>.so, its
@@ -200,7 +229,7 @@ for crate in mpi-btl-shim deck bmi; do
         C_CRATES+=("$crate")
     fi
 done
-TOOL_PACKAGES=(llc-ping llc-perf llc-xfer llc-stat llcd)
+TOOL_PACKAGES=(llc-ping llc-perf llc-xfer llc-stat llcd libfabric-llc)
 BINS=(llc-ping llc-ping-demo llc-perf llc-xfer llc-stat deckrun)
 
 TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
@@ -235,7 +264,7 @@ for crate in "${C_CRATES[@]}"; do
     f="$PROFILE_DIR/$(lib_name "$crate")"
     [ -f "$f" ] || die "$f is missing: build it (drop --no-build, or cargo build --profile $PROFILE -p $crate)"
 done
-for b in "${BINS[@]}" llcd; do
+for b in "${BINS[@]}" llcd libllc_fi.so; do
     [ -f "$PROFILE_DIR/$b" ] || die "$PROFILE_DIR/$b is missing: build the tools (drop --no-build)"
 done
 
@@ -289,6 +318,8 @@ WantedBy=multi-user.target
 EOF
 plan 0644 "$STAGE/llcd.service" "$UNITDIR/llcd.service"
 plan 0644 "$ROOT/llcd/llcd.toml.example" "$PREFIX/share/llc-stack/llcd.toml.example"
+# The libfabric provider, under the name libfabric's convention gives it.
+plan 0755 "$PROFILE_DIR/libllc_fi.so" "$PROVIDER_DIR/libllc-fi.so"
 # The Open MPI component, linked to the installed shim (run-time path P/lib).
 mkdir "$STAGE/component"
 make -s -C "$ROOT/mpi-btl-shim/component" SHIM_DIR="$PROFILE_DIR" OUT="$STAGE/component" RPATH="$LIBDIR" >&2 ||
@@ -339,6 +370,7 @@ write_manifest
 echo "install: ${#FILES[@]} files${DESTDIR:+ under $DESTDIR}: libraries and headers in $PREFIX, tools in $BINDIR, mca_btl_llc.so in $COMPONENT_DIR"
 echo "install: manifest $MANIFEST; remove with: scripts/install.sh --prefix $PREFIX${DESTDIR:+ --destdir $DESTDIR} --uninstall"
 echo "install: run MPI programs with: mpirun --mca pml ob1 --mca btl self,vader,llc ./app"
+echo "install: libfabric provider in $PROVIDER_DIR: fi_info -p llc; mpirun --mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include llc ./app"
 # The endpoint service: enabled and started where systemd runs the host.
 if [ -z "$DESTDIR" ] && [ "$(id -u)" -eq 0 ] && [ "$SERVICE" = 1 ]; then
     if [ -d /run/systemd/system ] && case "$PREFIX" in /usr|/usr/local) true ;; *) false ;; esac; then

@@ -13,7 +13,8 @@
 //! - [`peers`]: which rank is which peer, and which peers ended and why,
 //!   as the message layer's typed error (never a string).
 //! - [`cabi`]: the C entry points' helpers: panic capture at the boundary,
-//!   the thread's last error.
+//!   the thread's last error; [`PtrRegion`]: a C caller's memory as a
+//!   message-layer region.
 //!
 //! Delivery is pull-style: nothing of the endpoint calls back into the API
 //! (`Endpoint::set_pull_delivery`), so an API may call its endpoint while it
@@ -23,8 +24,10 @@
 
 pub mod cabi;
 pub mod peers;
+mod region;
 mod runtime;
 mod sys;
 
 pub use peers::{Ended, Ranks};
+pub use region::PtrRegion;
 pub use runtime::{Api, Cx, Ep, Options, Runtime};

@@ -13,8 +13,8 @@ use msg_layer::rma::RegionKey;
 use msg_layer::{Addr, Error};
 
 use crate::abi::*;
-use crate::region::PtrRegion;
 use crate::state::{CPtr, LlcShim, RmaOp};
+use app_runtime::PtrRegion;
 
 fn write_err(buf: *mut c_char, len: usize, msg: &str) {
     if buf.is_null() || len == 0 {

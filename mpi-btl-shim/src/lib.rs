@@ -27,7 +27,6 @@
 //!   `include/llc_shim.h`), argument checks only;
 //! - `state.rs`: the endpoint and what is registered on it, and the
 //!   delivery of events to C;
-//! - `region.rs`: registered memory.
 //!
 //! # Threads and callbacks
 //! Every C callback (receive, RMA completion, peer failure) runs on the
@@ -48,10 +47,9 @@
 
 mod abi;
 mod ffi;
-mod region;
 mod state;
 
 pub use abi::*;
+pub use app_runtime::PtrRegion;
 pub use ffi::*;
-pub use region::PtrRegion;
 pub use state::LlcShim;

@@ -31,7 +31,7 @@ use msg_layer::transport::TransportSpec;
 use msg_layer::{Config, Endpoint, Error, PeerId, Request};
 
 use crate::abi::{LlcShimConfig, LlcShimRmaFn, LlcShimStats, LlcShimStatus};
-use crate::region::PtrRegion;
+use app_runtime::PtrRegion;
 
 pub(crate) type Ep = app_runtime::Ep;
 

@@ -88,6 +88,20 @@ fn user_env(cmd: &mut Command) -> &mut Command {
     cmd
 }
 
+/// libfabric's provider directory, as pkg-config's libfabric gives it.
+fn libfabric_provider_dir() -> PathBuf {
+    let out = Command::new("pkg-config")
+        .args(["--variable=libdir", "libfabric"])
+        .output()
+        .expect("pkg-config");
+    let libdir = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(
+        !libdir.is_empty(),
+        "pkg-config knows no libfabric: install libfabric-dev (scripts/install-deps.sh)"
+    );
+    PathBuf::from(libdir).join("libfabric")
+}
+
 /// `scripts/install.sh ARGS` with this build's profile; must succeed.
 fn install(args: &[&str], home: Option<&Path>) -> JobOutput {
     let out = run_install(args, home);
@@ -519,9 +533,28 @@ fn system_install_into_open_mpis_directory_needs_nothing_set() {
         component: component.clone(),
         done: false,
     };
+    let provider = libfabric_provider_dir().join("libllc-fi.so");
+    if provider.exists() {
+        eprintln!(
+            "SKIPPED system_install: {} exists (an installation this test must not replace)",
+            provider.display()
+        );
+        return;
+    }
     install(&["--prefix", &p], None);
     assert!(component.is_file(), "not in {}", pkglibdir.display());
     assert!(ompi_info_lists_llc(None), "ompi_info does not list btl llc");
+    // libfabric finds the provider with nothing set.
+    let fi = Command::new("fi_info")
+        .arg("-l")
+        .env_remove("FI_PROVIDER_PATH")
+        .output()
+        .expect("fi_info (libfabric-bin)");
+    assert!(
+        String::from_utf8_lossy(&fi.stdout).contains("llc:"),
+        "fi_info -l: {}",
+        String::from_utf8_lossy(&fi.stdout)
+    );
 
     let work = scratch.0.join("work");
     std::fs::create_dir_all(&work).unwrap();
@@ -534,6 +567,7 @@ fn system_install_into_open_mpis_directory_needs_nothing_set() {
     install(&["--prefix", &p, "--uninstall"], None);
     guard.done = true;
     assert!(!component.exists(), "{} left", component.display());
+    assert!(!provider.exists(), "{} left", provider.display());
     assert!(!prefix.exists(), "left: {:?}", files_under(&prefix));
     assert!(
         pkglibdir.join("mca_btl_self.so").exists(),
@@ -599,6 +633,12 @@ fn destdir_stages_the_final_layout_and_uninstall_empties_it() {
         unit_text.contains("ExecStart=/usr/local/sbin/llcd --foreground"),
         "{unit_text}"
     );
+    let provider = staged(&libfabric_provider_dir().join("libllc-fi.so"));
+    assert!(
+        listed.contains(&provider),
+        "{} not staged",
+        provider.display()
+    );
     for f in [
         "lib/libmpi_btl_shim.so",
         "include/llc_shim.h",
@@ -643,8 +683,10 @@ fn deb_package_holds_the_component_libraries_headers_and_tools() {
         .filter(|p| !p.ends_with('/'))
         .collect();
     let component = format!(".{}/mca_btl_llc.so", ompi_pkglibdir().display());
+    let provider = format!(".{}/libllc-fi.so", libfabric_provider_dir().display());
     for f in [
         component.as_str(),
+        provider.as_str(),
         "./usr/lib/libmpi_btl_shim.so",
         "./usr/lib/libdeck.so",
         "./usr/include/llc_shim.h",

@@ -1,6 +1,9 @@
-//! Registered memory: a raw range Open MPI keeps valid until it
-//! deregisters it, as a message-layer [`MemoryRegion`] that peers' put and
-//! get reach.
+//! Registered memory: a raw range a C caller keeps valid until it
+//! deregisters it (Open MPI's registrations for btl/llc, a libfabric
+//! application's buffers and memory regions), as a message-layer
+//! [`MemoryRegion`] that receives, peers' put and get reach.
+
+#![allow(unsafe_code)]
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

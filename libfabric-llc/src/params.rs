@@ -1,0 +1,114 @@
+//! The provider's parameters (`FI_LLC_*`, listed by `fi_info -e`): btl/llc's
+//! MCA parameters under libfabric's names, turned into the LLC spec each
+//! endpoint opens.
+
+use std::ffi::CStr;
+use std::time::Duration;
+
+use msg_layer::transport::llc::select_interfaces;
+use msg_layer::transport::spec::{Backend, KeySource, LlcSpec};
+
+use crate::core;
+
+const PARAMS: &[(&CStr, &str)] = &[
+    (
+        c"iface",
+        "Interfaces to offer, comma-separated (default: every up Ethernet interface that can carry LLC; each process's first choice rotates with its local rank, as btl/llc chooses)",
+    ),
+    (
+        c"backend",
+        "auto (AF_XDP when it can be set up, else AF_PACKET), xdp or packet",
+    ),
+    (c"sap", "The LLC SAP endpoints use (default 0x7c)"),
+    (
+        c"idle_timeout_ms",
+        "Fail a peer silent this long, in milliseconds: its pending operations complete with an error",
+    ),
+    (
+        c"auth",
+        "env (default: frames are authenticated with the key LLC_AUTH_KEY derives, when set) or off",
+    ),
+];
+
+/// Declare the parameters with the core.
+pub fn define() {
+    for (name, help) in PARAMS {
+        core::define_param(name, help);
+    }
+}
+
+fn get(name: &CStr) -> Option<String> {
+    core::param(name).filter(|v| !v.is_empty())
+}
+
+/// The local rank a launcher gave this process (Open MPI, MPICH's hydra,
+/// PMIx launchers, Slurm), for the first choice of interface.
+fn local_rank() -> usize {
+    [
+        "OMPI_COMM_WORLD_LOCAL_RANK",
+        "MPI_LOCALRANKID",
+        "PMIX_LOCAL_RANK",
+        "SLURM_LOCALID",
+    ]
+    .iter()
+    .find_map(|v| std::env::var(v).ok()?.parse().ok())
+    .unwrap_or(0)
+}
+
+/// The interfaces to offer, with their MACs, the local rank's choice first
+/// (the rest in the kernel's order after it), as one `fi_info` each.
+pub fn interfaces() -> Result<Vec<(String, [u8; 6])>, String> {
+    let named = get(c"iface").unwrap_or_default();
+    let include: Vec<&str> = named
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect();
+    let names = select_interfaces(&include, &[]).map_err(|e| e.to_string())?;
+    let all = llc_stack::link::interfaces::interfaces().map_err(|e| e.to_string())?;
+    let mut out: Vec<(String, [u8; 6])> = names
+        .iter()
+        .filter_map(|n| {
+            all.iter()
+                .find(|i| &i.name == n)
+                .map(|i| (n.clone(), i.mac))
+        })
+        .collect();
+    if !out.is_empty() {
+        let first = local_rank() % out.len();
+        out.rotate_left(first);
+    }
+    Ok(out)
+}
+
+/// The spec an endpoint on `ifname` opens, from the parameters.
+pub fn spec(ifname: &str) -> Result<LlcSpec, String> {
+    let mut s = LlcSpec::new(ifname);
+    s.port = 0;
+    if let Some(b) = get(c"backend") {
+        s.backend = b
+            .parse::<Backend>()
+            .map_err(|e| format!("FI_LLC_BACKEND {e}"))?;
+    }
+    if let Some(v) = get(c"sap") {
+        let n = match v.strip_prefix("0x") {
+            Some(h) => u8::from_str_radix(h, 16),
+            None => v.parse(),
+        }
+        .map_err(|_| format!("FI_LLC_SAP {v:?} is not a byte"))?;
+        s.config.sap = n;
+    }
+    if let Some(v) = get(c"idle_timeout_ms") {
+        let ms: u64 = v
+            .parse()
+            .map_err(|_| format!("FI_LLC_IDLE_TIMEOUT_MS {v:?} is not a number of milliseconds"))?;
+        s.set_idle_timeout(Duration::from_millis(ms));
+    }
+    if let Some(v) = get(c"auth") {
+        s.auth = match v.parse::<KeySource>() {
+            Ok(k @ (KeySource::Env | KeySource::Off)) => k,
+            _ => return Err(format!("FI_LLC_AUTH {v:?}: expected env or off")),
+        };
+    }
+    Ok(s)
+}
