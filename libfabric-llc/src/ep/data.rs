@@ -47,27 +47,31 @@ fn peer(st: &mut EpApi, ep: &app_runtime::Ep, fi_addr: u64) -> Result<PeerId, is
     Ok(p)
 }
 
-/// The bytes of a send: copied when small, lent when large.
+/// The bytes of a send: copied when small, lent when large (with the
+/// token its release is reported under).
 ///
 /// # Safety
 /// `buf` holds `len` readable bytes, unchanged until the send completes.
-unsafe fn body(buf: *const c_void, len: usize) -> (Bytes, bool) {
+unsafe fn body(
+    st: &mut EpApi,
+    ep: &app_runtime::Ep,
+    buf: *const c_void,
+    len: usize,
+) -> (Bytes, Option<u64>) {
     if len == 0 || buf.is_null() {
-        return (Bytes::new(), false);
+        return (Bytes::new(), None);
     }
     if len >= LEND_FROM {
+        st.next_token += 1;
+        let token = st.next_token;
         // SAFETY: the caller's guarantee (libfabric's rule for a send
-        // buffer until its completion).
-        return (
-            unsafe { msg_layer::lent::lend_guarded(buf.cast(), len, ()) },
-            true,
-        );
+        // buffer until its completion, which waits for the release).
+        let bytes = unsafe { msg_layer::lent::lend(buf.cast(), len, ep.release_notice(token)) };
+        return (bytes, Some(token));
     }
     // SAFETY: as above.
-    (
-        Bytes::copy_from_slice(unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) }),
-        false,
-    )
+    let copy = Bytes::copy_from_slice(unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) });
+    (copy, None)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -101,8 +105,8 @@ fn send(
         Err(e) => return e,
     };
     // SAFETY: libfabric's contract for a send buffer.
-    let (bytes, lent) = unsafe { body(buf, len) };
-    let r = s.ep().isend_to(p, space, data, bytes, lent);
+    let (bytes, lent) = unsafe { body(&mut st, s.ep(), buf, len) };
+    let r = s.ep().isend_to(p, space, data, bytes, lent.is_some());
     s.ep().watch(r);
     st.ops.insert(
         r,
@@ -111,6 +115,7 @@ fn send(
             flags: FI_SEND | kind,
             buf: std::ptr::null_mut(),
             report: flags & FI_COMPLETION != 0,
+            lent,
         },
     );
     drop(st);
@@ -206,6 +211,7 @@ fn recv(
             flags: FI_RECV | kind,
             buf,
             report: flags & FI_COMPLETION != 0,
+            lent: None,
         },
     );
     0
@@ -331,6 +337,7 @@ fn peek_or_claim(
             flags: FI_RECV | FI_TAGGED,
             buf,
             report: true,
+            lent: None,
         },
     );
     0

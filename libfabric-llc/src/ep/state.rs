@@ -34,6 +34,21 @@ pub struct Op {
     pub buf: *mut c_void,
     /// Report success in the CQ (errors are always reported).
     pub report: bool,
+    /// A send whose body the transport holds in the application's buffer:
+    /// the token of its release notice. The send completes for the
+    /// application once both the request completed and the transport let
+    /// go of the buffer (libfabric's rule: a completed send's buffer is
+    /// the application's again).
+    pub lent: Option<u64>,
+}
+
+/// A lent send: its request's result once known, and whether the buffer
+/// is released.
+#[derive(Default)]
+pub struct Lending {
+    pub request: Option<Request>,
+    pub result: Option<Result<Completion, Error>>,
+    pub released: bool,
 }
 
 /// What the runtime's lock guards.
@@ -48,6 +63,9 @@ pub struct EpApi {
     pub peers: HashMap<u64, PeerId>,
     pub fi_addr_of: HashMap<PeerId, u64>,
     pub ops: HashMap<Request, Op>,
+    /// Lent sends by release token.
+    pub lendings: HashMap<u64, Lending>,
+    pub next_token: u64,
     /// Messages taken with FI_PEEK|FI_CLAIM, by the context they were
     /// claimed with.
     pub claimed: HashMap<usize, msg_layer::Claimed>,
@@ -178,12 +196,34 @@ impl Api for EpApi {
     fn route(&mut self, cx: &mut Cx<'_>, ev: Event) {
         match ev {
             Event::Completed { request, result } => {
-                if let Some(op) = self.ops.remove(&request) {
-                    self.complete(cx, op, result);
+                let Some(op) = self.ops.get(&request).copied() else {
+                    return;
+                };
+                if let Some(token) = op.lent {
+                    let l = self.lendings.entry(token).or_default();
+                    if !l.released {
+                        l.request = Some(request);
+                        l.result = Some(result);
+                        return;
+                    }
+                    self.lendings.remove(&token);
+                }
+                self.ops.remove(&request);
+                self.complete(cx, op, result);
+            }
+            Event::Released(token) => {
+                let l = self.lendings.entry(token).or_default();
+                l.released = true;
+                if let (Some(request), Some(_)) = (l.request, &l.result) {
+                    let result = l.result.take().expect("checked");
+                    self.lendings.remove(&token);
+                    if let Some(op) = self.ops.remove(&request) {
+                        self.complete(cx, op, result);
+                    }
                 }
             }
             Event::Message(msg) => cx.recycle(msg),
-            Event::PeerEnded { .. } | Event::Released(_) => {}
+            Event::PeerEnded { .. } => {}
         }
     }
 }

@@ -1,0 +1,119 @@
+//! MPI over the provider: Debian's Open MPI 4.1 with `--mca pml cm --mca mtl
+//! ofi --mca mtl_ofi_provider_include llc`, 2 hosts x 2 ranks of the
+//! multi-host bed, nothing else set but where the provider is
+//! (FI_PROVIDER_PATH, as for an install outside libfabric's directory).
+//! With pml cm every message, same-host ones included, goes through the
+//! provider. The project's MPI test program (`mpi_check`, from the btl/llc
+//! tests) and seed 002's kernels run; mtl/ofi prints which provider it
+//! chose, and each rank's endpoint counters show the traffic.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use testbed::{forward_env, run_bounded, Cluster, JobOutput};
+
+/// One mpirun at a time: they would fight over the 2 cores.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// The MPI programs, built with Debian's mpicc, and the provider under its
+/// installed name.
+struct Built {
+    programs: PathBuf,
+    provider: PathBuf,
+}
+
+fn build() -> &'static Built {
+    static BUILT: OnceLock<Built> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let found = Command::new("sh")
+            .args(["-c", "command -v mpicc && command -v mpirun"])
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(
+            found,
+            "mpicc/mpirun not found: run scripts/install-deps.sh (openmpi-bin, libopenmpi-dev)"
+        );
+        let dir = testbed::cdylib::profile_dir().join("fi-llc-mpi");
+        let provider = dir.join("provider");
+        std::fs::create_dir_all(&provider).unwrap();
+        let lib = testbed::cdylib::cdylib_dir("libllc_fi.so").join("libllc_fi.so");
+        std::fs::copy(&lib, provider.join("libllc-fi.so")).unwrap();
+        let sources = Path::new(env!("CARGO_MANIFEST_DIR")).join("../mpi-btl-shim/mpi-tests");
+        for program in ["mpi_check", "kernels"] {
+            let out = Command::new("mpicc")
+                .args(["-O2", "-Wall", "-pthread", "-o"])
+                .arg(dir.join(program))
+                .arg(sources.join(format!("{program}.c")))
+                .arg("-lm")
+                .output()
+                .expect("running mpicc");
+            assert!(
+                out.status.success(),
+                "building {program}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Built {
+            programs: dir,
+            provider,
+        }
+    })
+}
+
+/// `mpirun` of 2 ranks on each of the bed's 2 hosts through mtl/ofi over llc.
+fn mpirun_cm(bed: &Cluster, program: &str, args: &[&str], timeout: Duration) -> JobOutput {
+    let built = build();
+    let mut cmd = bed.mpirun(2);
+    cmd.args(["--mca", "pml", "cm", "--mca", "mtl", "ofi"])
+        .args([
+            "--mca",
+            "mtl_ofi_provider_include",
+            "llc",
+            "--mca",
+            "mtl_ofi_verbose",
+            "1",
+        ]);
+    forward_env(
+        &mut cmd,
+        "FI_PROVIDER_PATH",
+        built.provider.to_str().unwrap(),
+    );
+    forward_env(&mut cmd, "FI_LLC_AUTH", "off");
+    cmd.arg(built.programs.join(program)).args(args);
+    run_bounded(&mut cmd, timeout).expect("mpirun runs")
+}
+
+#[test]
+fn open_mpi_4_mtl_ofi_runs_mpi_check_over_llc() {
+    testbed::require_root!();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let bed = Cluster::new(2, 1500).unwrap();
+    let out = mpirun_cm(&bed, "mpi_check", &[], Duration::from_secs(300));
+    assert!(out.success(), "{out}");
+    let text = out.to_string();
+    assert!(text.contains("mpi_check: OK ranks=4"), "{text}");
+    assert!(
+        text.contains("mtl:ofi:prov: llc"),
+        "mtl/ofi did not say it chose llc:\n{text}"
+    );
+}
+
+#[test]
+fn open_mpi_4_mtl_ofi_runs_seed_002s_kernels_over_llc() {
+    testbed::require_root!();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let bed = Cluster::new(2, 1500).unwrap();
+    // Small sizes, as btl/llc's kernel test runs them: every kernel checks
+    // its result.
+    #[rustfmt::skip]
+    let small = [
+        "all", "-s", "8,65536", "-V", "2", "-i", "200", "-n", "14", "-k", "14", "-u", "14", "-r", "2",
+    ];
+    let out = mpirun_cm(&bed, "kernels", &small, Duration::from_secs(300));
+    assert!(out.success(), "{out}");
+    assert!(out.to_string().contains("kernels: OK ranks=4"), "{out}");
+    assert!(out.to_string().contains("mtl:ofi:prov: llc"), "{out}");
+}
