@@ -181,7 +181,7 @@ fn mpirun_ompi5(
     .env("PRTE_MCA_oob_tcp_if_include", bed.subnet())
     .env("OMPI_MCA_oob_tcp_if_include", bed.subnet())
     .env_remove("OMPI_MCA_mca_component_path");
-    forward_env(&mut cmd, "FI_PROVIDER_PATH", &provider_path(mpi));
+    forward_env(&mut cmd, "FI_PROVIDER_PATH", provider_path(mpi));
     forward_env(&mut cmd, "FI_LLC_AUTH", "off");
     cmd.arg(program);
     run_bounded(&mut cmd, timeout).expect("mpirun runs")
