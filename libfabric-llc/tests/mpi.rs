@@ -217,3 +217,58 @@ fn open_mpi_5_from_pypi_mtl_ofi_runs_mpi_check_over_llc() {
         "mtl/ofi did not say it chose llc:\n{text}"
     );
 }
+
+/// MPICH 5 from PyPI (libfabric 2.5 inside) with its ch4:ofi netmod on
+/// llc, hydra started through the bed's agent, 2 ranks on each of 2 hosts.
+fn mpiexec_mpich(bed: &Cluster, mpi: &PypiMpi, program: &Path, timeout: Duration) -> JobOutput {
+    let mut cmd = bed.command(0, mpi.program("mpiexec"));
+    let hosts: Vec<String> = bed
+        .hosts()
+        .iter()
+        .map(|h| format!("{}:2", h.hostname))
+        .collect();
+    cmd.args([
+        "-hosts",
+        &hosts.join(","),
+        "-n",
+        "4",
+        "-iface",
+        testbed::CLUSTER_IFNAME,
+    ])
+    .args(["-launcher", "ssh", "-launcher-exec"])
+    .arg(bed.agent())
+    .args([
+        "-genv",
+        "MPICH_CH4_NETMOD",
+        "ofi",
+        "-genv",
+        "FI_PROVIDER",
+        "llc",
+    ])
+    .args([
+        "-genv",
+        "MPIR_CVAR_DEBUG_SUMMARY",
+        "1",
+        "-genv",
+        "FI_LLC_AUTH",
+        "off",
+    ])
+    .args(["-genv", "FI_PROVIDER_PATH", &provider_path(mpi)])
+    .arg(program);
+    run_bounded(&mut cmd, timeout).expect("mpiexec runs")
+}
+
+#[test]
+fn mpich_5_from_pypi_ch4_ofi_runs_mpi_check_over_llc() {
+    testbed::require_root!();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mpi = testbed::pypi::install(testbed::pypi::MPICH).expect("MPICH 5 from PyPI");
+    let program = build_with(&mpi, "mpi_check");
+    let bed = Cluster::new(2, 1500).unwrap();
+    let out = mpiexec_mpich(&bed, &mpi, &program, Duration::from_secs(300));
+    assert!(out.success(), "{out}");
+    let text = out.to_string();
+    assert!(text.contains("mpi_check: OK ranks=4"), "{text}");
+    // MPIR_CVAR_DEBUG_SUMMARY's line naming the provider that carried it.
+    assert!(text.contains("libfabric provider: llc"), "{text}");
+}
