@@ -1,0 +1,292 @@
+/*
+ * libfabric's answers to bad use, through the llc provider, as an
+ * application sees them (one endpoint sending to itself):
+ *
+ *   fi_checks self N      N tagged 8-byte round trips to itself; prints
+ *                         "self: N round trips in T us"
+ *   fi_checks truncate    a 100-byte message into a 10-byte buffer: an
+ *                         error entry FI_ETRUNC with len 10 and olen 90,
+ *                         the buffer holding the first 10 bytes
+ *   fi_checks noaddr      a send to an fi_addr_t not in the AV: -FI_EINVAL
+ *   fi_checks busy        fi_close of a CQ and an AV bound to an open
+ *                         endpoint: -FI_EBUSY; after the endpoint: 0
+ *   fi_checks cancel      a posted receive cancelled: FI_ECANCELED entry
+ *   fi_checks peek        FI_PEEK of nothing: FI_ENOMSG entry; of a
+ *                         message: its length and tag; FI_CLAIM receives it
+ *   fi_checks serve       print "name HEX" (the endpoint's name), then make
+ *                         progress until killed
+ *   fi_checks orphan HEX  with that endpoint as a peer: a directed receive
+ *                         from it and a 1 MiB send to it (which it never
+ *                         receives), then "posted"; once the peer is killed,
+ *                         both must complete with error entries within 30 s
+ *
+ * Prints "OK <check>" and exits 0, or says what was wrong and exits 1.
+ */
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_tagged.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define CHECK(call)                                                                                \
+    do {                                                                                           \
+        int rc_ = (int) (call);                                                                    \
+        if (rc_ < 0) {                                                                             \
+            fprintf(stderr, "%s: %d (%s)\n", #call, rc_, fi_strerror(-rc_));                       \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+#define EXPECT(cond, ...)                                                                          \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fprintf(stderr, "\n");                                                                 \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+static struct fi_info *info;
+static struct fid_fabric *fabric;
+static struct fid_domain *domain;
+static struct fid_av *av;
+static struct fid_cq *cq;
+static struct fid_ep *ep;
+static fi_addr_t self;
+
+static void open_all(void)
+{
+    struct fi_info *hints = fi_allocinfo();
+    hints->caps = FI_TAGGED | FI_MSG | FI_DIRECTED_RECV;
+    hints->ep_attr->type = FI_EP_RDM;
+    hints->fabric_attr->prov_name = strdup("llc");
+    CHECK(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, hints, &info));
+    fi_freeinfo(hints);
+    CHECK(fi_fabric(info->fabric_attr, &fabric, NULL));
+    CHECK(fi_domain(fabric, info, &domain, NULL));
+    struct fi_av_attr av_attr = {.type = FI_AV_TABLE};
+    CHECK(fi_av_open(domain, &av_attr, &av, NULL));
+    struct fi_cq_attr cq_attr = {.format = FI_CQ_FORMAT_TAGGED};
+    CHECK(fi_cq_open(domain, &cq_attr, &cq, NULL));
+    CHECK(fi_endpoint(domain, info, &ep, NULL));
+    CHECK(fi_ep_bind(ep, &av->fid, 0));
+    CHECK(fi_ep_bind(ep, &cq->fid, FI_SEND | FI_RECV));
+    CHECK(fi_enable(ep));
+    char name[64];
+    size_t len = sizeof name;
+    CHECK(fi_getname(&ep->fid, name, &len));
+    EXPECT(fi_av_insert(av, name, 1, &self, 0, NULL) == 1, "fi_av_insert of its own name");
+}
+
+/* Wait (at most 10 s) for one entry; returns 1 for a completion, 0 for an
+ * error entry (in *err). */
+static int wait_one(struct fi_cq_tagged_entry *e, struct fi_cq_err_entry *err)
+{
+    time_t start = time(NULL);
+    for (;;) {
+        ssize_t n = fi_cq_read(cq, e, 1);
+        if (n == 1) {
+            return 1;
+        }
+        if (n == -FI_EAVAIL) {
+            memset(err, 0, sizeof *err);
+            EXPECT(fi_cq_readerr(cq, err, 0) == 1, "fi_cq_readerr");
+            return 0;
+        }
+        EXPECT(n == -FI_EAGAIN, "fi_cq_read: %zd", n);
+        EXPECT(time(NULL) - start < 10, "no completion within 10 s");
+    }
+}
+
+static void self_round_trips(int n)
+{
+    char out[8] = "ping1234", in[8];
+    struct fi_cq_tagged_entry e;
+    struct fi_cq_err_entry err;
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    for (int i = 0; i < n; i++) {
+        CHECK(fi_trecv(ep, in, sizeof in, NULL, self, 7, 0, in));
+        CHECK(fi_tsend(ep, out, sizeof out, NULL, self, 7, out));
+        int got = 0;
+        while (got < 2) {
+            EXPECT(wait_one(&e, &err), "error entry %d", err.err);
+            got++;
+        }
+        EXPECT(memcmp(in, out, sizeof in) == 0, "data");
+    }
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    double us = (b.tv_sec - a.tv_sec) * 1e6 + (b.tv_nsec - a.tv_nsec) / 1e3;
+    printf("self: %d round trips in %.0f us\n", n, us);
+}
+
+static void truncate_check(void)
+{
+    char out[100], in[10];
+    for (int i = 0; i < 100; i++) {
+        out[i] = (char) i;
+    }
+    struct fi_cq_tagged_entry e;
+    struct fi_cq_err_entry err;
+    CHECK(fi_trecv(ep, in, sizeof in, NULL, FI_ADDR_UNSPEC, 9, 0, in));
+    CHECK(fi_tsend(ep, out, sizeof out, NULL, self, 9, out));
+    int errors = 0, done = 0;
+    while (done + errors < 2) {
+        if (wait_one(&e, &err)) {
+            EXPECT(e.op_context == out, "unexpected completion");
+            done++;
+        } else {
+            EXPECT(err.err == FI_ETRUNC, "error %d, not FI_ETRUNC", err.err);
+            EXPECT(err.op_context == in, "context");
+            EXPECT(err.len == 10 && err.olen == 90, "len %zu olen %zu", err.len, err.olen);
+            EXPECT(err.tag == 9, "tag %llu", (unsigned long long) err.tag);
+            errors++;
+        }
+    }
+    EXPECT(memcmp(in, out, sizeof in) == 0, "the buffer holds the message's first bytes");
+}
+
+static void noaddr_check(void)
+{
+    char out[8] = {0};
+    ssize_t rc = fi_tsend(ep, out, sizeof out, NULL, self + 1000, 1, NULL);
+    EXPECT(rc == -FI_EINVAL, "send to an address not in the AV: %zd", rc);
+}
+
+static void busy_check(void)
+{
+    EXPECT(fi_close(&cq->fid) == -FI_EBUSY, "CQ closed under a bound endpoint");
+    EXPECT(fi_close(&av->fid) == -FI_EBUSY, "AV closed under a bound endpoint");
+    EXPECT(fi_close(&domain->fid) == -FI_EBUSY, "domain closed with children");
+    CHECK(fi_close(&ep->fid));
+    CHECK(fi_close(&cq->fid));
+    CHECK(fi_close(&av->fid));
+    CHECK(fi_close(&domain->fid));
+    CHECK(fi_close(&fabric->fid));
+    fi_freeinfo(info);
+}
+
+static void cancel_check(void)
+{
+    char in[8];
+    struct fi_cq_tagged_entry e;
+    struct fi_cq_err_entry err;
+    CHECK(fi_trecv(ep, in, sizeof in, NULL, FI_ADDR_UNSPEC, 5, 0, in));
+    CHECK(fi_cancel(&ep->fid, in));
+    EXPECT(!wait_one(&e, &err), "a cancelled receive completed");
+    EXPECT(err.err == FI_ECANCELED && err.op_context == in, "error %d", err.err);
+}
+
+static void peek_check(void)
+{
+    char out[24] = "peek and claim", in[24];
+    struct fi_cq_tagged_entry e;
+    struct fi_cq_err_entry err;
+    struct fi_context ctx;
+    struct iovec iov = {.iov_base = in, .iov_len = sizeof in};
+    struct fi_msg_tagged msg = {
+        .msg_iov = &iov, .iov_count = 1, .addr = FI_ADDR_UNSPEC, .tag = 3, .context = &ctx};
+    CHECK(fi_trecvmsg(ep, &msg, FI_PEEK));
+    EXPECT(!wait_one(&e, &err) && err.err == FI_ENOMSG, "peek of nothing: %d", err.err);
+    CHECK(fi_tsend(ep, out, sizeof out, NULL, self, 3, out));
+    EXPECT(wait_one(&e, &err) && e.op_context == out, "send");
+    for (int tries = 0;; tries++) {
+        CHECK(fi_trecvmsg(ep, &msg, FI_PEEK | FI_CLAIM));
+        if (wait_one(&e, &err)) {
+            break;
+        }
+        EXPECT(err.err == FI_ENOMSG && tries < 1000, "peek: %d", err.err);
+    }
+    EXPECT(e.len == sizeof out && e.tag == 3, "peeked len %zu tag %llu", e.len,
+           (unsigned long long) e.tag);
+    CHECK(fi_trecvmsg(ep, &msg, FI_CLAIM));
+    EXPECT(wait_one(&e, &err) && e.op_context == &ctx, "claimed receive");
+    EXPECT(memcmp(in, out, sizeof in) == 0, "claimed data");
+}
+
+static void serve(void)
+{
+    unsigned char name[64];
+    size_t len = sizeof name;
+    CHECK(fi_getname(&ep->fid, name, &len));
+    printf("name ");
+    for (size_t i = 0; i < len; i++) {
+        printf("%02x", name[i]);
+    }
+    printf("\n");
+    fflush(stdout);
+    struct fi_cq_tagged_entry e;
+    for (;;) {
+        (void) fi_cq_read(cq, &e, 1);
+    }
+}
+
+static void orphan(const char *hex)
+{
+    unsigned char name[64];
+    size_t len = strlen(hex) / 2;
+    EXPECT(len <= sizeof name, "name too long");
+    for (size_t i = 0; i < len; i++) {
+        unsigned v;
+        EXPECT(sscanf(hex + 2 * i, "%2x", &v) == 1, "bad hex");
+        name[i] = (unsigned char) v;
+    }
+    fi_addr_t peer;
+    EXPECT(fi_av_insert(av, name, 1, &peer, 0, NULL) == 1, "fi_av_insert of the peer");
+    static char in[8], out[1 << 20];
+    CHECK(fi_trecv(ep, in, sizeof in, NULL, peer, 11, 0, in));
+    CHECK(fi_tsend(ep, out, sizeof out, NULL, peer, 12, out));
+    printf("posted\n");
+    fflush(stdout);
+    struct fi_cq_tagged_entry e;
+    struct fi_cq_err_entry err;
+    int failed = 0;
+    time_t start = time(NULL);
+    while (failed < 2) {
+        ssize_t n = fi_cq_read(cq, &e, 1);
+        EXPECT(n != 1, "an operation with the dead peer completed successfully");
+        if (n == -FI_EAVAIL) {
+            memset(&err, 0, sizeof err);
+            EXPECT(fi_cq_readerr(cq, &err, 0) == 1, "fi_cq_readerr");
+            EXPECT(err.op_context == in || err.op_context == out, "context");
+            char text[256];
+            printf("error %d (%s): %s\n", err.err, fi_strerror(err.err),
+                   fi_cq_strerror(cq, err.prov_errno, err.err_data, text, sizeof text));
+            failed++;
+        }
+        EXPECT(time(NULL) - start < 30, "pending operations still pending after 30 s");
+    }
+}
+
+int main(int argc, char **argv)
+{
+    EXPECT(argc >= 2, "usage: fi_checks self N|truncate|noaddr|busy|cancel|peek");
+    open_all();
+    const char *what = argv[1];
+    if (strcmp(what, "self") == 0) {
+        self_round_trips(argc > 2 ? atoi(argv[2]) : 1000);
+    } else if (strcmp(what, "truncate") == 0) {
+        truncate_check();
+    } else if (strcmp(what, "noaddr") == 0) {
+        noaddr_check();
+    } else if (strcmp(what, "busy") == 0) {
+        busy_check();
+    } else if (strcmp(what, "cancel") == 0) {
+        cancel_check();
+    } else if (strcmp(what, "peek") == 0) {
+        peek_check();
+    } else if (strcmp(what, "serve") == 0) {
+        serve();
+    } else if (strcmp(what, "orphan") == 0 && argc > 2) {
+        orphan(argv[2]);
+    } else {
+        EXPECT(0, "unknown check %s", what);
+    }
+    printf("OK %s\n", what);
+    return 0;
+}
