@@ -6,7 +6,7 @@ use std::ffi::CStr;
 use std::time::Duration;
 
 use msg_layer::transport::llc::select_interfaces;
-use msg_layer::transport::spec::{Backend, KeySource, LlcSpec};
+use msg_layer::transport::spec::{AuthKey, Backend, KeySource, LlcSpec, AUTH_KEY_ENV};
 
 use crate::core;
 
@@ -110,5 +110,24 @@ pub fn spec(ifname: &str) -> Result<LlcSpec, String> {
             _ => return Err(format!("FI_LLC_AUTH {v:?}: expected env or off")),
         };
     }
+    if s.auth == KeySource::Env && std::env::var_os(AUTH_KEY_ENV).is_none() {
+        match std::env::var(JOB_SECRET_ENV) {
+            Ok(m) if !m.is_empty() => s.config.auth_key = Some(AuthKey::derive(m.as_bytes())),
+            _ => crate::warn(
+                crate::abi::FI_LOG_DOMAIN,
+                &format!(
+                    "this job's frames are not authenticated: give its processes key material in \
+                     {AUTH_KEY_ENV} (mpirun -x {AUTH_KEY_ENV}, mpiexec -genv {AUTH_KEY_ENV} ...), \
+                     or set FI_LLC_AUTH=off to say so"
+                ),
+            ),
+        }
+    }
     Ok(s)
 }
+
+/// Open MPI 4.1's per-job random value (128 bits), which its mpirun gives
+/// every process of the job through its own launch channel (psm2 keys its
+/// jobs with it): the key material of a job that sets no `LLC_AUTH_KEY`,
+/// so that Open MPI jobs over the provider are keyed by default.
+pub const JOB_SECRET_ENV: &str = "OMPI_MCA_orte_precondition_transports";

@@ -127,3 +127,66 @@ fn fi_pingpong_runs_between_two_hosts_untagged() {
 fn fi_pingpong_runs_between_two_hosts_tagged() {
     run("tagged");
 }
+
+/// The median usec/xfer of `runs` fi_pingpong runs of `size` bytes with
+/// provider `prov` between the bed's two hosts.
+fn latency(bed: &Cluster, dir: &ProviderDir, prov: &str, size: &str, runs: usize) -> f64 {
+    let mut got = Vec::new();
+    for _ in 0..runs {
+        let args = ["-e", "rdm", "-m", "tagged", "-I", "20000", "-S", size];
+        let mut server = bed.command(0, "sh");
+        server
+            .args([
+                "-c",
+                "echo started; exec fi_pingpong -p \"$0\" -P 47592 \"$@\" 2>&1",
+                prov,
+            ])
+            .args(args)
+            .env("FI_PROVIDER_PATH", &dir.0)
+            .env("FI_LLC_AUTH", "off");
+        let mut server =
+            Background::spawn(&mut server, "started", Duration::from_secs(20)).unwrap();
+        wait_listening(bed, 0, &mut server);
+        let mut client = bed.command(1, "fi_pingpong");
+        client
+            .args(["-p", prov, "-P", CTRL_PORT])
+            .args(args)
+            .arg(bed.hosts()[0].ipv4.to_string())
+            .env("FI_PROVIDER_PATH", &dir.0)
+            .env("FI_LLC_AUTH", "off");
+        let out = run_bounded(&mut client, Duration::from_secs(120)).unwrap();
+        assert!(out.success(), "{out}");
+        let text = out.to_string();
+        let row = text
+            .lines()
+            .find(|l| l.split_whitespace().nth(1) == Some("20k"))
+            .unwrap_or_else(|| panic!("no result line:\n{text}"));
+        got.push(
+            row.split_whitespace()
+                .nth(6)
+                .unwrap()
+                .parse::<f64>()
+                .unwrap(),
+        );
+        let _ = server.wait_timeout(Duration::from_secs(30));
+    }
+    got.sort_by(f64::total_cmp);
+    got[got.len() / 2]
+}
+
+/// docs/BENCHMARKS.md: fi_pingpong's 8-byte round trip over llc against
+/// libfabric's tcp provider (tcp;ofi_rxm for RDM) between the same two
+/// hosts, alternating, median of 5 each. `cargo test --release -p
+/// libfabric-llc --test pingpong -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn fi_pingpong_latency_llc_vs_tcp() {
+    testbed::require_root!();
+    let bed = Cluster::new(2, 1500).unwrap();
+    let dir = ProviderDir::new();
+    for size in ["8", "65536"] {
+        let llc = latency(&bed, &dir, "llc", size, 5);
+        let tcp = latency(&bed, &dir, "tcp", size, 5);
+        println!("fi_pingpong -e rdm -m tagged -S {size}: llc {llc:.2} us/xfer, tcp {tcp:.2} us/xfer, llc/tcp {:.2}", llc / tcp);
+    }
+}
