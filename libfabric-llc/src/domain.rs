@@ -5,13 +5,16 @@
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void, CStr};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
+use app_runtime::PtrRegion;
+use msg_layer::rma::RegionKey;
 use parking_lot::Mutex;
 
 use crate::abi::*;
 use crate::fi_ops;
 use crate::fid::{self, Children};
-use crate::objects::{DomainObj, DomainState};
+use crate::objects::{DomainObj, DomainState, Driver};
 
 static OPS: FiOps = fi_ops!(close, fid::no_bind, fid::no_control);
 
@@ -180,15 +183,24 @@ unsafe extern "C" fn no_query_collective(
 
 // Memory registration. Nothing is required for sends and receives (no
 // FI_MR_LOCAL); a registration records the range and hands out its key
-// (the requested one, or a fresh one under FI_MR_PROV_KEY).
+// (the requested one, or a fresh one under FI_MR_PROV_KEY). For RMA
+// (FI_MR_ENDPOINT) the application binds it to an endpoint and enables it:
+// the endpoint's message layer registers the range, and its key is the
+// registration's.
 
 #[repr(C)]
 struct MrObj {
     fid: FidMr,
     domain: *const DomainObj,
+    buf: usize,
+    len: usize,
+    /// The endpoint it is bound to, and, once enabled, the region it
+    /// registered there.
+    ep: Mutex<Option<Arc<crate::ep::EpShared>>>,
+    region: Mutex<Option<Arc<PtrRegion>>>,
 }
 
-static MR_FID_OPS: FiOps = fi_ops!(mr_close);
+static MR_FID_OPS: FiOps = fi_ops!(mr_close, mr_bind, mr_control);
 
 #[allow(clippy::too_many_arguments)]
 unsafe extern "C" fn mr_reg(
@@ -213,12 +225,14 @@ unsafe extern "C" fn mr_reg(
         if flags != 0 {
             return -errno::FI_EBADFLAGS;
         }
-        let key = if d.state.mr_mode & FI_MR_PROV_KEY != 0 || d.state.mr_mode == FI_MR_BASIC {
+        let key = if d.state.mr_mode & FI_MR_ENDPOINT != 0 {
+            FI_KEY_NOTAVAIL
+        } else if d.state.mr_mode & FI_MR_PROV_KEY != 0 || d.state.mr_mode == FI_MR_BASIC {
             d.state.next_key.fetch_add(1, Ordering::Relaxed)
         } else {
             requested_key
         };
-        {
+        if key != FI_KEY_NOTAVAIL {
             let mut mrs = d.state.mrs.lock();
             if mrs.contains_key(&key) {
                 return -errno::FI_ENOKEY;
@@ -232,6 +246,10 @@ unsafe extern "C" fn mr_reg(
                 key,
             },
             domain: d,
+            buf: buf as usize,
+            len,
+            ep: Mutex::new(None),
+            region: Mutex::new(None),
         }));
         d.children.add();
         fid::register(FI_CLASS_MR, obj.cast());
@@ -308,12 +326,64 @@ unsafe extern "C" fn mr_close(f: Fid) -> c_int {
             return -errno::FI_EINVAL;
         };
         fid::unregister(FI_CLASS_MR, f.cast());
+        if let (Some(ep), Some(region)) = (obj.ep.lock().take(), obj.region.lock().take()) {
+            ep.ep().deregister(RegionKey(obj.fid.key));
+            // A get's reply may still be sent from the range: wait (bounded)
+            // until the transport let go of it, making progress meanwhile.
+            ep.wait_until(Some(std::time::Duration::from_secs(10)), &|| {
+                region.lent_out() == 0
+            });
+        }
         // SAFETY: a domain outlives its registrations.
         let d = unsafe { &*obj.domain };
         d.state.mrs.lock().remove(&obj.fid.key);
         d.children.remove();
         // SAFETY: allocated by mr_reg; unregistered.
         drop(unsafe { Box::from_raw(f.cast::<MrObj>()) });
+        0
+    })
+}
+
+unsafe extern "C" fn mr_bind(f: Fid, bfid: Fid, _flags: u64) -> c_int {
+    fid::guard("fi_mr_bind", -errno::FI_EOTHER, || {
+        // SAFETY: the application's fids, checked against the registry.
+        let (Some(obj), Some(ep)) = (unsafe { fid::cast::<MrObj>(f, FI_CLASS_MR) }, unsafe {
+            crate::ep::of(bfid)
+        }) else {
+            return -errno::FI_EINVAL;
+        };
+        if obj.region.lock().is_some() {
+            return -errno::FI_EOPBADSTATE;
+        }
+        *obj.ep.lock() = Some(ep.shared.clone());
+        0
+    })
+}
+
+unsafe extern "C" fn mr_control(f: Fid, command: c_int, _arg: *mut c_void) -> c_int {
+    fid::guard("fi_mr_enable", -errno::FI_EOTHER, || {
+        // SAFETY: the application's fid.
+        let Some(obj) = (unsafe { fid::cast::<MrObj>(f, FI_CLASS_MR) }) else {
+            return -errno::FI_EINVAL;
+        };
+        if command != FI_ENABLE {
+            return -errno::FI_ENOSYS;
+        }
+        let Some(ep) = obj.ep.lock().clone() else {
+            return -errno::FI_EOPBADSTATE;
+        };
+        let mut region = obj.region.lock();
+        if region.is_some() {
+            return 0;
+        }
+        // SAFETY: libfabric's contract: registered memory stays valid until
+        // fi_close of the registration, which deregisters it first.
+        let r = Arc::new(unsafe { PtrRegion::new(obj.buf as *mut u8, obj.len) });
+        let key = ep.ep().register(r.clone());
+        *region = Some(r);
+        // SAFETY: `f` is this registration (checked above); the key is read
+        // by the application (fi_mr_key) only after this returns.
+        unsafe { (*f.cast::<MrObj>()).fid.key = key.0 };
         0
     })
 }

@@ -134,3 +134,9 @@ fn a_peer_that_dies_fails_the_pending_operations_with_error_entries() {
     assert!(status.success() && text.contains("OK orphan"), "{text}");
     assert_eq!(text.matches("error ").count(), 2, "{text}");
 }
+
+#[test]
+fn rma_write_and_read_through_a_registration_bound_to_the_endpoint() {
+    testbed::require_root!();
+    check(&["rma"]);
+}

@@ -269,8 +269,10 @@ fn mpich_5_from_pypi_ch4_ofi_runs_mpi_check_over_llc() {
     assert!(out.success(), "{out}");
     let text = out.to_string();
     assert!(text.contains("mpi_check: OK ranks=4"), "{text}");
-    // MPIR_CVAR_DEBUG_SUMMARY's line naming the provider that carried it.
+    // MPIR_CVAR_DEBUG_SUMMARY's line naming the provider that carried it,
+    // and its native RMA on (llc's FI_RMA with FI_MR_ENDPOINT|FI_MR_PROV_KEY).
     assert!(text.contains("libfabric provider: llc"), "{text}");
+    assert!(text.contains("MPIDI_OFI_ENABLE_RMA: 1"), "{text}");
 }
 
 #[test]

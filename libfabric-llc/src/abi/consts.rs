@@ -112,6 +112,7 @@ pub const FI_CLASS_MR: usize = 12;
 pub const FI_CLASS_EQ: usize = 13;
 pub const FI_CLASS_CQ: usize = 14;
 pub const FI_CLASS_CNTR: usize = 15;
+pub const FI_KEY_NOTAVAIL: u64 = u64::MAX;
 
 // fi_control commands.
 pub const FI_GETOPSFLAG: i32 = 2;

@@ -916,8 +916,112 @@ pub struct FidEp {
     pub ops: *const FiOpsEp,
     pub cm: *const FiOpsCm,
     pub msg: *const FiOpsMsg,
-    pub rma: *const c_void,
+    pub rma: *const FiOpsRma,
     pub tagged: *const FiOpsTagged,
     pub atomic: *const c_void,
     pub collective: *const c_void,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct FiRmaIov {
+    pub addr: u64,
+    pub len: usize,
+    pub key: u64,
+}
+
+#[repr(C)]
+#[derive(Debug)]
+pub struct FiMsgRma {
+    pub msg_iov: *const libc::iovec,
+    pub desc: *mut *mut c_void,
+    pub iov_count: usize,
+    pub addr: FiAddr,
+    pub rma_iov: *const FiRmaIov,
+    pub rma_iov_count: usize,
+    pub context: *mut c_void,
+    pub data: u64,
+}
+
+#[repr(C)]
+#[derive(Debug)]
+pub struct FiOpsRma {
+    pub size: usize,
+    #[allow(clippy::type_complexity)]
+    pub read: unsafe extern "C" fn(
+        ep: *mut FidEp,
+        buf: *mut c_void,
+        len: usize,
+        desc: *mut c_void,
+        src_addr: FiAddr,
+        addr: u64,
+        key: u64,
+        context: *mut c_void,
+    ) -> isize,
+    #[allow(clippy::type_complexity)]
+    pub readv: unsafe extern "C" fn(
+        ep: *mut FidEp,
+        iov: *const libc::iovec,
+        desc: *mut *mut c_void,
+        count: usize,
+        src_addr: FiAddr,
+        addr: u64,
+        key: u64,
+        context: *mut c_void,
+    ) -> isize,
+    pub readmsg: unsafe extern "C" fn(ep: *mut FidEp, msg: *const FiMsgRma, flags: u64) -> isize,
+    #[allow(clippy::type_complexity)]
+    pub write: unsafe extern "C" fn(
+        ep: *mut FidEp,
+        buf: *const c_void,
+        len: usize,
+        desc: *mut c_void,
+        dest_addr: FiAddr,
+        addr: u64,
+        key: u64,
+        context: *mut c_void,
+    ) -> isize,
+    #[allow(clippy::type_complexity)]
+    pub writev: unsafe extern "C" fn(
+        ep: *mut FidEp,
+        iov: *const libc::iovec,
+        desc: *mut *mut c_void,
+        count: usize,
+        dest_addr: FiAddr,
+        addr: u64,
+        key: u64,
+        context: *mut c_void,
+    ) -> isize,
+    pub writemsg: unsafe extern "C" fn(ep: *mut FidEp, msg: *const FiMsgRma, flags: u64) -> isize,
+    #[allow(clippy::type_complexity)]
+    pub inject: unsafe extern "C" fn(
+        ep: *mut FidEp,
+        buf: *const c_void,
+        len: usize,
+        dest_addr: FiAddr,
+        addr: u64,
+        key: u64,
+    ) -> isize,
+    #[allow(clippy::type_complexity)]
+    pub writedata: unsafe extern "C" fn(
+        ep: *mut FidEp,
+        buf: *const c_void,
+        len: usize,
+        desc: *mut c_void,
+        data: u64,
+        dest_addr: FiAddr,
+        addr: u64,
+        key: u64,
+        context: *mut c_void,
+    ) -> isize,
+    #[allow(clippy::type_complexity)]
+    pub injectdata: unsafe extern "C" fn(
+        ep: *mut FidEp,
+        buf: *const c_void,
+        len: usize,
+        data: u64,
+        dest_addr: FiAddr,
+        addr: u64,
+        key: u64,
+    ) -> isize,
 }

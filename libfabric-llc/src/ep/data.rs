@@ -21,18 +21,18 @@ use crate::info::INJECT_SIZE;
 /// completes) instead of copied.
 const LEND_FROM: usize = 16 * 1024;
 
-fn err(code: i32) -> isize {
+pub(super) fn err(code: i32) -> isize {
     -(code as isize)
 }
 
 /// The endpoint behind an `fid_ep *`.
-fn ep_of<'a>(ep: *mut FidEp) -> Result<&'a EpObj, isize> {
+pub(super) fn ep_of<'a>(ep: *mut FidEp) -> Result<&'a EpObj, isize> {
     // SAFETY: checked against the registry before the cast.
     unsafe { of(ep.cast()) }.ok_or(err(errno::FI_EINVAL))
 }
 
 /// The message-layer peer of `fi_addr`, made on first use.
-fn peer(st: &mut EpApi, ep: &app_runtime::Ep, fi_addr: u64) -> Result<PeerId, isize> {
+pub(super) fn peer(st: &mut EpApi, ep: &app_runtime::Ep, fi_addr: u64) -> Result<PeerId, isize> {
     if let Some(&p) = st.peers.get(&fi_addr) {
         return Ok(p);
     }
@@ -52,7 +52,7 @@ fn peer(st: &mut EpApi, ep: &app_runtime::Ep, fi_addr: u64) -> Result<PeerId, is
 ///
 /// # Safety
 /// `buf` holds `len` readable bytes, unchanged until the send completes.
-unsafe fn body(
+pub(super) unsafe fn body(
     st: &mut EpApi,
     ep: &app_runtime::Ep,
     buf: *const c_void,
@@ -370,7 +370,10 @@ pub unsafe extern "C" fn cancel(f: Fid, context: *mut c_void) -> isize {
 ///
 /// # Safety
 /// `iov` holds `count` entries.
-unsafe fn one(iov: *const libc::iovec, count: usize) -> Result<(*mut c_void, usize), isize> {
+pub(super) unsafe fn one(
+    iov: *const libc::iovec,
+    count: usize,
+) -> Result<(*mut c_void, usize), isize> {
     match count {
         0 => Ok((std::ptr::null_mut(), 0)),
         // SAFETY: the caller's guarantee.

@@ -22,6 +22,7 @@ use crate::fid;
 use crate::objects::{DomainObj, Driver};
 
 mod data;
+mod rma;
 pub mod state;
 
 use state::{CqBinding, EpApi};
@@ -106,10 +107,6 @@ static CM_OPS: FiOpsCm = FiOpsCm {
     shutdown: no_shutdown,
     join: no_join,
 };
-static NONE_RMA: FiOpsNone<10> = FiOpsNone {
-    size: std::mem::size_of::<FiOpsNone<10>>(),
-    entries: [fid::no_op; 10],
-};
 static NONE_ATOMIC: FiOpsNone<12> = FiOpsNone {
     size: std::mem::size_of::<FiOpsNone<12>>(),
     entries: [fid::no_op; 12],
@@ -170,7 +167,7 @@ pub unsafe extern "C" fn open(
                 ops: &EP_OPS,
                 cm: &CM_OPS,
                 msg: &data::MSG_OPS,
-                rma: (&NONE_RMA as *const FiOpsNone<10>).cast(),
+                rma: &rma::RMA_OPS,
                 tagged: &data::TAGGED_OPS,
                 atomic: (&NONE_ATOMIC as *const FiOpsNone<12>).cast(),
                 collective: (&NONE_COLLECTIVE as *const FiOpsNone<8>).cast(),
@@ -314,6 +311,12 @@ unsafe extern "C" fn bind(f: Fid, bfid: Fid, flags: u64) -> c_int {
                 }
                 if flags & FI_RECV != 0 {
                     st.rx_cntr = Some(c.state.clone());
+                }
+                if flags & FI_READ != 0 {
+                    st.read_cntr = Some(c.state.clone());
+                }
+                if flags & FI_WRITE != 0 {
+                    st.write_cntr = Some(c.state.clone());
                 }
                 c.state.bind(&(s.clone() as Arc<dyn Driver>));
                 return 0;

@@ -59,6 +59,8 @@ pub struct EpApi {
     pub rx_cq: Option<CqBinding>,
     pub tx_cntr: Option<Arc<CntrState>>,
     pub rx_cntr: Option<Arc<CntrState>>,
+    pub read_cntr: Option<Arc<CntrState>>,
+    pub write_cntr: Option<Arc<CntrState>>,
     /// AV entries made peers, and back.
     pub peers: HashMap<u64, PeerId>,
     pub fi_addr_of: HashMap<PeerId, u64>,
@@ -101,9 +103,20 @@ impl EpApi {
         let recv = op.flags & FI_RECV != 0;
         let (cq, cntr) = if recv {
             (self.rx_cq.clone(), self.rx_cntr.clone())
+        } else if op.flags & FI_READ != 0 {
+            (self.tx_cq.clone(), self.read_cntr.clone())
+        } else if op.flags & FI_WRITE != 0 {
+            (self.tx_cq.clone(), self.write_cntr.clone())
         } else {
             (self.tx_cq.clone(), self.tx_cntr.clone())
         };
+        // An inject completes silently (counters only); its failure is
+        // still an error entry.
+        let op = Op {
+            report: op.report && op.flags & FI_INJECT == 0,
+            ..op
+        };
+        let quiet = op.flags & FI_INJECT != 0;
         let base = Entry {
             context: op.context,
             flags: op.flags,
@@ -143,8 +156,14 @@ impl EpApi {
                 if let Some(c) = &cntr {
                     c.value.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
                 }
-                if let Some(b) = cq.as_ref().filter(|b| op.report || !b.selective) {
-                    b.cq.push(base);
+                if let Some(b) = cq
+                    .as_ref()
+                    .filter(|b| !quiet && (op.report || !b.selective))
+                {
+                    b.cq.push(Entry {
+                        flags: op.flags & !FI_INJECT,
+                        ..base
+                    });
                 }
                 None
             }

@@ -15,8 +15,16 @@ use std::ffi::CStr;
 use crate::abi::*;
 use crate::addr::{Name, NAME_LEN};
 
+/// One-sided capabilities: served when the application takes this
+/// provider's memory-registration modes ([`RMA_MR_MODE`]).
+pub const RMA_CAPS: u64 = FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
 /// Primary capabilities served.
-pub const PRIMARY_CAPS: u64 = FI_MSG | FI_TAGGED | FI_SEND | FI_RECV | FI_DIRECTED_RECV;
+pub const PRIMARY_CAPS: u64 = FI_MSG | FI_TAGGED | FI_SEND | FI_RECV | FI_DIRECTED_RECV | RMA_CAPS;
+/// What RMA needs of the application: registrations bound to an endpoint
+/// (each endpoint registers the memory with its own message layer) and
+/// keys the provider chooses; remote addresses are offsets into the
+/// region (no FI_MR_VIRT_ADDR).
+pub const RMA_MR_MODE: i32 = FI_MR_ENDPOINT | FI_MR_PROV_KEY;
 /// Secondary capabilities served (returned whether asked for or not).
 pub const SECONDARY_CAPS: u64 = FI_SOURCE | FI_LOCAL_COMM | FI_REMOTE_COMM;
 /// Everything served.
@@ -378,6 +386,22 @@ pub fn answer(
                 || "domain_attr->domain is not one of this provider's".into(),
             )?;
             offer.domain = d.domain;
+        }
+    }
+    // RMA only where the application takes the registration modes it needs.
+    if offer.caps & RMA_CAPS != 0 {
+        let allowed = version >= fi_version(1, 5)
+            && h.domain
+                .as_ref()
+                .is_none_or(|d| d.mr_mode & RMA_MR_MODE == RMA_MR_MODE);
+        if allowed {
+            offer.mr_mode |= RMA_MR_MODE;
+        } else {
+            need(h.caps & RMA_CAPS == 0, || {
+                "RMA needs mr_mode FI_MR_ENDPOINT|FI_MR_PROV_KEY in the hints (API 1.5 or later)"
+                    .into()
+            })?;
+            offer.caps &= !RMA_CAPS;
         }
     }
     if let Some(f) = &h.fabric {

@@ -31,14 +31,14 @@ fn no_hints_offer_every_interface_with_every_capability() {
     assert_eq!(o[0].ifname, "eth0");
     assert_eq!(o[0].caps, CAPS);
     assert_eq!(o[0].threading, FI_THREAD_SAFE);
-    assert_eq!(o[0].mr_mode, 0);
+    // RMA is offered, with the registration modes it needs.
+    assert_eq!(o[0].mr_mode, RMA_MR_MODE);
 }
 
 #[test]
 fn capabilities_not_served_give_no_data() {
     for caps in [
         FI_ATOMIC,
-        FI_RMA,
         FI_MULTICAST,
         FI_COLLECTIVE,
         FI_HMEM,
@@ -330,4 +330,39 @@ fn node_and_service_name_the_source_with_fi_source_and_the_peer_without() {
 fn no_interface_gives_no_data_with_the_reason() {
     let e = answer(V, None, None, 0, None, &[], |_| false, |_, _| false).unwrap_err();
     assert!(e.0.contains("no interface"), "{}", e.0);
+}
+
+#[test]
+fn rma_comes_with_endpoint_bound_provider_keyed_registrations_or_not_at_all() {
+    let with = |mr_mode: i32, caps: u64| Hints {
+        caps,
+        domain: Some(DomainHints {
+            mr_mode,
+            ..DomainHints::default()
+        }),
+        ..Hints::default()
+    };
+    // Asked for, and the application takes both modes.
+    let o = ask(
+        V,
+        &with(
+            FI_MR_ENDPOINT | FI_MR_PROV_KEY | FI_MR_LOCAL,
+            FI_RMA | FI_MSG,
+        ),
+    )
+    .unwrap();
+    assert_eq!(o[0].caps & RMA_CAPS, FI_RMA);
+    assert_eq!(o[0].mr_mode, RMA_MR_MODE);
+    // Asked for, but the application cannot bind registrations: no answer.
+    assert!(ask(V, &with(FI_MR_VIRT_ADDR | FI_MR_PROV_KEY, FI_RMA)).is_err());
+    // Not asked for: no RMA, and no mode required.
+    let o = ask(V, &with(FI_MR_ENDPOINT | FI_MR_PROV_KEY, FI_TAGGED)).unwrap();
+    assert_eq!(o[0].caps & RMA_CAPS, 0);
+    assert_eq!(o[0].mr_mode, 0);
+    // Any capability, modes the application cannot take: offered without RMA.
+    let o = ask(V, &with(FI_MR_LOCAL, 0)).unwrap();
+    assert_eq!(o[0].caps & RMA_CAPS, 0);
+    assert_eq!(o[0].mr_mode, 0);
+    // Below API 1.5 (no FI_MR_ENDPOINT): never.
+    assert!(ask(fi_version(1, 4), &with(0, FI_RMA)).is_err());
 }

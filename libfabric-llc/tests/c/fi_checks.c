@@ -13,6 +13,9 @@
  *   fi_checks cancel      a posted receive cancelled: FI_ECANCELED entry
  *   fi_checks peek        FI_PEEK of nothing: FI_ENOMSG entry; of a
  *                         message: its length and tag; FI_CLAIM receives it
+ *   fi_checks rma         a registration bound to the endpoint: fi_write of
+ *                         100 bytes into it at offset 10 (a counter bound
+ *                         with FI_WRITE counts it), fi_read of 50 back
  *   fi_checks serve       print "name HEX" (the endpoint's name), then make
  *                         progress until killed
  *   fi_checks orphan HEX  with that endpoint as a peer: a directed receive
@@ -27,7 +30,9 @@
 #include <rdma/fi_domain.h>
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
 #include <rdma/fi_tagged.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,10 +64,16 @@ static struct fid_cq *cq;
 static struct fid_ep *ep;
 static fi_addr_t self;
 
-static void open_all(void)
+static struct fid_cntr *write_cntr;
+
+static void open_all(int rma)
 {
     struct fi_info *hints = fi_allocinfo();
     hints->caps = FI_TAGGED | FI_MSG | FI_DIRECTED_RECV;
+    if (rma) {
+        hints->caps |= FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+        hints->domain_attr->mr_mode = FI_MR_ENDPOINT | FI_MR_PROV_KEY | FI_MR_LOCAL;
+    }
     hints->ep_attr->type = FI_EP_RDM;
     hints->fabric_attr->prov_name = strdup("llc");
     CHECK(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, hints, &info));
@@ -76,6 +87,11 @@ static void open_all(void)
     CHECK(fi_endpoint(domain, info, &ep, NULL));
     CHECK(fi_ep_bind(ep, &av->fid, 0));
     CHECK(fi_ep_bind(ep, &cq->fid, FI_SEND | FI_RECV));
+    if (rma) {
+        struct fi_cntr_attr cntr_attr = {.events = FI_CNTR_EVENTS_COMP};
+        CHECK(fi_cntr_open(domain, &cntr_attr, &write_cntr, NULL));
+        CHECK(fi_ep_bind(ep, &write_cntr->fid, FI_WRITE));
+    }
     CHECK(fi_enable(ep));
     char name[64];
     size_t len = sizeof name;
@@ -209,6 +225,40 @@ static void peek_check(void)
     EXPECT(memcmp(in, out, sizeof in) == 0, "claimed data");
 }
 
+static void rma_check(void)
+{
+    EXPECT(info->domain_attr->mr_mode & FI_MR_ENDPOINT, "mr_mode %d", info->domain_attr->mr_mode);
+    static unsigned char target[4096], src[100], back[50];
+    struct fid_mr *mr;
+    CHECK(fi_mr_reg(domain, target, sizeof target, FI_REMOTE_READ | FI_REMOTE_WRITE, 0, 0, 0, &mr,
+                    NULL));
+    CHECK(fi_mr_bind(mr, &ep->fid, 0));
+    CHECK(fi_mr_enable(mr));
+    uint64_t key = fi_mr_key(mr);
+    EXPECT(key != FI_KEY_NOTAVAIL, "no key after fi_mr_enable");
+    for (int i = 0; i < 100; i++) {
+        src[i] = (unsigned char) (i + 1);
+    }
+    struct fi_cq_tagged_entry e;
+    struct fi_cq_err_entry err;
+    CHECK(fi_write(ep, src, sizeof src, NULL, self, 10, key, src));
+    EXPECT(wait_one(&e, &err), "fi_write: error %d", err.err);
+    EXPECT(e.op_context == src && (e.flags & (FI_RMA | FI_WRITE)) == (FI_RMA | FI_WRITE),
+           "write completion");
+    EXPECT(memcmp(target + 10, src, sizeof src) == 0 && target[9] == 0 && target[110] == 0,
+           "written bytes");
+    EXPECT(fi_cntr_read(write_cntr) == 1, "write counter %llu",
+           (unsigned long long) fi_cntr_read(write_cntr));
+    CHECK(fi_read(ep, back, sizeof back, NULL, self, 20, key, back));
+    EXPECT(wait_one(&e, &err), "fi_read: error %d", err.err);
+    EXPECT(e.op_context == back, "read completion");
+    EXPECT(memcmp(back, src + 10, sizeof back) == 0, "read bytes");
+    /* A key nobody registered: the target refuses, an error entry. */
+    CHECK(fi_read(ep, back, sizeof back, NULL, self, 0, key + 1000, back));
+    EXPECT(!wait_one(&e, &err), "a read with an unknown key completed");
+    CHECK(fi_close(&mr->fid));
+}
+
 static void serve(void)
 {
     unsigned char name[64];
@@ -266,8 +316,8 @@ static void orphan(const char *hex)
 int main(int argc, char **argv)
 {
     EXPECT(argc >= 2, "usage: fi_checks self N|truncate|noaddr|busy|cancel|peek");
-    open_all();
     const char *what = argv[1];
+    open_all(strcmp(what, "rma") == 0);
     if (strcmp(what, "self") == 0) {
         self_round_trips(argc > 2 ? atoi(argv[2]) : 1000);
     } else if (strcmp(what, "truncate") == 0) {
@@ -280,6 +330,8 @@ int main(int argc, char **argv)
         cancel_check();
     } else if (strcmp(what, "peek") == 0) {
         peek_check();
+    } else if (strcmp(what, "rma") == 0) {
+        rma_check();
     } else if (strcmp(what, "serve") == 0) {
         serve();
     } else if (strcmp(what, "orphan") == 0 && argc > 2) {
