@@ -175,6 +175,9 @@ struct Posted<R> {
     id: PostId,
     rule: Rule,
     recv: R,
+    /// Stays posted when it matches (a multi-receive buffer), until
+    /// cancelled.
+    keep: bool,
 }
 
 #[derive(Debug)]
@@ -252,13 +255,36 @@ impl<R, M> Matcher<R, M> {
         }
         let id = PostId(self.next_id);
         self.next_id += 1;
-        self.posted.push_back(Posted { id, rule, recv });
+        self.posted.push_back(Posted {
+            id,
+            rule,
+            recv,
+            keep: false,
+        });
         Posting::Queued(id)
+    }
+
+    /// Post a receive that stays posted when messages match it, each
+    /// taking its place in order, until [`Matcher::cancel`]. Messages
+    /// already waiting are left to the caller ([`Matcher::claim`]).
+    pub fn post_kept(&mut self, rule: Rule, recv: R) -> PostId {
+        let id = PostId(self.next_id);
+        self.next_id += 1;
+        self.posted.push_back(Posted {
+            id,
+            rule,
+            recv,
+            keep: true,
+        });
+        id
     }
 
     /// A message arrived: it goes to the earliest posted receive that accepts
     /// it, or waits in the unexpected queue (`None`).
-    pub fn arrive(&mut self, env: Envelope, len: usize, msg: M) -> Option<Matched<R, M>> {
+    pub fn arrive(&mut self, env: Envelope, len: usize, msg: M) -> Option<Matched<R, M>>
+    where
+        R: Copy,
+    {
         match self.take_receive(&env) {
             Some(recv) => Some(Matched {
                 recv,
@@ -276,8 +302,21 @@ impl<R, M> Matcher<R, M> {
     /// [`Matcher::arrive`] in two steps, for a caller that keeps the
     /// message until it knows where it goes: the earliest posted receive
     /// that accepts a message with envelope `env`, taken.
-    pub fn take_receive(&mut self, env: &Envelope) -> Option<R> {
-        take_first(&mut self.posted, |p| p.rule.accepts(env)).map(|p| p.recv)
+    /// A kept receive ([`Matcher::post_kept`]) is not taken but copied.
+    #[inline(always)]
+    pub fn take_receive(&mut self, env: &Envelope) -> Option<R>
+    where
+        R: Copy,
+    {
+        let front = self.posted.front()?;
+        if front.rule.accepts(env) && !front.keep {
+            return self.posted.pop_front().map(|p| p.recv);
+        }
+        let i = self.posted.iter().position(|p| p.rule.accepts(env))?;
+        if self.posted[i].keep {
+            return Some(self.posted[i].recv);
+        }
+        self.posted.remove(i).map(|p| p.recv)
     }
 
     /// The second step: a message no posted receive took waits in the
