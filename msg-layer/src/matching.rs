@@ -634,30 +634,50 @@ mod tests {
 
     #[derive(Debug, Clone)]
     enum Op {
-        Post(Option<u32>, Option<u32>),
-        Arrive(u32, u32),
+        /// Source, tag, and the kind of receive: 0 MPI, 1 libfabric tagged
+        /// ignoring tag bit 0, 2 untagged.
+        Post(Option<u32>, Option<u32>, u8),
+        /// Source, tag, untagged.
+        Arrive(u32, u32, bool),
+    }
+
+    fn rule(s: Option<u32>, t: Option<u32>, kind: u8) -> Rule {
+        let source = s.map_or(Source::Any, Source::Peer);
+        match kind {
+            0 => Rule::from(pat(source, t.map_or(Tag::Any, Tag::Is))),
+            1 => tagged(source, u64::from(t.unwrap_or(0)), 1),
+            _ => Rule {
+                source,
+                select: Select::Untagged,
+            },
+        }
     }
 
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
-            (proptest::option::of(0..3u32), proptest::option::of(0..3u32))
-                .prop_map(|(s, t)| Op::Post(s, t)),
-            (0..3u32, 0..3u32).prop_map(|(s, t)| Op::Arrive(s, t)),
+            (
+                proptest::option::of(0..3u32),
+                proptest::option::of(0..3u32),
+                0..3u8
+            )
+                .prop_map(|(s, t, k)| Op::Post(s, t, k)),
+            (0..3u32, 0..3u32, any::<bool>()).prop_map(|(s, t, u)| Op::Arrive(s, t, u)),
         ]
     }
 
     proptest! {
         /// Every message is received at most once, every receive gets at most
         /// one message, and no message overtakes an earlier one from the same
-        /// source that the same receive would also accept.
+        /// source that the same receive would also accept; MPI, masked and
+        /// untagged receives mixed.
         #[test]
         fn mpi_rules_hold(ops in proptest::collection::vec(op(), 1..200)) {
             let mut m: Matcher<usize, usize> = Matcher::new();
             let mut arrived: Vec<Envelope> = Vec::new();
-            let mut pats: Vec<Pattern> = Vec::new();
+            let mut pats: Vec<Rule> = Vec::new();
             let mut msg_taken = Vec::new();
             let mut recv_done = Vec::new();
-            let check = |x: &Matched<usize, usize>, msg_taken: &mut Vec<bool>, recv_done: &mut Vec<bool>, arrived: &[Envelope], pats: &[Pattern]| {
+            let check = |x: &Matched<usize, usize>, msg_taken: &mut Vec<bool>, recv_done: &mut Vec<bool>, arrived: &[Envelope], pats: &[Rule]| {
                 assert!(!msg_taken[x.msg], "message received twice");
                 assert!(!recv_done[x.recv], "receive completed twice");
                 let p = pats[x.recv];
@@ -672,18 +692,19 @@ mod tests {
             };
             for o in ops {
                 match o {
-                    Op::Post(s, t) => {
-                        let p = pat(s.map_or(Source::Any, Source::Peer), t.map_or(Tag::Any, Tag::Is));
+                    Op::Post(s, t, kind) => {
+                        let p = rule(s, t, kind);
                         pats.push(p);
                         recv_done.push(false);
                         if let Posting::Matched(x) = m.post(p, pats.len() - 1) {
                             check(&x, &mut msg_taken, &mut recv_done, &arrived, &pats);
                         }
                     }
-                    Op::Arrive(s, t) => {
-                        arrived.push(env(s, t));
+                    Op::Arrive(s, t, untagged) => {
+                        let e = Envelope { untagged, ..env(s, t) };
+                        arrived.push(e);
                         msg_taken.push(false);
-                        if let Some(x) = m.arrive(env(s, t), 1, arrived.len() - 1) {
+                        if let Some(x) = m.arrive(e, 1, arrived.len() - 1) {
                             check(&x, &mut msg_taken, &mut recv_done, &arrived, &pats);
                         }
                     }
