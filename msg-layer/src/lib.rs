@@ -6,6 +6,11 @@
 //!   unexpected-message buffer with credit-based flow control, active
 //!   messages, registered memory with `put`/`get`, and progress made by the
 //!   waiter or by a progress thread.
+//! - The calls the libfabric provider sits on, over the same engine:
+//!   64-bit masked tags and an untagged space ([`Select`], [`Space`]),
+//!   remote data, inject, receives into caller memory that report
+//!   truncation, peek/claim/discard ([`Claimed`]), multi-receive buffers
+//!   ([`MultiRecv`]), and sends to the endpoint's own address.
 //! - [`transport::Transport`]: what the endpoint runs on: the LLC stack
 //!   ([`transport::llc`]) or TCP.
 //! - [`addr`]: printable, parsable endpoint addresses.
