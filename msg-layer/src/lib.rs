@@ -6,6 +6,11 @@
 //!   unexpected-message buffer with credit-based flow control, active
 //!   messages, registered memory with `put`/`get`, and progress made by the
 //!   waiter or by a progress thread.
+//! - The calls the libfabric provider sits on, over the same engine:
+//!   64-bit masked tags and an untagged space ([`Select`], [`Space`]),
+//!   remote data, inject, receives into caller memory that report
+//!   truncation, peek/claim/discard ([`Claimed`]), multi-receive buffers
+//!   ([`MultiRecv`]), and sends to the endpoint's own address.
 //! - [`transport::Transport`]: what the endpoint runs on: the LLC stack
 //!   ([`transport::llc`]) or TCP.
 //! - [`addr`]: printable, parsable endpoint addresses.
@@ -41,6 +46,6 @@ pub use addr::Addr;
 pub use config::Config;
 pub use delivery::{ActiveMessage, Event, ReleaseNotice, Request};
 pub use endpoint::{AmHandler, Endpoint, FailureHandler, AM_COPY_INLINE};
-pub use engine::{Claimed, Completion, Stats, Status};
+pub use engine::{Claimed, Completion, MultiPiece, MultiRecv, Stats, Status};
 pub use error::{Error, PeerEnd};
 pub use matching::{PeerId, Select, Source, Space, Tag};

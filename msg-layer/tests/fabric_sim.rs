@@ -236,3 +236,48 @@ fn an_endpoint_sends_to_itself_in_order_with_its_other_traffic() {
     assert_eq!(a.unexpected_bytes(), 0);
     finish(&a, &b, pb, pa);
 }
+
+#[test]
+fn a_multi_receive_buffer_takes_messages_until_released() {
+    let (a, b, pb, pa) = two();
+    let big = Config::default().eager_limit + 1000;
+    let dst = region(big + 300);
+    let m = b.irecv_multi(Source::Peer(pa), dst.clone(), 256);
+    let sizes = [10usize, big, 20, 30];
+    for (i, &n) in sizes.iter().enumerate() {
+        let s = a.isend_to(
+            pb,
+            Space::Untagged,
+            Some(i as u64),
+            payload(i as u64, n).into(),
+            false,
+        );
+        a.wait_timeout(s, Some(WAIT)).unwrap();
+    }
+    let mut pieces = Vec::new();
+    let deadline = std::time::Instant::now() + WAIT;
+    while pieces
+        .last()
+        .is_none_or(|p: &msg_layer::MultiPiece| !p.last)
+    {
+        pieces.extend(b.test_multi(m).expect("live until its last piece"));
+        assert!(std::time::Instant::now() < deadline, "{pieces:?}");
+    }
+    // 10 + big + 20 leaves 270, then 30 leaves 240 < 256: released.
+    let mut at = 0;
+    for (i, piece) in pieces.iter().enumerate() {
+        let st = piece.result.as_ref().unwrap();
+        assert_eq!(
+            (piece.offset, st.len, st.data),
+            (at, sizes[i], Some(i as u64))
+        );
+        assert_eq!(
+            dst.snapshot()[at..at + st.len],
+            payload(i as u64, sizes[i])[..]
+        );
+        at += st.len;
+    }
+    assert_eq!(pieces.len(), 4);
+    assert_eq!(b.test_multi(m), None);
+    finish(&a, &b, pb, pa);
+}

@@ -22,7 +22,7 @@ use llc_stack::rng::Rng;
 use llc_stack::wire::{self, AuthKey, Body, MacAddr, WireError};
 use llc_stack::{Instant, Stack};
 use msg_layer::transport::llc::{LlcConfig, LlcTransport};
-use msg_layer::{Config, Endpoint, Source, Tag};
+use msg_layer::{Config, Endpoint, Select, Source, Space, Tag};
 
 const MAC_A: MacAddr = MacAddr([2, 0, 0, 0, 0, 0xa]);
 const MAC_B: MacAddr = MacAddr([2, 0, 0, 0, 0, 0xb]);
@@ -622,8 +622,9 @@ type CapturedEndpoint = Endpoint<LlcTransport<PcapWriter<SimPort>>>;
 
 /// Writes a capture (taken at A) of message-layer traffic from A to B over
 /// the simulated link (MTU 1500): the Hello exchange, an eager message, a
-/// rendezvous message (RTS, CTS, DATA of many fragments, DONE) and an active
-/// message. Returns A's and B's addresses.
+/// rendezvous message (RTS, CTS, DATA of many fragments, DONE), an active
+/// message, and an untagged eager message with remote data `0xfeed`.
+/// Returns A's and B's addresses.
 fn message_capture(path: &Path, eager: &[u8], rndv: &[u8], am: &[u8]) -> (String, String) {
     let sim = Sim::new(SimConfig::default());
     let cfg = Config {
@@ -675,6 +676,11 @@ fn message_capture(path: &Path, eager: &[u8], rndv: &[u8], am: &[u8]) -> (String
         std::thread::yield_now();
     }
     assert_eq!(got_am.lock().unwrap()[0], am);
+    let dst = Arc::new(msg_layer::rma::VecRegion::new(vec![0; 8]));
+    let r3 = b.irecv_into(Source::Peer(pa), Select::Untagged, dst);
+    let s3 = a.isend_to(pb, Space::Untagged, Some(0xfeed), b"fi"[..].into(), false);
+    a.wait_timeout(s3, wait).unwrap();
+    assert_eq!(b.wait_timeout(r3, wait).unwrap().status.data, Some(0xfeed));
     a.flush(wait).unwrap();
     b.flush(wait).unwrap();
     let addrs = (a.local_addr().to_string(), b.local_addr().to_string());
@@ -704,6 +710,9 @@ fn tshark_decodes_message_layer_packets() {
         "llcstack.retransmission_of",
         "llcmsg.kind",
         "llcmsg.flags",
+        "llcmsg.flags.untagged",
+        "llcmsg.flags.remote_data",
+        "llcmsg.aux",
         "llcmsg.am",
         "llcmsg.tag",
         "llcmsg.context",
@@ -739,8 +748,11 @@ fn tshark_decodes_message_layer_packets() {
     assert_eq!(hello_a[0].get("llcmsg.address"), Some(&addr_a));
     assert_eq!(hello_b[0].get("llcmsg.address"), Some(&addr_b));
     // Eager: tag, context, length and the message itself.
-    let e = find(2, true);
-    assert_eq!(e.len(), 1, "one eager packet");
+    let untagged = |r: &&BTreeMap<String, String>| {
+        r.get("llcmsg.flags.untagged").map(String::as_str) == Some("1")
+    };
+    let (fi, e): (Vec<_>, Vec<_>) = find(2, true).into_iter().partition(untagged);
+    assert_eq!(e.len(), 1, "one tagged eager packet");
     assert_eq!(num(e[0], "llcmsg.tag"), Some(5));
     assert_eq!(num(e[0], "llcmsg.context"), Some(17));
     assert_eq!(num(e[0], "llcmsg.len"), Some(eager.len() as u64));
@@ -774,6 +786,14 @@ fn tshark_decodes_message_layer_packets() {
     assert_eq!(a.len(), 1, "one active message");
     assert_eq!(num(a[0], "llcmsg.am"), Some(3));
     assert_eq!(body(a[0]), hex(&am));
+    // The untagged one, with its remote data in aux.
+    assert_eq!(fi.len(), 1, "one untagged eager packet");
+    assert_eq!(
+        fi[0].get("llcmsg.flags.remote_data").map(String::as_str),
+        Some("1")
+    );
+    assert_eq!(num(fi[0], "llcmsg.aux"), Some(0xfeed));
+    assert_eq!(body(fi[0]), hex(b"fi"));
 }
 
 /// A burst of small sends with `coalesce` leaves as one `Bundle`: tshark

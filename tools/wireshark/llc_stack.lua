@@ -184,6 +184,8 @@ local m = {
     flag_last = ProtoField.bool("llcmsg.flags.last", "LAST", 8, nil, 0x01),
     flag_refused = ProtoField.bool("llcmsg.flags.refused", "REFUSED", 8, nil, 0x02),
     flag_bundles = ProtoField.bool("llcmsg.flags.bundles", "BUNDLES (Hello: takes bundles)", 8, nil, 0x04),
+    flag_untagged = ProtoField.bool("llcmsg.flags.untagged", "UNTAGGED (Eager, Rts: libfabric FI_MSG)", 8, nil, 0x08),
+    flag_remote_data = ProtoField.bool("llcmsg.flags.remote_data", "REMOTE_DATA (Eager, Rts: aux is the remote data)", 8, nil, 0x10),
     am = ProtoField.uint16("llcmsg.am", "Active-message handler", base.DEC),
     credit = ProtoField.uint32("llcmsg.credit", "Credit returned (bytes)", base.DEC),
     tag = ProtoField.uint32("llcmsg.tag", "Tag", base.DEC),
@@ -202,7 +204,7 @@ local function plausible_msg(tvb)
         return false
     end
     local kind = tvb(0, 1):uint()
-    return msg_kinds[kind] ~= nil and band(tvb(1, 1):uint(), 0xF8) == 0
+    return msg_kinds[kind] ~= nil and band(tvb(1, 1):uint(), 0xE0) == 0
 end
 
 -- Decodes one message-layer packet: `tvb` holds the whole message, or only
@@ -216,6 +218,8 @@ local function dissect_msg(tvb, pinfo, tree, partial_len)
     ft:add(m.flag_last, tvb(1, 1))
     ft:add(m.flag_refused, tvb(1, 1))
     ft:add(m.flag_bundles, tvb(1, 1))
+    ft:add(m.flag_untagged, tvb(1, 1))
+    ft:add(m.flag_remote_data, tvb(1, 1))
     t:add_le(m.am, tvb(2, 2))
     t:add_le(m.credit, tvb(4, 4))
     t:add_le(m.tag, tvb(8, 4))
@@ -226,8 +230,16 @@ local function dissect_msg(tvb, pinfo, tree, partial_len)
     t:add_le(m.len, tvb(40, 8))
     local info = msg_kinds[kind]
     if kind == 2 or kind == 3 then
-        info = string.format("%s tag=%d ctx=%d len=%s", info, tvb(8, 4):le_uint(),
-            tvb(12, 4):le_uint(), tostring(tvb(40, 8):le_uint64()))
+        local flags = tvb(1, 1):uint()
+        if band(flags, 0x08) ~= 0 then
+            info = string.format("%s untagged len=%s", info, tostring(tvb(40, 8):le_uint64()))
+        else
+            info = string.format("%s tag=%d ctx=%d len=%s", info, tvb(8, 4):le_uint(),
+                tvb(12, 4):le_uint(), tostring(tvb(40, 8):le_uint64()))
+        end
+        if band(flags, 0x10) ~= 0 then
+            info = info .. " data=0x" .. tvb(24, 8):le_uint64():tohex()
+        end
     elseif kind == 6 then
         info = string.format("%s handler=%d len=%d", info, tvb(2, 2):le_uint(), total - MSG_HEADER_LEN)
     elseif kind == 5 or kind == 7 or kind == 9 then

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::{Core, Endpoint};
-use crate::engine::{Claimed, MsgHead};
+use crate::engine::{Claimed, MsgHead, MultiPiece, MultiRecv};
 use crate::error::Error;
 use crate::matching::{PeerId, Rule, Select, Source, Space};
 use crate::rma::MemoryRegion;
@@ -102,6 +102,38 @@ impl<T: Transport> Endpoint<T> {
         let Core { engine, t, .. } = &mut *c;
         engine.discard(claimed);
         engine.transmit(t);
+    }
+
+    /// Post a multi-receive buffer (FI_MULTI_RECV): untagged messages
+    /// from `source` go into `dst` one after another, each reported as a
+    /// [`MultiPiece`] with its offset and length, until less than
+    /// `min_free` bytes are left; the piece that says `last` releases the
+    /// buffer. A message longer than the space left is cut to it (its
+    /// `msg_len` says so). Messages waiting already go in first.
+    pub fn irecv_multi(
+        &self,
+        source: Source,
+        dst: Arc<dyn MemoryRegion>,
+        min_free: usize,
+    ) -> MultiRecv {
+        let mut c = self.core();
+        let Core { engine, t, .. } = &mut *c;
+        let m = engine.irecv_multi(source, dst, min_free);
+        engine.transmit(t);
+        m
+    }
+
+    /// The pieces of `m` completed since the last call, in order, after a
+    /// round of progress; `None` once its last piece was taken.
+    pub fn test_multi(&self, m: MultiRecv) -> Option<Vec<MultiPiece>> {
+        self.after_progress(|_| true, |c| c.engine.take_multi(m))
+    }
+
+    /// Release a multi-receive buffer now (FI_CANCEL): it takes no more
+    /// messages, and a last piece comes once those it took are in (an
+    /// `Err(Cancelled)` one if none is left to carry the flag).
+    pub fn cancel_multi(&self, m: MultiRecv) -> bool {
+        self.core().engine.cancel_multi(m)
     }
 
     /// Post a receive and hand over what it sends (the `Cts` of an

@@ -57,6 +57,9 @@ impl Engine {
     /// message longer than `dst` completes the receive with `len` =
     /// `dst.len()` and `msg_len` = the message's length, not an error.
     pub(super) fn matched_into(&mut self, recv: u64, mut status: Status, msg: Unexpected) {
+        if let Some(ReqState::Multi(_)) = self.reqs.get(&recv) {
+            return self.matched_multi(recv, status, msg);
+        }
         let Some(ReqState::PostedInto { dst, .. }) = self.reqs.remove(&recv) else {
             return;
         };
@@ -186,8 +189,10 @@ impl Engine {
         Ok(())
     }
 
-    /// Forget the detached requests that completed.
+    /// Forget the detached requests that completed, and hand the
+    /// rendezvous messages that completed in multi-receive buffers to them.
     pub fn reap_detached(&mut self) {
+        self.settle_multi_subs();
         if self.detached.is_empty() {
             return;
         }

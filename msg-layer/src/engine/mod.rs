@@ -44,6 +44,7 @@ mod peers;
 pub(crate) use packet::SHORT_PREFIX;
 mod fabric;
 mod loopback;
+mod multi;
 mod reqs;
 mod rma;
 #[cfg(test)]
@@ -54,6 +55,7 @@ mod tests_fabric;
 mod tests_loopback;
 
 pub use fabric::Claimed;
+pub use multi::{MultiPiece, MultiRecv};
 pub(crate) use p2p::MsgHead;
 use packet::Out;
 pub(crate) use peers::AddPeer;
@@ -290,6 +292,9 @@ enum ReqState {
         dst: GetDst,
         post: PostId,
     },
+    /// A multi-receive buffer (libfabric's FI_MULTI_RECV), posted until
+    /// released or cancelled.
+    Multi(Box<multi::MultiState>),
     /// A rendezvous receive matched; data arriving.
     Receiving {
         /// Also in the placement registry, for the transport to fill.
@@ -370,6 +375,9 @@ pub(crate) struct Engine {
     pub(crate) spent: Vec<Vec<u8>>,
     /// Requests nobody will take (libfabric's inject): forgotten once done.
     detached: Vec<u64>,
+    /// Rendezvous messages landing in a multi-receive buffer: (their
+    /// receive, the buffer's request, their offset in it).
+    multi_subs: Vec<(u64, u64, usize)>,
     /// This endpoint as its own peer, once something sent to itself.
     own: Option<PeerId>,
     stats: Stats,
@@ -402,6 +410,7 @@ impl Engine {
             spent: Vec::new(),
             detached: Vec::new(),
             own: None,
+            multi_subs: Vec::new(),
             stats: Stats::default(),
         })
     }

@@ -285,7 +285,7 @@ impl Engine {
             msg,
         } = m;
         let status = Status::received(&env, len, msg.remote_data());
-        if let Some(ReqState::PostedInto { .. }) = self.reqs.get(&recv) {
+        if let Some(ReqState::PostedInto { .. } | ReqState::Multi(_)) = self.reqs.get(&recv) {
             return self.matched_into(recv, status, msg);
         }
         let sreq = match msg {

@@ -252,7 +252,9 @@ impl Engine {
         self.peers[p as usize].unexpected -= cost;
         self.unexpected_bytes -= cost;
         for r in recvs {
-            self.finish(r, Err(err.clone()));
+            if !self.multi_failed(r, &err) {
+                self.finish(r, Err(err.clone()));
+            }
         }
         let doomed: Vec<u64> = self
             .reqs
@@ -263,7 +265,10 @@ impl Engine {
                 | ReqState::Put { status }
                 | ReqState::Get { status, .. }
                 | ReqState::GetInto { status, .. } => status.source == p,
-                ReqState::Posted { .. } | ReqState::PostedInto { .. } | ReqState::Done(_) => false,
+                ReqState::Posted { .. }
+                | ReqState::PostedInto { .. }
+                | ReqState::Multi(_)
+                | ReqState::Done(_) => false,
             })
             .map(|(r, _)| r)
             .collect();

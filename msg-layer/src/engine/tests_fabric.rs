@@ -324,3 +324,80 @@ fn injected_sends_are_forgotten_once_done_and_still_arrive_in_order() {
         Err(Error::UnknownPeer(99))
     ));
 }
+
+#[test]
+fn a_multi_receive_buffer_packs_messages_and_says_when_it_is_released() {
+    let cfg = Config {
+        rndv_chunk: 3000,
+        ..Config::default()
+    };
+    let big = cfg.eager_limit + 4000;
+    let mut p = Pair::new(cfg);
+    let send = |p: &mut Pair, i: u8, n: usize| {
+        let head = MsgHead::fabric(Space::Untagged, Some(i as u64));
+        p.a.send_msg(p.ab, head, Bytes::from(vec![i; n]), false)
+    };
+    // One waiting already, then posted: it goes in first.
+    send(&mut p, 1, 100);
+    p.pump();
+    let dst = region(big + 400);
+    let m = p.b.irecv_multi(Source::Any, dst.clone(), 300);
+    let tagged_one = p.a.isend(p.ab, 0, 0, Bytes::from_static(b"not for it"));
+    send(&mut p, 2, 50);
+    send(&mut p, 3, big);
+    send(&mut p, 4, 60);
+    p.pump();
+    let pieces = p.b.take_multi(m).expect("the buffer is live");
+    let got: Vec<_> = pieces
+        .iter()
+        .map(|x| {
+            let st = x.result.as_ref().unwrap();
+            (x.offset, st.len, st.data, x.last)
+        })
+        .collect();
+    // 100 + 50 + big leaves 250 < 300: released after the third, whose
+    // piece (a rendezvous, last in) carries the flag.
+    assert_eq!(
+        got,
+        vec![
+            (0, 100, Some(1), false),
+            (100, 50, Some(2), false),
+            (150, big, Some(3), true)
+        ]
+    );
+    let snap = dst.snapshot();
+    assert_eq!((snap[0], snap[99], snap[100], snap[149]), (1, 1, 2, 2));
+    assert!(snap[150..150 + big].iter().all(|&b| b == 3));
+    assert_eq!(snap[150 + big], 0xee, "nothing past the last message");
+    assert_eq!(p.b.take_multi(m), None, "forgotten after its last piece");
+    // The fourth waits for another receive; the tagged one was never its.
+    assert!(done(&mut p.a, tagged_one).is_ok());
+    let r = p.b.irecv_into(untagged(Source::Any), region(64));
+    assert_eq!(done(&mut p.b, r).unwrap().status.data, Some(4));
+    assert_eq!(p.b.iprobe(tagged(Source::Any, 0, 0)).unwrap().len, 10);
+}
+
+#[test]
+fn a_multi_receive_buffer_cuts_what_does_not_fit_and_can_be_cancelled() {
+    let mut p = Pair::new(Config::default());
+    let m = p.b.irecv_multi(Source::Peer(p.ba), region(64), 0);
+    let head = MsgHead::fabric(Space::Untagged, None);
+    p.a.send_msg(p.ab, head, Bytes::from(vec![7; 40]), false);
+    p.a.send_msg(p.ab, head, Bytes::from(vec![8; 40]), false);
+    p.pump();
+    let pieces = p.b.take_multi(m).unwrap();
+    let st = pieces[1].result.as_ref().unwrap();
+    assert_eq!((pieces[1].offset, st.len, st.msg_len), (40, 24, 40));
+    assert!(pieces[1].last, "a full buffer is released");
+    assert!(!p.b.cancel_multi(m), "released already");
+    // Cancelled with its pieces taken: a last piece says so.
+    let m = p.b.irecv_multi(Source::Any, region(64), 0);
+    p.a.send_msg(p.ab, head, Bytes::from(vec![9; 10]), false);
+    p.pump();
+    assert_eq!(p.b.take_multi(m).unwrap().len(), 1);
+    assert!(p.b.cancel_multi(m));
+    let end = p.b.take_multi(m).unwrap();
+    assert_eq!((end.len(), end[0].last, end[0].offset), (1, true, 10));
+    assert_eq!(end[0].result, Err(Error::Cancelled));
+    assert_eq!(p.b.take_multi(m), None);
+}
