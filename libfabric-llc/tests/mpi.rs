@@ -273,6 +273,8 @@ fn mpich_5_from_pypi_ch4_ofi_runs_mpi_check_over_llc() {
     // and its native RMA on (llc's FI_RMA with FI_MR_ENDPOINT|FI_MR_PROV_KEY).
     assert!(text.contains("libfabric provider: llc"), "{text}");
     assert!(text.contains("MPIDI_OFI_ENABLE_RMA: 1"), "{text}");
+    // Its active messages on (llc's FI_MSG with FI_MULTI_RECV).
+    assert!(text.contains("MPIDI_OFI_ENABLE_AM: 1"), "{text}");
 }
 
 #[test]
@@ -307,4 +309,18 @@ fn open_mpi_5_from_pypi_btl_ofi_runs_mpi_check_over_llc_beside_shared_memory() {
     assert!(text.contains("mpi_check: OK ranks=4"), "{text}");
     // ob1 sends to the other host's ranks through btl/ofi (on llc).
     assert!(text.contains("Using ofi btl for send to"), "{text}");
+}
+
+#[test]
+fn mpich_5_from_pypi_runs_one_sided_communication_over_llcs_rma() {
+    testbed::require_root!();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mpi = testbed::pypi::install(testbed::pypi::MPICH).expect("MPICH 5 from PyPI");
+    let program = build_with(&mpi, "mpi_rma");
+    let bed = Cluster::new(2, 1500).unwrap();
+    let out = mpiexec_mpich(&bed, &mpi, &program, Duration::from_secs(300));
+    assert!(out.success(), "{out}");
+    let text = out.to_string();
+    assert!(text.contains("mpi_rma: OK ranks=4"), "{text}");
+    assert!(text.contains("MPIDI_OFI_ENABLE_RMA: 1"), "{text}");
 }

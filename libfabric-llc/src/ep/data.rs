@@ -217,6 +217,41 @@ fn recv(
     0
 }
 
+/// Post a multi-receive buffer (FI_MULTI_RECV).
+fn multi_recv(
+    ep: *mut FidEp,
+    buf: *mut c_void,
+    len: usize,
+    src: u64,
+    context: *mut c_void,
+) -> isize {
+    let obj = match ep_of(ep) {
+        Ok(o) => o,
+        Err(e) => return e,
+    };
+    if buf.is_null() || len == 0 {
+        return err(errno::FI_EINVAL);
+    }
+    let s = &obj.shared;
+    s.rt.note_call();
+    let mut st = s.rt.lock();
+    let source = match source(
+        &mut st,
+        s.ep(),
+        if s.directed { src } else { FI_ADDR_UNSPEC },
+    ) {
+        Ok(x) => x,
+        Err(e) => return e,
+    };
+    // SAFETY: libfabric's contract: a multi-receive buffer stays the
+    // provider's until the completion with FI_MULTI_RECV releases it.
+    let region = Arc::new(unsafe { PtrRegion::new(buf.cast(), len) });
+    let min_free = s.min_multi_recv.load(std::sync::atomic::Ordering::Relaxed);
+    let m = s.ep().irecv_multi(source, region, min_free);
+    st.multis.push(super::state::Multi { m, context, buf });
+    0
+}
+
 fn source(st: &mut EpApi, ep: &app_runtime::Ep, src: u64) -> Result<Source, isize> {
     if src == FI_ADDR_UNSPEC {
         Ok(Source::Any)
@@ -361,6 +396,11 @@ pub unsafe extern "C" fn cancel(f: Fid, context: *mut c_void) -> isize {
         drop(st);
         if let Some(r) = found {
             s.ep().cancel(r);
+        } else {
+            let st = s.rt.lock();
+            if let Some(m) = st.multis.iter().find(|m| m.context == context) {
+                s.ep().cancel_multi(m.m);
+            }
         }
         0
     })
@@ -427,7 +467,7 @@ unsafe extern "C" fn msg_recvmsg(ep: *mut FidEp, msg: *const FiMsg, flags: u64) 
             None => err(errno::FI_EINVAL),
             // SAFETY: its iovecs.
             Some(m) => match unsafe { one(m.msg_iov, m.iov_count) } {
-                Ok(_) if flags & FI_MULTI_RECV != 0 => err(errno::FI_EOPNOTSUPP),
+                Ok((b, l)) if flags & FI_MULTI_RECV != 0 => multi_recv(ep, b, l, m.addr, m.context),
                 Ok((b, l)) => recv(ep, b, l, m.addr, Select::Untagged, m.context, Some(flags)),
                 Err(e) => e,
             },

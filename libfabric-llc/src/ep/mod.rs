@@ -35,6 +35,9 @@ pub struct EpShared {
     pub name: Name,
     pub tx_op_flags: Mutex<u64>,
     pub rx_op_flags: Mutex<u64>,
+    /// FI_OPT_MIN_MULTI_RECV: a multi-receive buffer is released once
+    /// less than this is left.
+    pub min_multi_recv: std::sync::atomic::AtomicUsize,
     /// FI_DIRECTED_RECV: receives honour their source address (without
     /// it, fi_msg(3) says the address is ignored).
     pub directed: bool,
@@ -63,6 +66,10 @@ impl Driver for EpShared {
         let _ = self.rt.wait_for(timeout, |_| cond().then_some(()));
     }
 }
+
+/// FI_OPT_MIN_MULTI_RECV until the application sets it: room for one
+/// small message.
+const DEFAULT_MIN_MULTI_RECV: usize = 64;
 
 /// Every open endpoint, for `cleanup`.
 static ALL: Mutex<Vec<Weak<EpShared>>> = Mutex::new(Vec::new());
@@ -228,6 +235,7 @@ fn open_shared(
         tx_op_flags: Mutex::new(tx),
         rx_op_flags: Mutex::new(rx),
         directed,
+        min_multi_recv: std::sync::atomic::AtomicUsize::new(DEFAULT_MIN_MULTI_RECV),
         enabled: AtomicBool::new(false),
     }))
 }
@@ -423,11 +431,27 @@ unsafe extern "C" fn getopt(
     optlen: *mut usize,
 ) -> c_int {
     // SAFETY: the application's fid.
-    if unsafe { of(f) }.is_none() || level != FI_OPT_ENDPOINT {
+    let Some(obj) = (unsafe { of(f) }) else {
+        return -errno::FI_EINVAL;
+    };
+    if level != FI_OPT_ENDPOINT {
+        return -errno::FI_ENOPROTOOPT;
+    }
+    if optname != FI_OPT_MIN_MULTI_RECV {
+        return -errno::FI_ENOPROTOOPT;
+    }
+    if optval.is_null() || optlen.is_null() {
         return -errno::FI_EINVAL;
     }
-    let _ = (optname, optval, optlen);
-    -errno::FI_ENOPROTOOPT
+    // SAFETY: a size_t option and its length, as the man page says.
+    unsafe {
+        if *optlen < std::mem::size_of::<usize>() {
+            return -errno::FI_ETOOSMALL;
+        }
+        *optval.cast::<usize>() = obj.shared.min_multi_recv.load(Ordering::Relaxed);
+        *optlen = std::mem::size_of::<usize>();
+    }
+    0
 }
 
 unsafe extern "C" fn setopt(
@@ -438,11 +462,19 @@ unsafe extern "C" fn setopt(
     optlen: usize,
 ) -> c_int {
     // SAFETY: the application's fid.
-    if unsafe { of(f) }.is_none() || level != FI_OPT_ENDPOINT {
+    let Some(obj) = (unsafe { of(f) }) else {
+        return -errno::FI_EINVAL;
+    };
+    if level != FI_OPT_ENDPOINT || optname != FI_OPT_MIN_MULTI_RECV {
+        return -errno::FI_ENOPROTOOPT;
+    }
+    if optval.is_null() || optlen != std::mem::size_of::<usize>() {
         return -errno::FI_EINVAL;
     }
-    let _ = (optname, optval, optlen);
-    -errno::FI_ENOPROTOOPT
+    // SAFETY: a size_t option, its length checked.
+    let v = unsafe { *optval.cast::<usize>() };
+    obj.shared.min_multi_recv.store(v, Ordering::Relaxed);
+    0
 }
 
 unsafe extern "C" fn rx_size_left(_ep: *mut FidEp) -> isize {

@@ -51,6 +51,13 @@ pub struct Lending {
     pub released: bool,
 }
 
+/// A posted FI_MULTI_RECV buffer.
+pub struct Multi {
+    pub m: msg_layer::MultiRecv,
+    pub context: *mut c_void,
+    pub buf: *mut c_void,
+}
+
 /// What the runtime's lock guards.
 #[derive(Default)]
 pub struct EpApi {
@@ -65,6 +72,8 @@ pub struct EpApi {
     pub peers: HashMap<u64, PeerId>,
     pub fi_addr_of: HashMap<PeerId, u64>,
     pub ops: HashMap<Request, Op>,
+    /// Multi-receive buffers, polled after every pump.
+    pub multis: Vec<Multi>,
     /// Lent sends by release token.
     pub lendings: HashMap<u64, Lending>,
     pub next_token: u64,
@@ -211,7 +220,93 @@ impl EpApi {
     }
 }
 
+impl EpApi {
+    /// Completions of the multi-receive buffers: one entry per message
+    /// (at its place in the buffer), FI_MULTI_RECV on the one that
+    /// releases the buffer. True when there was any.
+    fn poll_multis(&mut self, cx: &mut Cx<'_>) -> bool {
+        let Some(ep) = cx.ep() else {
+            return false;
+        };
+        let Some(cq) = self.rx_cq.clone() else {
+            return false;
+        };
+        let mut any = false;
+        let mut i = 0;
+        while i < self.multis.len() {
+            let Some(pieces) = ep.poll_multi(self.multis[i].m) else {
+                self.multis.swap_remove(i);
+                continue;
+            };
+            let (context, buf) = (self.multis[i].context, self.multis[i].buf);
+            for p in pieces {
+                any = true;
+                let last = if p.last { FI_MULTI_RECV } else { 0 };
+                let at = buf.cast::<u8>().wrapping_add(p.offset).cast::<c_void>();
+                match p.result {
+                    Ok(st) => {
+                        let e = Entry {
+                            context,
+                            flags: FI_RECV
+                                | FI_MSG
+                                | last
+                                | if st.data.is_some() {
+                                    FI_REMOTE_CQ_DATA
+                                } else {
+                                    0
+                                },
+                            len: st.len,
+                            buf: at,
+                            data: st.data.unwrap_or(0),
+                            tag: 0,
+                            src: self.fi_addr(Some(ep), st.source),
+                        };
+                        if let Some(c) = &self.rx_cntr {
+                            c.value.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+                        }
+                        if st.msg_len > st.len {
+                            cq.cq.push_err(ErrEntry {
+                                entry: e,
+                                olen: st.msg_len - st.len,
+                                err: errno::FI_ETRUNC,
+                                prov_errno: errno::FI_ETRUNC,
+                                why: format!(
+                                    "message of {} bytes cut to the {} left in the buffer",
+                                    st.msg_len, st.len
+                                ),
+                            });
+                        } else {
+                            cq.cq.push(e);
+                        }
+                    }
+                    Err(err) => cq.cq.push_err(ErrEntry {
+                        entry: Entry {
+                            context,
+                            flags: FI_RECV | FI_MSG | last,
+                            len: 0,
+                            buf: at,
+                            data: 0,
+                            tag: 0,
+                            src: FI_ADDR_NOTAVAIL,
+                        },
+                        olen: 0,
+                        err: code(&err),
+                        prov_errno: code(&err),
+                        why: err.to_string(),
+                    }),
+                }
+            }
+            i += 1;
+        }
+        any
+    }
+}
+
 impl Api for EpApi {
+    fn after_pump(&mut self, cx: &mut Cx<'_>) -> bool {
+        !self.multis.is_empty() && self.poll_multis(cx)
+    }
+
     fn route(&mut self, cx: &mut Cx<'_>, ev: Event) {
         match ev {
             Event::Completed { request, result } => {

@@ -26,7 +26,7 @@ pub const PRIMARY_CAPS: u64 = FI_MSG | FI_TAGGED | FI_SEND | FI_RECV | FI_DIRECT
 /// region (no FI_MR_VIRT_ADDR).
 pub const RMA_MR_MODE: i32 = FI_MR_ENDPOINT | FI_MR_PROV_KEY;
 /// Secondary capabilities served (returned whether asked for or not).
-pub const SECONDARY_CAPS: u64 = FI_SOURCE | FI_LOCAL_COMM | FI_REMOTE_COMM;
+pub const SECONDARY_CAPS: u64 = FI_SOURCE | FI_LOCAL_COMM | FI_REMOTE_COMM | FI_MULTI_RECV;
 /// Everything served.
 pub const CAPS: u64 = PRIMARY_CAPS | SECONDARY_CAPS;
 /// Operation flags a transmit or receive context may default to.

@@ -129,6 +129,13 @@ impl<T: Transport> Endpoint<T> {
         self.after_progress(|_| true, |c| c.engine.take_multi(m))
     }
 
+    /// [`Endpoint::test_multi`] without the round of progress: what the
+    /// rounds made so far (a caller that drives progress itself, e.g. from
+    /// its pump, looks at every buffer after each round).
+    pub fn poll_multi(&self, m: MultiRecv) -> Option<Vec<MultiPiece>> {
+        self.core().engine.take_multi(m)
+    }
+
     /// Release a multi-receive buffer now (FI_CANCEL): it takes no more
     /// messages, and a last piece comes once those it took are in (an
     /// `Err(Cancelled)` one if none is left to carry the flag).
