@@ -324,3 +324,29 @@ fn mpich_5_from_pypi_runs_one_sided_communication_over_llcs_rma() {
     assert!(text.contains("mpi_rma: OK ranks=4"), "{text}");
     assert!(text.contains("MPIDI_OFI_ENABLE_RMA: 1"), "{text}");
 }
+
+/// As a cluster's users run jobs: llcd running on every host as root, and
+/// mpirun with its ranks as an ordinary user with no capabilities, through
+/// mtl/ofi on llc: the provider's endpoints are opened by llcd (the same
+/// path as btl/llc's), and each is granted to the user and released at its
+/// end.
+#[test]
+fn open_mpi_4_mtl_ofi_over_llc_as_an_ordinary_user() {
+    testbed::require_root!();
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let user = testbed::TestUser::ensure("llc-job-fi").expect("test account");
+    let mut bed = Cluster::new(2, 1500).unwrap();
+    bed.login_as(&user).expect("logins as the user");
+    bed.start_llcd("").expect("llcd on every host");
+    let out = mpirun_cm(&bed, "mpi_check", &[], Duration::from_secs(300));
+    assert!(out.success(), "{out}\nllcd of h0:\n{}", bed.llcd_log(0));
+    assert!(out.to_string().contains("mpi_check: OK ranks=4"), "{out}");
+    for i in 0..2 {
+        let log = bed.llcd_log(i);
+        assert!(
+            log.lines().filter(|l| l.contains(" granted ")).count() >= 2
+                && log.contains("user=llc-job-fi"),
+            "host {i}'s llcd granted each rank's endpoint:\n{log}"
+        );
+    }
+}
