@@ -102,6 +102,10 @@ fn checks() -> Vec<(&'static str, usize)> {
         size!("fi_ops_msg", FiOpsMsg),
         size!("fi_ops_tagged", FiOpsTagged),
         size!("fid_ep", FidEp),
+        size!("fi_ops_rma", FiOpsRma),
+        size!("fi_msg_rma", FiMsgRma),
+        off!("fi_msg_rma", FiMsgRma, rma_iov_count),
+        size!("fi_rma_iov", FiRmaIov),
         off!("fid_ep", FidEp, collective),
         ("FI_SELECTIVE_COMPLETION == (1ULL << 59)", 1),
         ("FI_CLASS_CNTR", FI_CLASS_CNTR),
@@ -128,7 +132,7 @@ fn mirrors_match_debians_libfabric_headers() {
     let mut c = String::from(
         "#include <stdio.h>\n#include <stddef.h>\n#include <rdma/fabric.h>\n#include <rdma/fi_domain.h>\n\
          #include <rdma/fi_endpoint.h>\n#include <rdma/fi_eq.h>\n#include <rdma/fi_tagged.h>\n\
-         #include <rdma/fi_cm.h>\n#include <rdma/fi_errno.h>\n#include <rdma/providers/fi_prov.h>\nint main(void) {\n",
+         #include <rdma/fi_cm.h>\n#include <rdma/fi_rma.h>\n#include <rdma/fi_errno.h>\n#include <rdma/providers/fi_prov.h>\nint main(void) {\n",
     );
     for (expr, _) in &checks {
         c.push_str(&format!("  printf(\"%zu\\n\", (size_t)({expr}));\n"));
