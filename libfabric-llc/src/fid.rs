@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use parking_lot::Mutex;
+use parking_lot::RwLock;
 
 use crate::abi::*;
 
@@ -17,25 +17,27 @@ pub fn guard<T>(name: &str, on_panic: T, f: impl FnOnce() -> T) -> T {
     app_runtime::cabi::guard(name, on_panic, f)
 }
 
-static OPEN: Mutex<Option<HashSet<(usize, usize)>>> = Mutex::new(None);
+/// Open objects by (class, address). Read on every call (a read lock,
+/// shared by threads), written at open and close.
+static OPEN: RwLock<Option<HashSet<(usize, usize)>>> = RwLock::new(None);
 
 /// Note an open object (class, address).
 pub fn register(class: usize, p: *const c_void) {
-    OPEN.lock()
+    OPEN.write()
         .get_or_insert_with(HashSet::new)
         .insert((class, p as usize));
 }
 
 /// Forget a closed object.
 pub fn unregister(class: usize, p: *const c_void) {
-    if let Some(s) = OPEN.lock().as_mut() {
+    if let Some(s) = OPEN.write().as_mut() {
         s.remove(&(class, p as usize));
     }
 }
 
 /// True when `p` is an open object of this provider of `class`.
 pub fn is_ours(class: usize, p: *const c_void) -> bool {
-    OPEN.lock()
+    OPEN.read()
         .as_ref()
         .is_some_and(|s| s.contains(&(class, p as usize)))
 }
