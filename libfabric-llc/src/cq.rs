@@ -52,6 +52,9 @@ struct Queue {
 /// What endpoints write into and the application reads.
 pub struct CqState {
     q: Mutex<Queue>,
+    /// Entries and errors queued: a read of an empty queue (a polling
+    /// application's common case) looks here without the lock.
+    queued: std::sync::atomic::AtomicUsize,
     format: i32,
     /// The application's API version: the size of its error entry.
     api_version: u32,
@@ -68,11 +71,13 @@ impl CqState {
     /// Queue a completion.
     pub fn push(&self, e: Entry) {
         self.q.lock().entries.push_back(e);
+        self.queued.fetch_add(1, std::sync::atomic::Ordering::Release);
     }
 
     /// Queue an error.
     pub fn push_err(&self, e: ErrEntry) {
         self.q.lock().errors.push_back(e);
+        self.queued.fetch_add(1, std::sync::atomic::Ordering::Release);
     }
 
     /// Something to read (or an error, or a signal).
@@ -104,6 +109,9 @@ impl CqState {
     /// `src`): how many, -FI_EAVAIL when an error waits, -FI_EAGAIN when
     /// nothing does.
     fn take(&self, buf: *mut c_void, count: usize, src: *mut FiAddr) -> isize {
+        if self.queued.load(std::sync::atomic::Ordering::Acquire) == 0 {
+            return -(errno::FI_EAGAIN as isize);
+        }
         let mut q = self.q.lock();
         if !q.errors.is_empty() {
             return -(errno::FI_EAVAIL as isize);
@@ -115,6 +123,7 @@ impl CqState {
             return -(errno::FI_EAGAIN as isize);
         }
         let n = count.min(q.entries.len());
+        self.queued.fetch_sub(n, std::sync::atomic::Ordering::AcqRel);
         let size = self.entry_size();
         for i in 0..n {
             let e = q.entries.pop_front().expect("counted");
@@ -208,6 +217,7 @@ pub unsafe extern "C" fn open(
             },
             state: Arc::new(CqState {
                 q: Mutex::new(Queue::default()),
+                queued: std::sync::atomic::AtomicUsize::new(0),
                 format,
                 api_version: d.state.api_version,
                 eps: Bound::default(),
@@ -265,8 +275,8 @@ unsafe extern "C" fn control(f: Fid, command: c_int, arg: *mut c_void) -> c_int 
 }
 
 fn read_impl(cq: *mut FidCq, buf: *mut c_void, count: usize, src: *mut FiAddr) -> isize {
-    // SAFETY: the application's fid.
-    let Some(obj) = (unsafe { of(cq.cast()) }) else {
+    // SAFETY: the application's fid (its head checked).
+    let Some(obj) = (unsafe { fid::cast_live::<CqObj>(cq.cast(), FI_CLASS_CQ) }) else {
         return -(errno::FI_EINVAL as isize);
     };
     if buf.is_null() && count > 0 {
@@ -368,6 +378,7 @@ unsafe extern "C" fn readerr(cq: *mut FidCq, buf: *mut FiCqErrEntry, _flags: u64
         let Some(e) = q.errors.pop_front() else {
             return -(errno::FI_EAGAIN as isize);
         };
+        obj.state.queued.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
         let full = FiCqErrEntry {
             op_context: e.entry.context,
             flags: e.entry.flags,

@@ -6,7 +6,7 @@
 
 use std::collections::HashSet;
 use std::ffi::{c_char, c_int, c_void};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
 use parking_lot::RwLock;
 
@@ -73,13 +73,42 @@ pub unsafe fn cast<'a, T>(fid: *const FidT, class: usize) -> Option<&'a T> {
     Some(unsafe { &*fid.cast::<T>() })
 }
 
+/// The `fi_ops` table of each class's objects (set when the first is
+/// made): what [`cast_live`] compares a head with.
+static CLASS_OPS: [AtomicPtr<FiOps>; 32] = [const { AtomicPtr::new(std::ptr::null_mut()) }; 32];
+
 /// A new head for an object of `class`.
 pub fn head(class: usize, context: *mut c_void, ops: &'static FiOps) -> FidT {
+    if let Some(slot) = CLASS_OPS.get(class) {
+        slot.store((ops as *const FiOps).cast_mut(), Ordering::Relaxed);
+    }
     FidT {
         fclass: class,
         context,
         ops,
     }
+}
+
+/// [`cast`] for the data path (sends, receives, queue reads), without the
+/// registry's lock: the head names the class and carries this provider's
+/// table for it. An application passing a handle it already closed has
+/// dereferenced freed memory in libfabric's own inline wrapper before this
+/// is reached; `fi_close`, which may be called twice, keeps the registry.
+///
+/// # Safety
+/// `fid` is NULL or points to a `struct fid` (any provider's).
+pub unsafe fn cast_live<'a, T>(fid: *const FidT, class: usize) -> Option<&'a T> {
+    if fid.is_null() {
+        return None;
+    }
+    let ours = CLASS_OPS.get(class)?.load(Ordering::Relaxed);
+    // SAFETY: the caller's guarantee: a valid head to read.
+    let head = unsafe { &*fid };
+    if head.fclass != class || ours.is_null() || !std::ptr::eq(head.ops, ours) {
+        return None;
+    }
+    // SAFETY: a head with this provider's table for `class` heads a `T`.
+    Some(unsafe { &*fid.cast::<T>() })
 }
 
 pub unsafe extern "C" fn no_bind(_: Fid, _: Fid, _: u64) -> c_int {

@@ -27,8 +27,8 @@ pub(super) fn err(code: i32) -> isize {
 
 /// The endpoint behind an `fid_ep *`.
 pub(super) fn ep_of<'a>(ep: *mut FidEp) -> Result<&'a EpObj, isize> {
-    // SAFETY: checked against the registry before the cast.
-    unsafe { of(ep.cast()) }.ok_or(err(errno::FI_EINVAL))
+    // SAFETY: an fid_ep the application passes (its head checked).
+    unsafe { super::live(ep.cast()) }.ok_or(err(errno::FI_EINVAL))
 }
 
 /// The message-layer peer of `fi_addr`, made on first use.

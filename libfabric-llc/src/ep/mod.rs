@@ -249,6 +249,15 @@ pub unsafe fn of<'a>(f: *const FidT) -> Option<&'a EpObj> {
     unsafe { fid::cast::<EpObj>(f, FI_CLASS_EP) }
 }
 
+/// [`of`] on the data path ([`fid::cast_live`]).
+///
+/// # Safety
+/// `f` is NULL or a `struct fid *`.
+pub unsafe fn live<'a>(f: *const FidT) -> Option<&'a EpObj> {
+    // SAFETY: the caller's guarantee.
+    unsafe { fid::cast_live::<EpObj>(f, FI_CLASS_EP) }
+}
+
 unsafe extern "C" fn close(f: Fid) -> c_int {
     fid::guard("fi_close(ep)", -errno::FI_EOTHER, || {
         // SAFETY: the application's fid.
