@@ -18,10 +18,15 @@ set -euo pipefail
 # librsvg2-bin (rsvg-convert): llc-perf's plot test renders the SVG to PNG.
 # binutils (readelf), pkg-config: scripts/install.sh's test checks the installed
 # component's run-time path and builds a C program with the installed .pc files.
+# slurmd, slurmctld, slurm-client, slurm-wlm-basic-plugins (mpi_pmix_v4 for
+# `srun --mpi=pmix`), munge: the Slurm bed (testbed/src/slurm.rs), which runs its own
+# daemons with its own key and configuration; a munged or slurmd the packages start
+# as system services is not used. libpmix-dev: the PMIx client of app-runtime.
 PACKAGES=(iproute2 iputils-ping util-linux procps tshark librsvg2-bin gcc libc6-dev
           clang llvm libbpf-dev linux-libc-dev libelf-dev zlib1g-dev pkg-config
           busybox-static openmpi-bin libopenmpi-dev netpipe-openmpi make
-          binutils)
+          binutils slurmd slurmctld slurm-client slurm-wlm-basic-plugins munge
+          libpmix-dev)
 # qemu-system-x86 comes from bookworm-backports: the image carries qemu-utils from
 # there, and bookworm's own qemu-system-x86 conflicts with it.
 BACKPORTS_PACKAGES=(qemu-system-x86)
