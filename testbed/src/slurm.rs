@@ -121,6 +121,16 @@ impl Slurm {
     /// Starts munged, slurmctld and one slurmd per host of `cluster`, each node declaring
     /// `cpus_per_node` CPUs, and returns once every node is idle.
     pub fn start(cluster: Cluster, cpus_per_node: u32) -> Result<Slurm, HarnessError> {
+        Slurm::start_with(cluster, cpus_per_node, "")
+    }
+
+    /// [`Slurm::start`] with `extra` appended to `slurm.conf` (whole lines, before the
+    /// nodes), e.g. `Epilog=/path/to/script\n`.
+    pub fn start_with(
+        cluster: Cluster,
+        cpus_per_node: u32,
+        extra: &str,
+    ) -> Result<Slurm, HarnessError> {
         if cluster.user().is_some() {
             return Err(HarnessError::InvalidArgument(
                 "the Slurm bed runs its daemons as root: start it on a cluster without \
@@ -167,7 +177,7 @@ impl Slurm {
             .map_err(|e| HarnessError::Setup(format!("munged did not start: {e}")))?;
 
         let conf = dir.join("slurm.conf");
-        write(&conf, &slurm_conf(&cluster, &dir, cpus_per_node))?;
+        write(&conf, &slurm_conf(&cluster, &dir, cpus_per_node, extra))?;
         write(&dir.join("cgroup.conf"), CGROUP_CONF)?;
 
         let slurmctld = host_daemon(
@@ -387,7 +397,7 @@ IgnoreSystemd=yes
 ";
 
 /// The run's `slurm.conf`.
-fn slurm_conf(cluster: &Cluster, dir: &Path, cpus: u32) -> String {
+fn slurm_conf(cluster: &Cluster, dir: &Path, cpus: u32, extra: &str) -> String {
     let d = dir.display();
     let first = &cluster.hosts()[0];
     let mut conf = format!(
@@ -425,6 +435,10 @@ fn slurm_conf(cluster: &Cluster, dir: &Path, cpus: u32) -> String {
         ctld = first.hostname,
         ctld_addr = first.ipv4,
     );
+    conf.push_str(extra);
+    if !extra.is_empty() && !extra.ends_with('\n') {
+        conf.push('\n');
+    }
     for h in cluster.hosts() {
         conf.push_str(&format!(
             "NodeName={name} NodeAddr={addr} NodeHostname={name} CPUs={cpus} State=UNKNOWN\n",
