@@ -93,10 +93,15 @@ fn deckrun_cluster(
 /// The key fingerprint each node of a job run by [`deckrun_cluster`]
 /// said it authenticates its frames with, by node.
 fn node_keys(out: &JobOutput, n: usize) -> Vec<String> {
+    node_keys_prefixed(out, n, |node| format!("[{node}] "))
+}
+
+/// [`node_keys`] for a launcher that starts node `i`'s lines with `prefix(i)`.
+fn node_keys_prefixed(out: &JobOutput, n: usize, prefix: impl Fn(usize) -> String) -> Vec<String> {
     const SAYS: &str = "frames authenticated with key fingerprint ";
     (0..n)
         .map(|node| {
-            let prefix = format!("[{node}] ");
+            let prefix = prefix(node);
             let line = out
                 .stderr
                 .lines()
@@ -265,4 +270,38 @@ fn the_ring_across_two_hosts_as_an_ordinary_user() {
             "host {i}'s nodes got their endpoints from llcd:\n{log}"
         );
     }
+}
+
+/// The ring of `deck_check` started by Slurm with no deckrun: `srun --mpi=pmix -N 2 -n 4`
+/// on the Slurm bed (`testbed::slurm`), two nodes on each host. Each node learns its
+/// number, the job's size and its rank on its host from Slurm's PMIx server, finds its
+/// interface on its own (`DECK_TRANSPORT` unset: `llc://`, the host's eth0), gets the
+/// job's key from node 0 and every node's address through PMIx; all four use one key.
+#[test]
+fn the_ring_under_srun_with_no_deckrun() {
+    testbed::require_root!();
+    let b = build();
+    let _g = lock();
+    let slurm =
+        testbed::slurm::Slurm::start(Cluster::new(2, 1500).expect("bed"), 2).expect("Slurm bed");
+    let mut srun = slurm.command("srun");
+    // -K: a node that fails ends the step.
+    srun.args(["--mpi=pmix", "-K", "-N", "2", "-n", "4", "-l"])
+        .arg(&b.deck_check)
+        .arg("ring")
+        .env("DECK_CLONE_WAIT_MS", "2000")
+        .env("DECK_LOG", "deck::runtime=info")
+        .env_remove("DECK_TRANSPORT")
+        .env_remove("DECK_BOOT")
+        .env_remove("LLC_AUTH_KEY")
+        // srun hands its environment to the tasks: cargo's LD_LIBRARY_PATH could name an
+        // older libdeck.so left in target/<profile> by a `cargo build`, which would win
+        // over deck_check's run path to the one it was linked with.
+        .env_remove("LD_LIBRARY_PATH");
+    let out = run_bounded(&mut srun, JOB_TIMEOUT).expect("running srun");
+    assert!(out.success(), "{out}");
+    let want = "0: deck_check ring: ok (4 nodes)";
+    assert!(out.stdout.contains(want), "missing {want:?} in\n{out}");
+    let keys = node_keys_prefixed(&out, 4, |node| format!("{node}: "));
+    assert!(keys.iter().all(|k| *k == keys[0]), "{keys:?}\n{out}");
 }
