@@ -31,7 +31,7 @@ pub const ENV_NAMESPACE: &str = "PMIX_NAMESPACE";
 pub const ENV_RANK: &str = "PMIX_RANK";
 
 /// Why talking to the PMIx server failed.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum PmixError {
     /// `PMIx_Get` of a process's value failed.
     #[error("PMIx_Get of {key} of rank {rank} failed: {text} (PMIx status {status})")]
