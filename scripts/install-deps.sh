@@ -22,10 +22,15 @@ set -euo pipefail
 # fi_pingpong): the libfabric provider's tests. python3, python3-venv: the
 # provider's tests install the PyPI MPIs (Open MPI 5, MPICH 5) into virtual
 # environments (testbed::pypi).
+# slurmd, slurmctld, slurm-client, slurm-wlm-basic-plugins (mpi_pmix_v4 for
+# `srun --mpi=pmix`), munge: the Slurm bed (testbed/src/slurm.rs), which runs its own
+# daemons with its own key and configuration; a munged or slurmd the packages start
+# as system services is not used. libpmix-dev: the PMIx client (pmix-boot).
 PACKAGES=(iproute2 iputils-ping util-linux procps tshark librsvg2-bin gcc libc6-dev
           clang llvm libbpf-dev linux-libc-dev libelf-dev zlib1g-dev pkg-config
           busybox-static openmpi-bin libopenmpi-dev netpipe-openmpi make
-          binutils libfabric-dev libfabric-bin python3 python3-venv)
+          binutils libfabric-dev libfabric-bin python3 python3-venv
+          slurmd slurmctld slurm-client slurm-wlm-basic-plugins munge libpmix-dev)
 # qemu-system-x86 comes from bookworm-backports: the image carries qemu-utils from
 # there, and bookworm's own qemu-system-x86 conflicts with it.
 BACKPORTS_PACKAGES=(qemu-system-x86)

@@ -78,6 +78,10 @@ pub enum BmiError {
     /// A known PVFS option this library does not implement.
     #[error("option {0} is not supported")]
     Unsupported(c_int),
+    /// The job's PMIx launcher could not tell the servers' addresses
+    /// ([`crate::Bmi::initialize_in_job`]).
+    #[error("PMIx: {0}")]
+    Pmix(#[from] pmix_boot::PmixError),
 }
 
 impl app_runtime::cabi::Code for BmiError {
@@ -100,7 +104,7 @@ impl BmiError {
             BmiError::PeerClosed(_) => libc::EPIPE,
             BmiError::PeerFailed { .. } => libc::ECONNRESET,
             BmiError::Setup { .. } => libc::ENODEV,
-            BmiError::Transport(_) => libc::EIO,
+            BmiError::Transport(_) | BmiError::Pmix(_) => libc::EIO,
             BmiError::Unsupported(_) => libc::ENOSYS,
         }
     }

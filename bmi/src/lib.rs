@@ -16,6 +16,7 @@
 pub mod addr;
 pub mod error;
 pub mod ffi;
+mod job;
 mod runtime;
 
 use std::sync::Arc;
@@ -26,6 +27,7 @@ use bytes::Bytes;
 
 pub use crate::addr::MethodKind;
 pub use crate::error::BmiError;
+pub use crate::job::JobPeers;
 pub use crate::runtime::{
     BmiAddr, BmiStats, ContextId, Done, InitFlags, OpId, OpKind, Posted, Unexpected,
     UnexpectedData, AM_UNEXPECTED, DEFAULT_UNEXPECTED_LIMIT, EXPECTED_CONTEXT, MAX_MESSAGE,
@@ -42,6 +44,9 @@ pub use msg_layer::transport::llc::AuthKey;
 pub struct Bmi {
     inner: Arc<Inner>,
     background: Option<JoinHandle<()>>,
+    /// The connection to the job's PMIx server ([`Bmi::initialize_in_job`]), open for as
+    /// long as this instance.
+    job: Option<pmix_boot::Pmix>,
 }
 
 /// The limits of one method (`BMI_get_info`).
@@ -74,7 +79,11 @@ impl Bmi {
     ) -> Result<Bmi, BmiError> {
         let inner = Arc::new(Inner::new(method_list, listen, flags)?);
         let background = inner.start_background();
-        Ok(Bmi { inner, background })
+        Ok(Bmi {
+            inner,
+            background,
+            job: None,
+        })
     }
 
     /// Open a context: a set of operations tested together.

@@ -34,7 +34,7 @@ use msg_layer::transport::{Transport, TransportSpec};
 use msg_layer::{ActiveMessage, Addr, Completion, Endpoint, Event, PeerId, Request, Source, Tag};
 use parking_lot::{Mutex, MutexGuard};
 
-use crate::boot::{Boot, BootHandle, JobEnv};
+use crate::boot::{Boot, BootError, BootHandle, JobEnv, KeyMaterial, PmixJob};
 use crate::error::DeckError;
 use crate::naming::{home_of, Answer, HomeTable};
 use crate::wire::{self, am, BarrierStep, Gone, Name, NameOp, PostHeader, Rts};
@@ -161,7 +161,8 @@ pub(crate) struct Inner {
     rt: Arc<Runtime<State>>,
     /// One barrier at a time per process.
     barrier: Mutex<()>,
-    boot: Option<BootHandle>,
+    /// What started the job, for as long as the process runs.
+    boot: Option<JobLink>,
     eager_limit: usize,
     clone_wait: Duration,
     transport: String,
@@ -415,20 +416,30 @@ impl Inner {
             })?),
             Err(_) => DEFAULT_CLONE_WAIT,
         };
-        let Some(env) = env else {
-            return Ok(Arc::new(Inner::new(
-                0,
-                1,
-                None,
-                Vec::new(),
-                None,
-                clone_wait,
-            )?));
-        };
         let init = |e: &dyn std::fmt::Display| DeckError::Init(e.to_string());
-        let mut boot = Boot::connect(&env, crate::boot::CONNECT_TIMEOUT).map_err(|e| init(&e))?;
-        let mut spec = transport_spec(&env, &boot)?;
-        let from_launcher = match (&mut spec, boot.key_material()) {
+        let mut launch = match env {
+            Some(env) => {
+                let boot =
+                    Boot::connect(&env, crate::boot::CONNECT_TIMEOUT).map_err(|e| init(&e))?;
+                Launch::Deckrun(env, boot)
+            }
+            None => match PmixJob::from_env().map_err(|e| init(&e))? {
+                Some(job) => Launch::Pmix(job),
+                None => {
+                    return Ok(Arc::new(Inner::new(
+                        0,
+                        1,
+                        None,
+                        Vec::new(),
+                        None,
+                        clone_wait,
+                    )?))
+                }
+            },
+        };
+        let (node, numnodes) = (launch.node(), launch.numnodes());
+        let mut spec = launch.transport_spec()?;
+        let from_launcher = match (&mut spec, launch.key_material()) {
             // The launcher's key, unless DECK_TRANSPORT said auth=off.
             (TransportSpec::Llc(l), Some(m)) if l.auth != KeySource::Off => {
                 l.config.auth_key = Some(AuthKey::derive(m.as_bytes()));
@@ -442,8 +453,7 @@ impl Inner {
         if let TransportSpec::Llc(_) = spec {
             match t.auth_fingerprint() {
                 Some(key) => tracing::info!(
-                    "node {}: frames authenticated with key fingerprint {key} (key from {})",
-                    env.node,
+                    "node {node}: frames authenticated with key fingerprint {key} (key from {})",
                     if from_launcher {
                         "the launcher"
                     } else {
@@ -451,10 +461,9 @@ impl Inner {
                     }
                 ),
                 None => tracing::warn!(
-                    "node {}: frames not authenticated: the launcher gave no key and \
+                    "node {node}: frames not authenticated: the launcher gave no key and \
                      {AUTH_KEY_ENV} is not set, so anyone on the segment can inject frames \
-                     into this job (docs/SECURITY.md)",
-                    env.node
+                     into this job (docs/SECURITY.md)"
                 ),
             }
         }
@@ -465,19 +474,17 @@ impl Inner {
         let ep = Endpoint::new(t, cfg).map_err(|e| init(&e))?;
         ep.set_pull_delivery(true);
         let card = ep.local_addr().to_string();
-        let cards = boot
-            .exchange(&card, Duration::from_secs(120))
-            .map_err(|e| init(&e))?;
-        if cards.len() != env.numnodes as usize {
+        let cards = launch.exchange(&card).map_err(|e| init(&e))?;
+        if cards.len() != numnodes as usize {
             return Err(init(&format!(
                 "the launcher gave {} addresses for {} nodes",
                 cards.len(),
-                env.numnodes
+                numnodes
             )));
         }
         let mut peers = vec![None; cards.len()];
         for (i, c) in cards.iter().enumerate() {
-            if i as u32 == env.node {
+            if i as u32 == node {
                 continue;
             }
             let addr: Addr = c
@@ -488,13 +495,12 @@ impl Inner {
                     .map_err(|e| init(&format!("node {i} at {addr}: {e}")))?,
             );
         }
-        let handle = boot.watch();
         let inner = Arc::new(Inner::new(
-            env.node,
-            env.numnodes,
+            node,
+            numnodes,
             Some(ep),
             peers,
-            Some(handle),
+            Some(launch.into_link()),
             clone_wait,
         )?);
         Ok(inner)
@@ -543,7 +549,7 @@ impl Inner {
         numnodes: u32,
         ep: Option<Ep>,
         peers: Vec<Option<PeerId>>,
-        boot: Option<BootHandle>,
+        boot: Option<JobLink>,
         clone_wait: Duration,
     ) -> Result<Inner, DeckError> {
         let n = numnodes as usize;
@@ -1111,7 +1117,7 @@ impl Inner {
             }
         }
         self.stop_background();
-        if let Some(b) = &self.boot {
+        if let Some(JobLink::Deckrun(b)) = &self.boot {
             b.finish()
                 .map_err(|e| DeckError::Transport(e.to_string()))?;
         }
@@ -1157,27 +1163,95 @@ fn check_name(name: &str) -> Result<(), DeckError> {
     Ok(())
 }
 
-/// The transport this node opens: `DECK_TRANSPORT`'s spec, its interface
-/// chosen as btl/llc chooses when it names none, a TCP spec's unspecified
-/// IP replaced by the address the launcher is reached from (the one the
-/// other hosts reach this one by).
-fn transport_spec(env: &JobEnv, boot: &Boot) -> Result<TransportSpec, DeckError> {
-    let mut spec = env.transport.clone();
-    match &mut spec {
-        TransportSpec::Llc(l) => {
-            *l = msg_layer::transport::llc::on_interface_for(l, env.local_rank as usize).map_err(
-                |e| {
-                    DeckError::Init(format!(
-                        "{e} (or name the interface the hosts share: deckrun --transport llc://IF)"
-                    ))
-                },
-            )?;
-        }
-        TransportSpec::Tcp(t) | TransportSpec::TcpUring(t) => {
-            if t.addr.ip().is_unspecified() {
-                t.addr.set_ip(boot.local_ip());
-            }
+/// What started this process's job, while the node boots.
+enum Launch {
+    /// deckrun, through its bootstrap server.
+    Deckrun(JobEnv, Boot),
+    /// A PMIx launcher (srun --mpi=pmix, mpirun, ...).
+    Pmix(PmixJob),
+}
+
+/// What stays of the launch for as long as the process runs.
+#[derive(Debug)]
+enum JobLink {
+    /// The watchdog of the connection to deckrun (and FINISH at the end).
+    Deckrun(BootHandle),
+    /// The connection to the PMIx server (finalized on drop); the launcher ends the
+    /// job's processes itself.
+    Pmix(#[allow(dead_code)] pmix_boot::Pmix),
+}
+
+impl Launch {
+    fn node(&self) -> u32 {
+        match self {
+            Launch::Deckrun(env, _) => env.node,
+            Launch::Pmix(job) => job.node(),
         }
     }
-    Ok(spec)
+
+    fn numnodes(&self) -> u32 {
+        match self {
+            Launch::Deckrun(env, _) => env.numnodes,
+            Launch::Pmix(job) => job.numnodes(),
+        }
+    }
+
+    fn key_material(&self) -> Option<&KeyMaterial> {
+        match self {
+            Launch::Deckrun(_, boot) => boot.key_material(),
+            Launch::Pmix(job) => job.key_material(),
+        }
+    }
+
+    /// The transport this node opens: `DECK_TRANSPORT`'s spec, its interface
+    /// chosen as btl/llc chooses when it names none, a TCP spec's unspecified
+    /// IP replaced by the address deckrun is reached from (the one the
+    /// other hosts reach this one by; a PMIx launch refuses such a spec).
+    fn transport_spec(&self) -> Result<TransportSpec, DeckError> {
+        let (mut spec, local_rank, launcher_ip, hint) = match self {
+            Launch::Deckrun(env, boot) => (
+                env.transport.clone(),
+                env.local_rank,
+                Some(boot.local_ip()),
+                "deckrun --transport llc://IF",
+            ),
+            Launch::Pmix(job) => (
+                job.transport().clone(),
+                job.local_rank(),
+                None,
+                "DECK_TRANSPORT=llc://IF in the job's environment",
+            ),
+        };
+        match &mut spec {
+            TransportSpec::Llc(l) => {
+                *l = msg_layer::transport::llc::on_interface_for(l, local_rank as usize).map_err(
+                    |e| {
+                        DeckError::Init(format!(
+                            "{e} (or name the interface the hosts share: {hint})"
+                        ))
+                    },
+                )?;
+            }
+            TransportSpec::Tcp(t) | TransportSpec::TcpUring(t) => {
+                if let Some(ip) = launcher_ip.filter(|_| t.addr.ip().is_unspecified()) {
+                    t.addr.set_ip(ip);
+                }
+            }
+        }
+        Ok(spec)
+    }
+
+    fn exchange(&mut self, card: &str) -> Result<Vec<String>, BootError> {
+        match self {
+            Launch::Deckrun(_, boot) => boot.exchange(card, Duration::from_secs(120)),
+            Launch::Pmix(job) => job.exchange(card),
+        }
+    }
+
+    fn into_link(self) -> JobLink {
+        match self {
+            Launch::Deckrun(_, boot) => JobLink::Deckrun(boot.watch()),
+            Launch::Pmix(job) => JobLink::Pmix(job.into_pmix()),
+        }
+    }
 }

@@ -93,10 +93,15 @@ fn deckrun_cluster(
 /// The key fingerprint each node of a job run by [`deckrun_cluster`]
 /// said it authenticates its frames with, by node.
 fn node_keys(out: &JobOutput, n: usize) -> Vec<String> {
+    node_keys_prefixed(out, n, |node| format!("[{node}] "))
+}
+
+/// [`node_keys`] for a launcher that starts node `i`'s lines with `prefix(i)`.
+fn node_keys_prefixed(out: &JobOutput, n: usize, prefix: impl Fn(usize) -> String) -> Vec<String> {
     const SAYS: &str = "frames authenticated with key fingerprint ";
     (0..n)
         .map(|node| {
-            let prefix = format!("[{node}] ");
+            let prefix = prefix(node);
             let line = out
                 .stderr
                 .lines()
@@ -265,4 +270,54 @@ fn the_ring_across_two_hosts_as_an_ordinary_user() {
             "host {i}'s nodes got their endpoints from llcd:\n{log}"
         );
     }
+}
+
+/// `deck_check TEST` started by Slurm with no deckrun: `srun --mpi=pmix -N 2 -n 4` on the
+/// Slurm bed (`testbed::slurm`), two nodes on each host, `DECK_TRANSPORT` unset (`llc://`:
+/// each node finds its host's eth0 on its own), nothing else set. Returns srun's output
+/// once it succeeded and node 0 said the test passed.
+fn deck_check_under_srun(test: &str) -> JobOutput {
+    let b = build();
+    let slurm =
+        testbed::slurm::Slurm::start(Cluster::new(2, 1500).expect("bed"), 2).expect("Slurm bed");
+    let mut srun = slurm.command("srun");
+    // -K: a node that fails ends the step.
+    srun.args(["--mpi=pmix", "-K", "-N", "2", "-n", "4", "-l"])
+        .arg(&b.deck_check)
+        .arg(test)
+        .env("DECK_CLONE_WAIT_MS", "2000")
+        .env("DECK_LOG", "deck::runtime=info")
+        .env_remove("DECK_TRANSPORT")
+        .env_remove("DECK_BOOT")
+        .env_remove("LLC_AUTH_KEY")
+        // srun hands its environment to the tasks: cargo's LD_LIBRARY_PATH could name an
+        // older libdeck.so left in target/<profile> by a `cargo build`, which would win
+        // over deck_check's run path to the one it was linked with.
+        .env_remove("LD_LIBRARY_PATH");
+    let out = run_bounded(&mut srun, JOB_TIMEOUT).expect("running srun");
+    assert!(out.success(), "{out}");
+    let want = format!("0: deck_check {test}: ok (4 nodes)");
+    assert!(out.stdout.contains(&want), "missing {want:?} in\n{out}");
+    out
+}
+
+/// The ring with no deckrun: each node learns its number, the job's size and its rank on
+/// its host from Slurm's PMIx server, gets the job's key from node 0 and every node's
+/// address through PMIx; all four use one key, the launcher's.
+#[test]
+fn the_ring_under_srun_with_no_deckrun() {
+    testbed::require_root!();
+    let _g = lock();
+    let out = deck_check_under_srun("ring");
+    let keys = node_keys_prefixed(&out, 4, |node| format!("{node}: "));
+    assert!(keys.iter().all(|k| *k == keys[0]), "{keys:?}\n{out}");
+}
+
+/// Every primitive and error of `deck_check` under srun, the naming service included:
+/// its semantics do not depend on the launcher.
+#[test]
+fn every_primitive_and_error_under_srun() {
+    testbed::require_root!();
+    let _g = lock();
+    deck_check_under_srun("all");
 }

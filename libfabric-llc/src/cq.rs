@@ -71,13 +71,15 @@ impl CqState {
     /// Queue a completion.
     pub fn push(&self, e: Entry) {
         self.q.lock().entries.push_back(e);
-        self.queued.fetch_add(1, std::sync::atomic::Ordering::Release);
+        self.queued
+            .fetch_add(1, std::sync::atomic::Ordering::Release);
     }
 
     /// Queue an error.
     pub fn push_err(&self, e: ErrEntry) {
         self.q.lock().errors.push_back(e);
-        self.queued.fetch_add(1, std::sync::atomic::Ordering::Release);
+        self.queued
+            .fetch_add(1, std::sync::atomic::Ordering::Release);
     }
 
     /// Something to read (or an error, or a signal).
@@ -123,7 +125,8 @@ impl CqState {
             return -(errno::FI_EAGAIN as isize);
         }
         let n = count.min(q.entries.len());
-        self.queued.fetch_sub(n, std::sync::atomic::Ordering::AcqRel);
+        self.queued
+            .fetch_sub(n, std::sync::atomic::Ordering::AcqRel);
         let size = self.entry_size();
         for i in 0..n {
             let e = q.entries.pop_front().expect("counted");
@@ -378,7 +381,9 @@ unsafe extern "C" fn readerr(cq: *mut FidCq, buf: *mut FiCqErrEntry, _flags: u64
         let Some(e) = q.errors.pop_front() else {
             return -(errno::FI_EAGAIN as isize);
         };
-        obj.state.queued.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        obj.state
+            .queued
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
         let full = FiCqErrEntry {
             op_context: e.entry.context,
             flags: e.entry.flags,

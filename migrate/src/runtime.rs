@@ -52,6 +52,22 @@ pub enum MigrateError {
     /// A wait reached its deadline.
     #[error("timed out waiting for {0}")]
     Timeout(&'static str),
+    /// The job's PMIx launcher failed ([`Runtime::open_in_job`]).
+    #[error("PMIx: {0}")]
+    Pmix(#[from] pmix_boot::PmixError),
+    /// A host's address from the job's exchange does not parse.
+    #[error("host {host}'s address {addr:?}: {source}")]
+    BadAddr {
+        /// The host.
+        host: HostId,
+        /// What it gave.
+        addr: String,
+        /// Why it does not parse.
+        source: msg_layer::addr::AddrError,
+    },
+    /// Rank 0 could not draw the job's key ([`Runtime::open_in_job`]).
+    #[error("cannot draw the job's key: {0}")]
+    Key(#[source] msg_layer::transport::TransportError),
 }
 
 /// The node and the events it produced for the application, under the
@@ -127,6 +143,9 @@ fn now() -> u64 {
 /// One host's runtime (the seed's communication processor).
 pub struct Runtime {
     rt: app_runtime::Runtime<State>,
+    /// The connection to the job's PMIx server ([`Runtime::open_in_job`]), open for as
+    /// long as the runtime.
+    job: Option<pmix_boot::Pmix>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -183,7 +202,59 @@ impl Runtime {
                 msg_layer::transport::TransportError::io("setting up the runtime", &e),
             ))
         })?;
-        Ok(Runtime { rt })
+        Ok(Runtime { rt, job: None })
+    }
+
+    /// This host's runtime in a job started by a PMIx launcher (`srun --mpi=pmix`,
+    /// mpirun): the host is the PMIx rank, the job's hosts its processes. Over LLC rank
+    /// 0's key material (`LLC_AUTH_KEY` when it has it, else 32 random bytes) keys every
+    /// host's frames, unless `spec` has a key or says `auth=off`; a spec naming no
+    /// interface takes the one btl/llc would for the host's local rank. The endpoints'
+    /// addresses are exchanged through PMIx. `Ok(None)` when no PMIx launcher started
+    /// this process.
+    pub fn open_in_job(spec: &TransportSpec, cfg: Config) -> Result<Option<Runtime>, MigrateError> {
+        use msg_layer::transport::llc::{random_key_material, AuthKey, AUTH_KEY_ENV};
+        use msg_layer::transport::spec::KeySource;
+        let Some(pmix) = pmix_boot::Pmix::from_env()? else {
+            return Ok(None);
+        };
+        let text = spec.to_string();
+        let mut spec = spec.clone();
+        if let TransportSpec::Llc(l) = &mut spec {
+            *l = msg_layer::transport::llc::on_interface_for(l, usize::from(pmix.local_rank()))
+                .map_err(|e| MigrateError::Open {
+                    spec: text,
+                    source: msg_layer::Error::Transport(e),
+                })?;
+            if l.auth != KeySource::Off && l.config.auth_key.is_none() {
+                let material = pmix
+                    .from_first("llc.migrate.key", || match std::env::var(AUTH_KEY_ENV) {
+                        Ok(m) if !m.is_empty() => Ok(m),
+                        _ => random_key_material().map_err(MigrateError::Key),
+                    })
+                    .map_err(|e| match e {
+                        pmix_boot::FromFirstError::Choose(e) => e,
+                        pmix_boot::FromFirstError::Pmix(e) => MigrateError::Pmix(e),
+                    })?;
+                l.config.auth_key = Some(AuthKey::derive(material.as_bytes()));
+            }
+        }
+        let ep = open_endpoint(&spec)?;
+        let cards = pmix.all_gather("llc.migrate.addr", &ep.local_addr().to_string())?;
+        let addrs = cards
+            .iter()
+            .enumerate()
+            .map(|(h, c)| {
+                c.parse::<Addr>().map_err(|source| MigrateError::BadAddr {
+                    host: h as HostId,
+                    addr: c.clone(),
+                    source,
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut rt = Runtime::with_endpoint(pmix.rank(), ep, &addrs, cfg)?;
+        rt.job = Some(pmix);
+        Ok(Some(rt))
     }
 
     /// A job of `specs.len()` hosts in this process, one runtime each

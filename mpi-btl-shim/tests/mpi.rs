@@ -15,79 +15,19 @@
 //! kernels) another: `cargo test --release -p mpi-btl-shim --test mpi --
 //! --ignored --nocapture NAME`.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::{Mutex, OnceLock};
+use std::process::Stdio;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use msg_layer::transport::floor_work::FloorWork;
 use testbed::netns::MultiPort;
 use testbed::{forward_env, require_root, run_bounded, Cluster};
 
-/// Where Debian's Open MPI keeps its components.
-const SYSTEM_COMPONENTS: &str = "/usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3";
+mod openmpi;
+use openmpi::build;
 
 /// One mpirun at a time: they would fight over the 2 cores.
 static SERIAL: Mutex<()> = Mutex::new(());
-
-struct Built {
-    /// Directory of mca_btl_llc.so and the MPI programs (mpi_check, mbw_mr,
-    /// kernels).
-    dir: PathBuf,
-    /// Directory of the libmpi_btl_shim.so the component was linked with.
-    shim_dir: PathBuf,
-}
-
-fn build() -> &'static Built {
-    static BUILT: OnceLock<Built> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        for tool in ["mpirun", "mpicc", "make", "cc"] {
-            let found = Command::new("sh")
-                .args(["-c", &format!("command -v {tool}")])
-                .stdout(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success());
-            assert!(
-                found,
-                "{tool} not found: run scripts/install-deps.sh (openmpi-bin, libopenmpi-dev)"
-            );
-        }
-        let profile = testbed::cdylib::profile_dir();
-        let shim_dir = testbed::cdylib::cdylib_dir("libmpi_btl_shim.so");
-        let dir = profile.join("btl-llc");
-        std::fs::create_dir_all(&dir).expect("output directory");
-        let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let out = Command::new("make")
-            .arg("-C")
-            .arg(crate_dir.join("component"))
-            .arg(format!("SHIM_DIR={}", shim_dir.display()))
-            .arg(format!("OUT={}", dir.display()))
-            .output()
-            .expect("running make");
-        assert!(
-            out.status.success(),
-            "building mca_btl_llc.so failed:\n{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        for program in ["mpi_check", "mbw_mr", "kernels", "pingpong_until"] {
-            let out = Command::new("mpicc")
-                .args(["-O2", "-Wall", "-pthread", "-o"])
-                .arg(dir.join(program))
-                .arg(crate_dir.join(format!("mpi-tests/{program}.c")))
-                // kernels' FFT needs libm (cos, sin); the others do not mind.
-                .arg("-lm")
-                .output()
-                .expect("running mpicc");
-            assert!(
-                out.status.success(),
-                "building {program} failed:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        Built { dir, shim_dir }
-    })
-}
 
 struct Run {
     ok: bool,
@@ -106,14 +46,7 @@ fn mpirun(
     timeout: Duration,
 ) -> Run {
     let built = build();
-    // Cargo's LD_LIBRARY_PATH names target/<profile> before its deps/, and
-    // an earlier `cargo build` may have left an older shim there, which
-    // would win over the component's RUNPATH: put the linked one first.
-    let inherited = std::env::var_os("LD_LIBRARY_PATH").unwrap_or_default();
-    let library_path = std::env::join_paths(
-        std::iter::once(built.shim_dir.clone()).chain(std::env::split_paths(&inherited)),
-    )
-    .expect("library path");
+    let library_path = built.library_path();
     let mut cmd = bed.ns.command("mpirun");
     cmd.args(["--allow-run-as-root", "--oversubscribe", "-np"])
         .arg(np.to_string())
@@ -122,10 +55,7 @@ fn mpirun(
         cmd.args(["--mca", k, v]);
     }
     cmd.args(args)
-        .env(
-            "OMPI_MCA_mca_component_path",
-            format!("{SYSTEM_COMPONENTS}:{}", built.dir.display()),
-        )
+        .env("OMPI_MCA_mca_component_path", built.component_path())
         .env("OMPI_MCA_btl_llc_if", "llc%d")
         .env("LD_LIBRARY_PATH", library_path)
         // A job with nothing set: btl/llc draws its key.
@@ -175,28 +105,7 @@ fn mpirun(
 
 /// The `btl/llc stats:` lines: one per rank, each with messages both ways.
 fn check_stats(run: &Run, np: usize) {
-    let lines: Vec<&str> = run
-        .stderr
-        .lines()
-        .filter(|l| l.starts_with("btl/llc stats:"))
-        .collect();
-    assert_eq!(
-        lines.len(),
-        np,
-        "expected one btl/llc stats line per rank\n{}",
-        run.stderr
-    );
-    for l in lines {
-        let num = |key: &str| -> u64 {
-            let rest = l
-                .split(key)
-                .nth(1)
-                .unwrap_or_else(|| panic!("{key} in {l}"));
-            rest.split_whitespace().next().unwrap().parse().unwrap()
-        };
-        assert!(num(": sent ") > 0 && num("received ") > 0, "idle rank: {l}");
-        println!("{l}");
-    }
+    openmpi::check_stats(&run.stderr, np);
 }
 
 /// Run `mpi_check ARGS` over `np` ranks with `self,llc` and the extra MCA
@@ -417,11 +326,7 @@ fn cluster_mpirun_env(
     timeout: Duration,
 ) -> Run {
     let built = build();
-    let inherited = std::env::var_os("LD_LIBRARY_PATH").unwrap_or_default();
-    let library_path = std::env::join_paths(
-        std::iter::once(built.shim_dir.clone()).chain(std::env::split_paths(&inherited)),
-    )
-    .expect("library path");
+    let library_path = built.library_path();
     let mut cmd = cluster.mpirun(ranks_per_host);
     cmd.args(["--mca", "pml", "ob1"]);
     for (k, v) in mca {
@@ -430,7 +335,7 @@ fn cluster_mpirun_env(
     forward_env(
         &mut cmd,
         "OMPI_MCA_mca_component_path",
-        format!("{SYSTEM_COMPONENTS}:{}", built.dir.display()),
+        built.component_path(),
     );
     forward_env(&mut cmd, "LD_LIBRARY_PATH", library_path);
     if let Ok(log) = std::env::var("LLC_SHIM_LOG") {

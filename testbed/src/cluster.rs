@@ -98,7 +98,7 @@ pub struct Cluster {
     /// Per host: its `llcd --foreground`, when started ([`Cluster::start_llcd`]).
     llcds: Mutex<Vec<Option<Background>>>,
     /// Per host: the login server of [`Cluster::login_as`]'s user.
-    logins: Vec<Login>,
+    logins: Vec<HostDaemon>,
     hosts: Vec<ClusterHost>,
     hub: Netns,
     network: Ipv4Addr,
@@ -427,7 +427,7 @@ esac
             cmd.arg("serve").arg(&sock);
             let bg = Background::spawn(&mut cmd, "llc-bed-login: serving", Duration::from_secs(20))
                 .map_err(HarnessError::Setup)?;
-            logins.push(Login(bg));
+            logins.push(HostDaemon(bg));
         }
         self.logins = logins;
         Ok(())
@@ -437,6 +437,11 @@ esac
     /// it too): for files a test and its job share. Removed with the cluster.
     pub fn scratch_dir(&self) -> PathBuf {
         self.dir.path.join("tmp")
+    }
+
+    /// The cluster's own directory (removed with the cluster), for the bed's services.
+    pub(crate) fn dir(&self) -> &Path {
+        &self.dir.path
     }
 
     /// The user [`Cluster::login_as`] chose, if any.
@@ -513,26 +518,54 @@ fn no_ipv6(ns: &Netns, ifaces: &[&str]) -> Result<(), HarnessError> {
     run_checked(&mut cmd, IP_TIMEOUT).map(drop)
 }
 
-/// A host's login server. It runs as the first process of the host's PID namespace, and
-/// once it dropped its privileges the kernel no longer kills it with its parent (`unshare
-/// --kill-child` sets a parent-death signal, which a change of credentials clears): so it
-/// is killed itself, which ends every process of the namespace, the logins' commands too.
+/// A server started with [`Cluster::command`] that runs as long as the bed: a host's login
+/// server, or a daemon of the Slurm bed ([`crate::slurm`]). Its first process is the
+/// init of the host command's PID namespace; once a login server dropped its privileges
+/// the kernel no longer kills it with its parent (`unshare --kill-child` sets a
+/// parent-death signal, which a change of credentials clears), and a daemon may do the
+/// same. So on drop that init is killed itself, which ends every process of the
+/// namespace (the logins' commands, a slurmd's steps and tasks), and the drop waits (at
+/// most [`HOST_DAEMON_END`]) until the kernel took them all down.
 #[derive(Debug)]
-struct Login(Background);
+pub(crate) struct HostDaemon(pub(crate) Background);
 
-impl Drop for Login {
-    fn drop(&mut self) {
+/// How long dropping a [`HostDaemon`] waits for the processes of its namespace to end.
+const HOST_DAEMON_END: Duration = Duration::from_secs(10);
+
+impl HostDaemon {
+    /// The pid (in our namespace) of the first process of the daemon's PID namespace.
+    pub(crate) fn init_pid(&self) -> Option<u32> {
         let unshare = self.0.id();
         let children = format!("/proc/{unshare}/task/{unshare}/children");
-        if let Ok(list) = fs::read_to_string(children) {
-            for pid in list
-                .split_whitespace()
-                .filter_map(|p| p.parse::<u32>().ok())
-            {
-                if let Err(e) = sys::kill_process(pid, libc::SIGKILL) {
-                    warn(&format!("killing the login server {pid}: {e}"));
-                }
+        fs::read_to_string(children)
+            .ok()?
+            .split_whitespace()
+            .find_map(|p| p.parse::<u32>().ok())
+    }
+}
+
+impl Drop for HostDaemon {
+    fn drop(&mut self) {
+        let Some(init) = self.init_pid() else {
+            return;
+        };
+        if let Err(e) = sys::kill_process(init, libc::SIGKILL) {
+            warn(&format!("killing the host daemon {init}: {e}"));
+            return;
+        }
+        // The init of a PID namespace becomes a zombie only after every other process of
+        // the namespace is gone.
+        let deadline = Instant::now() + HOST_DAEMON_END;
+        let mut pause = Duration::from_millis(1);
+        while crate::process::running(init) {
+            if Instant::now() >= deadline {
+                warn(&format!(
+                    "the processes of host daemon {init} still run after {HOST_DAEMON_END:?}"
+                ));
+                return;
             }
+            thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(50));
         }
     }
 }

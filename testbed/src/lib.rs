@@ -8,7 +8,8 @@
 //! ([`check_privileges`], [`require_root!`]). [`Background`] runs a server for the length of
 //! a test or a demo and kills it on drop. [`LinkChaos`] damages the frames of a bed's link;
 //! [`cpu::CpuBusy`] tells a benchmark how busy the machine's CPUs were while it measured;
-//! [`alloc_count`] counts a test's allocations.
+//! [`alloc_count`] counts a test's allocations; [`slurm::Slurm`] runs Slurm (slurmctld, a
+//! slurmd per host, munge) on a [`Cluster`].
 //!
 //! The tests, the tools' demos (at run time), the benchmarks of the `bench` crate and the
 //! QEMU harness `vm-tests` (whose tap bridge is a [`netns::Segment`]) all build their hosts
@@ -25,6 +26,7 @@ pub mod llcd;
 pub mod netns;
 pub mod process;
 pub mod pypi;
+pub mod slurm;
 mod sys;
 pub mod users;
 

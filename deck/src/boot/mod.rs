@@ -1,5 +1,7 @@
 //! The job's bootstrap: how a DECK process started by `deckrun` learns its
-//! node number and its peers' addresses.
+//! node number and its peers' addresses. A process started by a PMIx launcher
+//! (`srun --mpi=pmix`, mpirun) learns the same from it instead ([`PmixJob`],
+//! `pmix.rs`); the runtime takes deckrun's way when `DECK_BOOT` is set.
 //!
 //! `deckrun` starts every node with these variables ([`JobEnv::from_env`]
 //! reads them): `DECK_NODE` (0..N-1), `DECK_NUMNODES` (N), `DECK_BOOT` (the
@@ -220,6 +222,12 @@ pub enum BootError {
     /// The launcher's server could not listen.
     #[error("cannot start the bootstrap server: {0}")]
     Listen(#[source] io::Error),
+    /// The PMIx launcher's server failed (the job was started by srun, mpirun, ...).
+    #[error("PMIx bootstrap: {0}")]
+    Pmix(#[from] pmix_boot::PmixError),
+    /// Rank 0 could not draw the job's key.
+    #[error("cannot draw the job's key: {0}")]
+    Key(#[source] msg_layer::transport::TransportError),
 }
 
 /// A frame that breaks the protocol.
@@ -471,22 +479,7 @@ impl JobEnv {
                     "a comma-separated list of IP:PORT, e.g. 10.0.0.1:4711",
                 )
             })?;
-        let spec_s = get(ENV_TRANSPORT)
-            .filter(|s| !s.is_empty())
-            .unwrap_or_else(|| DEFAULT_TRANSPORT.to_owned());
-        let mut transport = spec_s.parse().map_err(|e| {
-            invalid(
-                ENV_TRANSPORT,
-                &spec_s,
-                &format!("a transport spec, e.g. llc://, llc://eth0?backend=xdp or tcp://0.0.0.0:0 ({e})"),
-            )
-        })?;
-        if let msg_layer::transport::TransportSpec::Llc(l) = &mut transport {
-            let query = spec_s.split_once('?').map_or("", |(_, q)| q);
-            if !query.split('&').any(|o| o.starts_with("port=")) {
-                l.port = 0;
-            }
-        }
+        let transport = parse_transport(get(ENV_TRANSPORT))?;
         let local_rank = match get(ENV_LOCAL_RANK) {
             None => 0,
             Some(r) => r
@@ -504,11 +497,38 @@ impl JobEnv {
     }
 }
 
+/// The transport spec of `DECK_TRANSPORT`'s value (`llc://` when unset or empty). An LLC
+/// spec that names no port gets port 0: each node takes a free one (several nodes share
+/// a host's interface), where a spec's own default is 7.
+pub(crate) fn parse_transport(
+    value: Option<String>,
+) -> Result<msg_layer::transport::TransportSpec, BootError> {
+    let spec_s = value
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| DEFAULT_TRANSPORT.to_owned());
+    let mut transport = spec_s.parse().map_err(|e| BootError::EnvInvalid {
+        var: ENV_TRANSPORT,
+        value: spec_s.clone(),
+        expected: format!(
+            "a transport spec, e.g. llc://, llc://eth0?backend=xdp or tcp://0.0.0.0:0 ({e})"
+        ),
+    })?;
+    if let msg_layer::transport::TransportSpec::Llc(l) = &mut transport {
+        let query = spec_s.split_once('?').map_or("", |(_, q)| q);
+        if !query.split('&').any(|o| o.starts_with("port=")) {
+            l.port = 0;
+        }
+    }
+    Ok(transport)
+}
+
 mod node;
+mod pmix;
 mod server;
 mod wire;
 
 pub use node::*;
+pub use pmix::PmixJob;
 pub use server::*;
 
 #[cfg(test)]

@@ -41,6 +41,10 @@ struct Args {
     /// Directory of the pages (default: LLC_STAT_DIR or /dev/shm/llc-stack).
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
+    /// Remove the pages of processes that died (a killed process cannot remove its own),
+    /// list nothing: for a resource manager's job epilog (scripts/slurm-epilog.sh).
+    #[arg(long, conflicts_with_all = ["pid", "json", "watch", "all"])]
+    remove_stale: bool,
 }
 
 /// One endpoint with what llc-stat adds from /proc.
@@ -66,6 +70,10 @@ fn main() {
 
 fn run(args: Args) -> Result<()> {
     let dir = args.dir.clone().unwrap_or_else(statpage::dir_from_env);
+    if args.remove_stale {
+        statpage::remove_stale(&dir);
+        return Ok(());
+    }
     let Some(every) = args.watch else {
         let scan = scan(&dir, &args)?;
         check_pid(&args, &scan, &dir)?;

@@ -304,6 +304,13 @@ fn a_killed_endpoint_leaves_a_page_shown_only_as_stale() {
     assert_eq!(stale["alive"], false, "{v}");
     let (_, text, _) = stat(&["--all"], Some(&dir));
     assert!(text.contains("STALE (process gone)"), "{text}");
+    // A job epilog's cleanup (scripts/slurm-epilog.sh) takes the page away.
+    let (code, out, err) = stat(&["--remove-stale"], Some(&dir));
+    assert_eq!((code, out.as_str()), (0, ""), "{err}");
+    let (code, out, err) = stat(&["--all", "--json"], Some(&dir));
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["endpoints"], serde_json::json!([]), "{v}");
 }
 
 #[test]
