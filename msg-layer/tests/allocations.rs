@@ -149,3 +149,54 @@ fn active_message_round_trips_allocate_nothing_once_warm() {
         );
     }
 }
+
+/// The libfabric provider's small-message path: `fi_tinjectdata` one way,
+/// a receive into caller memory the other, as libllc-fi.so makes them.
+#[test]
+fn injected_round_trips_into_caller_memory_allocate_nothing_once_warm() {
+    use msg_layer::rma::{MemoryRegion, VecRegion};
+    use msg_layer::{Select, Space};
+    use std::sync::Arc;
+    let (a, b, pa, pb) = pair(false);
+    let msg = [0xa5u8; 8];
+    let (adst, bdst): (Arc<dyn MemoryRegion>, Arc<dyn MemoryRegion>) = (
+        Arc::new(VecRegion::new(vec![0; 8])),
+        Arc::new(VecRegion::new(vec![0; 8])),
+    );
+    let sel = Select::Tagged { bits: 7, ignore: 0 };
+    let round_trips = |n: usize| {
+        for i in 0..n {
+            let served = b.irecv_into(Source::Peer(pa), sel, bdst.clone());
+            let r = a.irecv_into(Source::Peer(pb), sel, adst.clone());
+            a.inject_to(pb, Space::Tagged(7), Some(i as u64), &msg)
+                .expect("a's inject");
+            let mut spins = 0u64;
+            let mut echoed = false;
+            loop {
+                if !echoed {
+                    if let Some(done) = b.test(&served) {
+                        assert_eq!(done.expect("b's receive").status.data, Some(i as u64));
+                        b.inject_to(pa, Space::Tagged(7), None, &msg)
+                            .expect("b's inject");
+                        echoed = true;
+                    }
+                }
+                if let Some(done) = a.test(&r) {
+                    assert!(echoed, "round trip {i}: a received before b answered");
+                    assert_eq!(done.expect("a's receive").status.len, 8, "round trip {i}");
+                    break;
+                }
+                spins += 1;
+                assert!(spins < 1_000_000, "round trip {i} never completed");
+            }
+        }
+    };
+    round_trips(2_000);
+    let n = 10_000;
+    let count = allocations(|| round_trips(n));
+    println!("{count} allocations in {n} round trips");
+    assert!(
+        count * 1_000 <= n as u64,
+        "{count} allocations in {n} injected round trips: the common path allocates"
+    );
+}
