@@ -4,27 +4,10 @@
 //! its address and the job's key through PMIx, send a request and get their reply. Root
 //! needed (skipped otherwise).
 
-use std::process::Command;
 use std::time::Duration;
 
 use testbed::slurm::Slurm;
 use testbed::{run_bounded, Cluster};
-
-fn example() -> std::path::PathBuf {
-    let path = testbed::cdylib::profile_dir().join("examples/pmix_job");
-    if !path.is_file() {
-        let out = Command::new(env!("CARGO"))
-            .args(["build", "-q", "-p", "bmi", "--example", "pmix_job"])
-            .output()
-            .expect("running cargo build");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    path
-}
 
 #[test]
 fn a_server_and_its_clients_find_each_other_through_pmix() {
@@ -32,7 +15,7 @@ fn a_server_and_its_clients_find_each_other_through_pmix() {
     let slurm = Slurm::start(Cluster::new(2, 1500).expect("cluster"), 2).expect("Slurm bed");
     let mut srun = slurm.command("srun");
     srun.args(["--mpi=pmix", "-K", "-N", "2", "-n", "4"])
-        .arg(example())
+        .arg(testbed::cdylib::example("bmi", "pmix_job"))
         .arg("llc://eth0?port=0")
         .env_remove("LLC_AUTH_KEY")
         .env_remove("BMI_LLC_IFACE");

@@ -4,27 +4,10 @@
 //! through PMIx; each task sends to the next, moves one runtime on, and sends again from
 //! there. Root needed (skipped otherwise).
 
-use std::process::Command;
 use std::time::Duration;
 
 use testbed::slurm::Slurm;
 use testbed::{run_bounded, Cluster};
-
-fn example() -> std::path::PathBuf {
-    let path = testbed::cdylib::profile_dir().join("examples/pmix_ring");
-    if !path.is_file() {
-        let out = Command::new(env!("CARGO"))
-            .args(["build", "-q", "-p", "migrate", "--example", "pmix_ring"])
-            .output()
-            .expect("running cargo build");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    path
-}
 
 #[test]
 fn the_ring_of_migrating_tasks_under_srun() {
@@ -32,7 +15,7 @@ fn the_ring_of_migrating_tasks_under_srun() {
     let slurm = Slurm::start(Cluster::new(2, 1500).expect("cluster"), 2).expect("Slurm bed");
     let mut srun = slurm.command("srun");
     srun.args(["--mpi=pmix", "-K", "-N", "2", "-n", "4"])
-        .arg(example())
+        .arg(testbed::cdylib::example("migrate", "pmix_ring"))
         .arg("llc://eth0?port=0")
         .env_remove("LLC_AUTH_KEY");
     let out = run_bounded(&mut srun, Duration::from_secs(120)).expect("running srun");

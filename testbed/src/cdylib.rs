@@ -28,6 +28,29 @@ pub fn binary(name: &str, package: &str) -> Result<PathBuf, String> {
     }
 }
 
+/// The example `name` of `package` built for the running test's profile
+/// (`target/<profile>/examples/NAME`), built with cargo first if it is not
+/// there (a test of one crate may run another crate's example).
+///
+/// # Panics
+/// If the build fails (with cargo's messages).
+pub fn example(package: &str, name: &str) -> PathBuf {
+    let path = profile_dir().join("examples").join(name);
+    if !path.is_file() {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let out = Command::new(cargo)
+            .args(["build", "-q", "-p", package, "--example", name])
+            .output()
+            .expect("running cargo build");
+        assert!(
+            out.status.success(),
+            "building example {name} of {package}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    path
+}
+
 /// The directory holding `file` (e.g. `libbmi.so`): cargo builds a cdylib in
 /// `deps/` and `cargo build` copies it up to the profile directory, so take
 /// the newer of the two (a copy left by an earlier build may be stale).
