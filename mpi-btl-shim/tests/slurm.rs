@@ -92,25 +92,6 @@ fn check_llc_between_nodes(text: &str) {
     }
 }
 
-/// Waits (bounded) until node `i` runs no step or task, and fails with what is left.
-fn wait_node_empty(slurm: &Slurm, i: usize, timeout: Duration) {
-    let deadline = Instant::now() + timeout;
-    let mut pause = Duration::from_millis(10);
-    loop {
-        let left = slurm.node_processes(i);
-        if left.is_empty() {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "node {i} still runs {left:?} after {timeout:?}\n{}",
-            slurm.slurmd_log(i)
-        );
-        thread::sleep(pause);
-        pause = (pause * 2).min(Duration::from_millis(200));
-    }
-}
-
 /// `srun --mpi=pmix -N 2 -n 4 mpi_check`: direct launch through Slurm's PMIx server,
 /// two ranks on each node, btl/llc (AF_PACKET) between the nodes.
 #[test]
@@ -191,7 +172,9 @@ fn a_killed_rank_ends_the_step_and_leaves_nothing() {
     );
     assert!(out.elapsed < Duration::from_secs(60), "{out}");
     for (i, host) in slurm.cluster().hosts().iter().enumerate() {
-        wait_node_empty(&slurm, i, Duration::from_secs(60));
+        slurm
+            .wait_node_empty(i, Duration::from_secs(60))
+            .unwrap_or_else(|e| panic!("{e}"));
         let link = host
             .ns
             .ip(&["-d", "link", "show", "eth0"])

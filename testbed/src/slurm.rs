@@ -328,6 +328,27 @@ impl Slurm {
         }
     }
 
+    /// Wait (bounded) until node `i` runs no step or task; the error names
+    /// what is left, with the node's slurmd log.
+    pub fn wait_node_empty(&self, i: usize, timeout: Duration) -> Result<(), String> {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut pause = Duration::from_millis(10);
+        loop {
+            let left = self.node_processes(i);
+            if left.is_empty() {
+                return Ok(());
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(format!(
+                    "node {i} still runs {left:?} after {timeout:?}\n{}",
+                    self.slurmd_log(i)
+                ));
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(200));
+        }
+    }
+
     /// The processes of node `i` (its slurmd's PID namespace: job steps and tasks) other
     /// than slurmd and the shell that started it, as (pid, command name). Empty when no job
     /// runs there.

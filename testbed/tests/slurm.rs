@@ -6,8 +6,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Mutex;
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use testbed::slurm::Slurm;
 use testbed::{run_bounded, Cluster, JobOutput};
@@ -24,25 +23,6 @@ fn bed() -> Slurm {
 
 fn run(cmd: &mut std::process::Command, timeout: Duration) -> JobOutput {
     run_bounded(cmd, timeout).expect("starting a Slurm client")
-}
-
-/// Waits (bounded) until node `i` runs no step or task, and fails with what is left.
-fn wait_node_empty(slurm: &Slurm, i: usize, timeout: Duration) {
-    let deadline = Instant::now() + timeout;
-    let mut pause = Duration::from_millis(10);
-    loop {
-        let left = slurm.node_processes(i);
-        if left.is_empty() {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "node {i} still runs {left:?} after {timeout:?}\n{}",
-            slurm.slurmd_log(i)
-        );
-        thread::sleep(pause);
-        pause = (pause * 2).min(Duration::from_millis(200));
-    }
 }
 
 /// Both nodes come up idle with the cluster's names; `srun -N 2 -n 4` places two tasks on
@@ -84,7 +64,9 @@ fn srun_runs_tasks_on_every_node_and_the_bed_leaves_nothing() {
     .collect();
     assert_eq!(by_task, want, "{out}");
     for i in 0..2 {
-        wait_node_empty(&slurm, i, JOB);
+        slurm
+            .wait_node_empty(i, JOB)
+            .unwrap_or_else(|e| panic!("{e}"));
     }
 
     let pids = slurm.daemon_pids();
@@ -148,6 +130,8 @@ fn a_killed_task_ends_the_step() {
     assert!(out.stderr.contains("h1: task 3: Killed"), "{out}");
     assert!(out.elapsed < Duration::from_secs(30), "{out}");
     for i in 0..2 {
-        wait_node_empty(&slurm, i, JOB);
+        slurm
+            .wait_node_empty(i, JOB)
+            .unwrap_or_else(|e| panic!("{e}"));
     }
 }
