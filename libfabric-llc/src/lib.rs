@@ -162,9 +162,12 @@ fn getinfo_list(
         service,
         flags,
         hints,
-        &ifaces,
-        objects::known_fabric,
-        objects::known_domain,
+        &info::Host {
+            ifaces: &ifaces,
+            known_fabric: &objects::known_fabric,
+            known_domain: &objects::known_domain,
+            this_host: &params::this_host,
+        },
     )
     .map_err(|info::NoMatch(why)| {
         info_log(FI_LOG_CORE, &format!("no match for the hints: {why}"));

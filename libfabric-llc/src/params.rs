@@ -81,6 +81,37 @@ pub fn interfaces() -> Result<Vec<(String, [u8; 6])>, String> {
     Ok(out)
 }
 
+/// Whether `node` names this host (see [`crate::info::Host::this_host`]):
+/// `localhost`, the host name, a loopback address, or an IP address one of
+/// its interfaces holds (then that interface). Launchers and test programs
+/// pass such names; a peer elsewhere is named by its `[MAC]`.
+pub fn this_host(node: &str) -> Option<Option<String>> {
+    if node == "localhost" || Some(node) == host_name().as_deref() {
+        return Some(None);
+    }
+    let ip: std::net::IpAddr = node.parse().ok()?;
+    if ip.is_loopback() {
+        return Some(None);
+    }
+    llc_stack::link::interfaces::interface_with_address(ip)
+        .ok()
+        .flatten()
+        .map(Some)
+}
+
+/// This host's name (gethostname(2)).
+fn host_name() -> Option<String> {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is writable for its length; the kernel
+    // NUL-terminates names shorter than it.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return None;
+    }
+    let end = buf.iter().position(|&b| b == 0)?;
+    std::str::from_utf8(&buf[..end]).ok().map(str::to_owned)
+}
+
 /// The spec an endpoint on `ifname` opens, from the parameters.
 pub fn spec(ifname: &str) -> Result<LlcSpec, String> {
     let mut s = LlcSpec::new(ifname);

@@ -105,6 +105,24 @@ fn peek_and_claim_as_open_mpi_uses_them() {
 }
 
 #[test]
+fn fi_recv_takes_multi_recv_from_the_receive_context_s_default_flags() {
+    testbed::require_root!();
+    check(&["multi"]);
+}
+
+#[test]
+fn data_transfer_before_fi_enable_is_a_bad_state() {
+    testbed::require_root!();
+    check(&["disabled"]);
+}
+
+#[test]
+fn hints_not_served_give_no_data_and_null_hints_answers_can_be_asked_again() {
+    testbed::require_root!();
+    check(&["hints"]);
+}
+
+#[test]
 fn a_peer_that_dies_fails_the_pending_operations_with_error_entries() {
     testbed::require_root!();
     let ns = Netns::new("fidie").unwrap();

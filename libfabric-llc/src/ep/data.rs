@@ -28,7 +28,16 @@ pub(super) fn err(code: i32) -> isize {
 /// The endpoint behind an `fid_ep *`.
 pub(super) fn ep_of<'a>(ep: *mut FidEp) -> Result<&'a EpObj, isize> {
     // SAFETY: an fid_ep the application passes (its head checked).
-    unsafe { super::live(ep.cast()) }.ok_or(err(errno::FI_EINVAL))
+    let obj = unsafe { super::live(ep.cast()) }.ok_or(err(errno::FI_EINVAL))?;
+    // fi_endpoint(3): no data transfer before fi_enable.
+    if !obj
+        .shared
+        .enabled
+        .load(std::sync::atomic::Ordering::Acquire)
+    {
+        return Err(err(errno::FI_EOPBADSTATE));
+    }
+    Ok(obj)
 }
 
 /// The message-layer peer of `fi_addr`, made on first use.
@@ -185,6 +194,11 @@ fn recv(
     }
     let s = &obj.shared;
     let flags = flags.unwrap_or_else(|| *s.rx_op_flags.lock());
+    // FI_MULTI_RECV given to fi_recvmsg, or as the receive context's
+    // default (rx_attr->op_flags, which plain fi_recv takes).
+    if flags & FI_MULTI_RECV != 0 && matches!(select, Select::Untagged) {
+        return multi_recv(ep, buf, len, src, context);
+    }
     let kind = match select {
         Select::Untagged => FI_MSG,
         Select::Tagged { .. } => FI_TAGGED,
@@ -467,7 +481,6 @@ unsafe extern "C" fn msg_recvmsg(ep: *mut FidEp, msg: *const FiMsg, flags: u64) 
             None => err(errno::FI_EINVAL),
             // SAFETY: its iovecs.
             Some(m) => match unsafe { one(m.msg_iov, m.iov_count) } {
-                Ok((b, l)) if flags & FI_MULTI_RECV != 0 => multi_recv(ep, b, l, m.addr, m.context),
                 Ok((b, l)) => recv(ep, b, l, m.addr, Select::Untagged, m.context, Some(flags)),
                 Err(e) => e,
             },

@@ -41,7 +41,7 @@ pub struct EpShared {
     /// FI_DIRECTED_RECV: receives honour their source address (without
     /// it, fi_msg(3) says the address is ignored).
     pub directed: bool,
-    enabled: AtomicBool,
+    pub(crate) enabled: AtomicBool,
 }
 
 impl EpShared {

@@ -29,6 +29,18 @@ pub const RMA_MR_MODE: i32 = FI_MR_ENDPOINT | FI_MR_PROV_KEY;
 pub const SECONDARY_CAPS: u64 = FI_SOURCE | FI_LOCAL_COMM | FI_REMOTE_COMM | FI_MULTI_RECV;
 /// Everything served.
 pub const CAPS: u64 = PRIMARY_CAPS | SECONDARY_CAPS;
+/// The capabilities that describe a transmit context (`tx_attr->caps`).
+const TX_CAPS: u64 = FI_MSG | FI_TAGGED | FI_RMA | FI_SEND | FI_READ | FI_WRITE;
+/// The capabilities that describe a receive context (`rx_attr->caps`).
+const RX_CAPS: u64 = FI_MSG
+    | FI_TAGGED
+    | FI_RMA
+    | FI_RECV
+    | FI_REMOTE_READ
+    | FI_REMOTE_WRITE
+    | FI_DIRECTED_RECV
+    | FI_SOURCE
+    | FI_MULTI_RECV;
 /// Operation flags a transmit or receive context may default to.
 const OP_FLAGS: u64 = FI_COMPLETION
     | FI_INJECT_COMPLETE
@@ -180,20 +192,35 @@ fn need(ok: bool, why: impl FnOnce() -> String) -> Result<(), NoMatch> {
     }
 }
 
-/// Match `hints` (API `version`) against the interfaces `ifaces` (in the
+/// What [`answer`] needs to know of this host.
+pub struct Host<'a> {
+    /// The interfaces to offer, in order, with their MACs.
+    pub ifaces: &'a [(String, [u8; 6])],
+    /// Whether a `fabric_attr->fabric` in the hints is one of this provider's.
+    pub known_fabric: &'a dyn Fn(usize) -> bool,
+    /// Whether a `domain_attr->domain` (with its name) is one of this provider's.
+    pub known_domain: &'a dyn Fn(usize, &str) -> bool,
+    /// Whether a node name that is neither an interface nor a `[MAC]` names
+    /// this host: `Some(None)` for the host as a whole (`localhost`, its host
+    /// name, a loopback address), `Some(Some(ifname))` for an IP address one
+    /// of its interfaces holds, `None` for anything else.
+    pub this_host: &'a dyn Fn(&str) -> Option<Option<String>>,
+}
+
+/// Match `hints` (API `version`) against the host's interfaces (in the
 /// order to offer them). `node`/`service` with `FI_SOURCE` in `flags` name
-/// the local address (an interface name or a `[MAC]` and a port); without
-/// it the destination, like `dest_addr`.
-#[allow(clippy::too_many_arguments)]
+/// the local address (an interface name, a `[MAC]`, or a name or IP address
+/// of this host, and a port); without it the destination, like `dest_addr`
+/// (a `[MAC]`, or this host: its own interface's address). Every answer
+/// carries its source address (port 0 when none was asked for: the
+/// endpoint takes a free port).
 pub fn answer(
     version: u32,
     node: Option<&str>,
     service: Option<&str>,
     flags: u64,
     hints: Option<&Hints>,
-    ifaces: &[(String, [u8; 6])],
-    known_fabric: impl Fn(usize) -> bool,
-    known_domain: impl Fn(usize, &str) -> bool,
+    host: &Host,
 ) -> Result<Vec<Offer>, NoMatch> {
     let default = Hints::default();
     let h = hints.unwrap_or(&default);
@@ -382,7 +409,7 @@ pub fn answer(
         })?;
         if d.domain != 0 {
             need(
-                known_domain(d.domain, d.name.as_deref().unwrap_or("")),
+                (host.known_domain)(d.domain, d.name.as_deref().unwrap_or("")),
                 || "domain_attr->domain is not one of this provider's".into(),
             )?;
             offer.domain = d.domain;
@@ -393,7 +420,7 @@ pub fn answer(
         let allowed = version >= fi_version(1, 5)
             && h.domain
                 .as_ref()
-                .is_none_or(|d| d.mr_mode & RMA_MR_MODE == RMA_MR_MODE);
+                .is_some_and(|d| d.mr_mode & RMA_MR_MODE == RMA_MR_MODE);
         if allowed {
             offer.mr_mode |= RMA_MR_MODE;
         } else {
@@ -411,7 +438,7 @@ pub fn answer(
             })?;
         }
         if f.fabric != 0 {
-            need(known_fabric(f.fabric), || {
+            need((host.known_fabric)(f.fabric), || {
                 "fabric_attr->fabric is not one of this provider's".into()
             })?;
             offer.fabric = f.fabric;
@@ -431,7 +458,10 @@ pub fn answer(
             Name::from_bytes(b).ok_or_else(|| NoMatch("dest_addr is not an llc name".into()))?,
         );
     }
+    let ifaces = host.ifaces;
     let mut src_iface: Option<String> = None;
+    // The destination is this host itself (its own interface's address).
+    let mut dest_self: Option<Option<String>> = None;
     if node.is_some() || service.is_some() {
         let port = match service {
             Some(s) => Some(
@@ -444,21 +474,36 @@ pub fn answer(
             if let Some(n) = node {
                 if let Some((name, _)) = ifaces.iter().find(|(i, _)| i == n) {
                     src_iface = Some(name.clone());
-                } else {
-                    let mac = Name::parse_mac(n)
-                        .ok_or_else(|| NoMatch(format!("node {n:?}: no such interface or MAC")))?;
+                } else if let Some(mac) = Name::parse_mac(n) {
                     src = Some(Name::new(mac, port.unwrap_or(0)));
+                } else {
+                    match (host.this_host)(n) {
+                        Some(iface) => src_iface = iface,
+                        None => {
+                            return Err(NoMatch(format!(
+                                "node {n:?}: not an interface, a [MAC], or a name or address of \
+                                 this host"
+                            )))
+                        }
+                    }
                 }
             }
             if let (Some(p), None) = (port, &src) {
-                src_iface.get_or_insert_with(String::new);
                 src = Some(Name::new([0; 6], p));
             }
         } else {
             let n = node.ok_or_else(|| NoMatch("service without node names no peer".into()))?;
-            let mac =
-                Name::parse_mac(n).ok_or_else(|| NoMatch(format!("node {n:?} is not a MAC")))?;
-            dest = Some(Name::new(mac, port.unwrap_or(0)));
+            if let Some(mac) = Name::parse_mac(n) {
+                dest = Some(Name::new(mac, port.unwrap_or(0)));
+            } else if let Some(iface) = (host.this_host)(n) {
+                dest_self = Some(iface);
+                dest = Some(Name::new([0; 6], port.unwrap_or(0)));
+            } else {
+                return Err(NoMatch(format!(
+                    "node {n:?}: peers are named by [MAC]; host names and IP addresses name only \
+                     this host"
+                )));
+            }
         }
     }
 
@@ -469,20 +514,28 @@ pub fn answer(
                 continue;
             }
         }
-        if let Some(n) = src_iface.as_deref().filter(|n| !n.is_empty()) {
+        if let Some(n) = &src_iface {
+            if n != ifname {
+                continue;
+            }
+        }
+        if let Some(Some(n)) = &dest_self {
             if n != ifname {
                 continue;
             }
         }
         let mut o = offer.clone();
         o.ifname = ifname.clone();
-        if let Some(s) = src {
-            if s.mac != [0; 6] && s.mac != *mac {
-                continue;
-            }
-            o.src_addr = Some(Name::new(*mac, s.port));
-        }
-        o.dest_addr = dest;
+        let port = match src {
+            Some(s) if s.mac != [0; 6] && s.mac != *mac => continue,
+            Some(s) => s.port,
+            None => 0,
+        };
+        o.src_addr = Some(Name::new(*mac, port));
+        o.dest_addr = match (dest, &dest_self) {
+            (Some(d), Some(_)) => Some(Name::new(*mac, d.port)),
+            (d, _) => d,
+        };
         out.push(o);
     }
     if out.is_empty() {
@@ -654,7 +707,7 @@ pub unsafe fn write_info(info: &mut FiInfo, o: &Offer, core_version: u32) {
     // SAFETY: the caller's guarantee: every attr pointer is valid.
     unsafe {
         let tx = &mut *info.tx_attr;
-        tx.caps = o.caps;
+        tx.caps = o.caps & TX_CAPS;
         tx.mode = o.mode;
         tx.op_flags = o.tx_op_flags;
         tx.msg_order = o.msg_order;
@@ -664,7 +717,7 @@ pub unsafe fn write_info(info: &mut FiInfo, o: &Offer, core_version: u32) {
         tx.iov_limit = 1;
         tx.rma_iov_limit = 1;
         let rx = &mut *info.rx_attr;
-        rx.caps = o.caps;
+        rx.caps = o.caps & RX_CAPS;
         rx.mode = o.mode;
         rx.op_flags = o.rx_op_flags;
         rx.msg_order = o.msg_order;

@@ -11,28 +11,104 @@ fn ifaces() -> Vec<(String, [u8; 6])> {
     ]
 }
 
+/// A host with [`ifaces`], no live objects, `localhost` and `10.0.0.2`
+/// (on eth1) as its names.
+fn host(
+    ifaces: &[(String, [u8; 6])],
+    f: impl FnOnce(&Host) -> Result<Vec<Offer>, NoMatch>,
+) -> Result<Vec<Offer>, NoMatch> {
+    let this_host = |n: &str| match n {
+        "localhost" => Some(None),
+        "10.0.0.2" => Some(Some("eth1".to_string())),
+        _ => None,
+    };
+    f(&Host {
+        ifaces,
+        known_fabric: &|_| false,
+        known_domain: &|_, _| false,
+        this_host: &this_host,
+    })
+}
+
 fn ask(version: u32, h: &Hints) -> Result<Vec<Offer>, NoMatch> {
-    answer(
-        version,
-        None,
-        None,
-        0,
-        Some(h),
-        &ifaces(),
-        |_| false,
-        |_, _| false,
-    )
+    host(&ifaces(), |host| {
+        answer(version, None, None, 0, Some(h), host)
+    })
 }
 
 #[test]
 fn no_hints_offer_every_interface_with_every_capability() {
-    let o = answer(V, None, None, 0, None, &ifaces(), |_| false, |_, _| false).unwrap();
+    let o = host(&ifaces(), |h| answer(V, None, None, 0, None, h)).unwrap();
     assert_eq!(o.len(), 2);
     assert_eq!(o[0].ifname, "eth0");
-    assert_eq!(o[0].caps, CAPS);
+    // Everything but RMA, which needs registration modes the application
+    // has to say it takes (fabtests' regression check: an application that
+    // copies these caps into its hints must not need new mode bits).
+    assert_eq!(o[0].caps, CAPS & !RMA_CAPS);
     assert_eq!(o[0].threading, FI_THREAD_SAFE);
-    // RMA is offered, with the registration modes it needs.
-    assert_eq!(o[0].mr_mode, RMA_MR_MODE);
+    assert_eq!(o[0].mr_mode, 0);
+    // Every answer names its source: the interface, any port.
+    assert_eq!(
+        o[1].src_addr,
+        Some(crate::addr::Name::new([2, 0, 0, 0, 0, 2], 0))
+    );
+}
+
+#[test]
+fn this_host_by_name_or_address_is_a_source_or_a_destination() {
+    // localhost with FI_SOURCE: every interface, the port asked for.
+    let o = host(&ifaces(), |h| {
+        answer(V, Some("localhost"), Some("9228"), FI_SOURCE, None, h)
+    })
+    .unwrap();
+    assert_eq!(o.len(), 2);
+    assert_eq!(
+        o[0].src_addr,
+        Some(crate::addr::Name::new([2, 0, 0, 0, 0, 1], 9228))
+    );
+    // An address eth1 holds, with FI_SOURCE: eth1 only.
+    let o = host(&ifaces(), |h| {
+        answer(V, Some("10.0.0.2"), None, FI_SOURCE, None, h)
+    })
+    .unwrap();
+    assert_eq!(o.len(), 1);
+    assert_eq!(o[0].ifname, "eth1");
+    // localhost as the destination: each interface's own address.
+    let o = host(&ifaces(), |h| {
+        answer(V, Some("localhost"), Some("5"), 0, None, h)
+    })
+    .unwrap();
+    assert_eq!(o.len(), 2);
+    assert_eq!(
+        o[1].dest_addr,
+        Some(crate::addr::Name::new([2, 0, 0, 0, 0, 2], 5))
+    );
+    assert_eq!(
+        o[1].src_addr,
+        Some(crate::addr::Name::new([2, 0, 0, 0, 0, 2], 0))
+    );
+    // Another host's name is not resolved: peers are named by MAC.
+    let e = host(&ifaces(), |h| {
+        answer(V, Some("node7"), Some("5"), 0, None, h)
+    })
+    .unwrap_err();
+    assert!(e.0.contains("[MAC]"), "{}", e.0);
+    let e = host(&ifaces(), |h| {
+        answer(V, Some("node7"), None, FI_SOURCE, None, h)
+    })
+    .unwrap_err();
+    assert!(e.0.contains("this host"), "{}", e.0);
+}
+
+#[test]
+fn transmit_and_receive_attributes_carry_only_their_side_s_capabilities() {
+    let o = host(&ifaces(), |h| answer(V, None, None, 0, None, h)).unwrap();
+    assert_eq!(
+        o[0].caps & TX_CAPS & (FI_RECV | FI_DIRECTED_RECV | FI_MULTI_RECV | FI_SOURCE),
+        0
+    );
+    assert_eq!(o[0].caps & RX_CAPS & (FI_SEND | FI_READ | FI_WRITE), 0);
+    assert_eq!(o[0].caps & RX_CAPS & FI_DIRECTED_RECV, FI_DIRECTED_RECV);
 }
 
 #[test]
@@ -271,64 +347,46 @@ fn addresses_in_hints_must_be_names_and_pick_the_interface() {
 
 #[test]
 fn node_and_service_name_the_source_with_fi_source_and_the_peer_without() {
-    let o = answer(
-        V,
-        Some("eth1"),
-        Some("7"),
-        FI_SOURCE,
-        None,
-        &ifaces(),
-        |_| false,
-        |_, _| false,
-    )
+    let o = host(&ifaces(), |h| {
+        answer(V, Some("eth1"), Some("7"), FI_SOURCE, None, h)
+    })
     .unwrap();
     assert_eq!(o.len(), 1);
     assert_eq!(
         o[0].src_addr,
         Some(crate::addr::Name::new([2, 0, 0, 0, 0, 2], 7))
     );
-    let o = answer(
-        V,
-        Some("[02:00:00:00:00:09]"),
-        Some("5"),
-        0,
-        None,
-        &ifaces(),
-        |_| false,
-        |_, _| false,
-    )
+    let o = host(&ifaces(), |h| {
+        answer(V, Some("[02:00:00:00:00:09]"), Some("5"), 0, None, h)
+    })
     .unwrap();
     assert_eq!(
         o[0].dest_addr,
         Some(crate::addr::Name::new([2, 0, 0, 0, 0, 9], 5))
     );
-    assert!(answer(
+    assert!(host(&ifaces(), |h| answer(
         V,
         Some("10.0.0.1"),
         Some("5"),
         0,
         None,
-        &ifaces(),
-        |_| false,
-        |_, _| false
-    )
+        h
+    ))
     .is_err());
-    assert!(answer(
+    assert!(host(&ifaces(), |h| answer(
         V,
         Some("eth0"),
         Some("port"),
         FI_SOURCE,
         None,
-        &ifaces(),
-        |_| false,
-        |_, _| false
-    )
+        h
+    ))
     .is_err());
 }
 
 #[test]
 fn no_interface_gives_no_data_with_the_reason() {
-    let e = answer(V, None, None, 0, None, &[], |_| false, |_, _| false).unwrap_err();
+    let e = host(&[], |h| answer(V, None, None, 0, None, h)).unwrap_err();
     assert!(e.0.contains("no interface"), "{}", e.0);
 }
 

@@ -16,6 +16,18 @@
  *   fi_checks rma         a registration bound to the endpoint: fi_write of
  *                         100 bytes into it at offset 10 (a counter bound
  *                         with FI_WRITE counts it), fi_read of 50 back
+ *   fi_checks multi       a 4 KiB buffer posted with fi_recv on a receive
+ *                         context whose default op_flags are FI_MULTI_RECV
+ *                         (FI_OPT_MIN_MULTI_RECV 1025): three 1 KiB
+ *                         messages land at three places in it, the buffer
+ *                         is released (FI_MULTI_RECV) after the third
+ *   fi_checks disabled    a send and a receive on an endpoint not enabled:
+ *                         -FI_EOPBADSTATE
+ *   fi_checks hints       hints this provider cannot serve (FI_ATOMIC, a
+ *                         message endpoint, a foreign address format):
+ *                         -FI_ENODATA; NULL hints: each answer names its
+ *                         source address, and its caps copied into hints
+ *                         with old mode bits are served again
  *   fi_checks serve       print "name HEX" (the endpoint's name), then make
  *                         progress until killed
  *   fi_checks orphan HEX  with that endpoint as a peer: a directed receive
@@ -66,10 +78,17 @@ static fi_addr_t self;
 
 static struct fid_cntr *write_cntr;
 
-static void open_all(int rma)
+enum open_kind { PLAIN, RMA, MULTI, DISABLED };
+
+static void open_all(enum open_kind kind)
 {
+    int rma = kind == RMA;
     struct fi_info *hints = fi_allocinfo();
     hints->caps = FI_TAGGED | FI_MSG | FI_DIRECTED_RECV;
+    if (kind == MULTI) {
+        hints->caps |= FI_MULTI_RECV;
+        hints->rx_attr->op_flags = FI_MULTI_RECV;
+    }
     if (rma) {
         hints->caps |= FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
         hints->domain_attr->mr_mode = FI_MR_ENDPOINT | FI_MR_PROV_KEY | FI_MR_LOCAL;
@@ -91,6 +110,9 @@ static void open_all(int rma)
         struct fi_cntr_attr cntr_attr = {.events = FI_CNTR_EVENTS_COMP};
         CHECK(fi_cntr_open(domain, &cntr_attr, &write_cntr, NULL));
         CHECK(fi_ep_bind(ep, &write_cntr->fid, FI_WRITE));
+    }
+    if (kind == DISABLED) {
+        return;
     }
     CHECK(fi_enable(ep));
     char name[64];
@@ -259,6 +281,104 @@ static void rma_check(void)
     CHECK(fi_close(&mr->fid));
 }
 
+static void multi_check(void)
+{
+    static char buf[4096];
+    static char out[3][1024];
+    size_t min = 1025;
+    CHECK(fi_setopt(&ep->fid, FI_OPT_ENDPOINT, FI_OPT_MIN_MULTI_RECV, &min, sizeof min));
+    CHECK(fi_recv(ep, buf, sizeof buf, NULL, FI_ADDR_UNSPEC, buf));
+    for (int i = 0; i < 3; i++) {
+        memset(out[i], 'a' + i, sizeof out[i]);
+        CHECK(fi_send(ep, out[i], sizeof out[i], NULL, self, out[i]));
+    }
+    int sent = 0, received = 0, released = 0;
+    char *seen[3] = {0};
+    time_t start = time(NULL);
+    while (sent < 3 || received < 3 || !released) {
+        struct fi_cq_tagged_entry e;
+        struct fi_cq_err_entry err;
+        ssize_t n = fi_cq_read(cq, &e, 1);
+        if (n == -FI_EAGAIN) {
+            EXPECT(time(NULL) - start < 10, "%d sent, %d of 3 received, released %d, in 10 s",
+                   sent, received, released);
+            continue;
+        }
+        if (n == -FI_EAVAIL) {
+            EXPECT(fi_cq_readerr(cq, &err, 0) == 1, "fi_cq_readerr");
+            EXPECT(0, "error entry %d", err.err);
+        }
+        EXPECT(n == 1, "fi_cq_read: %zd", n);
+        if (e.flags & FI_SEND) {
+            sent++;
+        }
+        if (e.flags & FI_RECV) {
+            char *p = e.buf;
+            EXPECT(received < 3, "more than three messages");
+            EXPECT(p >= buf && p + 1024 <= buf + sizeof buf, "a message outside the buffer");
+            EXPECT(e.len == 1024, "length %zu", e.len);
+            for (int i = 0; i < received; i++) {
+                EXPECT(seen[i] != p, "two messages at one place");
+            }
+            EXPECT(p[0] >= 'a' && p[0] <= 'c' && p[1023] == p[0], "data");
+            seen[received++] = p;
+        }
+        if (e.flags & FI_MULTI_RECV) {
+            EXPECT(e.op_context == buf, "the release names the buffer's context");
+            EXPECT(received == 3, "released after %d messages (room for 4, minimum 1025)",
+                   received);
+            released = 1;
+        }
+    }
+}
+
+static void disabled_check(void)
+{
+    char b[8] = {0};
+    EXPECT(fi_tsend(ep, b, sizeof b, NULL, 0, 1, NULL) == -FI_EOPBADSTATE,
+           "a send before fi_enable");
+    EXPECT(fi_trecv(ep, b, sizeof b, NULL, FI_ADDR_UNSPEC, 1, 0, NULL) == -FI_EOPBADSTATE,
+           "a receive before fi_enable");
+}
+
+static int ask(struct fi_info *hints, struct fi_info **out)
+{
+    hints->fabric_attr->prov_name = strdup("llc");
+    int rc = fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, hints, out);
+    return rc;
+}
+
+static void hints_check(void)
+{
+    struct fi_info *h, *got = NULL;
+    h = fi_allocinfo();
+    h->caps = FI_ATOMIC;
+    EXPECT(ask(h, &got) == -FI_ENODATA, "FI_ATOMIC is not served");
+    fi_freeinfo(h);
+    h = fi_allocinfo();
+    h->ep_attr->type = FI_EP_MSG;
+    EXPECT(ask(h, &got) == -FI_ENODATA, "FI_EP_MSG is not served");
+    fi_freeinfo(h);
+    h = fi_allocinfo();
+    h->addr_format = FI_SOCKADDR_IN;
+    EXPECT(ask(h, &got) == -FI_ENODATA, "FI_SOCKADDR_IN is not this provider's");
+    fi_freeinfo(h);
+    /* NULL hints (the provider chosen by FI_PROVIDER=llc in the test). */
+    CHECK(fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, NULL, &got));
+    for (struct fi_info *i = got; i; i = i->next) {
+        EXPECT(i->src_addr && i->src_addrlen > 0, "an answer without its source address");
+    }
+    h = fi_allocinfo();
+    h->caps = got->caps;
+    h->mode = FI_CONTEXT;
+    h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_VIRT_ADDR;
+    fi_freeinfo(got);
+    got = NULL;
+    EXPECT(ask(h, &got) == 0, "the caps of a NULL-hints answer, asked for again");
+    fi_freeinfo(got);
+    fi_freeinfo(h);
+}
+
 static void serve(void)
 {
     unsigned char name[64];
@@ -317,7 +437,15 @@ int main(int argc, char **argv)
 {
     EXPECT(argc >= 2, "usage: fi_checks self N|truncate|noaddr|busy|cancel|peek");
     const char *what = argv[1];
-    open_all(strcmp(what, "rma") == 0);
+    if (strcmp(what, "hints") == 0) {
+        hints_check();
+        printf("OK %s\n", what);
+        return 0;
+    }
+    open_all(strcmp(what, "rma") == 0        ? RMA
+             : strcmp(what, "multi") == 0    ? MULTI
+             : strcmp(what, "disabled") == 0 ? DISABLED
+                                             : PLAIN);
     if (strcmp(what, "self") == 0) {
         self_round_trips(argc > 2 ? atoi(argv[2]) : 1000);
     } else if (strcmp(what, "truncate") == 0) {
@@ -332,6 +460,10 @@ int main(int argc, char **argv)
         peek_check();
     } else if (strcmp(what, "rma") == 0) {
         rma_check();
+    } else if (strcmp(what, "multi") == 0) {
+        multi_check();
+    } else if (strcmp(what, "disabled") == 0) {
+        disabled_check();
     } else if (strcmp(what, "serve") == 0) {
         serve();
     } else if (strcmp(what, "orphan") == 0 && argc > 2) {

@@ -114,6 +114,17 @@ fn query_error(name: &str, asking: impl FnOnce() -> String, e: io::Error) -> Lin
     }
 }
 
+/// The interface of the calling thread's network namespace that holds IP
+/// address `ip`, if one does: lets a tool or provider that is handed an IP
+/// address of this host (a launcher's node name) find the interface meant.
+pub fn interface_with_address(ip: std::net::IpAddr) -> Result<Option<String>, LinkError> {
+    let all = sys::interface_addresses().map_err(|source| LinkError::Io {
+        context: "listing the interfaces' addresses".into(),
+        source,
+    })?;
+    Ok(all.into_iter().find(|(_, a)| *a == ip).map(|(n, _)| n))
+}
+
 /// Index of interface `name` in the calling thread's network namespace.
 pub fn index(name: &str) -> Result<u32, LinkError> {
     sys::interface_index(name)
@@ -200,5 +211,14 @@ mod tests {
             err.contains("no such interface") && err.contains("ip link"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn the_loopback_address_is_found_on_lo_and_a_foreign_one_nowhere() {
+        let lo = interface_with_address("127.0.0.1".parse().unwrap()).unwrap();
+        assert_eq!(lo.as_deref(), Some("lo"));
+        // TEST-NET-3 (RFC 5737): documentation only, never configured here.
+        let none = interface_with_address("203.0.113.77".parse().unwrap()).unwrap();
+        assert_eq!(none, None);
     }
 }

@@ -121,6 +121,48 @@ pub(crate) fn interface_names() -> io::Result<Vec<String>> {
     Ok(names)
 }
 
+/// Every IP address of the calling thread's network namespace, with the
+/// interface that holds it (getifaddrs(3)).
+pub(crate) fn interface_addresses() -> io::Result<Vec<(String, std::net::IpAddr)>> {
+    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs writes a list head into `list` on success.
+    syscall!(getifaddrs(&mut list))?;
+    let mut out = Vec::new();
+    let mut entry = list;
+    // SAFETY: a null-terminated list from getifaddrs; each entry's name is
+    // NUL-terminated and its address, when non-null, is a sockaddr of the
+    // family it says (sockaddr_in or sockaddr_in6 for the two read here).
+    // The list is freed once, after the last read.
+    unsafe {
+        while !entry.is_null() {
+            let e = &*entry;
+            let a = e.ifa_addr;
+            if !a.is_null() && !e.ifa_name.is_null() {
+                let ip = match i32::from((*a).sa_family) {
+                    libc::AF_INET => {
+                        let sin = &*a.cast::<libc::sockaddr_in>();
+                        Some(std::net::IpAddr::from(
+                            u32::from_be(sin.sin_addr.s_addr).to_be_bytes(),
+                        ))
+                    }
+                    libc::AF_INET6 => {
+                        let sin6 = &*a.cast::<libc::sockaddr_in6>();
+                        Some(std::net::IpAddr::from(sin6.sin6_addr.s6_addr))
+                    }
+                    _ => None,
+                };
+                if let Some(ip) = ip {
+                    let name = std::ffi::CStr::from_ptr(e.ifa_name);
+                    out.push((name.to_string_lossy().into_owned(), ip));
+                }
+            }
+            entry = e.ifa_next;
+        }
+        libc::freeifaddrs(list);
+    }
+    Ok(out)
+}
+
 /// Interface flags (`IFF_*`) of interface `name`.
 pub(crate) fn interface_flags(name: &str) -> io::Result<libc::c_int> {
     let req = ifreq_get(name, libc::SIOCGIFFLAGS)?;

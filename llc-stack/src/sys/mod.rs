@@ -60,8 +60,8 @@ pub(crate) use grant::{
     seqpacket_listen, socket_kind,
 };
 pub(crate) use iface::{
-    interface_driver, interface_flags, interface_hw_type, interface_index, interface_mac,
-    interface_mtu, interface_names, interface_rx_queues,
+    interface_addresses, interface_driver, interface_flags, interface_hw_type, interface_index,
+    interface_mac, interface_mtu, interface_names, interface_rx_queues,
 };
 pub(crate) use mmap::page_size;
 use mmap::Mapping;
