@@ -55,16 +55,53 @@ fn local_rank() -> usize {
     .unwrap_or(0)
 }
 
-/// The interfaces to offer, with their MACs, the local rank's choice first
-/// (the rest in the kernel's order after it), as one `fi_info` each.
-pub fn interfaces() -> Result<Vec<(String, [u8; 6])>, String> {
+/// The names of the interfaces to offer, in the kernel's order: those
+/// `FI_LLC_IFACE` lists, or every one that can carry LLC.
+fn offered_names() -> Result<Vec<String>, String> {
     let named = get(c"iface").unwrap_or_default();
     let include: Vec<&str> = named
         .split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())
         .collect();
-    let names = select_interfaces(&include, &[]).map_err(|e| e.to_string())?;
+    select_interfaces(&include, &[]).map_err(|e| e.to_string())
+}
+
+/// How many processes of this job run on this host, when a launcher says
+/// (Open MPI, MPICH's hydra, PMIx launchers, Slurm with one count per node).
+fn local_size() -> Option<usize> {
+    [
+        "OMPI_COMM_WORLD_LOCAL_SIZE",
+        "MPI_LOCALNRANKS",
+        "PMIX_LOCAL_SIZE",
+        "SLURM_NTASKS_PER_NODE",
+    ]
+    .iter()
+    .find_map(|v| std::env::var(v).ok()?.parse().ok())
+}
+
+/// Whether this process's endpoint on `ifname` is the only one of the job
+/// on it (each local rank takes the interface its rank rotates to, as
+/// [`interfaces`] offers them): then backend `auto` may take AF_PACKET for
+/// jumbo frames, as btl/llc does for a rank alone on its NIC. Unknown (no
+/// launcher's count): shared.
+fn alone_on(ifname: &str) -> bool {
+    let Some(size) = local_size() else {
+        return false;
+    };
+    let Ok(names) = offered_names() else {
+        return false;
+    };
+    let Some(index) = names.iter().position(|n| n == ifname) else {
+        return false;
+    };
+    (0..size).filter(|r| r % names.len() == index).count() == 1
+}
+
+/// The interfaces to offer, with their MACs, the local rank's choice first
+/// (the rest in the kernel's order after it), as one `fi_info` each.
+pub fn interfaces() -> Result<Vec<(String, [u8; 6])>, String> {
+    let names = offered_names()?;
     let all = llc_stack::link::interfaces::interfaces().map_err(|e| e.to_string())?;
     let mut out: Vec<(String, [u8; 6])> = names
         .iter()
@@ -116,6 +153,7 @@ fn host_name() -> Option<String> {
 pub fn spec(ifname: &str) -> Result<LlcSpec, String> {
     let mut s = LlcSpec::new(ifname);
     s.port = 0;
+    s.alone = alone_on(ifname);
     if let Some(b) = get(c"backend") {
         s.backend = b
             .parse::<Backend>()

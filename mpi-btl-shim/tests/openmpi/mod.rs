@@ -52,7 +52,13 @@ pub fn build() -> &'static Built {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
-        for program in ["mpi_check", "mbw_mr", "kernels", "pingpong_until"] {
+        for program in [
+            "mpi_check",
+            "mbw_mr",
+            "kernels",
+            "pingpong_until",
+            "mpi_latency",
+        ] {
             let out = Command::new("mpicc")
                 .args(["-O2", "-Wall", "-pthread", "-o"])
                 .arg(dir.join(program))
