@@ -420,7 +420,7 @@ pub fn answer(
         let allowed = version >= fi_version(1, 5)
             && h.domain
                 .as_ref()
-                .is_some_and(|d| d.mr_mode & RMA_MR_MODE == RMA_MR_MODE);
+                .is_none_or(|d| d.mr_mode & RMA_MR_MODE == RMA_MR_MODE);
         if allowed {
             offer.mr_mode |= RMA_MR_MODE;
         } else {

@@ -41,12 +41,11 @@ fn no_hints_offer_every_interface_with_every_capability() {
     let o = host(&ifaces(), |h| answer(V, None, None, 0, None, h)).unwrap();
     assert_eq!(o.len(), 2);
     assert_eq!(o[0].ifname, "eth0");
-    // Everything but RMA, which needs registration modes the application
-    // has to say it takes (fabtests' regression check: an application that
-    // copies these caps into its hints must not need new mode bits).
-    assert_eq!(o[0].caps, CAPS & !RMA_CAPS);
+    // Everything, RMA with the registration modes it needs: MPICH takes the
+    // caps of this answer into its hints (with those modes).
+    assert_eq!(o[0].caps, CAPS);
     assert_eq!(o[0].threading, FI_THREAD_SAFE);
-    assert_eq!(o[0].mr_mode, 0);
+    assert_eq!(o[0].mr_mode, RMA_MR_MODE);
     // Every answer names its source: the interface, any port.
     assert_eq!(
         o[1].src_addr,

@@ -26,8 +26,8 @@
  *   fi_checks hints       hints this provider cannot serve (FI_ATOMIC, a
  *                         message endpoint, a foreign address format):
  *                         -FI_ENODATA; NULL hints: each answer names its
- *                         source address, and its caps copied into hints
- *                         with old mode bits are served again
+ *                         source address, and its caps (RMA included)
+ *                         asked for again with RMA's modes are served
  *   fi_checks serve       print "name HEX" (the endpoint's name), then make
  *                         progress until killed
  *   fi_checks orphan HEX  with that endpoint as a peer: a directed receive
@@ -368,13 +368,17 @@ static void hints_check(void)
     for (struct fi_info *i = got; i; i = i->next) {
         EXPECT(i->src_addr && i->src_addrlen > 0, "an answer without its source address");
     }
+    /* MPICH's way: the caps of the NULL-hints answer (RMA included) asked
+     * for again, with the registration modes RMA needs. */
+    EXPECT(got->caps & FI_RMA, "RMA in the NULL-hints answer");
     h = fi_allocinfo();
     h->caps = got->caps;
     h->mode = FI_CONTEXT;
-    h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_VIRT_ADDR;
+    h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_ENDPOINT | FI_MR_PROV_KEY | FI_MR_ALLOCATED;
     fi_freeinfo(got);
     got = NULL;
     EXPECT(ask(h, &got) == 0, "the caps of a NULL-hints answer, asked for again");
+    EXPECT(got->caps & FI_RMA, "RMA served");
     fi_freeinfo(got);
     fi_freeinfo(h);
 }
