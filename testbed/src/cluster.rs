@@ -54,8 +54,22 @@ use crate::netns::{
 use crate::sys;
 use crate::{Background, TestUser};
 
-/// The only non-loopback interface of every simulated host.
+/// The first (in a plain [`Cluster`], the only) non-loopback interface of every
+/// simulated host.
 pub const CLUSTER_IFNAME: &str = "eth0";
+
+/// The second interface of every host of a [`Cluster::with_rails`] bed.
+pub const CLUSTER_IFNAME2: &str = "eth1";
+
+/// How the second interface (`eth1`) of each host of [`Cluster::with_rails`] is wired.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SecondRail {
+    /// A bridge of its own, in a hub namespace of its own: two separate Ethernet segments,
+    /// as a cluster with two switches has (eth0 of one host cannot reach eth1 of another).
+    OwnBridge,
+    /// The same bridge as `eth0`: two ports per host on one segment.
+    SameBridge,
+}
 
 /// Prefix of the cluster's temporary directory (in [`std::env::temp_dir`]); stale ones of
 /// dead processes are removed like stale namespaces.
@@ -86,6 +100,9 @@ pub struct ClusterHost {
     pub mac: [u8; 6],
     /// IPv4 address of `eth0`: `.i+1` of the cluster's /24 ([`Cluster::subnet`]).
     pub ipv4: Ipv4Addr,
+    /// `eth1` of a [`Cluster::with_rails`] bed: its MAC (`02:4c:4c:00:02:{i+1}`) and its
+    /// IPv4 address (`.i+1` of [`Cluster::subnet2`]).
+    pub second: Option<([u8; 6], Ipv4Addr)>,
 }
 
 /// N simulated hosts on one Ethernet segment, and the means to run an MPI job across them.
@@ -101,7 +118,11 @@ pub struct Cluster {
     logins: Vec<HostDaemon>,
     hosts: Vec<ClusterHost>,
     hub: Netns,
+    /// The hub of the second rail when it has a bridge of its own.
+    hub2: Option<Netns>,
     network: Ipv4Addr,
+    /// The second rail's /24, when there is one.
+    network2: Option<Ipv4Addr>,
     mtu: u32,
     /// The ordinary user the bed's commands run as, once [`Cluster::login_as`] chose one.
     user: Option<TestUser>,
@@ -110,7 +131,8 @@ pub struct Cluster {
     dir: TempDir,
 }
 
-/// MAC of host `i` (`role` 0) or of its bridge-side veth end (`role` 1).
+/// MAC of host `i` (`role` 0; its `eth1`: 2) or of its bridge-side veth end (`role` 1;
+/// of `eth1`: 3).
 fn cluster_mac(role: u8, i: usize) -> [u8; 6] {
     [0x02, 0x4c, 0x4c, 0x00, role, (i + 1) as u8]
 }
@@ -126,6 +148,18 @@ impl Cluster {
     /// Returns only when every link is up and every bridge port forwards; on error
     /// everything created so far is deleted again.
     pub fn new(hosts: usize, mtu: u32) -> Result<Cluster, HarnessError> {
+        Self::build(hosts, mtu, None)
+    }
+
+    /// [`Cluster::new`] with a second interface per host, `eth1` ([`CLUSTER_IFNAME2`],
+    /// same MTU), wired as `second` says, with an IPv4 address in a /24 of its own
+    /// ([`Cluster::subnet2`]): the bed for jobs over several NICs (rails). Open MPI's own
+    /// control traffic stays on `eth0`.
+    pub fn with_rails(hosts: usize, mtu: u32, second: SecondRail) -> Result<Cluster, HarnessError> {
+        Self::build(hosts, mtu, Some(second))
+    }
+
+    fn build(hosts: usize, mtu: u32, second: Option<SecondRail>) -> Result<Cluster, HarnessError> {
         check_mtu(mtu)?;
         crate::netns::check_count(hosts, "hosts")?;
         static CLEANUP: Once = Once::new();
@@ -134,7 +168,12 @@ impl Cluster {
         let plan = AddressPlan::next();
         let network = plan.ipv4(0);
 
+        let plan2 = second.map(|_| AddressPlan::next());
         let mut segment = Segment::new("chub", Some(mtu))?;
+        let mut segment2 = match second {
+            Some(SecondRail::OwnBridge) => Some(Segment::new("chub2", Some(mtu))?),
+            _ => None,
+        };
         let mut list = Vec::with_capacity(hosts);
         for i in 0..hosts {
             let ns = Netns::new(&format!("c{i}"))?;
@@ -143,15 +182,32 @@ impl Cluster {
             no_ipv6(&ns, &[CLUSTER_IFNAME])?;
             let ipv4 = plan.ipv4((i + 1) as u8);
             address_port(&ns, CLUSTER_IFNAME, ipv4)?;
+            let second_rail = match (second, &plan2) {
+                (Some(how), Some(plan2)) => {
+                    let (mac2, hub_mac2) = (cluster_mac(2, i), cluster_mac(3, i));
+                    let seg = match how {
+                        SecondRail::OwnBridge => segment2.as_mut().expect("second segment"),
+                        SecondRail::SameBridge => &mut segment,
+                    };
+                    seg.add_veth(&format!("q{i}"), &hub_mac2, &ns, CLUSTER_IFNAME2, &mac2)?;
+                    no_ipv6(&ns, &[CLUSTER_IFNAME2])?;
+                    let ipv4_2 = plan2.ipv4((i + 1) as u8);
+                    address_port(&ns, CLUSTER_IFNAME2, ipv4_2)?;
+                    Some((mac2, ipv4_2))
+                }
+                _ => None,
+            };
             list.push(ClusterHost {
                 ns,
                 hostname: format!("h{i}"),
                 mac,
                 ipv4,
+                second: second_rail,
             });
         }
         // Returns once every link is up and every bridge port forwards.
         let hub = segment.finish()?;
+        let hub2 = segment2.map(Segment::finish).transpose()?;
 
         let dir = TempDir::new()?;
         let cluster = Cluster {
@@ -159,7 +215,9 @@ impl Cluster {
             logins: Vec::new(),
             hosts: list,
             hub,
+            hub2,
             network,
+            network2: plan2.map(|p| p.ipv4(0)),
             mtu,
             user: None,
             llcd: None,
@@ -174,9 +232,21 @@ impl Cluster {
         &self.hosts
     }
 
-    /// The namespace of the bridge (`br0`, ports `p0..pN`); it has no IP address.
+    /// The namespace of the bridge (`br0`, ports `p0..pN`, and `q0..qN` for `eth1` on
+    /// [`SecondRail::SameBridge`]); it has no IP address.
     pub fn hub(&self) -> &Netns {
         &self.hub
+    }
+
+    /// The namespace of the second rail's bridge (ports `q0..qN`), on
+    /// [`SecondRail::OwnBridge`].
+    pub fn hub2(&self) -> Option<&Netns> {
+        self.hub2.as_ref()
+    }
+
+    /// The second rail's subnet (`10.x.y.0/24`), on a [`Cluster::with_rails`] bed.
+    pub fn subnet2(&self) -> Option<String> {
+        self.network2.map(|n| format!("{n}/24"))
     }
 
     /// The hosts' subnet in CIDR notation (`10.x.y.0/24`), e.g. for `btl_tcp_if_include`.

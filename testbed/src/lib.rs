@@ -30,7 +30,10 @@ pub mod slurm;
 mod sys;
 pub mod users;
 
-pub use cluster::{forward_env, run_bounded, Cluster, ClusterHost, JobOutput, CLUSTER_IFNAME};
+pub use cluster::{
+    forward_env, run_bounded, Cluster, ClusterHost, JobOutput, SecondRail, CLUSTER_IFNAME,
+    CLUSTER_IFNAME2,
+};
 pub use link_chaos::{ChaosCounters, ChaosSettings, LinkChaos};
 pub use netns::{
     check_privileges, cleanup_stale, format_mac, interface_mac, interface_mtu, run_checked,

@@ -9,7 +9,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use testbed::{
-    format_mac, forward_env, run_bounded, run_checked, Cluster, JobOutput, CLUSTER_IFNAME,
+    format_mac, forward_env, run_bounded, run_checked, Cluster, JobOutput, SecondRail,
+    CLUSTER_IFNAME, CLUSTER_IFNAME2,
 };
 
 /// Bound of every small command.
@@ -120,6 +121,69 @@ fn two_hosts_with_one_interface_each() {
     let out = run_bounded(Command::new(&agent).args(["h9", "true"]), WAIT).unwrap();
     assert_eq!(out.status.and_then(|s| s.code()), Some(255), "{out}");
     assert!(out.stderr.contains("unknown host"), "{out}");
+}
+
+/// The ports of the bridge in `hub` (`ip link show master br0`).
+fn bridge_ports(hub: &testbed::Netns) -> BTreeSet<String> {
+    hub.ip(&["-o", "link", "show", "master", "br0"])
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split(':').nth(1))
+        .map(|n| n.trim().split('@').next().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn two_rails_per_host_on_bridges_of_their_own_or_one() {
+    testbed::require_root!();
+    for layout in [SecondRail::OwnBridge, SecondRail::SameBridge] {
+        let cluster = Cluster::with_rails(2, 1500, layout).expect("Cluster::with_rails");
+        let subnet2 = cluster.subnet2().expect("a second subnet");
+        assert_ne!(subnet2, cluster.subnet());
+        let hosts = cluster.hosts();
+        for h in hosts {
+            let (mac2, ipv4_2) = h.second.expect("eth1");
+            let eth1 =
+                h.ns.ip(&["-o", "link", "show", "dev", CLUSTER_IFNAME2])
+                    .unwrap();
+            assert!(
+                eth1.contains("state UP") && eth1.contains(" mtu 1500 "),
+                "{eth1}"
+            );
+            assert!(eth1.contains(&format_mac(&mac2)), "{eth1}");
+            assert_ne!(mac2, h.mac);
+            let addr =
+                h.ns.ip(&["-o", "-4", "addr", "show", "dev", CLUSTER_IFNAME2])
+                    .unwrap();
+            assert!(addr.contains(&format!(" {ipv4_2}/24 ")), "{addr}");
+        }
+        // Each rail carries frames between the hosts.
+        for (ip, dev) in [
+            (hosts[1].ipv4, CLUSTER_IFNAME),
+            (hosts[1].second.unwrap().1, CLUSTER_IFNAME2),
+        ] {
+            let mut ping = hosts[0].ns.command("ping");
+            ping.args(["-c1", "-W2", "-w5", "-I", dev, &ip.to_string()]);
+            if let Err(e) = run_checked(&mut ping, WAIT) {
+                panic!("{layout:?}: ping {ip} over {dev}: {e}");
+            }
+        }
+        let ports = |names: &[&str]| names.iter().map(|n| n.to_string()).collect();
+        match layout {
+            SecondRail::OwnBridge => {
+                assert_eq!(bridge_ports(cluster.hub()), ports(&["p0", "p1"]));
+                let hub2 = cluster.hub2().expect("a hub of its own");
+                assert_eq!(bridge_ports(hub2), ports(&["q0", "q1"]));
+            }
+            SecondRail::SameBridge => {
+                assert!(cluster.hub2().is_none());
+                assert_eq!(
+                    bridge_ports(cluster.hub()),
+                    ports(&["p0", "p1", "q0", "q1"])
+                );
+            }
+        }
+    }
 }
 
 #[test]
