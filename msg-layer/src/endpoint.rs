@@ -265,6 +265,8 @@ struct Shared<T: Transport> {
     queue: Arc<EventQueue>,
     /// The core's [`Core::holding`], readable without its lock.
     holding: Arc<AtomicBool>,
+    /// The engine's multi-receive activity, readable without its lock.
+    multi_activity: Arc<crate::engine::MultiActivity>,
     callbacks: Mutex<Callbacks>,
     stop: AtomicBool,
     spin: Duration,
@@ -304,6 +306,7 @@ impl<T: Transport> Endpoint<T> {
         let shared = Arc::new(Shared {
             queue: core.queue.clone(),
             holding: core.holding.clone(),
+            multi_activity: core.engine.multi_activity.clone(),
             core: EngineLock::new(core),
             callbacks: Mutex::new(Callbacks {
                 am: HashMap::new(),

@@ -46,6 +46,6 @@ pub use addr::Addr;
 pub use config::Config;
 pub use delivery::{ActiveMessage, Event, ReleaseNotice, Request};
 pub use endpoint::{AmHandler, Endpoint, FailureHandler, AM_COPY_INLINE};
-pub use engine::{Claimed, Completion, MultiPiece, MultiRecv, Stats, Status};
+pub use engine::{Claimed, Completion, MultiActivity, MultiPiece, MultiRecv, Stats, Status};
 pub use error::{Error, PeerEnd};
 pub use matching::{PeerId, Select, Source, Space, Tag};

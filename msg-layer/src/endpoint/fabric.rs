@@ -136,6 +136,14 @@ impl<T: Transport> Endpoint<T> {
         self.core().engine.take_multi(m)
     }
 
+    /// Changes whenever a multi-receive buffer of this endpoint may have
+    /// new pieces (`None`: it always may, for now), read without the lock:
+    /// a pump that polls its buffers after every round skips them while
+    /// the stamp is the one it last saw (read the stamp before polling).
+    pub fn multi_stamp(&self) -> Option<u64> {
+        self.shared.multi_activity.stamp()
+    }
+
     /// Release a multi-receive buffer now (FI_CANCEL): it takes no more
     /// messages, and a last piece comes once those it took are in (an
     /// `Err(Cancelled)` one if none is left to carry the flag).

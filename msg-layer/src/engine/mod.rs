@@ -332,6 +332,28 @@ impl std::fmt::Debug for GetDst {
     }
 }
 
+/// Multi-receive activity, readable without the engine's lock: a caller
+/// that polls its multi-receive buffers after every round of progress
+/// looks at them only when something may have changed.
+#[derive(Debug, Default)]
+pub struct MultiActivity {
+    /// Bumped whenever a buffer gains a piece (or its last one).
+    pub(crate) pieces: std::sync::atomic::AtomicU64,
+    /// Rendezvous messages are landing in a buffer: their pieces appear
+    /// only when a caller takes the buffer's pieces.
+    pub(crate) subs: std::sync::atomic::AtomicBool,
+}
+
+impl MultiActivity {
+    /// A value that changes whenever there may be new pieces to take;
+    /// `None` while there always may be (rendezvous messages in flight
+    /// into a buffer).
+    pub fn stamp(&self) -> Option<u64> {
+        use std::sync::atomic::Ordering;
+        (!self.subs.load(Ordering::Acquire)).then(|| self.pieces.load(Ordering::Acquire))
+    }
+}
+
 /// The engine of one endpoint.
 pub(crate) struct Engine {
     cfg: Config,
@@ -378,6 +400,9 @@ pub(crate) struct Engine {
     /// Rendezvous messages landing in a multi-receive buffer: (their
     /// receive, the buffer's request, their offset in it).
     multi_subs: Vec<(u64, u64, usize)>,
+    /// What a caller polling multi-receive buffers reads without the lock
+    /// ([`MultiActivity`]).
+    pub(crate) multi_activity: Arc<MultiActivity>,
     /// This endpoint as its own peer, once something sent to itself.
     own: Option<PeerId>,
     stats: Stats,
@@ -411,6 +436,7 @@ impl Engine {
             detached: Vec::new(),
             own: None,
             multi_subs: Vec::new(),
+            multi_activity: Arc::default(),
             stats: Stats::default(),
         })
     }

@@ -10,6 +10,7 @@
 //! data is in.
 
 use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::{Completion, Engine, GetDst, ReqState, Status, Unexpected};
@@ -133,6 +134,7 @@ impl Engine {
                 dst.write(offset, &packet[HEADER_LEN..HEADER_LEN + n]);
                 let credit = (HEADER_LEN + status.msg_len) as u64;
                 let source = status.source;
+                self.multi_activity.pieces.fetch_add(1, Ordering::Release);
                 m.pieces.push_back(MultiPiece {
                     result: Ok(status),
                     offset,
@@ -154,6 +156,7 @@ impl Engine {
                     post: PostId(0),
                 });
                 self.multi_subs.push((sub, r, offset));
+                self.multi_activity.subs.store(true, Ordering::Release);
                 self.matched_into(sub, status, rts);
             }
         }
@@ -171,6 +174,7 @@ impl Engine {
         };
         if m.released && m.pending == 0 && !m.ended {
             m.ended = true;
+            self.multi_activity.pieces.fetch_add(1, Ordering::Release);
             match m.pieces.back_mut() {
                 Some(last) => last.last = true,
                 None => m.pieces.push_back(MultiPiece {
@@ -199,6 +203,7 @@ impl Engine {
             };
             if let Some(ReqState::Multi(m)) = self.reqs.get_mut(&r) {
                 m.pending -= 1;
+                self.multi_activity.pieces.fetch_add(1, Ordering::Release);
                 m.pieces.push_back(MultiPiece {
                     result,
                     offset,
@@ -209,6 +214,9 @@ impl Engine {
             false
         });
         subs.append(&mut self.multi_subs);
+        self.multi_activity
+            .subs
+            .store(!subs.is_empty(), Ordering::Release);
         self.multi_subs = subs;
     }
 
@@ -253,6 +261,7 @@ impl Engine {
         };
         m.released = true;
         if !m.ended {
+            self.multi_activity.pieces.fetch_add(1, Ordering::Release);
             m.pieces.push_back(MultiPiece {
                 result: Err(err.clone()),
                 offset: m.used,
