@@ -436,12 +436,6 @@ pub(super) unsafe fn one(
     }
 }
 
-macro_rules! entry {
-    ($name:literal, $body:expr) => {
-        fid::guard($name, err(errno::FI_EOTHER), || $body)
-    };
-}
-
 // FI_MSG.
 
 unsafe extern "C" fn msg_recv(

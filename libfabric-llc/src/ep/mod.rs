@@ -21,6 +21,15 @@ use crate::fi_ops;
 use crate::fid;
 use crate::objects::{DomainObj, Driver};
 
+/// A data-path entry point of the ops tables (data.rs, rma.rs): `body`
+/// under the provider's panic guard, -FI_EOTHER if it panics. Defined
+/// before the modules that use it (macro scope is textual).
+macro_rules! entry {
+    ($name:literal, $body:expr) => {
+        fid::guard($name, err(errno::FI_EOTHER), || $body)
+    };
+}
+
 mod data;
 mod rma;
 pub mod state;

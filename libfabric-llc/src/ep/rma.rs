@@ -116,12 +116,6 @@ unsafe fn one_rma(m: &FiMsgRma) -> Result<FiRmaIov, isize> {
     }
 }
 
-macro_rules! entry {
-    ($name:literal, $body:expr) => {
-        fid::guard($name, err(errno::FI_EOTHER), || $body)
-    };
-}
-
 #[allow(clippy::too_many_arguments)]
 unsafe extern "C" fn rma_read(
     ep: *mut FidEp,
